@@ -1,0 +1,90 @@
+package wire
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Server. Zero durations and sizes take the defaults
+// noted on each field.
+type Config struct {
+	// ListenAddr is informational (the caller creates the listener and
+	// passes it to Serve); it is used in logs only.
+	ListenAddr string
+	// BackendAddr is host:port of the local PostgreSQL server. Required.
+	BackendAddr string
+
+	// TLSCertFile and TLSKeyFile, or TLSConfig, enable TLS termination:
+	// clients that send SSLRequest get TLS with this certificate.
+	TLSCertFile, TLSKeyFile string
+	TLSConfig               *tls.Config
+	// AllowPlaintext admits clients that do not use TLS. Without TLS
+	// configured it must be true.
+	AllowPlaintext bool
+
+	// MaxConns limits concurrent client sessions (default 1000). Clients
+	// beyond it get FATAL 53300 "too many connections".
+	MaxConns int
+	// IdleTimeout closes a session idle outside a transaction for this long
+	// (0 = never).
+	IdleTimeout time.Duration
+	// IdleInTxTimeout closes a session idle inside a transaction block for
+	// this long (0 = never).
+	IdleInTxTimeout time.Duration
+	// ShutdownTimeout is how long Shutdown lets sessions finish when its
+	// context has no deadline (default 30s).
+	ShutdownTimeout time.Duration
+	// StartupTimeout bounds TLS, startup and authentication (default 60s).
+	StartupTimeout time.Duration
+	// DialTimeout bounds connecting to PostgreSQL (default 5s).
+	DialTimeout time.Duration
+	// MaxMessageLen is the largest client message body accepted (default
+	// 1 GiB - 1, PostgreSQL's own limit).
+	MaxMessageLen int
+
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the metrics (nil = not registered).
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.BackendAddr == "" {
+		return cfg, errors.New("wire: Config.BackendAddr is required")
+	}
+	if cfg.TLSConfig == nil && cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("wire: load TLS key pair: %w", err)
+		}
+		cfg.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.TLSConfig == nil && !cfg.AllowPlaintext {
+		return cfg, errors.New("wire: no TLS certificate configured and plaintext not allowed")
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 1000
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if cfg.StartupTimeout <= 0 {
+		cfg.StartupTimeout = 60 * time.Second
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if cfg.MaxMessageLen <= 0 {
+		cfg.MaxMessageLen = 1<<30 - 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}

@@ -1,0 +1,103 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// SQLSTATEs the proxy itself reports. Everything else is PostgreSQL's own,
+// relayed verbatim.
+const (
+	codeProtocolViolation    = "08P01"
+	codeConnectionFailure    = "08006"
+	codeCannotConnectNow     = "57P03"
+	codeAdminShutdown        = "57P01"
+	codeTooManyConnections   = "53300"
+	codeInvalidAuthorization = "28000"
+	codeFeatureNotSupported  = "0A000"
+	codeIdleSessionTimeout   = "57P05"
+	codeIdleInTxTimeout      = "25P03"
+	codeInternal             = "XX000"
+)
+
+// errIdle is returned by the client reader when the session was idle past
+// its timeout; code is the SQLSTATE to report.
+type errIdle struct{ code, msg string }
+
+func (e *errIdle) Error() string { return e.msg }
+
+// fatal builds a FATAL ErrorResponse with the given SQLSTATE.
+func fatal(code, format string, args ...any) *pgproto3.ErrorResponse {
+	return &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// errorResponse turns a hook's error into the ErrorResponse the client sees.
+// This is the only place where a hook error becomes a SQLSTATE.
+func errorResponse(err error) *pgproto3.ErrorResponse {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		sev := pe.Severity
+		if sev == "" {
+			sev = "ERROR"
+		}
+		code := pe.Code
+		if code == "" {
+			code = codeInternal
+		}
+		return &pgproto3.ErrorResponse{
+			Severity: sev, SeverityUnlocalized: sev, Code: code, Message: pe.Message,
+			Detail: pe.Detail, Hint: pe.Hint, SchemaName: pe.SchemaName, TableName: pe.TableName,
+			ColumnName: pe.ColumnName, DataTypeName: pe.DataTypeName, ConstraintName: pe.ConstraintName,
+		}
+	}
+	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInternal, Message: err.Error()}
+}
+
+// pgError converts PostgreSQL's ErrorResponse into a *pgconn.PgError for
+// Result.Err.
+func pgError(m *pgproto3.ErrorResponse) *pgconn.PgError {
+	return &pgconn.PgError{
+		Severity: m.Severity, SeverityUnlocalized: m.SeverityUnlocalized, Code: m.Code, Message: m.Message,
+		Detail: m.Detail, Hint: m.Hint, Position: m.Position, InternalPosition: m.InternalPosition,
+		InternalQuery: m.InternalQuery, Where: m.Where, SchemaName: m.SchemaName, TableName: m.TableName,
+		ColumnName: m.ColumnName, DataTypeName: m.DataTypeName, ConstraintName: m.ConstraintName,
+		File: m.File, Line: m.Line, Routine: m.Routine,
+	}
+}
+
+// negotiateProtocolVersion is the NegotiateProtocolVersion ('v') message,
+// which pgproto3 v5.7 does not define.
+type negotiateProtocolVersion struct {
+	newestMinor uint32
+	unknown     []string
+}
+
+func (*negotiateProtocolVersion) Backend() {}
+
+func (m *negotiateProtocolVersion) Decode([]byte) error {
+	return errors.New("wire: NegotiateProtocolVersion is never decoded")
+}
+
+func (m *negotiateProtocolVersion) Encode(dst []byte) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, 'v', 0, 0, 0, 0)
+	dst = appendUint32(dst, m.newestMinor)
+	dst = appendUint32(dst, uint32(len(m.unknown)))
+	for _, s := range m.unknown {
+		dst = append(dst, s...)
+		dst = append(dst, 0)
+	}
+	putUint32(dst[start+1:], uint32(len(dst)-start-1))
+	return dst, nil
+}
+
+func appendUint32(b []byte, v uint32) []byte {
+	return append(b, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+func putUint32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+}

@@ -1,0 +1,114 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// execState collects the replies to one Backend.Exec; the backend goroutine
+// fills it and closes done at its ReadyForQuery.
+type execState struct {
+	res  Result
+	done chan struct{}
+}
+
+var _ Backend = (*session)(nil)
+
+// TxStatus implements Backend.
+func (ss *session) TxStatus() byte { return byte(ss.txStatus.Load()) }
+
+// Exec implements Backend. It runs on the session goroutine.
+func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
+	if ss.batchOpen || ss.copying {
+		return nil, ErrNotAtBoundary
+	}
+	if err := ss.flushServer(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	if err := ss.waitIdle(ctx); err != nil {
+		return nil, err
+	}
+	ex := &execState{done: make(chan struct{})}
+	ss.exec.Store(ex)
+	ss.sendServer(&pgproto3.Query{String: sql})
+	if err := ss.flushServer(); err != nil {
+		ss.exec.Store(nil)
+		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	select {
+	case <-ex.done:
+		return &ex.res, nil
+	case <-ss.beDone:
+		return nil, ErrSessionClosed
+	case <-ctx.Done():
+	}
+	// Cancel the statement and wait for PostgreSQL to finish the reply so
+	// the stream stays in step.
+	_ = ss.cancelBackend()
+	select {
+	case <-ex.done:
+		return &ex.res, ctx.Err()
+	case <-ss.beDone:
+		return nil, ErrSessionClosed
+	}
+}
+
+// waitIdle waits until every message sent for the client has its
+// ReadyForQuery.
+func (ss *session) waitIdle(ctx context.Context) error {
+	ss.waiters.Add(1)
+	defer ss.waiters.Add(-1)
+	for {
+		ss.mu.Lock()
+		if ss.outstanding.Load() <= 0 {
+			ss.mu.Unlock()
+			return nil
+		}
+		if ss.waitCh == nil {
+			ss.waitCh = make(chan struct{})
+		}
+		ch := ss.waitCh
+		ss.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ss.beDone:
+			return ErrSessionClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// execMessage handles msg while an Exec is running; it reports whether msg
+// was consumed (false: relay it to the client).
+func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool {
+	switch m := msg.(type) {
+	case *pgproto3.NotificationResponse, *pgproto3.ParameterStatus:
+		return false
+	case *pgproto3.DataRow:
+		row := make([]string, len(m.Values))
+		for i, v := range m.Values {
+			row[i] = string(v) // nil becomes ""; see Result.Rows
+		}
+		ex.res.Rows = append(ex.res.Rows, row)
+	case *pgproto3.CommandComplete:
+		ex.res.Tags = append(ex.res.Tags, string(m.CommandTag))
+	case *pgproto3.ErrorResponse:
+		if ex.res.Err == nil {
+			ex.res.Err = pgError(m)
+		}
+	case *pgproto3.NoticeResponse:
+		ex.res.Notices = append(ex.res.Notices, m.Message)
+	case *pgproto3.CopyInResponse:
+		b, _ := (&pgproto3.CopyFail{Message: "ordo: COPY FROM STDIN is not supported in Exec"}).Encode(nil)
+		_, _ = ss.server.Write(b)
+	case *pgproto3.ReadyForQuery:
+		ss.txStatus.Store(uint32(m.TxStatus))
+		ex.res.TxStatus = m.TxStatus
+		ss.exec.Store(nil)
+		close(ex.done)
+	}
+	return true
+}

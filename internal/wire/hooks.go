@@ -1,0 +1,131 @@
+package wire
+
+import (
+	"context"
+	"errors"
+)
+
+// Hooks lets a session layer (replication) observe and steer every client
+// session without touching the wire code. A nil Hooks makes the Server a plain
+// transparent proxy.
+type Hooks interface {
+	// NewSession is called once per client session, after PostgreSQL has
+	// accepted the client's authentication and sent its first ReadyForQuery,
+	// before that ReadyForQuery is relayed to the client. It runs on the
+	// session goroutine and may call be.Exec (for example to set session
+	// characteristics). Returning an error closes the session with that error
+	// as a FATAL ErrorResponse.
+	NewSession(ctx context.Context, info SessionInfo, be Backend) (SessionHooks, error)
+}
+
+// SessionHooks receives the events of one client session.
+//
+// Contract:
+//
+//  1. Calls into one SessionHooks value are serialized: no two of its methods
+//     ever run at the same time. Different sessions run concurrently.
+//  2. Statement and Close are called on the session goroutine (the goroutine
+//     that reads the client connection). Statement is called for every Query,
+//     Parse, Bind and Close(statement) message, in client order, before the
+//     message is sent to PostgreSQL. Messages that follow a rejected message
+//     up to the next Sync are not reported (PostgreSQL would skip them).
+//  3. ReadyForQuery is called once per ReadyForQuery PostgreSQL sends for the
+//     client's messages, in order, after PostgreSQL sent it. It is called
+//     either on the backend goroutine (the goroutine that reads PostgreSQL)
+//     or on the session goroutine, before Statement or Exec returns control;
+//     either way never concurrently with another method (rule 1). It must not
+//     block and must not call Exec. ReadyForQuery replies to the hook's own
+//     Exec calls are not reported.
+//  4. Statement may call Backend.Exec to run its own statements on the
+//     session's PostgreSQL connection; see Backend.Exec for when that is
+//     allowed. Their replies go to the hook, never to the client.
+//  5. If Statement returns a non-nil error, the message is not sent to
+//     PostgreSQL. Instead PostgreSQL is made to fail at exactly that point
+//     (so an open transaction becomes failed, as it would for a real error),
+//     and the client receives the error as an ErrorResponse in its place: a
+//     *pgconn.PgError is sent with its fields, any other error as SQLSTATE
+//     XX000 with err.Error() as the message. The client still receives the
+//     ReadyForQuery of its next Sync (or of the rejected Query).
+//  6. The Statement and its byte slices are only valid during the call.
+//  7. Close is called exactly once when the session ends, after every other
+//     call has returned.
+type SessionHooks interface {
+	Statement(ctx context.Context, st *Statement) error
+	ReadyForQuery(txStatus byte)
+	Close()
+}
+
+// StatementKind names the client message a Statement reports.
+type StatementKind uint8
+
+// The statement kinds, named after the protocol messages.
+const (
+	// KindQuery is a simple-protocol Query; SQL may hold several statements.
+	KindQuery StatementKind = iota + 1
+	// KindParse is an extended-protocol Parse: Name is the prepared
+	// statement ("" = unnamed), SQL its text, ParamOIDs the declared types.
+	KindParse
+	// KindBind is a Bind: Portal, Name (the prepared statement), Params and
+	// their formats.
+	KindBind
+	// KindCloseStatement is a Close of prepared statement Name.
+	KindCloseStatement
+)
+
+// Statement is what the session layer sees of one client message.
+type Statement struct {
+	Kind          StatementKind
+	SQL           string   // Query and Parse
+	Name          string   // prepared statement name (Parse, Bind, CloseStatement)
+	Portal        string   // Bind
+	ParamOIDs     []uint32 // Parse
+	ParamFormats  []int16  // Bind: 0 text, 1 binary (see the protocol's Bind rules)
+	Params        [][]byte // Bind: nil element = SQL NULL
+	ResultFormats []int16  // Bind
+}
+
+// Backend is the session's PostgreSQL connection as the hooks see it.
+type Backend interface {
+	// Exec runs sql (simple protocol, may hold several statements) on the
+	// session's PostgreSQL connection and returns its replies, which are not
+	// relayed to the client (NotificationResponse and ParameterStatus still
+	// are). It may only be called from Hooks.NewSession and
+	// SessionHooks.Statement. It first waits until PostgreSQL has answered
+	// every message already sent for the client (a transaction boundary:
+	// the last one was a Sync or a Query and its ReadyForQuery arrived).
+	// If the client is inside an unfinished extended-protocol batch (messages
+	// sent without a Sync yet) or a COPY, it returns ErrNotAtBoundary.
+	// An error PostgreSQL reports is in Result.Err, not the returned error;
+	// the returned error means the connection is unusable or ctx ended.
+	Exec(ctx context.Context, sql string) (*Result, error)
+	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
+	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
+	TxStatus() byte
+}
+
+// Result is the reply to one Backend.Exec.
+type Result struct {
+	Tags     []string   // CommandComplete tags, in order
+	Rows     [][]string // data rows of all statements, text format, nil = NULL
+	Notices  []string   // NoticeResponse messages
+	Err      error      // *pgconn.PgError if PostgreSQL reported an error
+	TxStatus byte       // from the final ReadyForQuery
+}
+
+// ErrNotAtBoundary is returned by Backend.Exec when the client is in the
+// middle of an extended-protocol batch or a COPY.
+var ErrNotAtBoundary = errors.New("wire: not at a transaction boundary")
+
+// ErrSessionClosed is returned by Backend.Exec when the session or its
+// PostgreSQL connection has ended.
+var ErrSessionClosed = errors.New("wire: session closed")
+
+// SessionInfo describes a session to Hooks.NewSession.
+type SessionInfo struct {
+	ID         uint64            // unique within the Server
+	RemoteAddr string            // client address
+	User       string            // startup parameter "user"
+	Database   string            // startup parameter "database" (defaults to User)
+	Parameters map[string]string // all startup parameters as sent to PostgreSQL
+	TLS        bool              // client connection uses TLS
+}

@@ -1,0 +1,44 @@
+package wire
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the Server's Prometheus metrics, ordo_wire_*.
+type metrics struct {
+	connsActive   prometheus.Gauge
+	connsTotal    prometheus.Counter
+	connsRejected *prometheus.CounterVec // reason
+	bytesIn       prometheus.Counter     // from clients
+	bytesOut      prometheus.Counter     // to clients
+	messagesIn    prometheus.Counter     // client messages
+	messagesOut   prometheus.Counter     // messages to clients
+	errors        *prometheus.CounterVec // kind: protocol, backend, auth, hook
+	cancels       prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_wire_connections", Help: "Client sessions currently open."}),
+		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_wire_connections_total", Help: "Client connections accepted."}),
+		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_wire_connections_rejected_total", Help: "Client connections refused, by reason."}, []string{"reason"}),
+		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_wire_client_received_bytes_total", Help: "Bytes received from clients after startup."}),
+		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_wire_client_sent_bytes_total", Help: "Bytes sent to clients after startup."}),
+		messagesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_wire_client_messages_total", Help: "Protocol messages received from clients after startup."}),
+		messagesOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_wire_backend_messages_total", Help: "Protocol messages relayed from PostgreSQL to clients after startup."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_wire_errors_total", Help: "Sessions ended or statements refused by an error, by kind."}, []string{"kind"}),
+		cancels: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_wire_cancel_requests_total", Help: "CancelRequests received."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connsActive, m.connsTotal, m.connsRejected, m.bytesIn, m.bytesOut,
+			m.messagesIn, m.messagesOut, m.errors, m.cancels)
+	}
+	return m
+}

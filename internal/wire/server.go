@@ -1,0 +1,263 @@
+package wire
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown has been called.
+var ErrServerClosed = errors.New("wire: server closed")
+
+// Server accepts PostgreSQL clients and relays each session to the local
+// PostgreSQL server over its own backend connection.
+type Server struct {
+	cfg   Config
+	hooks Hooks
+	log   *slog.Logger
+	m     *metrics
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}       // accepted connections not yet sessions
+	sessions  map[*session]struct{}       // established sessions
+	cancelKey map[uint64]*session         // our BackendKeyData -> session
+	active    int                         // sessions counted against MaxConns
+	draining  bool
+	addr      net.Addr
+
+	nextID  atomic.Uint64
+	nextPID atomic.Uint32
+	wg      sync.WaitGroup // one per connection goroutine (and its backend goroutine)
+}
+
+// NewServer checks cfg and returns a Server. hooks may be nil: the Server is
+// then a transparent proxy.
+func NewServer(cfg Config, hooks Hooks) (*Server, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:       c,
+		hooks:     hooks,
+		log:       c.Logger.With("component", "wire"),
+		m:         newMetrics(c.Registerer),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[net.Conn]struct{}),
+		sessions:  make(map[*session]struct{}),
+		cancelKey: make(map[uint64]*session),
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s.nextPID.Store(binary.BigEndian.Uint32(b[:])&0x3fffffff | 0x10000)
+	return s, nil
+}
+
+// Addr returns the address of the listener most recently passed to Serve,
+// or nil.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Serve accepts connections on ln until Shutdown is called (it then returns
+// ErrServerClosed) or ln fails. Serve closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.addr = ln.Addr()
+	s.mu.Unlock()
+	s.log.Info("accepting PostgreSQL clients", "addr", ln.Addr().String(), "backend", s.cfg.BackendAddr)
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.isDraining() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("wire: accept: %w", err)
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.m.connsTotal.Inc()
+		go s.handle(c)
+	}
+}
+
+// isTemporary reports accept errors worth retrying (EMFILE and friends).
+func isTemporary(err error) bool {
+	type temporary interface{ Temporary() bool }
+	var t temporary
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// Shutdown stops accepting connections, closes sessions as soon as they are
+// idle outside a transaction, and waits for the rest to finish until ctx ends
+// or Config.ShutdownTimeout passes (whichever is first); then it terminates
+// the remaining sessions with FATAL 57P01 and waits for their goroutines.
+// It returns ctx.Err() if sessions had to be terminated because ctx ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.Close() // not yet a session: no client work to lose
+	}
+	sessions := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.closeIfIdle()
+	}
+
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	timer := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+	}
+	s.mu.Lock()
+	for ss := range s.sessions {
+		ss.terminate(fatal(codeAdminShutdown, "terminating connection due to administrator command (ordo shutting down)"))
+	}
+	s.mu.Unlock()
+	<-done
+	return err
+}
+
+// handle runs one client connection from accept to close.
+func (s *Server) handle(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in client connection", "remote", c.RemoteAddr().String(), "panic", r)
+		}
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	ss, err := s.startup(c)
+	if err != nil || ss == nil {
+		if err != nil {
+			s.log.Debug("client startup failed", "remote", c.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	ss.run()
+}
+
+// admit counts a new session against MaxConns and registers it.
+func (s *Server) admit(ss *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining || s.active >= s.cfg.MaxConns {
+		return false
+	}
+	s.active++
+	delete(s.conns, ss.rawClient)
+	s.sessions[ss] = struct{}{}
+	s.m.connsActive.Inc()
+	return true
+}
+
+// registerKey assigns ss a unique BackendKeyData.
+func (s *Server) registerKey(ss *session) {
+	var b [4]byte
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		_, _ = rand.Read(b[:])
+		pid := s.nextPID.Add(1) & 0x7fffffff
+		if pid == 0 {
+			continue
+		}
+		k := uint64(pid)<<32 | uint64(binary.BigEndian.Uint32(b[:]))
+		if _, dup := s.cancelKey[k]; dup {
+			continue
+		}
+		ss.key = k
+		s.cancelKey[k] = ss
+		return
+	}
+}
+
+// release forgets a session.
+func (s *Server) release(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sessions[ss]; ok {
+		delete(s.sessions, ss)
+		s.active--
+		s.m.connsActive.Dec()
+	}
+	if ss.key != 0 && s.cancelKey[ss.key] == ss {
+		delete(s.cancelKey, ss.key)
+	}
+}
+
+// cancel forwards a client's CancelRequest to the backend of the session
+// that owns the key. An unknown key does nothing, as in PostgreSQL.
+func (s *Server) cancel(pid, secret uint32) {
+	s.m.cancels.Inc()
+	s.mu.Lock()
+	ss := s.cancelKey[uint64(pid)<<32|uint64(secret)]
+	s.mu.Unlock()
+	if ss == nil {
+		s.log.Debug("cancel request with unknown key", "pid", pid)
+		return
+	}
+	if err := ss.cancelBackend(); err != nil {
+		s.log.Warn("forward cancel request", "session", ss.id, "err", err)
+	}
+}

@@ -1,0 +1,662 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// flushThreshold is how many pending bytes make a relay direction write
+// without waiting for its reader to run dry, so huge results and COPY
+// streams pass through in bounded memory.
+const flushThreshold = 32 << 10
+
+// keepBuf is the largest write buffer kept between flushes; bigger ones are
+// dropped so an idle session holds little memory.
+const keepBuf = 16 << 10
+
+// session is one client connection and its PostgreSQL connection.
+//
+// Two goroutines run it. The session goroutine (run, clientLoop, hook calls,
+// Exec) reads the client and owns sbuf, the bytes pending for PostgreSQL.
+// The backend goroutine (backendLoop) reads PostgreSQL and owns cbuf, the
+// bytes pending for the client. Each flushes its pending bytes just before
+// it blocks reading, so a request or a reply leaves in as few writes as
+// possible and nothing waits in a buffer while its reader sleeps.
+type session struct {
+	srv       *Server
+	id        uint64
+	rawClient net.Conn // the accepted TCP connection
+	client    net.Conn // rawClient or its *tls.Conn
+	server    net.Conn // PostgreSQL
+	be        *pgproto3.Backend
+	fe        *pgproto3.Frontend
+	info      SessionInfo
+	ctx       context.Context
+	cancelCtx context.CancelFunc
+
+	key                       uint64 // our BackendKeyData: pid<<32 | secret
+	backendPID, backendSecret uint32
+
+	cbuf []byte     // to the client; backend goroutine (session goroutine during startup)
+	sbuf []byte     // to PostgreSQL; session goroutine
+	cwMu sync.Mutex // serializes writes to client
+
+	hooks  SessionHooks
+	hookMu sync.Mutex // held while any SessionHooks method runs
+	evMu   sync.Mutex // guards events
+	events []byte     // ReadyForQuery statuses not yet delivered to hooks
+	nev    atomic.Int32
+
+	txStatus    atomic.Uint32
+	outstanding atomic.Int64 // Query/Sync/FunctionCall sent minus ReadyForQuery received
+	waiters     atomic.Int32
+	mu          sync.Mutex // guards waitCh, rejects
+	waitCh      chan struct{}
+	rejects     map[string]*pgproto3.ErrorResponse
+	nrejects    atomic.Int32
+	exec        atomic.Pointer[execState]
+	draining    atomic.Bool
+
+	// Session goroutine state.
+	established    bool // startup done: idle timeouts apply
+	batchOpen      bool // extended-protocol messages sent since the last Sync
+	copying        bool // client is sending COPY data
+	skipping       bool // a message of this batch was rejected
+	syncsSinceExec int
+	rejectSeq      uint64
+	inBytes        int64
+	inMsgs         int64
+	stmt           Statement
+
+	// Backend goroutine state.
+	backendFatal bool
+	outMsgs      int64
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	beDone    chan struct{}
+}
+
+func newSession(srv *Server, raw, conn net.Conn, cr *clientReader, be *pgproto3.Backend) *session {
+	ss := &session{
+		srv:       srv,
+		id:        srv.nextID.Add(1),
+		rawClient: raw,
+		client:    conn,
+		closed:    make(chan struct{}),
+		beDone:    make(chan struct{}),
+	}
+	ss.ctx, ss.cancelCtx = context.WithCancel(context.Background())
+	cr.ss = ss
+	ss.be = be
+	ss.be.SetMaxBodyLen(srv.cfg.MaxMessageLen)
+	return ss
+}
+
+func (ss *session) attachServer(sc net.Conn) {
+	ss.server = sc
+	ss.fe = pgproto3.NewFrontend(&serverReader{ss: ss}, nil)
+}
+
+// sendClient appends msg to the bytes pending for the client.
+func (ss *session) sendClient(msg pgproto3.BackendMessage) {
+	b, err := msg.Encode(ss.cbuf)
+	if err != nil {
+		ss.srv.log.Error("encode message for client", "session", ss.id, "err", err)
+		return
+	}
+	ss.cbuf = b
+	ss.outMsgs++
+}
+
+func (ss *session) flushClient() error {
+	if len(ss.cbuf) == 0 {
+		return nil
+	}
+	ss.cwMu.Lock()
+	_, err := ss.client.Write(ss.cbuf)
+	ss.cwMu.Unlock()
+	ss.srv.m.bytesOut.Add(float64(len(ss.cbuf)))
+	if ss.outMsgs > 0 {
+		ss.srv.m.messagesOut.Add(float64(ss.outMsgs))
+		ss.outMsgs = 0
+	}
+	if cap(ss.cbuf) > keepBuf {
+		ss.cbuf = nil
+	} else {
+		ss.cbuf = ss.cbuf[:0]
+	}
+	return err
+}
+
+// sendServer appends msg to the bytes pending for PostgreSQL.
+func (ss *session) sendServer(msg pgproto3.FrontendMessage) {
+	b, err := msg.Encode(ss.sbuf)
+	if err != nil {
+		ss.srv.log.Error("encode message for PostgreSQL", "session", ss.id, "err", err)
+		return
+	}
+	ss.sbuf = b
+}
+
+func (ss *session) flushServer() error {
+	if len(ss.sbuf) == 0 {
+		return nil
+	}
+	_, err := ss.server.Write(ss.sbuf)
+	if cap(ss.sbuf) > keepBuf {
+		ss.sbuf = nil
+	} else {
+		ss.sbuf = ss.sbuf[:0]
+	}
+	return err
+}
+
+// clientReader is the session Backend's reader: before blocking on the
+// client it flushes what is pending for PostgreSQL, and it enforces the idle
+// timeouts.
+type clientReader struct {
+	ss       *session
+	r        io.Reader
+	deadline bool
+}
+
+func (cr *clientReader) Read(p []byte) (int, error) {
+	ss := cr.ss
+	if ss == nil {
+		return cr.r.Read(p)
+	}
+	if ss.server != nil {
+		if err := ss.flushServer(); err != nil {
+			return 0, fmt.Errorf("%w: %w", errBackendLost, err)
+		}
+	}
+	if ss.inMsgs > 0 {
+		ss.srv.m.messagesIn.Add(float64(ss.inMsgs))
+		ss.inMsgs = 0
+	}
+	for {
+		timeout := ss.idleTimeout()
+		if timeout > 0 {
+			_ = ss.rawClient.SetReadDeadline(time.Now().Add(timeout))
+			cr.deadline = true
+		} else if cr.deadline {
+			_ = ss.rawClient.SetReadDeadline(time.Time{})
+			cr.deadline = false
+		}
+		n, err := cr.r.Read(p)
+		ss.inBytes += int64(n)
+		if n > 0 {
+			ss.srv.m.bytesIn.Add(float64(n))
+		}
+		var ne net.Error
+		if n == 0 && timeout > 0 && errors.As(err, &ne) && ne.Timeout() {
+			if ss.idleTimeout() == 0 {
+				continue // became busy (e.g. a long statement): not idle
+			}
+			if ss.txStatus.Load() == 'I' {
+				return 0, &errIdle{codeIdleSessionTimeout, "terminating connection due to idle-session timeout"}
+			}
+			return 0, &errIdle{codeIdleInTxTimeout, "terminating connection due to idle-in-transaction timeout"}
+		}
+		return n, err
+	}
+}
+
+// idleTimeout is the timeout that applies while waiting for the client now.
+func (ss *session) idleTimeout() time.Duration {
+	if !ss.established || ss.outstanding.Load() > 0 || ss.copying {
+		return 0
+	}
+	if ss.txStatus.Load() == 'I' {
+		return ss.srv.cfg.IdleTimeout
+	}
+	return ss.srv.cfg.IdleInTxTimeout
+}
+
+// serverReader is the Frontend's reader: before blocking on PostgreSQL it
+// flushes what is pending for the client.
+type serverReader struct{ ss *session }
+
+func (sr *serverReader) Read(p []byte) (int, error) {
+	if err := sr.ss.flushClient(); err != nil {
+		return 0, fmt.Errorf("client write: %w", err)
+	}
+	return sr.ss.server.Read(p)
+}
+
+// run serves an established session until either side ends it.
+func (ss *session) run() {
+	defer ss.srv.release(ss)
+	defer ss.terminate(nil)
+	ss.srv.wg.Add(1)
+	go ss.backendLoop()
+	log := ss.srv.log.With("session", ss.id)
+	log.Debug("session started", "remote", ss.info.RemoteAddr, "user", ss.info.User, "database", ss.info.Database, "tls", ss.info.TLS)
+
+	if ss.srv.hooks != nil {
+		ss.hookMu.Lock()
+		h, err := ss.srv.hooks.NewSession(ss.ctx, ss.info, ss)
+		ss.hookMu.Unlock()
+		if err != nil {
+			ss.srv.m.errors.WithLabelValues("hook").Inc()
+			e := errorResponse(err)
+			e.Severity, e.SeverityUnlocalized = "FATAL", "FATAL"
+			ss.terminate(e)
+			<-ss.beDone
+			return
+		}
+		ss.hooks = h
+		defer func() {
+			<-ss.beDone
+			ss.hookMu.Lock()
+			ss.drainEventsLocked()
+			ss.hooks.Close()
+			ss.hookMu.Unlock()
+		}()
+	}
+	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
+	err := ss.clientLoop()
+	var idle *errIdle
+	switch {
+	case err == nil:
+	case errors.As(err, &idle):
+		ss.terminate(fatal(idle.code, "%s", idle.msg))
+	case errors.Is(err, errBackendLost):
+		// the backend goroutine reports it
+		<-ss.beDone
+	default:
+		log.Debug("session ended", "err", err)
+	}
+}
+
+// writeClient writes one message to the client directly (not through cbuf).
+func (ss *session) writeClient(msg pgproto3.BackendMessage) {
+	b, err := msg.Encode(nil)
+	if err != nil {
+		return
+	}
+	ss.cwMu.Lock()
+	_, _ = ss.client.Write(b)
+	ss.cwMu.Unlock()
+}
+
+// terminate ends the session once: e (if any) is sent to the client, both
+// connections are closed and the session context is canceled.
+func (ss *session) terminate(e *pgproto3.ErrorResponse) {
+	ss.closeOnce.Do(func() {
+		if e != nil {
+			_ = ss.rawClient.SetWriteDeadline(time.Now().Add(time.Second))
+			ss.writeClient(e)
+		}
+		close(ss.closed)
+		ss.cancelCtx()
+		ss.client.Close()
+		if ss.server != nil {
+			// Tell PostgreSQL we are leaving so it does not log an
+			// unexpected EOF; best effort.
+			_ = ss.server.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = ss.server.Write([]byte{'X', 0, 0, 0, 4})
+			ss.server.Close()
+		}
+	})
+}
+
+func (ss *session) isClosed() bool {
+	select {
+	case <-ss.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// closeIfIdle is called by Shutdown: an idle session outside a transaction
+// ends now, the others when they next become idle.
+func (ss *session) closeIfIdle() {
+	ss.draining.Store(true)
+	if ss.outstanding.Load() == 0 && ss.txStatus.Load() == 'I' {
+		ss.terminate(fatal(codeAdminShutdown, "terminating connection due to administrator command (ordo shutting down)"))
+	}
+}
+
+// backendLost reports a failed PostgreSQL connection during startup.
+func (ss *session) backendLost(err error) error {
+	ss.srv.m.errors.WithLabelValues("backend").Inc()
+	ss.sendClient(fatal(codeConnectionFailure, "ordo: lost the connection to the local PostgreSQL server: %v", err))
+	_ = ss.flushClient()
+	return fmt.Errorf("%w: %w", errBackendLost, err)
+}
+
+// clientFailed classifies a client read error during startup, reporting
+// protocol violations to the client.
+func (ss *session) clientFailed(err error) error {
+	if isProtocolError(err) {
+		ss.srv.m.errors.WithLabelValues("protocol").Inc()
+		ss.sendClient(fatal(codeProtocolViolation, "invalid frontend message: %v", err))
+		_ = ss.flushClient()
+	}
+	return err
+}
+
+// isProtocolError tells a malformed message from a broken connection.
+func isProtocolError(err error) bool {
+	var ne net.Error
+	var idle *errIdle
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.As(err, &ne), errors.Is(err, errBackendLost), errors.As(err, &idle):
+		return false
+	}
+	return true
+}
+
+// clientLoop relays client messages to PostgreSQL until the client leaves
+// (nil) or fails.
+func (ss *session) clientLoop() error {
+	for {
+		msg, err := ss.be.Receive()
+		if err != nil {
+			if ss.isClosed() {
+				return nil
+			}
+			if isProtocolError(err) {
+				ss.srv.m.errors.WithLabelValues("protocol").Inc()
+				ss.terminate(fatal(codeProtocolViolation, "invalid frontend message: %v", err))
+				return nil
+			}
+			return err
+		}
+		ss.inMsgs++
+		switch m := msg.(type) {
+		case *pgproto3.Query:
+			ss.syncsSinceExec = 0
+			if ss.hooks != nil {
+				ss.stmt = Statement{Kind: KindQuery, SQL: m.String}
+				if err := ss.callStatement(); err != nil {
+					ss.outstanding.Add(1)
+					ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+					ss.sendServer(&pgproto3.Sync{})
+					continue
+				}
+			}
+			ss.outstanding.Add(1)
+		case *pgproto3.Parse:
+			ss.batchOpen = true
+			if ss.hooks != nil && !ss.skipping {
+				ss.stmt = Statement{Kind: KindParse, SQL: m.Query, Name: m.Name, ParamOIDs: m.ParameterOIDs}
+				if ss.rejectExtended() {
+					continue
+				}
+			}
+		case *pgproto3.Bind:
+			ss.batchOpen = true
+			if ss.hooks != nil && !ss.skipping {
+				ss.stmt = Statement{Kind: KindBind, Name: m.PreparedStatement, Portal: m.DestinationPortal,
+					ParamFormats: m.ParameterFormatCodes, Params: m.Parameters, ResultFormats: m.ResultFormatCodes}
+				if ss.rejectExtended() {
+					continue
+				}
+			}
+		case *pgproto3.Close:
+			ss.batchOpen = true
+			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
+				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name}
+				if ss.rejectExtended() {
+					continue
+				}
+			}
+		case *pgproto3.Execute:
+			ss.batchOpen = true
+			ss.syncsSinceExec = 0
+		case *pgproto3.Describe:
+			ss.batchOpen = true
+		case *pgproto3.Sync:
+			ss.batchOpen, ss.skipping = false, false
+			if !ss.copying {
+				// PostgreSQL ignores Sync during COPY FROM STDIN.
+				ss.outstanding.Add(1)
+				ss.syncsSinceExec++
+			}
+		case *pgproto3.Flush:
+		case *pgproto3.FunctionCall:
+			ss.outstanding.Add(1)
+		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
+			if !ss.copying {
+				ss.copying = true
+				// Syncs sent after the Execute that started this COPY
+				// reached PostgreSQL in copy mode and were ignored.
+				ss.outstanding.Add(-int64(ss.syncsSinceExec))
+				ss.syncsSinceExec = 0
+			}
+			switch msg.(type) {
+			case *pgproto3.CopyDone, *pgproto3.CopyFail:
+				ss.copying = false
+			}
+		case *pgproto3.Terminate:
+			ss.sendServer(m)
+			_ = ss.flushServer()
+			return nil
+		default:
+			ss.srv.m.errors.WithLabelValues("protocol").Inc()
+			ss.terminate(fatal(codeProtocolViolation, "unexpected message type %T after startup", msg))
+			return nil
+		}
+		ss.sendServer(msg)
+		if len(ss.sbuf) >= flushThreshold {
+			if err := ss.flushServer(); err != nil {
+				return fmt.Errorf("%w: %w", errBackendLost, err)
+			}
+		}
+	}
+}
+
+// callStatement runs SessionHooks.Statement for ss.stmt.
+func (ss *session) callStatement() error {
+	ss.hookMu.Lock()
+	ss.drainEventsLocked()
+	err := ss.hooks.Statement(ss.ctx, &ss.stmt)
+	ss.drainEventsLocked()
+	ss.hookMu.Unlock()
+	ss.stmt = Statement{}
+	ss.deliverEvents()
+	if err != nil {
+		ss.srv.m.errors.WithLabelValues("hook").Inc()
+	}
+	return err
+}
+
+// rejectExtended runs the hook for an extended-protocol message and, if it
+// refuses it, makes PostgreSQL fail in its place. It reports whether the
+// message was rejected.
+func (ss *session) rejectExtended() bool {
+	err := ss.callStatement()
+	if err == nil {
+		return false
+	}
+	ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+	ss.skipping = true
+	return true
+}
+
+// newRejection records err under a portal name that does not exist. A
+// Describe of that portal makes PostgreSQL raise 34000 at exactly this
+// point of the stream (failing the transaction, skipping to Sync); the
+// backend goroutine recognizes our portal name in that error and sends err
+// to the client instead.
+func (ss *session) newRejection(err error) string {
+	ss.rejectSeq++
+	name := fmt.Sprintf("ordo_rejected_%d_%d", ss.id, ss.rejectSeq)
+	ss.mu.Lock()
+	if ss.rejects == nil {
+		ss.rejects = make(map[string]*pgproto3.ErrorResponse)
+	}
+	ss.rejects[name] = errorResponse(err)
+	ss.nrejects.Store(int32(len(ss.rejects)))
+	ss.mu.Unlock()
+	return name
+}
+
+// takeRejection returns the hook error behind PostgreSQL's error m, if m is
+// the answer to one of our rejection portals.
+func (ss *session) takeRejection(m *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for name, e := range ss.rejects {
+		if strings.Contains(m.Message, `"`+name+`"`) {
+			delete(ss.rejects, name)
+			ss.nrejects.Store(int32(len(ss.rejects)))
+			return e
+		}
+	}
+	return nil
+}
+
+// deliverEvents delivers pending ReadyForQuery events unless another
+// goroutine holds the hooks (it will deliver them).
+func (ss *session) deliverEvents() {
+	for ss.nev.Load() > 0 {
+		if !ss.hookMu.TryLock() {
+			return
+		}
+		ss.drainEventsLocked()
+		ss.hookMu.Unlock()
+	}
+}
+
+// drainEventsLocked calls ReadyForQuery for each pending event; hookMu is held.
+func (ss *session) drainEventsLocked() {
+	if ss.hooks == nil || ss.nev.Load() == 0 {
+		return
+	}
+	ss.evMu.Lock()
+	evs := ss.events
+	ss.events = nil
+	ss.nev.Store(0)
+	ss.evMu.Unlock()
+	for _, st := range evs {
+		ss.hooks.ReadyForQuery(st)
+	}
+}
+
+// backendLoop relays PostgreSQL's messages to the client. It runs on the
+// backend goroutine.
+func (ss *session) backendLoop() {
+	defer ss.srv.wg.Done()
+	defer close(ss.beDone)
+	defer func() {
+		if r := recover(); r != nil {
+			ss.srv.log.Error("panic in backend relay", "session", ss.id, "panic", r)
+			ss.terminate(fatal(codeInternal, "ordo: internal error"))
+		}
+	}()
+	for {
+		msg, err := ss.fe.Receive()
+		if err != nil {
+			ss.backendFailed(err)
+			return
+		}
+		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
+			continue
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			ss.txStatus.Store(uint32(m.TxStatus))
+			ss.sendClient(m)
+			n := ss.outstanding.Add(-1)
+			if n < 0 {
+				ss.outstanding.Add(-n)
+				n = 0
+			}
+			if n == 0 {
+				if ss.nrejects.Load() > 0 {
+					ss.mu.Lock()
+					clear(ss.rejects)
+					ss.nrejects.Store(0)
+					ss.mu.Unlock()
+				}
+				if ss.waiters.Load() > 0 {
+					ss.mu.Lock()
+					if ss.waitCh != nil {
+						close(ss.waitCh)
+						ss.waitCh = nil
+					}
+					ss.mu.Unlock()
+				}
+			}
+			if ss.hooks != nil {
+				ss.evMu.Lock()
+				ss.events = append(ss.events, m.TxStatus)
+				ss.nev.Store(int32(len(ss.events)))
+				ss.evMu.Unlock()
+				ss.deliverEvents()
+			}
+			if n == 0 && m.TxStatus == 'I' && ss.draining.Load() {
+				_ = ss.flushClient()
+				ss.terminate(fatal(codeAdminShutdown, "terminating connection due to administrator command (ordo shutting down)"))
+				return
+			}
+			continue
+		case *pgproto3.ErrorResponse:
+			if m.Code == "34000" && ss.nrejects.Load() > 0 {
+				if e := ss.takeRejection(m); e != nil {
+					ss.sendClient(e)
+					continue
+				}
+			}
+			if m.Severity == "FATAL" || m.Severity == "PANIC" {
+				ss.backendFatal = true
+			}
+		}
+		ss.sendClient(msg)
+		if len(ss.cbuf) >= flushThreshold {
+			if err := ss.flushClient(); err != nil {
+				ss.terminate(nil)
+				return
+			}
+		}
+	}
+}
+
+// backendFailed ends the session after the PostgreSQL connection failed.
+func (ss *session) backendFailed(err error) {
+	if ss.isClosed() {
+		return
+	}
+	_ = ss.flushClient()
+	if ss.backendFatal {
+		ss.terminate(nil) // PostgreSQL's own FATAL was relayed
+		return
+	}
+	ss.srv.m.errors.WithLabelValues("backend").Inc()
+	ss.srv.log.Warn("lost PostgreSQL connection", "session", ss.id, "err", err)
+	ss.terminate(fatal(codeConnectionFailure, "ordo: lost the connection to the local PostgreSQL server"))
+}
+
+// cancelBackend sends a CancelRequest for this session's backend.
+func (ss *session) cancelBackend() error {
+	d := net.Dialer{Timeout: ss.srv.cfg.DialTimeout}
+	c, err := d.Dial("tcp", ss.srv.cfg.BackendAddr)
+	if err != nil {
+		return fmt.Errorf("dial PostgreSQL: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(ss.srv.cfg.DialTimeout))
+	b, _ := (&pgproto3.CancelRequest{ProcessID: ss.backendPID, SecretKey: ss.backendSecret}).Encode(nil)
+	if _, err := c.Write(b); err != nil {
+		return fmt.Errorf("send cancel: %w", err)
+	}
+	// PostgreSQL closes the connection after reading the request; wait for
+	// that so the cancel is delivered before we return.
+	_, _ = c.Read(make([]byte, 1))
+	return nil
+}

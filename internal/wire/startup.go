@@ -1,0 +1,313 @@
+package wire
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Startup packet codes (PostgreSQL's pqcomm.h).
+const (
+	sslRequestCode    = 80877103
+	gssEncRequestCode = 80877104
+	cancelRequestCode = 80877102
+)
+
+// prefixReader replays a header already read, then reads from r.
+type prefixReader struct {
+	head []byte
+	r    io.Reader
+}
+
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.head) > 0 {
+		n := copy(b, p.head)
+		p.head = p.head[n:]
+		return n, nil
+	}
+	return p.r.Read(b)
+}
+
+// startup runs the connection from accept until the session is
+// established: SSLRequest/GSSENCRequest, StartupMessage or CancelRequest,
+// the connection limit, the backend connection and the authentication
+// relay. It returns (nil, nil) when the connection is done without a session
+// (a cancel request, or an error already reported to the client).
+func (s *Server) startup(raw net.Conn) (*session, error) {
+	conn := raw
+	deadline := time.Now().Add(s.cfg.StartupTimeout)
+	_ = raw.SetDeadline(deadline)
+	tlsDone := false
+	var hdr [8]byte
+	for {
+		// Read only the 8-byte header ourselves: nothing past an SSLRequest
+		// is read before the TLS handshake, so bytes a client (or a man in
+		// the middle) sends early end up in the handshake and fail it
+		// (CVE-2021-23214).
+		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+			return nil, fmt.Errorf("read startup packet: %w", err)
+		}
+		length := binary.BigEndian.Uint32(hdr[0:4])
+		code := binary.BigEndian.Uint32(hdr[4:8])
+		if length < 8 || length > 10000 {
+			s.reject(conn, "protocol", fatal(codeProtocolViolation, "invalid length of startup packet: %d", length))
+			return nil, nil
+		}
+		if length == 8 && code == sslRequestCode {
+			if tlsDone {
+				s.reject(conn, "protocol", fatal(codeProtocolViolation, "SSLRequest received twice"))
+				return nil, nil
+			}
+			if s.cfg.TLSConfig == nil {
+				if _, err := conn.Write([]byte{'N'}); err != nil {
+					return nil, err
+				}
+				tlsDone = true
+				continue
+			}
+			if _, err := conn.Write([]byte{'S'}); err != nil {
+				return nil, err
+			}
+			tc := tls.Server(raw, s.cfg.TLSConfig)
+			if err := tc.Handshake(); err != nil {
+				s.m.connsRejected.WithLabelValues("tls").Inc()
+				return nil, fmt.Errorf("tls handshake: %w", err)
+			}
+			conn = tc
+			tlsDone = true
+			continue
+		}
+		if length == 8 && code == gssEncRequestCode {
+			// GSSAPI encryption is not supported: refuse, the client may go on.
+			if _, err := conn.Write([]byte{'N'}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		var minor uint32
+		if code>>16 == 3 && code&0xffff != 0 {
+			// Protocol 3.x, x > 0: we speak 3.0 (pgproto3 decodes only
+			// 3.0) and answer NegotiateProtocolVersion below.
+			minor = code & 0xffff
+			binary.BigEndian.PutUint32(hdr[4:8], pgproto3.ProtocolVersionNumber)
+		}
+		cr := &clientReader{r: &prefixReader{head: hdr[:], r: conn}}
+		be := pgproto3.NewBackend(cr, nil)
+		if code>>16 != 3 && code != cancelRequestCode {
+			s.reject(conn, "protocol", fatal(codeFeatureNotSupported, "unsupported frontend protocol %d.%d: server supports 3.0", code>>16, code&0xffff))
+			return nil, nil
+		}
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			s.reject(conn, "protocol", fatal(codeProtocolViolation, "invalid startup packet: %v", err))
+			return nil, nil
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CancelRequest:
+			s.cancel(m.ProcessID, m.SecretKey)
+			return nil, nil
+		case *pgproto3.StartupMessage:
+			_, isTLS := conn.(*tls.Conn)
+			if !isTLS && !s.cfg.AllowPlaintext {
+				s.reject(conn, "tls_required", fatal(codeInvalidAuthorization, "connection requires TLS (sslmode=require)"))
+				return nil, nil
+			}
+			return s.establish(raw, conn, cr, be, m, minor, isTLS, deadline)
+		default:
+			s.reject(conn, "protocol", fatal(codeProtocolViolation, "unexpected startup packet %T", msg))
+			return nil, nil
+		}
+	}
+}
+
+// reject sends err to a client that has no session and counts it.
+func (s *Server) reject(conn net.Conn, reason string, e *pgproto3.ErrorResponse) {
+	s.m.connsRejected.WithLabelValues(reason).Inc()
+	buf, _ := e.Encode(nil)
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = conn.Write(buf)
+}
+
+// establish checks the limit, connects to PostgreSQL and relays
+// authentication. On success the session is registered and its first
+// ReadyForQuery is pending in ss.startupRFQ.
+func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Backend, sm *pgproto3.StartupMessage, minor uint32, isTLS bool, deadline time.Time) (*session, error) {
+	ss := newSession(s, raw, conn, cr, be)
+	if !s.admit(ss) {
+		if s.isDraining() {
+			s.reject(conn, "shutdown", fatal(codeCannotConnectNow, "the ordo proxy is shutting down"))
+		} else {
+			s.reject(conn, "max_conns", fatal(codeTooManyConnections, "sorry, too many clients already (ordo max connections %d)", s.cfg.MaxConns))
+		}
+		return nil, nil
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.release(ss)
+			if ss.server != nil {
+				ss.server.Close()
+			}
+		}
+	}()
+
+	params := make(map[string]string, len(sm.Parameters))
+	var unknown []string
+	for k, v := range sm.Parameters {
+		if strings.HasPrefix(k, "_pq_.") {
+			unknown = append(unknown, k)
+			continue
+		}
+		params[k] = v
+	}
+	if minor != 0 || len(unknown) > 0 {
+		ss.sendClient(&negotiateProtocolVersion{newestMinor: 0, unknown: unknown})
+	}
+	if params["user"] == "" {
+		ss.sendClient(fatal(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
+		_ = ss.flushClient()
+		return nil, nil
+	}
+
+	d := net.Dialer{Timeout: s.cfg.DialTimeout}
+	sc, err := d.Dial("tcp", s.cfg.BackendAddr)
+	if err != nil {
+		s.m.errors.WithLabelValues("backend").Inc()
+		ss.sendClient(fatal(codeCannotConnectNow, "ordo: the local PostgreSQL server is not available: %v", err))
+		_ = ss.flushClient()
+		return nil, nil
+	}
+	if tc, ok := sc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	_ = sc.SetDeadline(deadline)
+	ss.attachServer(sc)
+	ss.sendServer(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: params})
+	if err := ss.flushServer(); err != nil {
+		return nil, ss.backendLost(err)
+	}
+	ss.info = SessionInfo{RemoteAddr: raw.RemoteAddr().String(), User: params["user"], Database: params["database"], Parameters: params, TLS: isTLS}
+	if ss.info.Database == "" {
+		ss.info.Database = ss.info.User
+	}
+
+	// Relay authentication. Only authentication messages pass in either
+	// direction until AuthenticationOk.
+	for authed := false; !authed; {
+		msg, err := ss.fe.Receive()
+		if err != nil {
+			return nil, ss.backendLost(err)
+		}
+		var expect uint32 // the client response we wait for, if any
+		switch m := msg.(type) {
+		case *pgproto3.AuthenticationOk:
+			authed = true
+		case *pgproto3.AuthenticationCleartextPassword:
+			expect = pgproto3.AuthTypeCleartextPassword
+		case *pgproto3.AuthenticationMD5Password:
+			expect = pgproto3.AuthTypeMD5Password
+		case *pgproto3.AuthenticationSASL:
+			// The backend connection is plaintext: channel binding cannot
+			// pass through a proxy that terminates TLS. Offer only the
+			// mechanisms without it.
+			mechs := m.AuthMechanisms[:0]
+			for _, mech := range m.AuthMechanisms {
+				if !strings.HasSuffix(mech, "-PLUS") {
+					mechs = append(mechs, mech)
+				}
+			}
+			m.AuthMechanisms = mechs
+			expect = pgproto3.AuthTypeSASL
+		case *pgproto3.AuthenticationSASLContinue:
+			expect = pgproto3.AuthTypeSASLContinue
+		case *pgproto3.AuthenticationSASLFinal:
+			// No client response follows; AuthenticationOk comes next.
+		case *pgproto3.ErrorResponse:
+			s.m.errors.WithLabelValues("auth").Inc()
+			ss.sendClient(m)
+			_ = ss.flushClient()
+			return nil, nil
+		case *pgproto3.NoticeResponse:
+		case *pgproto3.AuthenticationGSS:
+			ss.sendClient(fatal(codeFeatureNotSupported, "ordo: GSSAPI authentication is not supported through the proxy"))
+			_ = ss.flushClient()
+			return nil, nil
+		default:
+			ss.sendClient(fatal(codeProtocolViolation, "ordo: unexpected message %T from PostgreSQL during authentication", msg))
+			_ = ss.flushClient()
+			return nil, nil
+		}
+		ss.sendClient(msg)
+		if err := ss.flushClient(); err != nil {
+			return nil, err
+		}
+		if expect == 0 {
+			continue
+		}
+		if err := be.SetAuthType(expect); err != nil {
+			return nil, err
+		}
+		cm, err := be.Receive()
+		if err != nil {
+			return nil, ss.clientFailed(err)
+		}
+		switch cm.(type) {
+		case *pgproto3.PasswordMessage, *pgproto3.SASLInitialResponse, *pgproto3.SASLResponse:
+		default:
+			ss.sendClient(fatal(codeProtocolViolation, "expected password response, got message type %T", cm))
+			_ = ss.flushClient()
+			return nil, nil
+		}
+		ss.sendServer(cm)
+		if err := ss.flushServer(); err != nil {
+			return nil, ss.backendLost(err)
+		}
+	}
+	_ = be.SetAuthType(pgproto3.AuthTypeOk)
+
+	// After AuthenticationOk: ParameterStatus, BackendKeyData, notices, then
+	// ReadyForQuery (or a FATAL such as "database does not exist").
+	s.registerKey(ss)
+	for {
+		msg, err := ss.fe.Receive()
+		if err != nil {
+			return nil, ss.backendLost(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.BackendKeyData:
+			ss.backendPID, ss.backendSecret = m.ProcessID, m.SecretKey
+			ss.sendClient(&pgproto3.BackendKeyData{ProcessID: uint32(ss.key >> 32), SecretKey: uint32(ss.key)})
+			continue
+		case *pgproto3.ErrorResponse:
+			ss.sendClient(m)
+			_ = ss.flushClient()
+			return nil, nil
+		case *pgproto3.ReadyForQuery:
+			ss.txStatus.Store(uint32(m.TxStatus))
+			if err := ss.flushClient(); err != nil {
+				return nil, err
+			}
+			_ = raw.SetDeadline(time.Time{})
+			_ = sc.SetDeadline(time.Time{})
+			ok = true
+			ss.established = true
+			return ss, nil
+		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+		default:
+			ss.sendClient(fatal(codeProtocolViolation, "ordo: unexpected message %T from PostgreSQL during startup", msg))
+			_ = ss.flushClient()
+			return nil, nil
+		}
+		ss.sendClient(msg)
+	}
+}
+
+// errBackendLost wraps failures of the PostgreSQL connection.
+var errBackendLost = errors.New("wire: PostgreSQL connection lost")
