@@ -26,10 +26,10 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}       // accepted connections not yet sessions
-	sessions  map[*session]struct{}       // established sessions
-	cancelKey map[uint64]*session         // our BackendKeyData -> session
-	active    int                         // sessions counted against MaxConns
+	conns     map[net.Conn]struct{} // accepted connections not yet sessions
+	sessions  map[*session]struct{} // established sessions
+	cancelKey map[uint64]*session   // our BackendKeyData -> session
+	active    int                   // sessions counted against MaxConns
 	draining  bool
 	addr      net.Addr
 
