@@ -1,0 +1,104 @@
+package totalorder
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+
+	"github.com/ordo-db/ordo/internal/totalorder/storage"
+	"github.com/ordo-db/ordo/internal/totalorder/transport"
+)
+
+// Config configures a Node. ID, Dir, Transport and (unless the directory
+// already holds state or Join is set) Peers are required.
+type Config struct {
+	// ID is this node's Raft id, non-zero and never reused after removal.
+	ID uint64
+	// Dir holds the node's log and snapshots.
+	Dir string
+	// Peers maps member ids to their transport addresses. On first start
+	// (empty Dir, Join false) it is the initial membership and must contain
+	// ID. Otherwise it only tells the transport where the current members
+	// are; members added later are found through their conf change.
+	Peers map[uint64]string
+	// Join starts a node with an empty Dir as a new member that an existing
+	// group has added with AddNode; it waits to be contacted by the leader.
+	Join bool
+	// Transport carries Raft messages; the Node starts and stops it.
+	Transport transport.Transport
+	// StartAfter is the applied prefix the consumer's database proves: the
+	// Node delivers exactly the entries with seqno > StartAfter, each once.
+	StartAfter uint64
+
+	// TickInterval is the Raft logical clock tick. Default 100ms.
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks are in ticks. Defaults 10 and 1.
+	ElectionTicks, HeartbeatTicks int
+	// ProposeTimeout bounds Propose, ReadIndex, AddNode and RemoveNode; on
+	// expiry they return ErrNoQuorum. Default 5s.
+	ProposeTimeout time.Duration
+	// MaxInflight bounds the proposals of this node that are waiting to
+	// commit; further Propose calls wait (on their ctx). Default 4096.
+	MaxInflight int
+	// MaxProposalBytes bounds a payload. Default 16 MiB.
+	MaxProposalBytes int
+	// DeliveryBuffer is the capacity of the delivery channel. Default 4096.
+	DeliveryBuffer int
+	// SnapshotEntries: a snapshot is taken and the log compacted once every
+	// member has reported an applied index at least this many entries past
+	// the last snapshot. Default 10000.
+	SnapshotEntries uint64
+	// SnapshotData, if set, supplies the consumer's part of a snapshot at
+	// seqno (called on the Raft loop: keep it quick). A node that receives
+	// a snapshot gets it back in a DeliverySnapshot.
+	SnapshotData func(seqno uint64) ([]byte, error)
+	// Storage tunes the on-disk log.
+	Storage storage.Options
+	// Registerer receives the node's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger is raft's logger; nil discards raft's log.
+	Logger raft.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.ID == 0 {
+		return errors.New("totalorder: config: ID must be non-zero")
+	}
+	if c.Dir == "" {
+		return errors.New("totalorder: config: Dir is required")
+	}
+	if c.Transport == nil {
+		return errors.New("totalorder: config: Transport is required")
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks <= 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.HeartbeatTicks >= c.ElectionTicks {
+		return fmt.Errorf("totalorder: config: HeartbeatTicks (%d) must be below ElectionTicks (%d)", c.HeartbeatTicks, c.ElectionTicks)
+	}
+	if c.ProposeTimeout <= 0 {
+		c.ProposeTimeout = 5 * time.Second
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 4096
+	}
+	if c.MaxProposalBytes <= 0 {
+		c.MaxProposalBytes = 16 << 20
+	}
+	if c.DeliveryBuffer <= 0 {
+		c.DeliveryBuffer = 4096
+	}
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = 10000
+	}
+	return nil
+}

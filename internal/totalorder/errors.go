@@ -1,0 +1,22 @@
+package totalorder
+
+import "errors"
+
+// ErrNoQuorum is returned by Propose, ReadIndex, AddNode and RemoveNode when
+// the request was not committed (or confirmed) within Config.ProposeTimeout:
+// no leader with a reachable quorum. A proposal that failed this way may
+// still commit later (if it had reached a leader); it is then delivered like
+// any other entry, but its Propose call has already returned.
+var ErrNoQuorum = errors.New("totalorder: no quorum: not committed within the propose timeout")
+
+// ErrStopped is returned by every call on a Node that has been stopped, or
+// whose Raft loop ended because of a storage error (wrapped with it).
+var ErrStopped = errors.New("totalorder: stopped")
+
+// ErrRemoved is returned by calls on a Node that has been removed from the
+// group; such a node no longer takes part in Raft and should be stopped.
+var ErrRemoved = errors.New("totalorder: node removed from the group")
+
+// ErrTooLarge is returned by Propose for a payload above
+// Config.MaxProposalBytes.
+var ErrTooLarge = errors.New("totalorder: proposal too large")

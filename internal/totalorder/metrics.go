@@ -1,0 +1,53 @@
+package totalorder
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics of one node, registered on the Registerer from Config (if any).
+type metrics struct {
+	proposals        prometheus.Counter
+	proposalFailures prometheus.Counter
+	commitLatency    prometheus.Histogram
+	leaderChanges    prometheus.Counter
+	term             prometheus.Gauge
+	applied          prometheus.Gauge
+	committed        prometheus.Gauge
+	snapshotsMade    prometheus.Counter
+	snapshotsRecv    prometheus.Counter
+	inflight         prometheus.Gauge
+}
+
+func newMetrics(r prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		proposals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_proposals_total", Help: "Proposals committed and delivered locally."}),
+		proposalFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_proposal_failures_total", Help: "Proposals that returned an error."}),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ordo_totalorder_commit_latency_seconds",
+			Help:    "Time from Propose to local delivery of the committed entry.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16)}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_leader_changes_total", Help: "Leader changes seen by this node."}),
+		term: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_totalorder_term", Help: "Current Raft term."}),
+		applied: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_totalorder_applied_index", Help: "Last Raft index applied (delivered) by this node."}),
+		committed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_totalorder_committed_index", Help: "Last Raft index known committed."}),
+		snapshotsMade: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_snapshots_created_total", Help: "Snapshots created (log compactions)."}),
+		snapshotsRecv: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_snapshots_received_total", Help: "Snapshots received from a leader."}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_totalorder_inflight_proposals", Help: "Proposals waiting to commit."}),
+	}
+	if r != nil {
+		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.commitLatency,
+			m.leaderChanges, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight} {
+			if err := r.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,573 @@
+package totalorder
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/ordo-db/ordo/internal/totalorder/storage"
+	"github.com/ordo-db/ordo/internal/totalorder/transport"
+)
+
+// DeliveryType says what a Delivery carries.
+type DeliveryType uint8
+
+const (
+	// DeliveryEntry is a committed proposal: Data is the payload.
+	DeliveryEntry DeliveryType = iota + 1
+	// DeliverySnapshot says every entry up to Seqno is summarised by Data
+	// (what Config.SnapshotData returned on the node that made it, nil if
+	// none). It comes first, before any DeliveryEntry, when this node's log
+	// cannot supply the entries after StartAfter (it was wiped or joined
+	// late); the consumer must install that state or give up.
+	DeliverySnapshot
+)
+
+// Delivery is one item of the delivery stream.
+type Delivery struct {
+	Seqno uint64
+	Type  DeliveryType
+	Data  []byte
+}
+
+// Node is one member of the total-order group. All methods are safe for
+// concurrent use.
+type Node struct {
+	cfg Config
+	id  uint64
+	rn  raft.Node
+	st  *storage.Storage
+	tr  transport.Transport
+	m   *metrics
+
+	deliverc chan Delivery
+	sem      chan struct{}
+	nextID   atomic.Uint64 // local proposal / request ids
+	leader   atomic.Uint64
+	durable  atomic.Uint64 // MarkApplied
+	failed   atomic.Pointer[error]
+
+	mu          sync.Mutex
+	waiters     map[uint64]chan uint64 // proposal id -> seqno
+	ccWaiters   map[uint64]chan struct{}
+	readWaiters map[string]chan uint64
+	peerApplied map[uint64]uint64
+	removed     map[uint64]bool
+	members     map[uint64]bool
+
+	// owned by the Raft loop goroutine
+	applied   uint64
+	snapIndex uint64
+	confHist  []confAt
+	isLeader  bool
+
+	stopc    chan struct{}
+	removedc chan struct{}
+	stopOnce sync.Once
+	rmOnce   sync.Once
+	wg       sync.WaitGroup
+}
+
+type confAt struct {
+	index uint64
+	cs    raftpb.ConfState
+}
+
+// Start opens the node's storage, starts its transport and Raft loop and
+// returns. Deliveries begin with the first entry after cfg.StartAfter.
+func Start(cfg Config) (_ *Node, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("totalorder: metrics: %w", err)
+	}
+	st, err := storage.Open(cfg.Dir, cfg.Storage)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	n := &Node{
+		cfg: cfg, id: cfg.ID, st: st, tr: cfg.Transport, m: m,
+		deliverc:    make(chan Delivery, cfg.DeliveryBuffer),
+		sem:         make(chan struct{}, cfg.MaxInflight),
+		waiters:     map[uint64]chan uint64{},
+		ccWaiters:   map[uint64]chan struct{}{},
+		readWaiters: map[string]chan uint64{},
+		peerApplied: map[uint64]uint64{},
+		removed:     map[uint64]bool{},
+		members:     map[uint64]bool{},
+		stopc:       make(chan struct{}),
+		removedc:    make(chan struct{}),
+	}
+	n.nextID.Store(uint64(time.Now().UnixNano())) // unique across restarts
+	_, cs, err := st.Raft().InitialState()
+	if err != nil {
+		return nil, err
+	}
+	snap, err := st.Raft().Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	n.snapIndex = snap.Metadata.Index
+	n.applied = snap.Metadata.Index
+	n.confHist = []confAt{{index: snap.Metadata.Index, cs: cs}}
+	n.setMembers(cs)
+	n.durable.Store(cfg.StartAfter)
+
+	logger := cfg.Logger
+	if logger == nil {
+		logger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   st.Raft(),
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           256,
+		MaxUncommittedEntriesSize: 1 << 30,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		StepDownOnRemoval:         true,
+		Logger:                    logger,
+	}
+	fresh := st.Fresh()
+	if fresh && !cfg.Join {
+		if _, ok := cfg.Peers[cfg.ID]; !ok {
+			return nil, fmt.Errorf("totalorder: config: Peers must contain this node's ID %d to bootstrap", cfg.ID)
+		}
+	}
+	if err := n.tr.Start(n); err != nil {
+		return nil, fmt.Errorf("totalorder: transport: %w", err)
+	}
+	for id, addr := range cfg.Peers {
+		n.tr.AddPeer(id, addr)
+	}
+	// raft panics (through its logger) on storage contents it cannot accept.
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%w: raft rejected the stored state: %v", storage.ErrCorrupt, r)
+			}
+		}()
+		if fresh && !cfg.Join {
+			ids := make([]uint64, 0, len(cfg.Peers))
+			for id := range cfg.Peers {
+				ids = append(ids, id)
+			}
+			sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+			peers := make([]raft.Peer, 0, len(ids))
+			for _, id := range ids {
+				peers = append(peers, raft.Peer{ID: id, Context: []byte(cfg.Peers[id])})
+			}
+			n.rn = raft.StartNode(rc, peers)
+		} else {
+			n.rn = raft.RestartNode(rc)
+		}
+	}()
+	if err != nil {
+		n.tr.Stop()
+		return nil, err
+	}
+	if snap.Metadata.Index > cfg.StartAfter {
+		// The consumer is behind this node's own snapshot: hand it over.
+		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliverySnapshot, Data: snap.Data}
+	}
+	n.tr.SetApplied(cfg.StartAfter)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.run()
+	}()
+	return n, nil
+}
+
+// ID is this node's Raft id.
+func (n *Node) ID() uint64 { return n.id }
+
+// Deliveries is the stream of committed entries in log order, identical on
+// every node. Seqnos increase strictly but have gaps where Raft has internal
+// entries (leader no-ops, configuration changes); the gaps are the same on
+// every node. The channel is closed when the Node stops. The consumer must
+// keep draining it: a full channel stalls this node's Raft loop.
+func (n *Node) Deliveries() <-chan Delivery { return n.deliverc }
+
+// MarkApplied tells the node that every entry up to seqno is durably applied
+// by the consumer. Logs are compacted only below the smallest index every
+// member has marked.
+func (n *Node) MarkApplied(seqno uint64) {
+	for {
+		cur := n.durable.Load()
+		if seqno <= cur || n.durable.CompareAndSwap(cur, seqno) {
+			break
+		}
+	}
+	n.tr.SetApplied(n.durable.Load())
+}
+
+// Leader returns the id of the leader this node knows of, 0 if none.
+func (n *Node) Leader() uint64 { return n.leader.Load() }
+
+// Done is closed when the node's Raft loop has ended: after Stop, after a
+// storage failure (see Err), or after the node was removed from the group.
+func (n *Node) Done() <-chan struct{} { return n.removedc }
+
+// Err says why the node stopped working: nil while it runs, ErrRemoved, or
+// the wrapped storage error.
+func (n *Node) Err() error {
+	if p := n.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (n *Node) fail(err error) {
+	n.failed.CompareAndSwap(nil, &err)
+	n.rmOnce.Do(func() { close(n.removedc) })
+}
+
+// unavailable returns the error calls get when the node no longer runs.
+func (n *Node) unavailable() error {
+	select {
+	case <-n.stopc:
+		return ErrStopped
+	default:
+	}
+	if err := n.Err(); err != nil {
+		if errors.Is(err, ErrRemoved) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrStopped, err)
+	}
+	return ErrStopped
+}
+
+// Propose submits payload to the total order and returns its seqno once the
+// entry is committed and has been handed to this node's delivery stream.
+//
+// Errors: ctx.Err() if ctx ends first; ErrNoQuorum after
+// Config.ProposeTimeout; ErrStopped / ErrRemoved if the node does not run;
+// ErrTooLarge. At most Config.MaxInflight proposals per node are in flight;
+// further calls wait for a slot (bounded by ctx).
+func (n *Node) Propose(ctx context.Context, payload []byte) (uint64, error) {
+	if len(payload) > n.cfg.MaxProposalBytes {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), n.cfg.MaxProposalBytes)
+	}
+	start := time.Now()
+	seq, err := n.propose(ctx, payload)
+	if err != nil {
+		n.m.proposalFailures.Inc()
+		return 0, err
+	}
+	n.m.proposals.Inc()
+	n.m.commitLatency.Observe(time.Since(start).Seconds())
+	return seq, nil
+}
+
+func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
+	select {
+	case <-n.removedc:
+		return 0, n.unavailable()
+	case <-n.stopc:
+		return 0, ErrStopped
+	default:
+	}
+	tctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	select {
+	case n.sem <- struct{}{}:
+	case <-tctx.Done():
+		return 0, n.timeoutErr(ctx)
+	case <-n.stopc:
+		return 0, ErrStopped
+	}
+	n.m.inflight.Inc()
+	defer func() { <-n.sem; n.m.inflight.Dec() }()
+
+	id := n.nextID.Add(1)
+	ch := make(chan uint64, 1)
+	n.mu.Lock()
+	n.waiters[id] = ch
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.waiters, id)
+		n.mu.Unlock()
+	}()
+	data := encodeEnvelope(n.id, id, payload)
+	for {
+		err := n.rn.Propose(tctx, data)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, raft.ErrProposalDropped) {
+			// No leader known (election in progress) or a leader
+			// transfer: nothing was appended, try again shortly.
+			if werr := n.sleep(tctx, n.cfg.TickInterval); werr != nil {
+				return 0, n.timeoutOrStop(ctx, werr)
+			}
+			continue
+		}
+		return 0, n.timeoutOrStop(ctx, err)
+	}
+	select {
+	case seq := <-ch:
+		return seq, nil
+	case <-tctx.Done():
+		return 0, n.timeoutErr(ctx)
+	case <-n.removedc:
+		return 0, n.unavailable()
+	case <-n.stopc:
+		return 0, ErrStopped
+	}
+}
+
+func (n *Node) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return ErrStopped
+	case <-n.removedc:
+		return n.unavailable()
+	}
+}
+
+func (n *Node) timeoutOrStop(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrStopped), errors.Is(err, ErrStopped):
+		return ErrStopped
+	case errors.Is(err, ErrRemoved):
+		return err
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return n.timeoutErr(ctx)
+	}
+	return err
+}
+
+func (n *Node) timeoutErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-n.stopc:
+		return ErrStopped
+	default:
+	}
+	return fmt.Errorf("%w (%v, leader %x)", ErrNoQuorum, n.cfg.ProposeTimeout, n.leader.Load())
+}
+
+// ReadIndex returns a linearizable read index: every entry committed before
+// the call has a seqno <= the result. The caller waits until its applied
+// prefix reaches it before reading. Errors as for Propose.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	select {
+	case <-n.removedc:
+		return 0, n.unavailable()
+	default:
+	}
+	tctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], n.nextID.Add(1))
+	key := string(rctx[:])
+	ch := make(chan uint64, 1)
+	n.mu.Lock()
+	n.readWaiters[key] = ch
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.readWaiters, key)
+		n.mu.Unlock()
+	}()
+	// A read request is dropped silently while there is no leader: retry
+	// every election timeout.
+	retry := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+	for {
+		if err := n.rn.ReadIndex(tctx, rctx[:]); err != nil {
+			return 0, n.timeoutOrStop(ctx, err)
+		}
+		t := time.NewTimer(retry)
+		select {
+		case idx := <-ch:
+			t.Stop()
+			return idx, nil
+		case <-t.C:
+		case <-tctx.Done():
+			t.Stop()
+			return 0, n.timeoutErr(ctx)
+		case <-n.stopc:
+			t.Stop()
+			return 0, ErrStopped
+		case <-n.removedc:
+			t.Stop()
+			return 0, n.unavailable()
+		}
+	}
+}
+
+// AddNode adds node id, reachable at addr, to the group as a voter and
+// returns once the change is applied locally. The new node must be started
+// with Join set (and an empty Dir). Ids are never reused.
+func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: []byte(addr)})
+}
+
+// RemoveNode removes node id from the group and returns once the change is
+// applied locally. The removed node's Raft loop ends (its Done closes, calls
+// return ErrRemoved); stop it with Stop.
+func (n *Node) RemoveNode(ctx context.Context, id uint64) error {
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: id})
+}
+
+func (n *Node) confChange(ctx context.Context, cc raftpb.ConfChange) error {
+	if cc.NodeID == 0 {
+		return errors.New("totalorder: node id must be non-zero")
+	}
+	select {
+	case <-n.removedc:
+		return n.unavailable()
+	default:
+	}
+	tctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	cc.ID = n.nextID.Add(1)
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	n.ccWaiters[cc.ID] = ch
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.ccWaiters, cc.ID)
+		n.mu.Unlock()
+	}()
+	for {
+		err := n.rn.ProposeConfChange(tctx, cc)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, raft.ErrProposalDropped) {
+			if werr := n.sleep(tctx, n.cfg.TickInterval); werr != nil {
+				return n.timeoutOrStop(ctx, werr)
+			}
+			continue
+		}
+		return n.timeoutOrStop(ctx, err)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-tctx.Done():
+		return n.timeoutErr(ctx)
+	case <-n.stopc:
+		return ErrStopped
+	case <-n.removedc:
+		if cc.Type == raftpb.ConfChangeRemoveNode && cc.NodeID == n.id {
+			return nil
+		}
+		return n.unavailable()
+	}
+}
+
+// Members returns the ids of the current voters and learners.
+func (n *Node) Members() []uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := make([]uint64, 0, len(n.members))
+	for id := range n.members {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Status is raft's view of this node (for diagnostics and tests).
+func (n *Node) Status() raft.Status { return n.rn.Status() }
+
+// Stop stops the Raft loop, the transport and the storage, waits for every
+// goroutine of the node, and closes the delivery channel. Pending calls
+// return ErrStopped. Safe to call more than once.
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		close(n.stopc)
+		n.wg.Wait() // Raft loop
+		n.rn.Stop()
+		n.tr.Stop()
+		if err := n.st.Close(); err != nil {
+			n.fail(fmt.Errorf("close storage: %w", err))
+		}
+		n.rmOnce.Do(func() { close(n.removedc) })
+		close(n.deliverc)
+	})
+}
+
+func (n *Node) setMembers(cs raftpb.ConfState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.members)
+	for _, ids := range [][]uint64{cs.Voters, cs.Learners, cs.VotersOutgoing, cs.LearnersNext} {
+		for _, id := range ids {
+			n.members[id] = true
+		}
+	}
+}
+
+// ---- transport.Handler ----
+
+var _ transport.Handler = (*Node)(nil)
+
+// Process implements transport.Handler.
+func (n *Node) Process(ctx context.Context, m raftpb.Message) error {
+	return n.rn.Step(ctx, m)
+}
+
+// ReportUnreachable implements transport.Handler.
+func (n *Node) ReportUnreachable(id uint64) { n.rn.ReportUnreachable(id) }
+
+// ReportSnapshot implements transport.Handler.
+func (n *Node) ReportSnapshot(id uint64, failed bool) {
+	st := raft.SnapshotFinish
+	if failed {
+		st = raft.SnapshotFailure
+	}
+	n.rn.ReportSnapshot(id, st)
+}
+
+// PeerApplied implements transport.Handler.
+func (n *Node) PeerApplied(id, applied uint64) {
+	n.mu.Lock()
+	if applied > n.peerApplied[id] {
+		n.peerApplied[id] = applied
+	}
+	n.mu.Unlock()
+}
+
+// IsRemoved implements transport.Handler.
+func (n *Node) IsRemoved(id uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.removed[id]
+}
+
+// Removed implements transport.Handler.
+func (n *Node) Removed() { n.fail(ErrRemoved) }

@@ -1,0 +1,213 @@
+package totalorder
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ordo-db/ordo/internal/totalorder/faults"
+)
+
+var linkCut = faults.Link{Partitioned: true}
+
+func ids(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(i + 1)
+	}
+	return out
+}
+
+func (c *testCluster) running() []*testNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*testNode
+	for _, id := range ids(len(c.addrs) + 8) {
+		if tn, ok := c.nodes[id]; ok {
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+func TestAgreement(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(map[int]string{3: "3nodes", 5: "5nodes"}[n], func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			c := newTestCluster(t, n, nil)
+			c.startAll()
+			defer c.stopAll()
+			c.leader(5 * time.Second)
+			acks := c.proposeAll(ids(n), 4, 40, "agree")
+			if len(acks) != n*4*40 {
+				t.Fatalf("got %d acks, want %d", len(acks), n*4*40)
+			}
+			checkAgreement(t, c.running(), acks)
+		})
+	}
+}
+
+func TestLeaderCrashReelection(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	all := c.proposeAll(ids(3), 2, 20, "before")
+	before := c.stop(lead)
+	var rest []uint64
+	for _, id := range ids(3) {
+		if id != lead {
+			rest = append(rest, id)
+		}
+	}
+	newLead := c.leader(5 * time.Second)
+	if newLead == lead {
+		t.Fatalf("leader %d stopped but still leader", lead)
+	}
+	for p, s := range c.proposeAll(rest, 2, 20, "after") {
+		all[p] = s
+	}
+	checkAgreement(t, c.running(), all)
+	// the old leader comes back with its storage and catches up from
+	// what its consumer had seen
+	last := before[len(before)-1].Seqno
+	old := c.start(lead, last, false)
+	checkAgreement(t, c.running(), all)
+	if got := old.deliveries(); len(got) == 0 || got[0].Type != DeliveryEntry || got[0].Seqno <= last {
+		t.Fatalf("restarted node (after %d) delivered %+v first", last, got[:min(1, len(got))])
+	}
+}
+
+func TestFollowerRestartCatchesUpExactlyOnce(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 1 << 40 })
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	f := uint64(1)
+	if f == lead {
+		f = 2
+	}
+	acks := c.proposeAll(ids(3), 2, 25, "one")
+	var top uint64
+	for _, s := range acks {
+		top = max(top, s)
+	}
+	c.node(f).waitSeqno(t, top, 5*time.Second)
+	first := c.stop(f)
+	// The consumer proved a prefix in the middle of what it had seen.
+	after := first[len(first)/2].Seqno
+	var others []uint64
+	for _, id := range ids(3) {
+		if id != f {
+			others = append(others, id)
+		}
+	}
+	for p, s := range c.proposeAll(others, 2, 25, "two") {
+		acks[p] = s
+	}
+	tn := c.start(f, after, false)
+	checkAgreement(t, c.running(), acks)
+	got := tn.deliveries()
+	if len(got) == 0 || got[0].Seqno <= after {
+		t.Fatalf("restart after %d delivered from %v", after, got[:min(1, len(got))])
+	}
+	// everything after `after` exactly once, in the same order as before
+	var want []Delivery
+	for _, d := range first {
+		if d.Seqno > after {
+			want = append(want, d)
+		}
+	}
+	if !sameSuffix(want, got[:len(want)]) {
+		t.Fatalf("redelivered sequence differs from the first delivery")
+	}
+}
+
+func TestMinorityPartition(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.ProposeTimeout = 700 * time.Millisecond })
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	// isolate the leader: it is the minority side
+	minority := lead
+	acks := c.proposeAll(ids(3), 1, 10, "pre")
+	var majority []uint64
+	for _, id := range ids(3) {
+		if id != minority {
+			majority = append(majority, id)
+		}
+	}
+	partition(c, []uint64{minority}, majority)
+	start := time.Now()
+	_, err := c.node(minority).Propose(context.Background(), []byte("lost?"))
+	if !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("minority propose: got %v, want ErrNoQuorum", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("minority propose took %v", el)
+	}
+	if _, err := c.node(minority).ReadIndex(context.Background()); !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("minority read index: got %v, want ErrNoQuorum", err)
+	}
+	// the majority elects a new leader and commits
+	for p, s := range c.proposeAll(majority, 2, 20, "major") {
+		acks[p] = s
+	}
+	for _, tn := range c.running() {
+		tn.faults.Heal()
+	}
+	for p, s := range c.proposeAll(ids(3), 1, 5, "healed") {
+		acks[p] = s
+	}
+	checkAgreement(t, c.running(), acks)
+}
+
+// partition cuts every link between a and b both ways.
+func partition(c *testCluster, a, b []uint64) {
+	for _, x := range a {
+		for _, y := range b {
+			c.node(x).faults.SetLink(y, linkCut)
+			c.node(y).faults.SetLink(x, linkCut)
+		}
+	}
+}
+
+func TestReadIndex(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	defer c.stopAll()
+	c.leader(5 * time.Second)
+	acks := c.proposeAll([]uint64{1}, 1, 5, "r")
+	var top uint64
+	for _, s := range acks {
+		top = max(top, s)
+	}
+	for _, id := range ids(3) {
+		idx, err := c.node(id).ReadIndex(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idx < top {
+			t.Fatalf("node %d read index %d below committed %d", id, idx, top)
+		}
+	}
+}
+
+func TestStopUnblocksCallers(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	c.leader(5 * time.Second)
+	n1 := c.node(1)
+	c.stopAll()
+	if _, err := n1.Propose(context.Background(), []byte("x")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("propose after stop: %v", err)
+	}
+}

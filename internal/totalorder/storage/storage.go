@@ -1,0 +1,284 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// ErrCorrupt is returned by Open when the log or the snapshots are damaged in
+// a way that is not the result of an interrupted append: a bad record that is
+// followed by more data, a damaged sealed segment, an undecodable record, or a
+// gap between the newest usable snapshot and the log. The node must not run on
+// such a directory; wipe it and re-add the node (it catches up by snapshot).
+var ErrCorrupt = errors.New("storage: corrupt raft log")
+
+// Options tune a Storage.
+type Options struct {
+	// SegmentBytes is the size after which the log rolls to a new segment
+	// file. Default 64 MiB.
+	SegmentBytes int64
+	// NoSync disables fsync. Only for tests that measure nothing durable;
+	// never in production.
+	NoSync bool
+}
+
+// Storage is the durable Raft log, hard state and snapshots of one node, plus
+// the raft.MemoryStorage that serves them to raft. It is not safe for
+// concurrent use except through Raft(), whose MemoryStorage has its own lock:
+// one goroutine (the node's Ready loop) calls Save, CreateSnapshot and
+// Compact.
+type Storage struct {
+	dir    string
+	mem    *raft.MemoryStorage
+	wal    *wal
+	opts   Options
+	hs     raftpb.HardState
+	fresh  bool
+	report OpenReport
+}
+
+// OpenReport says what Open found.
+type OpenReport struct {
+	// TornTail is set when an interrupted append at the end of the log was
+	// truncated away (it was never fsynced, so never acknowledged).
+	TornTail bool
+	// TruncatedAt is the offset the last segment was cut at when TornTail.
+	TruncatedAt int64
+	// SkippedSnapshots lists damaged snapshot files that were ignored.
+	SkippedSnapshots []string
+	// Snapshot is the metadata of the snapshot the log was restored on.
+	Snapshot raftpb.SnapshotMetadata
+	// LastIndex is the last log index after replay.
+	LastIndex uint64
+}
+
+// Open opens (creating if needed) the storage in dir and replays it.
+//
+// Recovery rules, in order:
+//  1. The newest snapshot file with a valid checksum is the base.
+//  2. Every segment is replayed in order; later entries overwrite earlier
+//     ones at the same index (Raft log truncation), the last HardState wins.
+//  3. In the last segment only, an invalid tail that can only come from one
+//     interrupted append (incomplete header, header all zeros, payload cut
+//     short, or a checksum mismatch in the very last record) is truncated.
+//     Anything else is ErrCorrupt.
+//  4. Entries at or below the snapshot index are dropped; if the log holds a
+//     different term at the snapshot index, everything after it is dropped too
+//     (those entries were superseded by the snapshot). The remaining log must
+//     start right after the snapshot, otherwise ErrCorrupt.
+func Open(dir string, opts Options) (*Storage, error) {
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = 64 << 20
+	}
+	walDir, snapDir := filepath.Join(dir, "wal"), filepath.Join(dir, "snap")
+	for _, d := range []string{walDir, snapDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("storage: %w", err)
+		}
+	}
+	s := &Storage{dir: dir, mem: raft.NewMemoryStorage(), opts: opts}
+	if err := pruneSnaps(snapDir, 1<<30); err != nil { // removes *.tmp only
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	snap, skipped, err := loadNewestSnap(snapDir)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	s.report.SkippedSnapshots = skipped
+	segs, err := listSegments(walDir)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	var (
+		ents     []raftpb.Entry
+		hs       raftpb.HardState
+		lastSize int64
+	)
+	for i := range segs {
+		last := i == len(segs)-1
+		end, torn, err := readSegment(segs[i].path, last, func(r stateRecord) error {
+			if r.hasHS {
+				hs = r.hs
+			}
+			if len(r.entries) == 0 {
+				return nil
+			}
+			first := r.entries[0].Index
+			segs[i].maxIndex = max(segs[i].maxIndex, r.entries[len(r.entries)-1].Index)
+			switch {
+			case len(ents) == 0:
+			case first <= ents[0].Index:
+				ents = ents[:0]
+			case first <= ents[len(ents)-1].Index+1:
+				ents = ents[:first-ents[0].Index]
+			default:
+				// A gap: only a snapshot installed in between explains it;
+				// checked against the snapshot below.
+				ents = ents[:0]
+			}
+			ents = append(ents, r.entries...)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("storage: %w", err)
+		}
+		if last {
+			lastSize = end
+			if torn {
+				s.report.TornTail, s.report.TruncatedAt = true, end
+			}
+		}
+	}
+	si, st := snap.Metadata.Index, snap.Metadata.Term
+	if len(ents) > 0 && ents[0].Index <= si && si <= ents[len(ents)-1].Index {
+		if ents[si-ents[0].Index].Term != st {
+			ents = ents[:0]
+		} else {
+			ents = ents[si-ents[0].Index+1:]
+		}
+	} else if len(ents) > 0 && ents[len(ents)-1].Index < si {
+		ents = ents[:0]
+	}
+	if len(ents) > 0 && ents[0].Index != si+1 {
+		return nil, fmt.Errorf("%w: log starts at index %d but the newest usable snapshot is at %d", ErrCorrupt, ents[0].Index, si)
+	}
+	if hs.Commit < si {
+		hs.Commit = si
+	}
+	if hs.Term < st {
+		hs.Term, hs.Vote = st, 0
+	}
+	lastIndex := si
+	if len(ents) > 0 {
+		lastIndex = ents[len(ents)-1].Index
+	}
+	if hs.Commit > lastIndex {
+		return nil, fmt.Errorf("%w: hard state commit %d is beyond the last log index %d", ErrCorrupt, hs.Commit, lastIndex)
+	}
+	if !raft.IsEmptySnap(snap) {
+		if err := s.mem.ApplySnapshot(snap); err != nil {
+			return nil, fmt.Errorf("storage: %w", err)
+		}
+	}
+	if err := s.mem.Append(ents); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if err := s.mem.SetHardState(hs); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	s.hs = hs
+	s.fresh = raft.IsEmptySnap(snap) && len(ents) == 0 && raft.IsEmptyHardState(hs)
+	s.report.Snapshot = snap.Metadata
+	s.report.LastIndex = lastIndex
+	w, err := openWAL(walDir, segs, lastSize, opts.SegmentBytes, opts.NoSync)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	s.wal = w
+	return s, nil
+}
+
+// Raft returns the storage raft reads from.
+func (s *Storage) Raft() *raft.MemoryStorage { return s.mem }
+
+// Fresh reports whether the directory held no state at all when opened (the
+// node must be bootstrapped or join).
+func (s *Storage) Fresh() bool { return s.fresh }
+
+// Report says what Open found and repaired.
+func (s *Storage) Report() OpenReport { return s.report }
+
+// Save makes a Ready's state durable and then visible to raft, in the order
+// the Ready contract requires: the snapshot file (if any), then one fsynced
+// log record with the hard state and entries, then the in-memory storage.
+// When Save returns nil, messages that depend on this state may be sent.
+func (s *Storage) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Snapshot) error {
+	if !raft.IsEmptySnap(snap) {
+		if err := saveSnap(filepath.Join(s.dir, "snap"), snap, s.opts.NoSync); err != nil {
+			return fmt.Errorf("storage: save snapshot: %w", err)
+		}
+	}
+	var hsp *raftpb.HardState
+	if !raft.IsEmptyHardState(hs) {
+		hsp = &hs
+	}
+	if hsp != nil || len(ents) > 0 {
+		if err := s.wal.append(hsp, ents); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+	}
+	if hsp != nil {
+		s.hs = hs
+		if err := s.mem.SetHardState(hs); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+	}
+	if !raft.IsEmptySnap(snap) {
+		if err := s.mem.ApplySnapshot(snap); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+		if err := s.rollAndDrop(snap.Metadata.Index); err != nil {
+			return err
+		}
+	}
+	if len(ents) > 0 {
+		if err := s.mem.Append(ents); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+	}
+	if s.wal.size >= s.opts.SegmentBytes {
+		last := s.wal.segs[len(s.wal.segs)-1].seq
+		if err := s.wal.newSegment(last+1, &s.hs); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+	}
+	return nil
+}
+
+// CreateSnapshot records a snapshot at index (which must be applied) with
+// the configuration cs and the consumer's data, durably, then compacts the
+// log up to index: memory first, then every sealed segment that holds
+// nothing after index.
+func (s *Storage) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (raftpb.Snapshot, error) {
+	snap, err := s.mem.CreateSnapshot(index, cs, data)
+	if err != nil {
+		return raftpb.Snapshot{}, fmt.Errorf("storage: %w", err)
+	}
+	if err := saveSnap(filepath.Join(s.dir, "snap"), snap, s.opts.NoSync); err != nil {
+		return raftpb.Snapshot{}, fmt.Errorf("storage: save snapshot: %w", err)
+	}
+	if err := s.mem.Compact(index); err != nil {
+		return raftpb.Snapshot{}, fmt.Errorf("storage: %w", err)
+	}
+	if err := s.rollAndDrop(index); err != nil {
+		return raftpb.Snapshot{}, err
+	}
+	return snap, nil
+}
+
+// rollAndDrop starts a new segment (so the current one can be dropped once
+// covered) and removes segments and snapshot files made redundant by a
+// durable snapshot at index.
+func (s *Storage) rollAndDrop(index uint64) error {
+	cur := s.wal.segs[len(s.wal.segs)-1]
+	if cur.maxIndex <= index && s.wal.size > 0 {
+		if err := s.wal.newSegment(cur.seq+1, &s.hs); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+	}
+	if err := s.wal.dropBefore(index); err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	if err := pruneSnaps(filepath.Join(s.dir, "snap"), 2); err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	return nil
+}
+
+// Close flushes and closes the log.
+func (s *Storage) Close() error { return s.wal.close() }

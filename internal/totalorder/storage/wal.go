@@ -1,0 +1,359 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Record framing (all integers little endian):
+//
+//	offset 0  uint32  payload length n
+//	offset 4  uint32  CRC-32C of bytes 0..3 (protects the length)
+//	offset 8  uint32  CRC-32C of the payload
+//	offset 12 n bytes payload
+//
+// The payload of every record is one state record (see encodeState): an
+// optional HardState and a run of entries, written and fsynced as a unit.
+const headerSize = 12
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maxRecord bounds a record's declared length so a damaged length cannot make
+// the reader allocate gigabytes.
+const maxRecord = 1 << 30
+
+const segSuffix = ".wal"
+
+// segment is one file of the log.
+type segment struct {
+	seq      uint64 // file sequence number
+	path     string
+	maxIndex uint64 // largest entry index written to the segment (0 if none)
+}
+
+// wal is an append-only, segmented, fsynced log of state records.
+// It is owned by one goroutine (the caller of Storage.Save).
+type wal struct {
+	dir      string
+	segs     []segment // in order; the last one is open for append
+	f        *os.File
+	size     int64
+	segLimit int64
+	noSync   bool
+	buf      []byte
+}
+
+// stateRecord is the decoded payload of one record.
+type stateRecord struct {
+	hs      raftpb.HardState
+	hasHS   bool
+	entries []raftpb.Entry
+}
+
+func encodeState(dst []byte, hs *raftpb.HardState, ents []raftpb.Entry) ([]byte, error) {
+	if hs != nil {
+		b, err := hs.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, 1)
+		dst = binary.AppendUvarint(dst, uint64(len(b)))
+		dst = append(dst, b...)
+	} else {
+		dst = append(dst, 0)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(ents)))
+	for i := range ents {
+		sz := ents[i].Size()
+		dst = binary.AppendUvarint(dst, uint64(sz))
+		start := len(dst)
+		dst = append(dst, make([]byte, sz)...)
+		if _, err := ents[i].MarshalTo(dst[start:]); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+func decodeState(p []byte) (stateRecord, error) {
+	var r stateRecord
+	bad := func(what string) (stateRecord, error) {
+		return stateRecord{}, fmt.Errorf("%w: bad state record (%s)", ErrCorrupt, what)
+	}
+	if len(p) < 1 {
+		return bad("empty")
+	}
+	flag := p[0]
+	p = p[1:]
+	if flag == 1 {
+		n, k := binary.Uvarint(p)
+		if k <= 0 || uint64(len(p)-k) < n {
+			return bad("hard state length")
+		}
+		if err := r.hs.Unmarshal(p[k : k+int(n)]); err != nil {
+			return bad("hard state")
+		}
+		r.hasHS = true
+		p = p[k+int(n):]
+	} else if flag != 0 {
+		return bad("flag")
+	}
+	cnt, k := binary.Uvarint(p)
+	if k <= 0 || cnt > uint64(len(p)) {
+		return bad("entry count")
+	}
+	p = p[k:]
+	r.entries = make([]raftpb.Entry, 0, cnt)
+	for i := uint64(0); i < cnt; i++ {
+		n, k := binary.Uvarint(p)
+		if k <= 0 || uint64(len(p)-k) < n {
+			return bad("entry length")
+		}
+		var e raftpb.Entry
+		if err := e.Unmarshal(p[k : k+int(n)]); err != nil {
+			return bad("entry")
+		}
+		r.entries = append(r.entries, e)
+		p = p[k+int(n):]
+	}
+	if len(p) != 0 {
+		return bad("trailing bytes")
+	}
+	return r, nil
+}
+
+func segName(seq uint64) string { return fmt.Sprintf("%016d%s", seq, segSuffix) }
+
+// listSegments returns the segment files of dir in order.
+func listSegments(dir string) ([]segment, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []segment
+	for _, de := range des {
+		name := de.Name()
+		if !strings.HasSuffix(name, segSuffix) {
+			continue
+		}
+		seq, err := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 10, 64)
+		if err != nil {
+			continue
+		}
+		segs = append(segs, segment{seq: seq, path: filepath.Join(dir, name)})
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].seq < segs[j].seq })
+	return segs, nil
+}
+
+// readSegment decodes every record of a segment file and calls fn for each.
+// For the last segment (repair=true) an invalid tail that can only be the
+// result of one interrupted append is truncated away (see Open); any other
+// invalid record is reported as ErrCorrupt.
+func readSegment(path string, repair bool, fn func(stateRecord) error) (validEnd int64, repaired bool, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false, err
+	}
+	off := 0
+	for off < len(data) {
+		torn, rerr := func() (bool, error) {
+			rest := data[off:]
+			if len(rest) < headerSize {
+				return true, nil // header incompletely written
+			}
+			n := binary.LittleEndian.Uint32(rest[0:4])
+			if crc32.Checksum(rest[0:4], castagnoli) != binary.LittleEndian.Uint32(rest[4:8]) {
+				if allZero(rest) {
+					return true, nil // space allocated, never written
+				}
+				return false, fmt.Errorf("%w: %s: record header checksum mismatch at offset %d", ErrCorrupt, filepath.Base(path), off)
+			}
+			if n > maxRecord {
+				return false, fmt.Errorf("%w: %s: record length %d at offset %d", ErrCorrupt, filepath.Base(path), n, off)
+			}
+			if int(n) > len(rest)-headerSize {
+				return true, nil // payload incompletely written
+			}
+			payload := rest[headerSize : headerSize+int(n)]
+			if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(rest[8:12]) {
+				if headerSize+int(n) == len(rest) {
+					return true, nil // last record, payload torn
+				}
+				return false, fmt.Errorf("%w: %s: record checksum mismatch at offset %d", ErrCorrupt, filepath.Base(path), off)
+			}
+			rec, err := decodeState(payload)
+			if err != nil {
+				return false, fmt.Errorf("%s at offset %d: %w", filepath.Base(path), off, err)
+			}
+			if err := fn(rec); err != nil {
+				return false, err
+			}
+			off += headerSize + int(n)
+			return false, nil
+		}()
+		if rerr != nil {
+			return 0, false, rerr
+		}
+		if torn {
+			if !repair {
+				return 0, false, fmt.Errorf("%w: %s: truncated record at offset %d in a sealed segment", ErrCorrupt, filepath.Base(path), off)
+			}
+			return int64(off), true, nil
+		}
+	}
+	return int64(off), false, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// openWAL opens the segment for appending after replay. segs must be the
+// (already read) segments; if there is none a first one is created.
+func openWAL(dir string, segs []segment, lastSize int64, segLimit int64, noSync bool) (*wal, error) {
+	w := &wal{dir: dir, segs: segs, segLimit: segLimit, noSync: noSync}
+	if len(segs) == 0 {
+		if err := w.newSegment(1, nil); err != nil {
+			return nil, err
+		}
+		return w, nil
+	}
+	last := segs[len(segs)-1]
+	f, err := os.OpenFile(last.path, os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(lastSize); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(lastSize, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := w.sync(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	w.f, w.size = f, lastSize
+	return w, nil
+}
+
+func (w *wal) sync(f *os.File) error {
+	if w.noSync {
+		return nil
+	}
+	return fdatasync(f)
+}
+
+// newSegment seals the current segment and starts segment seq, whose first
+// record carries hs (so dropping older segments never loses the hard state).
+func (w *wal) newSegment(seq uint64, hs *raftpb.HardState) error {
+	if w.f != nil {
+		if err := w.sync(w.f); err != nil {
+			return err
+		}
+		if err := w.f.Close(); err != nil {
+			return err
+		}
+		w.f = nil
+	}
+	path := filepath.Join(w.dir, segName(seq))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	w.f, w.size = f, 0
+	w.segs = append(w.segs, segment{seq: seq, path: path})
+	if err := syncDir(w.dir, w.noSync); err != nil {
+		return err
+	}
+	if hs != nil {
+		return w.append(hs, nil)
+	}
+	return nil
+}
+
+// append writes one record and fsyncs it.
+func (w *wal) append(hs *raftpb.HardState, ents []raftpb.Entry) error {
+	buf := append(w.buf[:0], make([]byte, headerSize)...)
+	buf, err := encodeState(buf, hs, ents)
+	if err != nil {
+		return err
+	}
+	n := len(buf) - headerSize
+	binary.LittleEndian.PutUint32(buf[0:4], uint32(n))
+	binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(buf[0:4], castagnoli))
+	binary.LittleEndian.PutUint32(buf[8:12], crc32.Checksum(buf[headerSize:], castagnoli))
+	if _, err := w.f.Write(buf); err != nil {
+		return fmt.Errorf("wal write: %w", err)
+	}
+	if cap(buf) <= 1<<20 {
+		w.buf = buf
+	}
+	w.size += int64(len(buf))
+	if len(ents) > 0 {
+		w.segs[len(w.segs)-1].maxIndex = max(w.segs[len(w.segs)-1].maxIndex, ents[len(ents)-1].Index)
+	}
+	if err := w.sync(w.f); err != nil {
+		return fmt.Errorf("wal sync: %w", err)
+	}
+	return nil
+}
+
+// dropBefore removes sealed segments all of whose entries are at or below
+// index (they are covered by a durable snapshot).
+func (w *wal) dropBefore(index uint64) error {
+	keep := w.segs[:0]
+	for i, s := range w.segs {
+		if i < len(w.segs)-1 && s.maxIndex <= index {
+			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			continue
+		}
+		keep = append(keep, s)
+	}
+	w.segs = keep
+	return syncDir(w.dir, w.noSync)
+}
+
+func (w *wal) close() error {
+	if w.f == nil {
+		return nil
+	}
+	err := w.sync(w.f)
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f = nil
+	return err
+}
+
+func syncDir(dir string, noSync bool) error {
+	if noSync {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

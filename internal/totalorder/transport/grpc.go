@@ -1,0 +1,395 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
+)
+
+// GRPCConfig configures a GRPC transport.
+type GRPCConfig struct {
+	// ID is the local node's Raft id.
+	ID uint64
+	// Listener is where the Raft service is served; the transport owns it
+	// from Start on and closes it on Stop.
+	Listener net.Listener
+	// ServerTLS, when set, serves TLS; set ClientCAs and
+	// ClientAuth=RequireAndVerifyClientCert for mutual TLS.
+	ServerTLS *tls.Config
+	// ClientTLS, when set, dials peers with TLS (with Certificates for
+	// mutual TLS).
+	ClientTLS *tls.Config
+	// QueueSize bounds the messages queued per peer; when full, new
+	// messages to that peer are dropped and reported unreachable. Default
+	// 8192.
+	QueueSize int
+	// MaxBatch bounds the messages sent in one RaftBatch. Default 512.
+	MaxBatch int
+	// IdleApplied is how often an idle stream still reports the applied
+	// index. Default 100ms.
+	IdleApplied time.Duration
+	// MaxMsgBytes bounds a RaftBatch (snapshots travel in one). Default
+	// 256 MiB.
+	MaxMsgBytes int
+}
+
+// GRPC is a Transport over gRPC: one long-lived client stream per peer
+// direction, carrying batches of marshalled raftpb.Messages.
+//
+// Goroutines: one serving goroutine (grpc.Server.Serve) plus gRPC's own per
+// stream; one sender per peer, which owns that peer's connection and stream.
+type GRPC struct {
+	ordov1.UnimplementedRaftServer
+
+	cfg     GRPCConfig
+	h       Handler
+	srv     *grpc.Server
+	applied atomic.Uint64
+
+	mu      sync.Mutex
+	peers   map[uint64]*peer
+	stopped bool
+
+	wg    sync.WaitGroup
+	stopc chan struct{}
+}
+
+var _ Transport = (*GRPC)(nil)
+
+// NewGRPC returns a transport; it serves nothing until Start.
+func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
+	if cfg.ID == 0 {
+		return nil, errors.New("transport: ID must be non-zero")
+	}
+	if cfg.Listener == nil {
+		return nil, errors.New("transport: Listener is required")
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 8192
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 512
+	}
+	if cfg.IdleApplied <= 0 {
+		cfg.IdleApplied = 100 * time.Millisecond
+	}
+	if cfg.MaxMsgBytes <= 0 {
+		cfg.MaxMsgBytes = 256 << 20
+	}
+	return &GRPC{cfg: cfg, peers: map[uint64]*peer{}, stopc: make(chan struct{})}, nil
+}
+
+// Addr is the address the transport serves on.
+func (t *GRPC) Addr() string { return t.cfg.Listener.Addr().String() }
+
+// Start serves the Raft service and delivers to h.
+func (t *GRPC) Start(h Handler) error {
+	t.h = h
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes)}
+	if t.cfg.ServerTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(t.cfg.ServerTLS)))
+	}
+	t.srv = grpc.NewServer(opts...)
+	ordov1.RegisterRaftServer(t.srv, t)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		_ = t.srv.Serve(t.cfg.Listener) // returns when Stop is called
+	}()
+	return nil
+}
+
+// Stream receives one peer's batches (the server side of a peer's sender).
+func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.RaftStreamClose]) error {
+	ctx := s.Context()
+	for {
+		b, err := s.Recv()
+		if err == io.EOF {
+			return s.SendAndClose(&ordov1.RaftStreamClose{})
+		}
+		if err != nil {
+			return err
+		}
+		if b.To != t.cfg.ID {
+			return status.Errorf(codes.InvalidArgument, "batch for node %x reached node %x", b.To, t.cfg.ID)
+		}
+		if t.h.IsRemoved(b.From) {
+			return status.Errorf(codes.FailedPrecondition, "node %x has been removed from the group", b.From)
+		}
+		if b.Applied > 0 {
+			t.h.PeerApplied(b.From, b.Applied)
+		}
+		for _, raw := range b.Messages {
+			var m raftpb.Message
+			if err := m.Unmarshal(raw); err != nil {
+				return status.Errorf(codes.InvalidArgument, "bad raft message: %v", err)
+			}
+			if err := t.h.Process(ctx, m); err != nil {
+				return status.Errorf(codes.Unavailable, "step: %v", err)
+			}
+		}
+	}
+}
+
+// AddPeer implements Transport.
+func (t *GRPC) AddPeer(id uint64, addr string) {
+	if id == t.cfg.ID {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	if p, ok := t.peers[id]; ok {
+		if p.addr == addr {
+			return
+		}
+		p.stop()
+		delete(t.peers, id)
+	}
+	p := &peer{t: t, id: id, addr: addr, q: make(chan outMsg, t.cfg.QueueSize), stopc: make(chan struct{})}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		p.run()
+	}()
+}
+
+// RemovePeer implements Transport.
+func (t *GRPC) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[id]; ok {
+		p.stop()
+		delete(t.peers, id)
+	}
+}
+
+// SetApplied implements Transport.
+func (t *GRPC) SetApplied(index uint64) { t.applied.Store(index) }
+
+// Send implements Transport.
+func (t *GRPC) Send(msgs []raftpb.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range msgs {
+		p, ok := t.peers[m.To]
+		if !ok {
+			continue
+		}
+		b, err := m.Marshal()
+		if err != nil {
+			t.h.ReportUnreachable(m.To)
+			continue
+		}
+		select {
+		case p.q <- outMsg{raw: b, snap: m.Type == raftpb.MsgSnap}:
+		default:
+			t.h.ReportUnreachable(m.To)
+			if m.Type == raftpb.MsgSnap {
+				t.h.ReportSnapshot(m.To, true)
+			}
+		}
+	}
+}
+
+// Stop implements Transport.
+func (t *GRPC) Stop() {
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	t.stopped = true
+	for id, p := range t.peers {
+		p.stop()
+		delete(t.peers, id)
+	}
+	t.mu.Unlock()
+	close(t.stopc)
+	if t.srv != nil {
+		t.srv.Stop()
+	} else {
+		t.cfg.Listener.Close()
+	}
+	t.wg.Wait()
+}
+
+// outMsg is a message marshalled by Send (in the caller's goroutine, as the
+// raft Ready contract asks) and waiting in a peer's queue.
+type outMsg struct {
+	raw  []byte
+	snap bool
+}
+
+// peer is the sending side toward one peer.
+type peer struct {
+	t     *GRPC
+	id    uint64
+	addr  string
+	q     chan outMsg
+	stopc chan struct{}
+	once  sync.Once
+}
+
+func (p *peer) stop() { p.once.Do(func() { close(p.stopc) }) }
+
+func (p *peer) dial() (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if p.t.cfg.ClientTLS != nil {
+		creds = credentials.NewTLS(p.t.cfg.ClientTLS)
+	}
+	return grpc.NewClient(p.addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(p.t.cfg.MaxMsgBytes)),
+	)
+}
+
+// run owns the connection and the stream to the peer until stopped.
+func (p *peer) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.t.wg.Add(1)
+	go func() {
+		defer p.t.wg.Done()
+		select {
+		case <-ctx.Done():
+		case <-p.stopc:
+		case <-p.t.stopc:
+		}
+		cancel()
+	}()
+	conn, err := p.dial()
+	if err != nil {
+		// grpc.NewClient fails only on a malformed target; nothing will
+		// ever reach this peer.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-p.q:
+				p.lost(m)
+			}
+		}
+	}
+	defer conn.Close()
+	client := ordov1.NewRaftClient(conn)
+
+	var (
+		stream      grpc.ClientStreamingClient[ordov1.RaftBatch, ordov1.RaftStreamClose]
+		scancel     context.CancelFunc
+		lastApplied uint64
+		batch       = make([]outMsg, 0, p.t.cfg.MaxBatch)
+		raw         [][]byte
+		idle        = time.NewTicker(p.t.cfg.IdleApplied)
+	)
+	defer idle.Stop()
+	closeStream := func() {
+		if scancel != nil {
+			scancel()
+		}
+		stream, scancel = nil, nil
+	}
+	defer closeStream()
+	backoff := time.Time{}
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-p.q:
+			batch = append(batch, m)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case m := <-p.q:
+					batch = append(batch, m)
+				default:
+					break drain
+				}
+			}
+		case <-idle.C:
+			if p.t.applied.Load() == lastApplied {
+				continue
+			}
+		}
+		if stream == nil {
+			if time.Now().Before(backoff) {
+				p.lostAll(batch)
+				continue
+			}
+			sctx, c := context.WithCancel(ctx)
+			s, err := client.Stream(sctx)
+			if err != nil {
+				c()
+				backoff = time.Now().Add(50 * time.Millisecond)
+				p.lostAll(batch)
+				continue
+			}
+			stream, scancel = s, c
+		}
+		raw = raw[:0]
+		for i := range batch {
+			raw = append(raw, batch[i].raw)
+		}
+		applied := p.t.applied.Load()
+		err := stream.Send(&ordov1.RaftBatch{From: p.t.cfg.ID, To: p.id, Applied: applied, Messages: raw})
+		if err != nil {
+			if err == io.EOF {
+				_, err = stream.CloseAndRecv()
+			}
+			if status.Code(err) == codes.FailedPrecondition {
+				p.t.h.Removed()
+			}
+			closeStream()
+			backoff = time.Now().Add(50 * time.Millisecond)
+			p.lostAll(batch)
+			continue
+		}
+		lastApplied = applied
+		for i := range batch {
+			if batch[i].snap {
+				p.t.h.ReportSnapshot(p.id, false)
+			}
+		}
+	}
+}
+
+func (p *peer) lost(m outMsg) {
+	p.t.h.ReportUnreachable(p.id)
+	if m.snap {
+		p.t.h.ReportSnapshot(p.id, true)
+	}
+}
+
+func (p *peer) lostAll(ms []outMsg) {
+	if len(ms) == 0 {
+		return
+	}
+	p.t.h.ReportUnreachable(p.id)
+	for _, m := range ms {
+		if m.snap {
+			p.t.h.ReportSnapshot(p.id, true)
+		}
+	}
+}
+
+// String describes the transport for logs.
+func (t *GRPC) String() string { return fmt.Sprintf("grpc transport %x on %s", t.cfg.ID, t.Addr()) }

@@ -1,0 +1,52 @@
+package transport
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Transport moves Raft messages between the nodes of one group.
+//
+// Contract:
+//   - Send never blocks on the network. Messages to one peer leave in the
+//     order Send was called; a message may be lost (raft retries), in which
+//     case the transport tells the Handler with ReportUnreachable (and, for a
+//     MsgSnap, ReportSnapshot(failed=true)).
+//   - Messages received from peers are handed to Handler.Process one at a
+//     time per peer, in the order the peer sent them.
+//   - Start is called once, before any other method; Stop once, last, and
+//     returns only when every goroutine the transport started has exited.
+type Transport interface {
+	Start(h Handler) error
+	// Send queues messages for their destinations (raftpb.Message.To).
+	Send(msgs []raftpb.Message)
+	// AddPeer makes id reachable at addr. Adding a known peer updates its
+	// address.
+	AddPeer(id uint64, addr string)
+	// RemovePeer forgets id and closes its stream.
+	RemovePeer(id uint64)
+	// SetApplied sets the durable applied index this node reports to peers.
+	SetApplied(index uint64)
+	Stop()
+}
+
+// Handler is what a Transport delivers to. It is implemented by the Raft
+// node. Every method may be called concurrently from several peers'
+// goroutines and must not block for long.
+type Handler interface {
+	// Process steps a message received from a peer into the Raft node.
+	Process(ctx context.Context, m raftpb.Message) error
+	// ReportUnreachable says the last messages to id may have been lost.
+	ReportUnreachable(id uint64)
+	// ReportSnapshot says whether a MsgSnap to id was sent.
+	ReportSnapshot(id uint64, failed bool)
+	// PeerApplied records the durable applied index peer id reports.
+	PeerApplied(id, applied uint64)
+	// IsRemoved reports whether id has been removed from the group; the
+	// transport rejects its streams.
+	IsRemoved(id uint64) bool
+	// Removed is called when a peer rejected this node because it has been
+	// removed from the group.
+	Removed()
+}
