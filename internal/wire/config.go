@@ -44,7 +44,7 @@ type Config struct {
 	// DialTimeout bounds connecting to PostgreSQL (default 5s).
 	DialTimeout time.Duration
 	// MaxMessageLen is the largest client message body accepted (default
-	// 1 GiB - 1, PostgreSQL's own limit).
+	// 1 GiB - 1, PostgreSQL's own limit, which is also the maximum).
 	MaxMessageLen int
 
 	// Logger receives structured logs (default slog.Default()).
@@ -82,6 +82,11 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxMessageLen <= 0 {
 		cfg.MaxMessageLen = 1<<30 - 1
+	}
+	if cfg.MaxMessageLen > 1<<30-1 {
+		// Larger bodies are refused by PostgreSQL anyway, and keeping every
+		// message far below 2^31 means no length can wrap on re-encoding.
+		return cfg, fmt.Errorf("wire: MaxMessageLen %d exceeds PostgreSQL's limit of 1 GiB - 1", cfg.MaxMessageLen)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

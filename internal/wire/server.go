@@ -261,3 +261,15 @@ func (s *Server) cancel(pid, secret uint32) {
 		s.log.Warn("forward cancel request", "session", ss.id, "err", err)
 	}
 }
+
+// sessionsSnapshot returns the established sessions (for tests and
+// diagnostics).
+func (s *Server) sessionsSnapshot() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		out = append(out, ss)
+	}
+	return out
+}
