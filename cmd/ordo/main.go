@@ -1,0 +1,75 @@
+// Command ordo is an Ordo node: a PostgreSQL wire-protocol endpoint in front
+// of one PostgreSQL server, replicating its update transactions with the
+// other nodes. main only wires: it parses flags, builds components and runs
+// them until interrupted.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ordo-db/ordo/internal/demo"
+	"github.com/ordo-db/ordo/internal/version"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "ordo",
+		Short:         "Multi-master replication for PostgreSQL",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(versionCmd(), demoCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "ordo:", err)
+		os.Exit(1)
+	}
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of ordo",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "ordo", version.String())
+		},
+	}
+}
+
+func demoCmd() *cobra.Command {
+	var o demo.Options
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a local cluster: PostgreSQL servers with an Ordo node in front of each",
+		Long: `Starts local PostgreSQL servers (found on this machine; run as an unprivileged
+user when ordo runs as root) and one Ordo node in front of each, prints one
+line per node with its Ordo connection string and its PostgreSQL server's,
+and runs until interrupted (Ctrl-C), then stops everything.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			o.Out = cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return demo.Run(ctx, o)
+		},
+	}
+	cmd.Flags().IntVarP(&o.Nodes, "nodes", "n", 3, "number of nodes")
+	cmd.Flags().IntVar(&o.BasePort, "base-port", 15432, "Ordo port of node 1 (node i: base+i-1; its PostgreSQL: base+100+i-1); 0 picks free ports")
+	cmd.Flags().StringVar(&o.Dir, "dir", "", "keep the cluster's data in this directory between runs (default: a temporary directory, removed on exit)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
+	cmd.SetContext(context.Background())
+	return cmd
+}

@@ -1,0 +1,34 @@
+// Command ordoctl is Ordo's admin CLI. For now it only reports its version;
+// cluster administration (members, conflict classes, consistency checks)
+// arrives with the admin API.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ordo-db/ordo/internal/version"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "ordoctl",
+		Short:         "Administer an Ordo cluster",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the version of ordoctl",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "ordoctl", version.String())
+		},
+	})
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "ordoctl:", err)
+		os.Exit(1)
+	}
+}
