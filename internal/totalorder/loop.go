@@ -117,7 +117,7 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	if idx <= n.applied {
 		return nil
 	}
-	n.applied, n.snapIndex = idx, idx
+	n.applied, n.snapIndex, n.compacted = idx, idx, idx
 	n.confHist = []confAt{{index: idx, cs: s.Metadata.ConfState}}
 	n.setMembers(s.Metadata.ConfState)
 	if idx > n.cfg.StartAfter {
@@ -181,6 +181,9 @@ func (n *Node) apply(e *raftpb.Entry) error {
 				if len(v2.Context) > 0 && ch.NodeID != n.id {
 					n.tr.AddPeer(ch.NodeID, string(v2.Context))
 				}
+				if ch.NodeID != n.id {
+					n.joinSnap = true
+				}
 			case raftpb.ConfChangeRemoveNode:
 				n.mu.Lock()
 				n.removed[ch.NodeID] = true
@@ -212,12 +215,24 @@ func (n *Node) apply(e *raftpb.Entry) error {
 	return nil
 }
 
-// maybeSnapshot takes a snapshot and compacts the log at the highest index
-// that this node has applied and every member has marked applied, once that
-// is SnapshotEntries past the last snapshot.
+// maybeSnapshot compacts the log at the highest index that this node has
+// applied and every member has marked applied, once that is SnapshotEntries
+// past the last compaction, taking a snapshot there first. After a member
+// was added to a group whose log is already compacted it also takes a
+// snapshot at the applied index (without compacting further): the new
+// member can only be caught up by a snapshot whose configuration includes
+// it.
 func (n *Node) maybeSnapshot() error {
+	if n.joinSnap {
+		n.joinSnap = false
+		if n.compacted > 0 && n.applied > n.snapIndex {
+			if err := n.snapshot(n.applied, n.confHist[len(n.confHist)-1].cs); err != nil {
+				return err
+			}
+		}
+	}
 	target := min(n.durable.Load(), n.applied)
-	if target < n.snapIndex+n.cfg.SnapshotEntries {
+	if target < n.compacted+n.cfg.SnapshotEntries {
 		return nil
 	}
 	n.mu.Lock()
@@ -227,29 +242,47 @@ func (n *Node) maybeSnapshot() error {
 		}
 	}
 	n.mu.Unlock()
-	if target < n.snapIndex+n.cfg.SnapshotEntries {
+	if target < n.compacted+n.cfg.SnapshotEntries {
 		return nil
 	}
-	var cs raftpb.ConfState
+	if target > n.snapIndex {
+		var cs raftpb.ConfState
+		for _, c := range n.confHist {
+			if c.index <= target {
+				cs = c.cs
+			}
+		}
+		if err := n.snapshot(target, cs); err != nil {
+			return err
+		}
+	}
+	if err := n.st.Compact(target); err != nil {
+		return err
+	}
+	n.compacted = target
 	keep := 0
 	for i, c := range n.confHist {
 		if c.index <= target {
-			cs, keep = c.cs, i
+			keep = i
 		}
 	}
+	n.confHist = n.confHist[keep:]
+	return nil
+}
+
+func (n *Node) snapshot(index uint64, cs raftpb.ConfState) error {
 	var data []byte
 	if n.cfg.SnapshotData != nil {
-		d, err := n.cfg.SnapshotData(target)
+		d, err := n.cfg.SnapshotData(index)
 		if err != nil {
-			return fmt.Errorf("snapshot data at %d: %w", target, err)
+			return fmt.Errorf("snapshot data at %d: %w", index, err)
 		}
 		data = d
 	}
-	if _, err := n.st.CreateSnapshot(target, &cs, data); err != nil {
+	if _, err := n.st.CreateSnapshot(index, &cs, data); err != nil {
 		return err
 	}
-	n.confHist = n.confHist[keep:]
-	n.snapIndex = target
+	n.snapIndex = index
 	n.m.snapshotsMade.Inc()
 	return nil
 }

@@ -67,7 +67,9 @@ type Node struct {
 
 	// owned by the Raft loop goroutine
 	applied   uint64
-	snapIndex uint64
+	snapIndex uint64 // newest snapshot
+	compacted uint64 // log compacted up to here
+	joinSnap  bool   // a member was added: snapshot for it
 	confHist  []confAt
 	isLeader  bool
 
@@ -125,6 +127,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.snapIndex = snap.Metadata.Index
+	n.compacted = snap.Metadata.Index
 	n.applied = snap.Metadata.Index
 	n.confHist = []confAt{{index: snap.Metadata.Index, cs: cs}}
 	n.setMembers(cs)

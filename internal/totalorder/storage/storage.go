@@ -240,10 +240,10 @@ func (s *Storage) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Sna
 	return nil
 }
 
-// CreateSnapshot records a snapshot at index (which must be applied) with
-// the configuration cs and the consumer's data, durably, then compacts the
-// log up to index: memory first, then every sealed segment that holds
-// nothing after index.
+// CreateSnapshot durably records a snapshot at index (which must be applied
+// and above the current snapshot) with the configuration cs and the
+// consumer's data. It does not compact the log; raft serves it to followers
+// that need entries below the first retained index.
 func (s *Storage) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (raftpb.Snapshot, error) {
 	snap, err := s.mem.CreateSnapshot(index, cs, data)
 	if err != nil {
@@ -252,13 +252,27 @@ func (s *Storage) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte
 	if err := saveSnap(filepath.Join(s.dir, "snap"), snap, s.opts.NoSync); err != nil {
 		return raftpb.Snapshot{}, fmt.Errorf("storage: save snapshot: %w", err)
 	}
-	if err := s.mem.Compact(index); err != nil {
+	if err := pruneSnaps(filepath.Join(s.dir, "snap"), 2); err != nil {
 		return raftpb.Snapshot{}, fmt.Errorf("storage: %w", err)
 	}
-	if err := s.rollAndDrop(index); err != nil {
-		return raftpb.Snapshot{}, err
-	}
 	return snap, nil
+}
+
+// Compact discards the log up to index, in memory and on disk (every sealed
+// segment that holds nothing after index). A durable snapshot at index or
+// later must exist (CreateSnapshot).
+func (s *Storage) Compact(index uint64) error {
+	snap, err := s.mem.Snapshot()
+	if err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	if snap.Metadata.Index < index {
+		return fmt.Errorf("storage: compact to %d beyond the snapshot at %d", index, snap.Metadata.Index)
+	}
+	if err := s.mem.Compact(index); err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	return s.rollAndDrop(index)
 }
 
 // rollAndDrop starts a new segment (so the current one can be dropped once

@@ -192,6 +192,7 @@ func TestOverwriteAndSnapshotReplay(t *testing.T) {
 	cs := raftpb.ConfState{Voters: []uint64{1, 2, 3}}
 	_, err = s.CreateSnapshot(10, &cs, []byte("consumer"))
 	must(t, err)
+	must(t, s.Compact(10))
 	must(t, s.Close())
 	s, err = Open(dir, Options{SegmentBytes: 300})
 	must(t, err)
@@ -228,6 +229,7 @@ func TestSnapshotDamage(t *testing.T) {
 	cs := raftpb.ConfState{Voters: []uint64{1}}
 	_, err = s.CreateSnapshot(25, &cs, nil)
 	must(t, err)
+	must(t, s.Compact(25))
 	must(t, s.Close())
 	names, _ := snapFiles(filepath.Join(dir, "snap"))
 	flip(t, filepath.Join(dir, "snap", names[0]), 6)

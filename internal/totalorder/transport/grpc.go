@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -258,6 +259,12 @@ func (p *peer) dial() (*grpc.ClientConn, error) {
 	}
 	return grpc.NewClient(p.addr,
 		grpc.WithTransportCredentials(creds),
+		// Reconnect quickly to a restarted peer: Raft heartbeats are tens
+		// of milliseconds apart, gRPC's default backoff grows to minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(p.t.cfg.MaxMsgBytes)),
 	)
 }

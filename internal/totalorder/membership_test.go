@@ -1,0 +1,176 @@
+package totalorder
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// A node is wiped, removed, and re-added under a new id with an empty
+// directory; the others have compacted their logs meanwhile, so it catches up
+// by snapshot and then delivers the same entries as everybody else.
+func TestWipedNodeRejoinsBySnapshot(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	snapData := func(seqno uint64) ([]byte, error) { return []byte("state@" + itoa(seqno)), nil }
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotEntries = 50
+		cfg.SnapshotData = snapData
+	})
+	c.startAll()
+	defer func() {
+		for _, tn := range c.running() {
+			c.stop(tn.ID())
+		}
+	}()
+	lead := c.leader(5 * time.Second)
+	victim := uint64(3)
+	if victim == lead {
+		victim = 2
+	}
+	acks := c.proposeAll(ids(3), 2, 20, "a")
+	c.stop(victim)
+	must(t, os.RemoveAll(c.dirs[victim]))
+	var rest []uint64
+	for _, id := range ids(3) {
+		if id != victim {
+			rest = append(rest, id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, c.node(rest[0]).RemoveNode(ctx, victim))
+	for p, s := range c.proposeAll(rest, 2, 60, "b") {
+		acks[p] = s
+	}
+	// wait until the survivors have compacted past the first entries
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fi, _ := c.node(lead).st.Raft().FirstIndex()
+		if fi > 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader did not compact (first index %d)", fi)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// re-add the wiped node as node 4 at a new address
+	const newID = 4
+	c.addrs[newID] = freeAddr(t)
+	c.dirs[newID] = t.TempDir()
+	must(t, c.node(rest[0]).AddNode(ctx, newID, c.addrs[newID]))
+	delete(c.addrs, victim)
+	tn := c.start(newID, 0, true)
+	for p, s := range c.proposeAll(append(rest, newID), 1, 10, "c") {
+		acks[p] = s
+	}
+	checkAgreement(t, c.running(), acks)
+	got := tn.deliveries()
+	if got[0].Type != DeliverySnapshot {
+		t.Fatalf("rejoined node first delivery %+v, want a snapshot", got[0])
+	}
+	if want := "state@" + itoa(got[0].Seqno); string(got[0].Data) != want {
+		t.Fatalf("snapshot data %q, want %q", got[0].Data, want)
+	}
+	if m := c.node(newID).Members(); len(m) != 3 {
+		t.Fatalf("members %v", m)
+	}
+}
+
+func TestRemovedNodeStops(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	victim := uint64(1)
+	if victim == lead {
+		victim = 2
+	}
+	c.proposeAll(ids(3), 1, 5, "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, c.node(lead).RemoveNode(ctx, victim))
+	select {
+	case <-c.node(victim).Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("removed node did not stop")
+	}
+	if !errors.Is(c.node(victim).Err(), ErrRemoved) {
+		t.Fatalf("removed node Err = %v", c.node(victim).Err())
+	}
+	if _, err := c.node(victim).Propose(ctx, []byte("no")); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("propose on removed node: %v", err)
+	}
+	// the remaining two still commit
+	var rest []uint64
+	for _, id := range ids(3) {
+		if id != victim {
+			rest = append(rest, id)
+		}
+	}
+	acks := c.proposeAll(rest, 1, 5, "y")
+	var nodes []*testNode
+	for _, id := range rest {
+		nodes = append(nodes, c.node(id))
+	}
+	checkAgreement(t, nodes, acks)
+	// the removed node's own leader-less view cannot disturb them
+	c.stop(victim)
+}
+
+// The removed node may learn of its removal only from a peer rejecting it
+// (the leader stops replicating to it once the change commits): even
+// isolated from the commit, it ends up stopped.
+func TestRemoveFollowerThatMissesTheCommit(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	victim := uint64(1)
+	if victim == lead {
+		victim = 2
+	}
+	c.proposeAll(ids(3), 1, 3, "x")
+	for _, id := range ids(3) {
+		if id != victim {
+			c.node(victim).faults.SetLink(id, linkCut)
+			c.node(id).faults.SetLink(victim, linkCut)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, c.node(lead).RemoveNode(ctx, victim))
+	for _, tn := range c.running() {
+		tn.faults.Heal()
+	}
+	select {
+	case <-c.node(victim).Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("removed node did not stop after the partition healed")
+	}
+}
+
+func itoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
