@@ -65,6 +65,7 @@ type session struct {
 	nrejects    atomic.Int32
 	exec        atomic.Pointer[execState]
 	draining    atomic.Bool
+	clientLeft  atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
 	established    bool // startup done: idle timeouts apply
@@ -443,6 +444,7 @@ func (ss *session) clientLoop() error {
 				ss.copying = false
 			}
 		case *pgproto3.Terminate:
+			ss.clientLeft.Store(true)
 			ss.sendServer(m)
 			_ = ss.flushServer()
 			return nil
@@ -629,7 +631,7 @@ func (ss *session) backendLoop() {
 
 // backendFailed ends the session after the PostgreSQL connection failed.
 func (ss *session) backendFailed(err error) {
-	if ss.isClosed() {
+	if ss.isClosed() || ss.clientLeft.Load() {
 		return
 	}
 	_ = ss.flushClient()

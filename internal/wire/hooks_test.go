@@ -1,0 +1,283 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// testHooks records what the sessions see and rejects or probes on demand.
+type testHooks struct {
+	mu       sync.Mutex
+	sessions []*testSession
+	setup    string // Exec'd in NewSession if set
+}
+
+type testSession struct {
+	be      Backend
+	mu      sync.Mutex
+	events  []string
+	rfq     []byte
+	execs   []*Result
+	errs    []error
+	closed  int
+	running bool // a method is running: detects overlapping calls
+	overlap bool
+}
+
+var errForbidden = &pgconn.PgError{Code: "42501", Message: "forbidden by the test hook"}
+
+func (h *testHooks) NewSession(ctx context.Context, info SessionInfo, be Backend) (SessionHooks, error) {
+	if info.User == "" || info.Database != "postgres" {
+		return nil, fmt.Errorf("bad SessionInfo %+v", info)
+	}
+	s := &testSession{be: be}
+	if h.setup != "" {
+		res, err := be.Exec(ctx, h.setup)
+		if err != nil || res.Err != nil {
+			return nil, fmt.Errorf("setup: %v %v", err, res)
+		}
+	}
+	h.mu.Lock()
+	h.sessions = append(h.sessions, s)
+	h.mu.Unlock()
+	return s, nil
+}
+
+func (h *testHooks) last() *testSession {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[len(h.sessions)-1]
+}
+
+func (s *testSession) enter() {
+	s.mu.Lock()
+	if s.running {
+		s.overlap = true
+	}
+	s.running = true
+	s.mu.Unlock()
+}
+
+func (s *testSession) leave() {
+	s.mu.Lock()
+	s.running = false
+	s.mu.Unlock()
+}
+
+func (s *testSession) Statement(ctx context.Context, st *Statement) error {
+	s.enter()
+	defer s.leave()
+	var ev string
+	switch st.Kind {
+	case KindQuery:
+		ev = "Query " + st.SQL
+	case KindParse:
+		ev = fmt.Sprintf("Parse %s %s %v", st.Name, st.SQL, st.ParamOIDs)
+	case KindBind:
+		params := make([]string, len(st.Params))
+		for i, p := range st.Params {
+			params[i] = string(p)
+		}
+		ev = fmt.Sprintf("Bind %s %s %v", st.Portal, st.Name, params)
+	case KindCloseStatement:
+		ev = "CloseStatement " + st.Name
+	}
+	s.mu.Lock()
+	s.events = append(s.events, ev)
+	s.mu.Unlock()
+	if strings.Contains(st.SQL, "forbidden") {
+		return errForbidden
+	}
+	for _, p := range st.Params {
+		if string(p) == "bad" {
+			return errors.New("bad parameter")
+		}
+	}
+	if strings.Contains(st.SQL, "probe") {
+		res, err := s.be.Exec(ctx, "SELECT 7, NULL; SELECT 8")
+		s.mu.Lock()
+		s.execs = append(s.execs, res)
+		s.errs = append(s.errs, err)
+		s.mu.Unlock()
+	}
+	if strings.Contains(st.SQL, "failexec") {
+		res, err := s.be.Exec(ctx, "SELECT 1/0")
+		s.mu.Lock()
+		s.execs = append(s.execs, res)
+		s.errs = append(s.errs, err)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *testSession) ReadyForQuery(txStatus byte) {
+	s.enter()
+	defer s.leave()
+	s.mu.Lock()
+	s.rfq = append(s.rfq, txStatus)
+	s.mu.Unlock()
+}
+
+func (s *testSession) Close() {
+	s.mu.Lock()
+	s.closed++
+	s.mu.Unlock()
+}
+
+func (s *testSession) snapshot() (events []string, rfq string, closed int, overlap bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.events...), string(s.rfq), s.closed, s.overlap
+}
+
+func TestHooksObserve(t *testing.T) {
+	h := &testHooks{}
+	p := startProxy(t, h, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, p.superDSN("default_query_exec_mode=cache_statement"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s string
+	if err := c.QueryRow(ctx, "SELECT $1::text", "param-value").Scan(&s); err != nil || s != "param-value" {
+		t.Fatal(s, err)
+	}
+	for _, sql := range []string{"BEGIN", "SELECT 1/0", "ROLLBACK"} {
+		_, _ = c.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+	}
+	c.Close(ctx)
+	ts := h.last()
+	waitFor(t, func() bool { _, _, closed, _ := ts.snapshot(); return closed == 1 })
+	events, rfq, _, overlap := ts.snapshot()
+	joined := strings.Join(events, "\n")
+	for _, want := range []string{"Parse stmtcache_", "SELECT $1::text []", "Bind  stmtcache_", "[param-value]", "Query BEGIN", "Query SELECT 1/0", "Query ROLLBACK"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("events lack %q:\n%s", want, joined)
+		}
+	}
+	if !strings.HasSuffix(rfq, "TEI") {
+		t.Errorf("ReadyForQuery statuses %q, want suffix TEI", rfq)
+	}
+	if overlap {
+		t.Error("hook methods overlapped")
+	}
+}
+
+func TestHooksReject(t *testing.T) {
+	h := &testHooks{}
+	p := startProxy(t, h, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := connect(t, p.superDSN(""))
+	wantForbidden := func(err error) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" || pe.Message != errForbidden.Message {
+			t.Fatalf("want the hook's 42501, got %v", err)
+		}
+	}
+	_, err := c.Exec(ctx, "SELECT 'forbidden'", pgx.QueryExecModeSimpleProtocol)
+	wantForbidden(err)
+	_, err = c.Exec(ctx, "SELECT 'forbidden'") // extended: rejected at Parse
+	wantForbidden(err)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("session unusable after rejection: %v", err)
+	}
+
+	// Rejection inside a transaction fails the transaction, as a real error.
+	if _, err := c.Exec(ctx, "CREATE TABLE hook_t(a text)"); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Exec(context.Background(), "DROP TABLE hook_t")
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO hook_t VALUES ($1)", "good"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO hook_t VALUES ($1)", "bad") // rejected at Bind
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != codeInternal || pe.Message != "bad parameter" {
+		t.Fatalf("want XX000 bad parameter, got %v", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1"); !errors.As(err, &pe) || pe.Code != "25P02" {
+		t.Fatalf("want 25P02 after rejection in a transaction, got %v", err)
+	}
+	_ = tx.Rollback(ctx)
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM hook_t").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after rolled-back transaction: %d %v", n, err)
+	}
+	if c.PgConn().TxStatus() != 'I' {
+		t.Fatalf("tx status %c", c.PgConn().TxStatus())
+	}
+}
+
+func TestHooksExec(t *testing.T) {
+	h := &testHooks{setup: "SET application_name = 'hooked'"}
+	p := startProxy(t, h, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// Exec from NewSession changed the session.
+	c := connect(t, p.superDSN(""))
+	var app string
+	if err := c.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil || app != "hooked" {
+		t.Fatalf("application_name %q %v", app, err)
+	}
+
+	// Pipelined: the probe's Exec waits for the sleep, its replies are
+	// swallowed, and the client's transcript is unchanged.
+	r := dialRaw(t, p.addr, "trustuser")
+	ts := h.last()
+	r.send(q("SELECT pg_sleep(0.2)"), q("BEGIN"), q("SELECT 'probe'"), q("SELECT 'failexec'"), q("COMMIT"))
+	var got strings.Builder
+	for i := 0; i < 5; i++ {
+		got.WriteString(r.untilReady())
+	}
+	want := "RowDescription pg_sleep:2278\nDataRow \"\"\nCommandComplete SELECT 1\nReadyForQuery I\n" +
+		"CommandComplete BEGIN\nReadyForQuery T\n" +
+		"RowDescription ?column?:25\nDataRow \"probe\"\nCommandComplete SELECT 1\nReadyForQuery T\n" +
+		// The hook's failed Exec aborted the transaction first.
+		"ErrorResponse ERROR 25P02 current transaction is aborted, commands ignored until end of transaction block\nReadyForQuery E\n" +
+		"CommandComplete ROLLBACK\nReadyForQuery I\n"
+	if got.String() != want {
+		t.Fatalf("client transcript\n%s\nwant\n%s", got.String(), want)
+	}
+	ts.mu.Lock()
+	execs, errs := ts.execs, ts.errs
+	ts.mu.Unlock()
+	if len(execs) != 2 || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("execs %v errs %v", execs, errs)
+	}
+	if r0 := execs[0]; fmt.Sprint(r0.Rows) != "[[7 ] [8]]" || fmt.Sprint(r0.Tags) != "[SELECT 1 SELECT 1]" || r0.TxStatus != 'T' || r0.Err != nil {
+		t.Fatalf("probe result %+v", r0)
+	}
+	var pe *pgconn.PgError
+	if r1 := execs[1]; !errors.As(r1.Err, &pe) || pe.Code != "22012" || r1.TxStatus != 'E' {
+		t.Fatalf("failexec result %+v", r1)
+	}
+
+	// Inside an unfinished extended batch Exec refuses.
+	r.send(&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Parse{Query: "SELECT 'probe'"}, &pgproto3.Sync{})
+	if got := r.untilReady(); got != "ParseComplete\nParseComplete\nReadyForQuery I\n" {
+		t.Fatalf("batch transcript %s", got)
+	}
+	ts.mu.Lock()
+	lastErr := ts.errs[len(ts.errs)-1]
+	ts.mu.Unlock()
+	if !errors.Is(lastErr, ErrNotAtBoundary) {
+		t.Fatalf("Exec inside a batch: %v", lastErr)
+	}
+}
