@@ -104,12 +104,19 @@ func TestKillAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Stop()
 	s := c.Servers[0]
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE survives (id int primary key); INSERT INTO survives VALUES (1)")
+	require.NoError(t, err)
 	s.Kill()
 	require.False(t, s.Running())
 	require.NoError(t, s.Restart(ctx))
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	conn, err = pgx.Connect(ctx, s.DSN("postgres"))
 	require.NoError(t, err)
-	conn.Close(ctx)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM survives").Scan(&n))
+	require.Equal(t, 1, n, "a committed row was lost in the crash")
 }
 
 func TestMissingBinariesIsAClearError(t *testing.T) {

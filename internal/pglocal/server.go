@@ -310,14 +310,13 @@ func (s *Server) stop(grace time.Duration) error {
 	return nil
 }
 
-// Kill stops the server abruptly (SIGKILL of the postmaster, as a crash
-// would); Restart brings it back on the same port and data directory.
+// Kill stops the server abruptly, as a crash would: SIGKILL to the
+// postmaster and every backend (they share its process group). Restart
+// brings it back on the same port and data directory, through crash recovery.
 func (s *Server) Kill() {
 	if s.cmd != nil && s.Running() {
-		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.exited
-		// Orphaned backends notice the dead postmaster and exit on their own;
-		// Restart waits for the port and shared memory to free up.
 	}
 }
 
@@ -341,8 +340,15 @@ func (s *Server) Restart(ctx context.Context) error {
 	return err
 }
 
+// isStaleLock reports a start refused because processes of the previous
+// incarnation are still exiting.
 func isStaleLock(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "lock file") && strings.Contains(err.Error(), "already exists")
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "lock file") && strings.Contains(msg, "already exists") ||
+		strings.Contains(msg, "pre-existing shared memory block")
 }
 
 // logTail returns the log written since offset, at most 4 KiB of it.
