@@ -83,6 +83,10 @@ func TestTruncateConflictsWithRowKeys(t *testing.T) {
 	// And a TRUNCATE concurrent with a row write fails (IX on the table).
 	d = c.Certify(4, &Request{SnapshotSeqno: 1, Keys: []txn.KeyMode{{Key: table("a"), Mode: txn.X}}})
 	require.False(t, d.Commit)
+	// A row read (dbsm) concurrent with a TRUNCATE fails through the table key.
+	c = New(Config{CheckReads: true}, 0)
+	c.Record(1, []txn.KeyMode{{Key: table("a"), Mode: txn.X}})
+	require.False(t, c.Certify(2, &Request{Keys: append(read(row("a", 3)), write("b", 1)...)}).Commit)
 }
 
 func TestForeignKeyParentReference(t *testing.T) {
@@ -142,7 +146,11 @@ func TestDeterminism(t *testing.T) {
 			var keys []txn.KeyMode
 			for j := rng.IntN(6); j >= 0; j-- {
 				tb := fmt.Sprint("t", rng.IntN(3))
-				switch rng.IntN(5) {
+				switch rng.IntN(6) {
+				case 5:
+					if rng.IntN(10) == 0 {
+						keys = append(keys, txn.KeyMode{Key: table(tb), Mode: txn.X})
+					}
 				case 0:
 					keys = append(keys, read(table(tb))...)
 				case 1, 2:
