@@ -1,0 +1,226 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ordo-db/ordo/internal/catalog"
+)
+
+// CatalogSource gives the current catalog snapshot (*catalog.Cache; a
+// *catalog.Catalog is its own fixed source).
+type CatalogSource interface {
+	Current() *catalog.Catalog
+}
+
+// Options configure an Analyzer.
+type Options struct {
+	// KeyLimit is the largest number of row or granule keys one table access
+	// of one statement may produce before it escalates to the table key
+	// (the paper's read-set limit). 0 means 1000.
+	KeyLimit int
+	// CacheSize bounds the number of cached texts. 0 means 4096; negative
+	// disables the cache.
+	CacheSize int
+}
+
+// Env is a session's name-resolution environment. Build it with NewEnv
+// when the session's search_path changes, not per statement.
+type Env struct {
+	searchPath []string
+	key        string
+}
+
+// NewEnv returns the environment for an effective search path (see
+// catalog.SearchPath).
+func NewEnv(searchPath []string) Env {
+	return Env{searchPath: searchPath, key: strings.Join(searchPath, "\x00")}
+}
+
+// SearchPath returns the schemas of the environment.
+func (e Env) SearchPath() []string { return e.searchPath }
+
+// Analyzer analyzes SQL text against the current catalog and caches the
+// results by text and environment. Safe for concurrent use.
+type Analyzer struct {
+	src   CatalogSource
+	opts  Options
+	mu    sync.RWMutex
+	cache map[cacheKey]cacheEntry
+}
+
+type cacheKey struct {
+	sql string
+	env string
+}
+
+type cacheEntry struct {
+	version uint64
+	stmts   []*Statement
+}
+
+// ErrSyntax wraps the parser's message for text PostgreSQL would reject.
+var ErrSyntax = errors.New("syntax error")
+
+// ErrNoCatalog is returned by Analyze before the catalog is loaded.
+var ErrNoCatalog = errors.New("analysis: no catalog loaded")
+
+// New returns an analyzer reading the catalog from src.
+func New(src CatalogSource, opts Options) *Analyzer {
+	if opts.KeyLimit == 0 {
+		opts.KeyLimit = 1000
+	}
+	if opts.CacheSize == 0 {
+		opts.CacheSize = 4096
+	}
+	return &Analyzer{src: src, opts: opts, cache: make(map[cacheKey]cacheEntry)}
+}
+
+// Analyze splits sql into statements and analyzes each. It is called once
+// per Parse message (one statement) or simple Query (possibly several).
+// Results are cached by exact text and env, and invalidated when the
+// catalog version changes; the returned statements are shared and must not
+// be modified. Syntax errors wrap ErrSyntax.
+func (a *Analyzer) Analyze(sql string, env Env) ([]*Statement, error) {
+	cat := a.src.Current()
+	if cat == nil {
+		return nil, ErrNoCatalog
+	}
+	key := cacheKey{sql, env.key}
+	if a.opts.CacheSize > 0 {
+		a.mu.RLock()
+		e, ok := a.cache[key]
+		a.mu.RUnlock()
+		if ok && e.version == cat.Version() {
+			return e.stmts, nil
+		}
+	}
+	stmts, err := a.analyze(cat, sql, env)
+	if err != nil {
+		return nil, err
+	}
+	if a.opts.CacheSize > 0 {
+		a.mu.Lock()
+		if len(a.cache) >= a.opts.CacheSize {
+			// Evict about an eighth, at random (map order).
+			n := len(a.cache)/8 + 1
+			for k := range a.cache {
+				delete(a.cache, k)
+				if n--; n == 0 {
+					break
+				}
+			}
+		}
+		a.cache[key] = cacheEntry{version: cat.Version(), stmts: stmts}
+		a.mu.Unlock()
+	}
+	return stmts, nil
+}
+
+// AnalyzeUncached is Analyze without the cache (benchmarks, tools).
+func (a *Analyzer) AnalyzeUncached(sql string, env Env) ([]*Statement, error) {
+	cat := a.src.Current()
+	if cat == nil {
+		return nil, ErrNoCatalog
+	}
+	return a.analyze(cat, sql, env)
+}
+
+func (a *Analyzer) analyze(cat *catalog.Catalog, sql string, env Env) (stmts []*Statement, err error) {
+	defer func() {
+		// The parser is C code behind cgo and the tree is walked
+		// generically; a malformed tree must become an error, not a crash.
+		if r := recover(); r != nil {
+			stmts, err = nil, fmt.Errorf("analysis: internal error on %.60q: %v", sql, r)
+		}
+	}()
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSyntax, err)
+	}
+	out := make([]*Statement, 0, len(tree.Stmts))
+	for _, raw := range tree.Stmts {
+		start := int(raw.StmtLocation)
+		end := len(sql)
+		if raw.StmtLen > 0 {
+			end = start + int(raw.StmtLen)
+		}
+		if start < 0 || start > len(sql) || end > len(sql) || end < start {
+			start, end = 0, len(sql)
+		}
+		text := sql[start:end]
+		// Report the statement from its first token (leading comments are
+		// kept: they may carry directives).
+		trimmed := strings.TrimLeft(text, " \t\r\n;")
+		off := start + len(text) - len(trimmed)
+		out = append(out, analyzeStmt(cat, env.searchPath, raw.Stmt, strings.TrimRight(trimmed, " \t\r\n"), off, a.opts.KeyLimit))
+	}
+	if len(out) == 0 {
+		out = append(out, &Statement{SQL: "", Kind: KindEmpty, static: &Footprint{}})
+	}
+	return out, nil
+}
+
+// leadingDirectives finds ordo.conflict_classes and ordo.profile in the
+// comments before the first token of text:
+//
+//	/* ordo.conflict_classes = 'district[w=1], stock' */ BEGIN
+//	-- ordo.profile=neworder
+func leadingDirectives(text string) (classes, profile string) {
+	i := 0
+	for i < len(text) {
+		switch {
+		case text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r':
+			i++
+		case strings.HasPrefix(text[i:], "--"):
+			j := strings.IndexByte(text[i:], '\n')
+			if j < 0 {
+				j = len(text) - i
+			}
+			directives(text[i+2:i+j], &classes, &profile)
+			i += j
+		case strings.HasPrefix(text[i:], "/*"):
+			j := strings.Index(text[i+2:], "*/")
+			if j < 0 {
+				return
+			}
+			directives(text[i+2:i+2+j], &classes, &profile)
+			i += j + 4
+		default:
+			return
+		}
+	}
+	return
+}
+
+func directives(comment string, classes, profile *string) {
+	for _, d := range []struct {
+		name string
+		out  *string
+	}{{"ordo.conflict_classes", classes}, {"ordo.profile", profile}} {
+		k := strings.Index(comment, d.name)
+		if k < 0 {
+			continue
+		}
+		rest := strings.TrimLeft(comment[k+len(d.name):], " \t")
+		if rest == "" || (rest[0] != '=' && rest[0] != ':') {
+			continue
+		}
+		rest = strings.TrimLeft(rest[1:], " \t")
+		if strings.HasPrefix(rest, "'") {
+			if e := strings.IndexByte(rest[1:], '\''); e >= 0 {
+				*d.out = rest[1 : 1+e]
+			}
+			continue
+		}
+		e := strings.IndexAny(rest, " \t\r\n")
+		if e < 0 {
+			e = len(rest)
+		}
+		*d.out = rest[:e]
+	}
+}

@@ -1,0 +1,274 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Param is one bound parameter value as the client sent it in Bind.
+type Param struct {
+	// Value is nil for NULL.
+	Value []byte
+	// Binary is set for format code 1.
+	Binary bool
+}
+
+// ErrParams is returned by Statement.Bind when fewer parameters are given
+// than the statement uses.
+var ErrParams = errors.New("analysis: missing parameters")
+
+type valKind uint8
+
+const (
+	vConst      valKind = iota + 1 // a literal, text in val.text
+	vParam                         // $n
+	vParamArray                    // = ANY($n): every element of the array $n
+)
+
+// val is one value a predicate fixes a column to.
+type val struct {
+	kind  valKind
+	text  string
+	param int
+}
+
+// access is one table a statement reads or writes, with what its
+// predicates fix.
+type access struct {
+	table     *catalog.Relation
+	read      bool
+	write     bool
+	tableOnly bool    // no predicate may refine it (view bases, MERGE, COPY)
+	// readTable: the read is of the whole table even though the predicted
+	// writes are finer (INSERT … ON CONFLICT whose arbiter may be any
+	// unique index, not only the primary key).
+	readTable bool
+	pk        [][]val // per primary key column; a nil entry: not fixed
+	granule   []val   // granule column values; nil: not fixed
+}
+
+func (a *access) usesParams() bool {
+	if a.tableOnly {
+		return false
+	}
+	for _, vs := range a.pk {
+		for _, v := range vs {
+			if v.kind != vConst {
+				return true
+			}
+		}
+	}
+	for _, v := range a.granule {
+		if v.kind != vConst {
+			return true
+		}
+	}
+	return false
+}
+
+// Bind returns the statement's footprint with params as the values of $1…$n.
+// Statements without parameters return a shared, precomputed footprint.
+// Bind never fails for a value it cannot interpret: it uses a coarser key.
+func (s *Statement) Bind(params []Param) (*Footprint, error) {
+	if len(params) < s.NumParams {
+		return nil, fmt.Errorf("%w: statement uses $%d, %d given", ErrParams, s.NumParams, len(params))
+	}
+	if s.static != nil {
+		return s.static, nil
+	}
+	return s.footprint(params), nil
+}
+
+func (s *Statement) footprint(params []Param) *Footprint {
+	f := &Footprint{All: s.ReadsAll, WritesAll: s.WritesAll}
+	for i := range s.acc {
+		a := &s.acc[i]
+		if a.read && !f.All {
+			if a.readTable {
+				f.Reads = append(f.Reads, txn.TableKey(a.table.Name.Schema, a.table.Name.Name))
+			} else {
+				f.Reads = a.keys(params, s.limit, f.Reads)
+			}
+		}
+		if a.write && !f.WritesAll {
+			f.Writes = a.keys(params, s.limit, f.Writes)
+		}
+	}
+	f.Reads = dedupe(f.Reads)
+	f.Writes = dedupe(f.Writes)
+	return f
+}
+
+func dedupe(ks []txn.Key) []txn.Key {
+	if len(ks) < 2 {
+		return ks
+	}
+	// Table keys absorb finer keys of the same table.
+	var tables map[txn.Key]bool
+	for _, k := range ks {
+		if k.Level == txn.LevelTable {
+			if tables == nil {
+				tables = make(map[txn.Key]bool)
+			}
+			tables[k] = true
+		}
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].Less(ks[j]) })
+	out := ks[:0]
+	for i, k := range ks {
+		if i > 0 && k == ks[i-1] {
+			continue
+		}
+		if k.Level != txn.LevelTable && tables[k.TableKey()] {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// values resolves vs for a column of type typ to canonical texts.
+func values(vs []val, typ string, params []Param) ([]string, bool) {
+	out := make([]string, 0, len(vs))
+	for _, v := range vs {
+		switch v.kind {
+		case vConst:
+			c, ok := canonical(typ, v.text)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, c)
+		case vParam:
+			if v.param < 1 || v.param > len(params) {
+				return nil, false
+			}
+			p := params[v.param-1]
+			if p.Value == nil {
+				return nil, false
+			}
+			var c string
+			var ok bool
+			if p.Binary {
+				c, ok = canonicalBinary(typ, p.Value)
+			} else {
+				c, ok = canonical(typ, string(p.Value))
+			}
+			if !ok {
+				return nil, false
+			}
+			out = append(out, c)
+		case vParamArray:
+			if v.param < 1 || v.param > len(params) {
+				return nil, false
+			}
+			p := params[v.param-1]
+			if p.Value == nil {
+				return nil, false
+			}
+			if p.Binary {
+				elems, ok := binaryArray(p.Value)
+				if !ok {
+					return nil, false
+				}
+				for _, e := range elems {
+					c, ok := canonicalBinary(typ, e)
+					if !ok {
+						return nil, false
+					}
+					out = append(out, c)
+				}
+			} else {
+				elems, ok := textArray(string(p.Value))
+				if !ok {
+					return nil, false
+				}
+				for _, e := range elems {
+					c, ok := canonical(typ, e)
+					if !ok {
+						return nil, false
+					}
+					out = append(out, c)
+				}
+			}
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// keys appends the finest keys a's predicates prove, at most limit of them
+// (limit <= 0: no limit), else the table key.
+func (a *access) keys(params []Param, limit int, out []txn.Key) []txn.Key {
+	t := a.table
+	if !a.tableOnly && len(t.PK) > 0 && len(a.pk) == len(t.PK) {
+		if k, ok := a.rowKeys(params, limit, out); ok {
+			return k
+		}
+	}
+	if !a.tableOnly && a.granule != nil {
+		col, _ := t.Column(t.Granule)
+		if vs, ok := values(a.granule, col.Type, params); ok && (limit <= 0 || len(vs) <= limit) {
+			for _, v := range vs {
+				out = append(out, txn.GranuleKey(t.Name.Schema, t.Name.Name, t.Granule, v))
+			}
+			return out
+		}
+	}
+	return append(out, txn.TableKey(t.Name.Schema, t.Name.Name))
+}
+
+func (a *access) rowKeys(params []Param, limit int, out []txn.Key) ([]txn.Key, bool) {
+	t := a.table
+	cols := make([][]string, len(t.PK))
+	n := 1
+	for i, name := range t.PK {
+		if a.pk[i] == nil {
+			return out, false
+		}
+		col, _ := t.Column(name)
+		vs, ok := values(a.pk[i], col.Type, params)
+		if !ok {
+			return out, false
+		}
+		cols[i] = vs
+		n *= len(vs)
+		if limit > 0 && n > limit {
+			return out, false
+		}
+	}
+	if n == 0 {
+		// An empty IN list or array: no row is read, but a coarser key is
+		// harmless and keeps "reads something" obvious.
+		return out, false
+	}
+	if len(cols) == 1 {
+		for _, v := range cols[0] {
+			out = append(out, txn.Key{Level: txn.LevelRow, Schema: t.Name.Schema, Table: t.Name.Name, Value: txn.EncodeValues(v)})
+		}
+		return out, true
+	}
+	idx := make([]int, len(cols))
+	tuple := make([]string, len(cols))
+	for {
+		for i := range cols {
+			tuple[i] = cols[i][idx[i]]
+		}
+		out = append(out, txn.RowKey(t.Name.Schema, t.Name.Name, tuple...))
+		i := len(cols) - 1
+		for ; i >= 0; i-- {
+			idx[i]++
+			if idx[i] < len(cols[i]) {
+				break
+			}
+			idx[i] = 0
+		}
+		if i < 0 {
+			return out, true
+		}
+	}
+}

@@ -1,0 +1,385 @@
+package analysis
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+const ddlReason = "DDL is ordered against every transaction"
+
+// analyzeStmt classifies one parsed statement and collects its tables.
+func analyzeStmt(cat *catalog.Catalog, sp []string, n *pg.Node, text string, offset, limit int) *Statement {
+	st := &Statement{SQL: text, Offset: offset, Executes: true, limit: limit}
+	w := &walker{cat: cat, sp: sp, st: st,
+		reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
+	w.top(n)
+	w.finish()
+	return st
+}
+
+func tagOf(n *pg.Node) string {
+	if n == nil || n.Node == nil {
+		return ""
+	}
+	t := fmt.Sprintf("%T", n.Node)
+	t = strings.TrimPrefix(t, "*pg_query.Node_")
+	return t
+}
+
+func (w *walker) top(n *pg.Node) {
+	st := w.st
+	st.Tag = tagOf(n)
+	if n == nil || n.Node == nil {
+		st.Kind = KindEmpty
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_SelectStmt:
+		st.Kind = KindRead
+		if x.SelectStmt.IntoClause != nil {
+			st.Kind = KindDDL
+			st.Tag = "SelectInto"
+			w.ddl()
+			return
+		}
+		w.selectStmt(x.SelectStmt, nil)
+	case *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+		st.Kind = KindWrite
+		w.query(n, nil)
+	case *pg.Node_TransactionStmt:
+		w.txnStmt(x.TransactionStmt)
+	case *pg.Node_VariableSetStmt:
+		w.setStmt(x.VariableSetStmt)
+	case *pg.Node_VariableShowStmt:
+		st.Kind = KindSession
+		name := strings.ToLower(x.VariableShowStmt.Name)
+		st.Setting = &Setting{Name: name, Show: true, Ordo: strings.HasPrefix(name, "ordo.")}
+	case *pg.Node_DiscardStmt, *pg.Node_DeallocateStmt, *pg.Node_ConstraintsSetStmt, *pg.Node_FetchStmt, *pg.Node_ClosePortalStmt:
+		st.Kind = KindSession
+	case *pg.Node_PrepareStmt:
+		st.Kind = KindSession
+		inner := &Statement{SQL: st.SQL, Offset: st.Offset, Executes: true, limit: st.limit}
+		iw := &walker{cat: w.cat, sp: w.sp, st: inner,
+			reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
+		iw.top(x.PrepareStmt.Query)
+		iw.finish()
+		st.Prepared = inner
+	case *pg.Node_ExecuteStmt:
+		st.Kind = KindOpaque
+		st.Reason = "EXECUTE runs a statement prepared with SQL PREPARE " + x.ExecuteStmt.Name + "; use that statement's analysis"
+		w.escalate("EXECUTE of a SQL-level prepared statement")
+		st.WritesAll = true
+		w.exprs(x.ExecuteStmt.Params, nil)
+	case *pg.Node_DeclareCursorStmt:
+		st.Kind = KindRead
+		w.query(x.DeclareCursorStmt.Query, nil)
+	case *pg.Node_ListenStmt, *pg.Node_UnlistenStmt, *pg.Node_NotifyStmt:
+		st.Kind = KindNotify
+	case *pg.Node_LockStmt:
+		st.Kind = KindLock
+		for _, r := range x.LockStmt.Relations {
+			if rv := r.GetRangeVar(); rv != nil {
+				w.lockTarget(rv)
+			}
+		}
+	case *pg.Node_CopyStmt:
+		w.copyStmt(x.CopyStmt)
+	case *pg.Node_CallStmt:
+		st.Kind = KindOpaque
+		st.Reason = "CALL runs a procedure the analyzer cannot see into"
+		w.escalate(st.Reason)
+		st.WritesAll = true
+		if fc := x.CallStmt.Funccall; fc != nil {
+			w.exprs(fc.Args, nil)
+		}
+	case *pg.Node_DoStmt:
+		st.Kind = KindOpaque
+		st.Reason = "DO runs an anonymous code block the analyzer cannot see into"
+		w.escalate(st.Reason)
+		st.WritesAll = true
+	case *pg.Node_ExplainStmt:
+		analyze := false
+		for _, o := range x.ExplainStmt.Options {
+			d := o.GetDefElem()
+			if d != nil && d.Defname == "analyze" && defBool(d) {
+				analyze = true
+			}
+		}
+		if !analyze {
+			st.Kind = KindExplain
+			st.Explain = true
+			st.Executes = false
+			return
+		}
+		w.top(x.ExplainStmt.Query)
+		st.Tag = "ExplainStmt"
+		st.Explain = true
+	case *pg.Node_VacuumStmt, *pg.Node_CheckPointStmt, *pg.Node_ClusterStmt, *pg.Node_ReindexStmt, *pg.Node_LoadStmt, *pg.Node_AlterSystemStmt:
+		st.Kind = KindLocal
+	case *pg.Node_TruncateStmt:
+		st.Kind = KindDDL
+		w.ddl()
+		for _, r := range x.TruncateStmt.Relations {
+			if rv := r.GetRangeVar(); rv != nil {
+				ref := w.relation(rv, nil, false, true)
+				if ref.acc >= 0 {
+					w.st.acc[ref.acc].tableOnly = true
+				}
+			}
+		}
+	default:
+		st.Kind = KindDDL
+		w.ddl()
+	}
+}
+
+func (w *walker) ddl() {
+	w.escalate(ddlReason)
+	w.st.WritesAll = true
+}
+
+func defBool(d *pg.DefElem) bool {
+	if d.Arg == nil {
+		return true
+	}
+	if c := d.Arg.GetAConst(); c != nil {
+		if b := c.GetBoolval(); b != nil {
+			return b.Boolval
+		}
+		if i := c.GetIval(); i != nil {
+			return i.Ival != 0
+		}
+		if s := c.GetSval(); s != nil {
+			v, ok := canonical("bool", s.Sval)
+			return ok && v == "t"
+		}
+	}
+	if s := d.Arg.GetString_(); s != nil {
+		v, ok := canonical("bool", s.Sval)
+		return ok && v == "t"
+	}
+	if b := d.Arg.GetBoolean(); b != nil {
+		return b.Boolval
+	}
+	return true
+}
+
+func (w *walker) lockTarget(rv *pg.RangeVar) {
+	rel, ok := w.cat.Resolve(w.sp, rv.Schemaname, rv.Relname)
+	if !ok {
+		w.markUnknown(rv.Relname)
+		w.locks[catalog.Name{Schema: rv.Schemaname, Name: rv.Relname}] = true
+		return
+	}
+	w.lockRef(relRef{rel: rel})
+}
+
+func (w *walker) copyStmt(c *pg.CopyStmt) {
+	st := w.st
+	if c.IsFrom {
+		st.Kind = KindCopyFrom
+		if c.Relation != nil {
+			ref := w.relation(c.Relation, nil, false, true)
+			if ref.acc >= 0 {
+				w.st.acc[ref.acc].tableOnly = true
+			}
+		}
+		w.expr(c.WhereClause, nil)
+		return
+	}
+	st.Kind = KindCopyTo
+	if c.Relation != nil {
+		ref := w.relation(c.Relation, nil, true, false)
+		if ref.acc >= 0 {
+			w.st.acc[ref.acc].tableOnly = true
+		}
+	}
+	if c.Query != nil {
+		w.query(c.Query, nil)
+	}
+}
+
+func (w *walker) txnStmt(t *pg.TransactionStmt) {
+	st := w.st
+	st.Kind = KindTxn
+	tc := &TxnControl{Chain: t.Chain, Savepoint: t.SavepointName, GID: t.Gid}
+	st.Txn = tc
+	switch t.Kind {
+	case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
+		tc.Op = TxnBegin
+		txnOptions(tc, t.Options)
+		tc.ConflictClasses, tc.Profile = leadingDirectives(st.SQL)
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
+		tc.Op = TxnCommit
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		tc.Op = TxnRollback
+	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
+		tc.Op = TxnSavepoint
+	case pg.TransactionStmtKind_TRANS_STMT_RELEASE:
+		tc.Op = TxnRelease
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+		tc.Op = TxnRollbackTo
+	case pg.TransactionStmtKind_TRANS_STMT_PREPARE:
+		tc.Op = TxnPrepare
+		st.Kind = KindRefused
+		st.Reason = "PREPARE TRANSACTION is not allowed: Ordo runs two-phase commit itself to replicate every transaction; use COMMIT"
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED:
+		tc.Op = TxnCommitPrepared
+		st.Kind = KindRefused
+		st.Reason = "COMMIT PREPARED is not allowed: Ordo owns all prepared transactions and decides their outcome through the replication protocol"
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED:
+		tc.Op = TxnRollbackPrepared
+		st.Kind = KindRefused
+		st.Reason = "ROLLBACK PREPARED is not allowed: Ordo owns all prepared transactions and decides their outcome through the replication protocol"
+	}
+}
+
+func txnOptions(tc *TxnControl, opts []*pg.Node) {
+	for _, o := range opts {
+		d := o.GetDefElem()
+		if d == nil {
+			continue
+		}
+		switch d.Defname {
+		case "transaction_isolation":
+			if c := d.Arg.GetAConst(); c != nil && c.GetSval() != nil {
+				tc.Isolation = strings.ToLower(c.GetSval().Sval)
+			}
+		case "transaction_read_only":
+			if defBool(d) {
+				tc.ReadOnly = 1
+			} else {
+				tc.ReadOnly = -1
+			}
+		case "transaction_deferrable":
+			if defBool(d) {
+				tc.Deferrable = 1
+			} else {
+				tc.Deferrable = -1
+			}
+		}
+	}
+}
+
+func (w *walker) setStmt(s *pg.VariableSetStmt) {
+	st := w.st
+	name := strings.ToLower(s.Name)
+	if s.Kind == pg.VariableSetKind_VAR_SET_MULTI && name == "transaction" {
+		st.Kind = KindTxn
+		tc := &TxnControl{Op: TxnSetTransaction}
+		txnOptions(tc, s.Args)
+		st.Txn = tc
+		return
+	}
+	st.Kind = KindSession
+	set := &Setting{Name: name, Local: s.IsLocal, Ordo: strings.HasPrefix(name, "ordo.")}
+	switch s.Kind {
+	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
+		set.Reset = true
+	case pg.VariableSetKind_VAR_RESET_ALL:
+		set.Reset = true
+		set.Name = "all"
+	case pg.VariableSetKind_VAR_SET_VALUE:
+		var vals []string
+		for _, a := range s.Args {
+			vals = append(vals, constText(a))
+		}
+		set.Value = strings.Join(vals, ", ")
+	}
+	st.Setting = set
+}
+
+// constText renders a SET argument as PostgreSQL would store it.
+func constText(n *pg.Node) string {
+	if tc := n.GetTypeCast(); tc != nil {
+		return constText(tc.Arg)
+	}
+	c := n.GetAConst()
+	if c == nil {
+		return ""
+	}
+	switch v := c.Val.(type) {
+	case *pg.A_Const_Ival:
+		return strconv.Itoa(int(v.Ival.Ival))
+	case *pg.A_Const_Fval:
+		return v.Fval.Fval
+	case *pg.A_Const_Sval:
+		return v.Sval.Sval
+	case *pg.A_Const_Boolval:
+		return strconv.FormatBool(v.Boolval.Boolval)
+	}
+	return ""
+}
+
+// finish turns the walker's findings into the Statement's fields.
+func (w *walker) finish() {
+	st := w.st
+	if w.readsAll != "" {
+		st.ReadsAll = true
+		if st.Reason == "" {
+			st.Reason = w.readsAll
+		}
+	}
+	switch st.Kind {
+	case KindRead:
+		if w.opaque != "" {
+			st.Kind = KindOpaque
+			st.Reason = w.opaque
+			st.WritesAll = true
+		} else if w.dml || w.locking {
+			st.Kind = KindWrite
+		}
+	case KindWrite, KindCopyTo, KindCopyFrom:
+		if w.opaque != "" {
+			st.WritesAll = true
+			if st.Reason == "" || st.Reason == w.readsAll {
+				st.Reason = w.opaque
+			}
+		}
+	}
+	st.Reads = sortedNames(w.reads)
+	st.Writes = sortedNames(w.writes)
+	st.Locks = sortedNames(w.locks)
+	for u := range w.unknown {
+		st.Unknown = append(st.Unknown, u)
+	}
+	sort.Strings(st.Unknown)
+	if len(st.Reads) == 0 {
+		st.Reads = nil
+	}
+	params := false
+	for i := range st.acc {
+		if st.acc[i].usesParams() {
+			params = true
+		}
+	}
+	if !params {
+		st.static = st.footprint(nil)
+	}
+}
+
+func sortedNames(m map[catalog.Name]bool) []catalog.Name {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]catalog.Name, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Schema != out[j].Schema {
+			return out[i].Schema < out[j].Schema
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+var _ = txn.TableKey

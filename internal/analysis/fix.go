@@ -1,0 +1,397 @@
+package analysis
+
+import (
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// colVal is a value list for one column, with the cast applied to the
+// values (if any) so it can be checked against the column type.
+type colVal struct {
+	vals []val
+	cast string // "" when no cast
+}
+
+// fixes maps a relation (index into its scope's rels) to the columns the
+// predicate fixes and their possible values: every row of that relation
+// the statement depends on has one of these values in that column.
+type fixes map[int]map[string]colVal
+
+// and combines the fixes of two conjuncts: a column fixed by either is
+// fixed (keep the shorter list: both are supersets of the truth).
+func and(a, b fixes) fixes {
+	if a == nil {
+		return b
+	}
+	for rel, cols := range b {
+		ac := a[rel]
+		if ac == nil {
+			a[rel] = cols
+			continue
+		}
+		for c, v := range cols {
+			if old, ok := ac[c]; !ok || len(v.vals) < len(old.vals) {
+				ac[c] = v
+			}
+		}
+	}
+	return a
+}
+
+// or combines the fixes of two disjuncts: only columns fixed in both stay
+// fixed, with the union of their values (a superset of the truth: the
+// correlation between columns is dropped).
+func or(a, b fixes) fixes {
+	out := fixes{}
+	for rel, acols := range a {
+		bcols := b[rel]
+		if bcols == nil {
+			continue
+		}
+		for c, av := range acols {
+			bv, ok := bcols[c]
+			if !ok || av.cast != bv.cast {
+				continue
+			}
+			if out[rel] == nil {
+				out[rel] = make(map[string]colVal)
+			}
+			vals := make([]val, 0, len(av.vals)+len(bv.vals))
+			vals = append(append(vals, av.vals...), bv.vals...)
+			out[rel][c] = colVal{vals: vals, cast: av.cast}
+		}
+	}
+	return out
+}
+
+// cond returns what predicate n, when true, fixes about the relations of
+// sc. Anything it does not understand fixes nothing, which is safe.
+func (w *walker) cond(n *pg.Node, sc *scope) fixes {
+	if n == nil {
+		return nil
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_BoolExpr:
+		b := x.BoolExpr
+		switch b.Boolop {
+		case pg.BoolExprType_AND_EXPR:
+			var f fixes
+			for _, a := range b.Args {
+				f = and(f, w.cond(a, sc))
+			}
+			return f
+		case pg.BoolExprType_OR_EXPR:
+			if len(b.Args) == 0 {
+				return nil
+			}
+			f := w.cond(b.Args[0], sc)
+			for _, a := range b.Args[1:] {
+				if len(f) == 0 {
+					return nil
+				}
+				f = or(f, w.cond(a, sc))
+			}
+			return f
+		}
+	case *pg.Node_AExpr:
+		e := x.AExpr
+		if len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+			return nil
+		}
+		switch e.Kind {
+		case pg.A_Expr_Kind_AEXPR_OP:
+			if lr, rr := e.Lexpr.GetRowExpr(), e.Rexpr.GetRowExpr(); lr != nil && rr != nil {
+				return w.rowEq(lr.Args, rr.Args, sc)
+			}
+			if f := w.eq(e.Lexpr, e.Rexpr, sc); f != nil {
+				return f
+			}
+			return w.eq(e.Rexpr, e.Lexpr, sc)
+		case pg.A_Expr_Kind_AEXPR_IN:
+			items := e.Rexpr.GetList().GetItems()
+			if len(items) == 0 {
+				return nil
+			}
+			if lr := e.Lexpr.GetRowExpr(); lr != nil {
+				var f fixes
+				for i, it := range items {
+					rr := it.GetRowExpr()
+					if rr == nil {
+						return nil
+					}
+					g := w.rowEq(lr.Args, rr.Args, sc)
+					if i == 0 {
+						f = g
+					} else {
+						f = or(f, g)
+					}
+				}
+				return f
+			}
+			rel, col, ok := w.column(e.Lexpr, sc)
+			if !ok {
+				return nil
+			}
+			cv := colVal{}
+			for i, it := range items {
+				v, cast, ok := castValue(it)
+				if !ok || (i > 0 && cast != cv.cast) {
+					return nil
+				}
+				cv.cast = cast
+				cv.vals = append(cv.vals, v)
+			}
+			return fixes{rel: {col: cv}}
+		case pg.A_Expr_Kind_AEXPR_OP_ANY:
+			rel, col, ok := w.column(e.Lexpr, sc)
+			if !ok {
+				return nil
+			}
+			cv, ok := arrayValues(e.Rexpr)
+			if !ok {
+				return nil
+			}
+			return fixes{rel: {col: cv}}
+		}
+	}
+	return nil
+}
+
+func (w *walker) rowEq(l, r []*pg.Node, sc *scope) fixes {
+	if len(l) != len(r) {
+		return nil
+	}
+	var f fixes
+	for i := range l {
+		g := w.eq(l[i], r[i], sc)
+		if g == nil {
+			g = w.eq(r[i], l[i], sc)
+		}
+		f = and(f, g)
+	}
+	return f
+}
+
+// eq handles "column = value".
+func (w *walker) eq(colNode, valNode *pg.Node, sc *scope) fixes {
+	rel, col, ok := w.column(colNode, sc)
+	if !ok {
+		return nil
+	}
+	v, cast, ok := castValue(valNode)
+	if !ok || v.kind == vParamArray {
+		return nil
+	}
+	return fixes{rel: {col: {vals: []val{v}, cast: cast}}}
+}
+
+// castValue is value, also accepting one cast to a scalar type.
+func castValue(n *pg.Node) (val, string, bool) {
+	if tc := n.GetTypeCast(); tc != nil {
+		t, isArray := castType(tc.TypeName)
+		if t == "" || isArray {
+			return val{}, "", false
+		}
+		v, ok := value(tc.Arg)
+		return v, t, ok
+	}
+	if e := n.GetAExpr(); e != nil && e.Lexpr == nil && len(e.Name) == 1 && e.Name[0].GetString_().GetSval() == "-" {
+		// Unary minus on a numeric literal.
+		v, ok := value(e.Rexpr)
+		if ok && v.kind == vConst && e.Rexpr.GetAConst() != nil && e.Rexpr.GetAConst().GetSval() == nil {
+			v.text = "-" + v.text
+			return v, "", true
+		}
+		return val{}, "", false
+	}
+	v, ok := value(n)
+	return v, "", ok
+}
+
+// arrayValues handles the right side of "column = ANY(…)".
+func arrayValues(n *pg.Node) (colVal, bool) {
+	cast := ""
+	if tc := n.GetTypeCast(); tc != nil {
+		t, isArray := castType(tc.TypeName)
+		if t == "" || !isArray {
+			return colVal{}, false
+		}
+		cast = t
+		n = tc.Arg
+	}
+	if p := n.GetParamRef(); p != nil {
+		return colVal{vals: []val{{kind: vParamArray, param: int(p.Number)}}, cast: cast}, true
+	}
+	if c := n.GetAConst(); c != nil && c.GetSval() != nil {
+		elems, ok := textArray(c.GetSval().Sval)
+		if !ok {
+			return colVal{}, false
+		}
+		cv := colVal{cast: cast}
+		for _, e := range elems {
+			cv.vals = append(cv.vals, val{kind: vConst, text: e})
+		}
+		return cv, true
+	}
+	if ae := n.GetAArrayExpr(); ae != nil && cast == "" {
+		cv := colVal{}
+		for i, el := range ae.Elements {
+			v, c, ok := castValue(el)
+			if !ok || (i > 0 && c != cv.cast) {
+				return colVal{}, false
+			}
+			cv.cast = c
+			cv.vals = append(cv.vals, v)
+		}
+		return cv, true
+	}
+	return colVal{}, false
+}
+
+// column resolves a column reference to a relation of sc (not of an outer
+// scope) and the column name. It refuses whenever the reference could
+// belong to something else.
+func (w *walker) column(n *pg.Node, sc *scope) (int, string, bool) {
+	cr := n.GetColumnRef()
+	if cr == nil {
+		return 0, "", false
+	}
+	var parts []string
+	for _, f := range cr.Fields {
+		s := f.GetString_()
+		if s == nil {
+			return 0, "", false
+		}
+		parts = append(parts, s.Sval)
+	}
+	switch len(parts) {
+	case 1:
+		found := -1
+		for i, r := range sc.rels {
+			if r.rel == nil || len(r.rel.Columns) == 0 {
+				return 0, "", false // a relation with unknown columns might own it
+			}
+			if _, ok := r.rel.Column(parts[0]); ok {
+				if found >= 0 {
+					return 0, "", false
+				}
+				found = i
+			}
+		}
+		if found < 0 {
+			return 0, "", false
+		}
+		return found, parts[0], true
+	case 2, 3:
+		qual := parts[len(parts)-2]
+		found := -1
+		for i, r := range sc.rels {
+			if r.alias != qual {
+				continue
+			}
+			if len(parts) == 3 && (r.rel == nil || r.rel.Name.Schema != parts[0]) {
+				continue
+			}
+			if found >= 0 {
+				return 0, "", false
+			}
+			found = i
+		}
+		if found < 0 {
+			return 0, "", false
+		}
+		return found, parts[len(parts)-1], true
+	}
+	return 0, "", false
+}
+
+// applyFixes records on each table access of sc what quals fix about it.
+func (w *walker) applyFixes(sc *scope, quals []*pg.Node) {
+	var f fixes
+	for _, q := range quals {
+		f = and(f, w.cond(q, sc))
+	}
+	f = w.propagate(f, quals, sc)
+	for i, r := range sc.rels {
+		if r.acc < 0 || f[i] == nil {
+			continue
+		}
+		a := &w.st.acc[r.acc]
+		t := a.table
+		get := func(name string) []val {
+			cv, ok := f[i][name]
+			if !ok || len(cv.vals) == 0 {
+				return nil
+			}
+			col, ok := t.Column(name)
+			if !ok || (cv.cast != "" && !castKeeps(cv.cast, col.Type)) {
+				return nil
+			}
+			return cv.vals
+		}
+		for j, name := range t.PK {
+			a.pk[j] = get(name)
+		}
+		if t.Granule != "" {
+			a.granule = get(t.Granule)
+		}
+	}
+}
+
+type colRef struct {
+	rel int
+	col string
+}
+
+// propagate copies fixed values across top-level join equalities
+// ("a.x = b.y AND a.x = 1" fixes b.y to 1 as well).
+func (w *walker) propagate(f fixes, quals []*pg.Node, sc *scope) fixes {
+	var eqs [][2]colRef
+	var collect func(n *pg.Node)
+	collect = func(n *pg.Node) {
+		if b := n.GetBoolExpr(); b != nil && b.Boolop == pg.BoolExprType_AND_EXPR {
+			for _, a := range b.Args {
+				collect(a)
+			}
+			return
+		}
+		e := n.GetAExpr()
+		if e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+			return
+		}
+		lr, lc, lok := w.column(e.Lexpr, sc)
+		rr, rc, rok := w.column(e.Rexpr, sc)
+		if lok && rok {
+			eqs = append(eqs, [2]colRef{{lr, lc}, {rr, rc}})
+		}
+	}
+	for _, q := range quals {
+		collect(q)
+	}
+	if len(eqs) == 0 {
+		return f
+	}
+	if f == nil {
+		f = fixes{}
+	}
+	for changed, rounds := true, 0; changed && rounds < 8; rounds++ {
+		changed = false
+		for _, eq := range eqs {
+			for d := 0; d < 2; d++ {
+				from, to := eq[d], eq[1-d]
+				v, ok := f[from.rel][from.col]
+				if !ok {
+					continue
+				}
+				if _, has := f[to.rel][to.col]; has {
+					continue
+				}
+				if f[to.rel] == nil {
+					f[to.rel] = make(map[string]colVal)
+				}
+				f[to.rel][to.col] = v
+				changed = true
+			}
+		}
+	}
+	return f
+}

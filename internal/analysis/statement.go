@@ -1,0 +1,193 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Kind classifies a statement by what the session must do with it.
+type Kind uint8
+
+// Statement kinds.
+const (
+	// KindEmpty is an empty statement (only comments or semicolons).
+	KindEmpty Kind = iota
+	// KindRead is a read-only query (SELECT, VALUES, TABLE, DECLARE CURSOR
+	// over a read-only query, SHOW-free).
+	KindRead
+	// KindWrite changes rows or takes row locks: INSERT (with ON CONFLICT),
+	// UPDATE, DELETE, MERGE, data-modifying CTEs, SELECT … FOR UPDATE/SHARE.
+	KindWrite
+	// KindDDL is a utility statement replicated in total order (CREATE,
+	// ALTER, DROP, TRUNCATE, GRANT, COMMENT, SELECT INTO, REFRESH …).
+	KindDDL
+	// KindTxn is transaction control; Statement.Txn says which.
+	KindTxn
+	// KindRefused must be refused with Statement.Err (client-issued
+	// two-phase commit: Ordo owns PREPARE TRANSACTION).
+	KindRefused
+	// KindSession changes or shows session state only (SET, RESET, SHOW,
+	// DISCARD, PREPARE, DEALLOCATE, FETCH, CLOSE, SET CONSTRAINTS).
+	KindSession
+	// KindNotify is LISTEN, UNLISTEN or NOTIFY.
+	KindNotify
+	// KindLock is LOCK TABLE; Statement.Locks names the tables.
+	KindLock
+	// KindCopyFrom is COPY … FROM (writes Statement.Writes).
+	KindCopyFrom
+	// KindCopyTo is COPY … TO (a read).
+	KindCopyTo
+	// KindOpaque runs code the analyzer cannot see into (CALL, DO, EXECUTE,
+	// a query calling a function that may write): it may read and write
+	// anything. Statement.Reason says why.
+	KindOpaque
+	// KindExplain is EXPLAIN without ANALYZE: it plans, reads no data.
+	KindExplain
+	// KindLocal is maintenance of the local server that is not replicated
+	// (VACUUM, ANALYZE, CHECKPOINT, CLUSTER, REINDEX, LOAD, ALTER SYSTEM).
+	KindLocal
+)
+
+var kindNames = [...]string{"empty", "read", "write", "ddl", "txn", "refused", "session", "notify", "lock", "copy-from", "copy-to", "opaque", "explain", "local"}
+
+// String returns the kind's lowercase name.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// TxnOp is a transaction-control operation.
+type TxnOp uint8
+
+// Transaction-control operations.
+const (
+	TxnBegin    TxnOp = iota + 1 // BEGIN, START TRANSACTION
+	TxnCommit                    // COMMIT, END
+	TxnRollback                  // ROLLBACK, ABORT
+	TxnSavepoint
+	TxnRelease
+	TxnRollbackTo
+	TxnSetTransaction   // SET TRANSACTION …
+	TxnPrepare          // PREPARE TRANSACTION (refused)
+	TxnCommitPrepared   // COMMIT PREPARED (refused)
+	TxnRollbackPrepared // ROLLBACK PREPARED (refused)
+)
+
+var txnOpNames = [...]string{"", "begin", "commit", "rollback", "savepoint", "release", "rollback-to", "set-transaction", "prepare-transaction", "commit-prepared", "rollback-prepared"}
+
+// String returns the operation's name.
+func (o TxnOp) String() string {
+	if int(o) < len(txnOpNames) {
+		return txnOpNames[o]
+	}
+	return fmt.Sprintf("txnop(%d)", uint8(o))
+}
+
+// TxnControl details a KindTxn (or refused two-phase) statement.
+type TxnControl struct {
+	Op TxnOp
+	// Isolation is "serializable", "repeatable read", "read committed" or
+	// "read uncommitted" when the statement sets it, else "".
+	Isolation string
+	// ReadOnly is +1 for READ ONLY, -1 for READ WRITE, 0 when not given.
+	ReadOnly   int8
+	Deferrable int8
+	Chain      bool   // COMMIT/ROLLBACK AND CHAIN
+	Savepoint  string // SAVEPOINT, RELEASE, ROLLBACK TO
+	GID        string // the client's PREPARE TRANSACTION / … PREPARED name
+	// ConflictClasses and Profile come from a leading comment on BEGIN:
+	//   /* ordo.conflict_classes='district[w=1], stock' ordo.profile=neworder */ BEGIN
+	ConflictClasses string
+	Profile         string
+}
+
+// Setting details SET, RESET and SHOW.
+type Setting struct {
+	Name  string // lowercased, e.g. "search_path", "ordo.conflict_classes"; "all" for RESET ALL / SHOW ALL
+	Value string // SET: the value as text (list items joined by ", "); "" for DEFAULT
+	Local bool   // SET LOCAL
+	Reset bool   // RESET or SET … TO DEFAULT
+	Show  bool
+	// Ordo marks an "ordo.*" setting, which Ordo interprets itself.
+	Ordo bool
+}
+
+// Statement is the analysis of one SQL statement. It is immutable and shared
+// by every session that runs the same text: call Bind for the keys.
+type Statement struct {
+	// SQL is the statement's text (with leading comments), Offset its byte
+	// offset in the string given to Analyze.
+	SQL    string
+	Offset int
+	Kind   Kind
+	// Tag is the parse node name ("SelectStmt", "CreateStmt", …).
+	Tag string
+	// Reason explains KindRefused and KindOpaque, and any escalation to
+	// "read everything".
+	Reason  string
+	Txn     *TxnControl // KindTxn and refused two-phase statements
+	Setting *Setting    // SET / RESET / SHOW
+	// Explain is set for EXPLAIN; Executes is false only for an EXPLAIN
+	// without ANALYZE (which runs nothing).
+	Explain  bool
+	Executes bool
+	// Prepared is the analysis of the query of a SQL-level PREPARE.
+	Prepared *Statement
+	// Reads, Writes and Locks are the tables read, possibly written and
+	// row-locked (sorted, deduplicated). Writes includes INSERT … ON CONFLICT
+	// targets, data-modifying CTEs, COPY FROM and TRUNCATE targets, and the
+	// base tables of views written through.
+	Reads, Writes, Locks []catalog.Name
+	// ReadsAll / WritesAll: the statement may read / write anything.
+	ReadsAll, WritesAll bool
+	// Unknown lists relation and function names the catalog did not know
+	// (each caused an escalation).
+	Unknown []string
+	// NumParams is the highest $n used.
+	NumParams int
+
+	acc    []access
+	static *Footprint // set when no key depends on a parameter
+	limit  int
+}
+
+// Footprint is what a statement touches once its parameters are known.
+type Footprint struct {
+	// All: the statement may read everything; Reads is then empty.
+	All bool
+	// Reads are the S keys of the rows, granules or tables it reads.
+	Reads []txn.Key
+	// WritesAll: it may write anything.
+	WritesAll bool
+	// Writes predicts what it writes (row keys when the statement fixes
+	// them, else granule or table keys). The real write set comes from
+	// decoding; this prediction is for conflict classes.
+	Writes []txn.Key
+}
+
+// ErrRefused is returned by Statement.Err for KindRefused statements.
+var ErrRefused = errors.New("statement refused by ordo")
+
+// Err returns an error wrapping ErrRefused with the reason for a refused
+// statement, nil otherwise.
+func (s *Statement) Err() error {
+	if s.Kind != KindRefused {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrRefused, s.Reason)
+}
+
+// Updates reports whether the statement makes the transaction an update
+// transaction that must be terminated through the replication protocol.
+func (s *Statement) Updates() bool {
+	switch s.Kind {
+	case KindWrite, KindDDL, KindCopyFrom, KindOpaque:
+		return s.Executes
+	}
+	return false
+}

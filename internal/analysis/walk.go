@@ -1,0 +1,662 @@
+package analysis
+
+import (
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ordo-db/ordo/internal/catalog"
+)
+
+// walker fills one Statement from one parse tree.
+type walker struct {
+	cat *catalog.Catalog
+	sp  []string
+	st  *Statement
+
+	reads, writes, locks map[catalog.Name]bool
+	unknown              map[string]bool
+	dml                  bool // INSERT/UPDATE/DELETE/MERGE anywhere
+	locking              bool // FOR UPDATE/SHARE anywhere
+	opaque               string
+	readsAll             string // reason, "" if none
+}
+
+// relRef is one item of a FROM list (or a DML target) visible to column
+// references of its scope.
+type relRef struct {
+	alias string            // the name column references qualify with
+	rel   *catalog.Relation // nil for CTEs, subqueries, functions, unknown
+	acc   int               // index into Statement.acc, -1 if none
+}
+
+type scope struct {
+	parent *scope
+	rels   []relRef
+	ctes   map[string]bool
+}
+
+func (sc *scope) isCTE(name string) bool {
+	for s := sc; s != nil; s = s.parent {
+		if s.ctes[name] {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *walker) escalate(reason string) {
+	if w.readsAll == "" {
+		w.readsAll = reason
+	}
+}
+
+func (w *walker) markUnknown(name string) {
+	if w.unknown == nil {
+		w.unknown = make(map[string]bool)
+	}
+	w.unknown[name] = true
+}
+
+func (w *walker) param(n int32) {
+	if int(n) > w.st.NumParams {
+		w.st.NumParams = int(n)
+	}
+}
+
+// query walks a statement that produces or changes rows.
+func (w *walker) query(n *pg.Node, sc *scope) {
+	if n == nil {
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_SelectStmt:
+		w.selectStmt(x.SelectStmt, sc)
+	case *pg.Node_InsertStmt:
+		w.insertStmt(x.InsertStmt, sc)
+	case *pg.Node_UpdateStmt:
+		w.updateStmt(x.UpdateStmt, sc)
+	case *pg.Node_DeleteStmt:
+		w.deleteStmt(x.DeleteStmt, sc)
+	case *pg.Node_MergeStmt:
+		w.mergeStmt(x.MergeStmt, sc)
+	default:
+		w.expr(n, sc)
+	}
+}
+
+// with registers and walks a WITH clause into sc. Non-recursive CTE names
+// become visible only after their own body, as in PostgreSQL, so a CTE that
+// shadows a table name never hides a read of the table before it.
+func (w *walker) with(wc *pg.WithClause, sc *scope) {
+	if wc == nil {
+		return
+	}
+	if sc.ctes == nil {
+		sc.ctes = make(map[string]bool)
+	}
+	if wc.Recursive {
+		for _, c := range wc.Ctes {
+			if cte := c.GetCommonTableExpr(); cte != nil {
+				sc.ctes[cte.Ctename] = true
+			}
+		}
+	}
+	for _, c := range wc.Ctes {
+		cte := c.GetCommonTableExpr()
+		if cte == nil {
+			w.expr(c, sc)
+			continue
+		}
+		inner := &scope{parent: sc}
+		w.query(cte.Ctequery, inner)
+		sc.ctes[cte.Ctename] = true
+	}
+}
+
+// relation resolves a RangeVar of a FROM list or DML target and records
+// the table accesses it implies. role: read and/or write.
+func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
+	ref := relRef{alias: rv.Relname, acc: -1}
+	if rv.Alias != nil && rv.Alias.Aliasname != "" {
+		ref.alias = rv.Alias.Aliasname
+	}
+	if rv.Schemaname == "" && rv.Catalogname == "" && sc != nil && sc.isCTE(rv.Relname) {
+		return ref
+	}
+	rel, ok := w.cat.Resolve(w.sp, rv.Schemaname, rv.Relname)
+	if !ok {
+		name := rv.Relname
+		if rv.Schemaname != "" {
+			name = rv.Schemaname + "." + name
+		}
+		w.markUnknown(name)
+		if read {
+			w.escalate("unknown relation " + name)
+		}
+		if write {
+			w.st.WritesAll = true
+			w.writes[catalog.Name{Schema: rv.Schemaname, Name: rv.Relname}] = true
+		}
+		return ref
+	}
+	ref.rel = rel
+	if rel.Kind == catalog.KindView {
+		if rel.Opaque && read {
+			w.escalate("view " + rel.Name.String() + " calls functions that may read anything")
+		}
+		if rel.Opaque && write {
+			w.st.WritesAll = true
+		}
+		for _, b := range rel.Bases {
+			bt, _ := w.cat.Lookup(b)
+			w.st.acc = append(w.st.acc, access{table: bt, read: read, write: write, tableOnly: true})
+			if read {
+				w.reads[b] = true
+			}
+			if write {
+				w.writes[b] = true
+			}
+		}
+		return ref
+	}
+	ref.acc = len(w.st.acc)
+	a := access{table: rel, read: read, write: write}
+	if len(rel.PK) > 0 {
+		a.pk = make([][]val, len(rel.PK))
+	}
+	w.st.acc = append(w.st.acc, a)
+	if read {
+		w.reads[rel.Name] = true
+	}
+	if write {
+		w.writes[rel.Name] = true
+	}
+	return ref
+}
+
+// fromItem adds one FROM item to sc; inner-join conditions are appended to
+// quals (they restrict rows like WHERE does), all other expressions to later
+// (walked once the whole FROM list is in scope).
+func (w *walker) fromItem(n *pg.Node, sc *scope, quals, later *[]*pg.Node) {
+	if n == nil {
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_RangeVar:
+		sc.rels = append(sc.rels, w.relation(x.RangeVar, sc, true, false))
+	case *pg.Node_JoinExpr:
+		j := x.JoinExpr
+		w.fromItem(j.Larg, sc, quals, later)
+		w.fromItem(j.Rarg, sc, quals, later)
+		if j.Quals != nil {
+			if j.Jointype == pg.JoinType_JOIN_INNER {
+				*quals = append(*quals, j.Quals)
+			} else {
+				*later = append(*later, j.Quals)
+			}
+		}
+		if j.Alias != nil {
+			// Columns are then referenced through the join alias, which
+			// resolves to nothing: no predicate refines these tables.
+			sc.rels = append(sc.rels, relRef{alias: j.Alias.Aliasname, acc: -1})
+		}
+	case *pg.Node_RangeSubselect:
+		w.query(x.RangeSubselect.Subquery, &scope{parent: sc})
+		sc.rels = append(sc.rels, relRef{alias: aliasName(x.RangeSubselect.Alias), acc: -1})
+	case *pg.Node_RangeFunction:
+		for _, f := range x.RangeFunction.Functions {
+			w.expr(f, sc)
+		}
+		sc.rels = append(sc.rels, relRef{alias: aliasName(x.RangeFunction.Alias), acc: -1})
+	case *pg.Node_RangeTableSample:
+		w.fromItem(x.RangeTableSample.Relation, sc, quals, later)
+		for _, a := range x.RangeTableSample.Args {
+			w.expr(a, sc)
+		}
+		w.expr(x.RangeTableSample.Repeatable, sc)
+	default:
+		// XMLTABLE, JSON_TABLE …: walk everything, and let the item hide
+		// unqualified columns (its column set is unknown).
+		w.expr(n, sc)
+		sc.rels = append(sc.rels, relRef{acc: -1})
+	}
+}
+
+func aliasName(a *pg.Alias) string {
+	if a == nil {
+		return ""
+	}
+	return a.Aliasname
+}
+
+func (w *walker) selectStmt(s *pg.SelectStmt, parent *scope) {
+	if s == nil {
+		return
+	}
+	sc := &scope{parent: parent}
+	w.with(s.WithClause, sc)
+	if s.Op != pg.SetOperation_SETOP_NONE && s.Op != pg.SetOperation_SET_OPERATION_UNDEFINED {
+		w.selectStmt(s.Larg, sc)
+		w.selectStmt(s.Rarg, sc)
+		w.exprs(s.SortClause, sc)
+		w.expr(s.LimitCount, sc)
+		w.expr(s.LimitOffset, sc)
+		w.lockingClause(s.LockingClause, sc)
+		return
+	}
+	var quals, later []*pg.Node
+	for _, f := range s.FromClause {
+		w.fromItem(f, sc, &quals, &later)
+	}
+	if s.WhereClause != nil {
+		quals = append(quals, s.WhereClause)
+	}
+	w.applyFixes(sc, quals)
+	w.exprs(quals, sc)
+	w.exprs(later, sc)
+	w.exprs(s.TargetList, sc)
+	w.exprs(s.DistinctClause, sc)
+	w.exprs(s.GroupClause, sc)
+	w.expr(s.HavingClause, sc)
+	w.exprs(s.WindowClause, sc)
+	w.exprs(s.ValuesLists, sc)
+	w.exprs(s.SortClause, sc)
+	w.expr(s.LimitCount, sc)
+	w.expr(s.LimitOffset, sc)
+	w.lockingClause(s.LockingClause, sc)
+}
+
+// lockingClause records SELECT … FOR UPDATE/SHARE: the named relations, or
+// every table of the FROM list.
+func (w *walker) lockingClause(lcs []*pg.Node, sc *scope) {
+	for _, n := range lcs {
+		lc := n.GetLockingClause()
+		if lc == nil {
+			continue
+		}
+		w.locking = true
+		if len(lc.LockedRels) == 0 {
+			for _, r := range sc.rels {
+				w.lockRef(r)
+			}
+			continue
+		}
+		for _, ln := range lc.LockedRels {
+			rv := ln.GetRangeVar()
+			if rv == nil {
+				continue
+			}
+			for _, r := range sc.rels {
+				if r.alias == rv.Relname {
+					w.lockRef(r)
+				}
+			}
+		}
+	}
+}
+
+func (w *walker) lockRef(r relRef) {
+	if r.rel == nil {
+		return
+	}
+	if r.rel.Kind == catalog.KindView {
+		for _, b := range r.rel.Bases {
+			w.locks[b] = true
+		}
+		return
+	}
+	w.locks[r.rel.Name] = true
+}
+
+func (w *walker) insertStmt(s *pg.InsertStmt, parent *scope) {
+	w.dml = true
+	sc := &scope{parent: parent}
+	w.with(s.WithClause, sc)
+	conflict := s.OnConflictClause != nil
+	target := w.relation(s.Relation, sc, conflict, true)
+	// Predict the written rows from VALUES lists.
+	if sel := s.SelectStmt.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 && sel.WithClause == nil && target.acc >= 0 {
+		w.insertValues(&w.st.acc[target.acc], s.Cols, sel.ValuesLists)
+	}
+	if conflict && target.acc >= 0 && !inferIsPK(s.OnConflictClause.Infer, target.rel) {
+		w.st.acc[target.acc].readTable = true
+	}
+	w.query(s.SelectStmt, sc)
+	tsc := &scope{parent: sc, rels: []relRef{target, {alias: "excluded", acc: -1}}}
+	if oc := s.OnConflictClause; oc != nil {
+		if oc.Infer != nil {
+			w.exprs(oc.Infer.IndexElems, tsc)
+			w.expr(oc.Infer.WhereClause, tsc)
+		}
+		w.exprs(oc.TargetList, tsc)
+		w.expr(oc.WhereClause, tsc)
+	}
+	w.exprs(s.ReturningList, tsc)
+}
+
+// inferIsPK reports whether an ON CONFLICT arbiter is exactly the primary
+// key columns (then the conflicting row is the one with the inserted key).
+func inferIsPK(ic *pg.InferClause, rel *catalog.Relation) bool {
+	if ic == nil || ic.Conname != "" || ic.WhereClause != nil || rel == nil || len(rel.PK) == 0 || len(ic.IndexElems) != len(rel.PK) {
+		return false
+	}
+	want := make(map[string]bool, len(rel.PK))
+	for _, c := range rel.PK {
+		want[c] = true
+	}
+	for _, e := range ic.IndexElems {
+		ie := e.GetIndexElem()
+		if ie == nil || ie.Name == "" || !want[ie.Name] {
+			return false
+		}
+		delete(want, ie.Name)
+	}
+	return len(want) == 0
+}
+
+// insertValues fixes the primary key and granule of an INSERT target from
+// its VALUES rows (constants and parameters only).
+func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
+	t := a.table
+	names := make([]string, 0, len(t.Columns))
+	if len(cols) == 0 {
+		for _, c := range t.Columns {
+			names = append(names, c.Name)
+		}
+	} else {
+		for _, c := range cols {
+			names = append(names, c.GetResTarget().GetName())
+		}
+	}
+	fixCol := func(col string) []val {
+		pos := -1
+		for i, n := range names {
+			if n == col {
+				pos = i
+			}
+		}
+		if pos < 0 {
+			return nil
+		}
+		var out []val
+		for _, r := range rows {
+			items := r.GetList().GetItems()
+			if pos >= len(items) {
+				return nil
+			}
+			v, ok := value(items[pos])
+			if !ok || v.kind == vParamArray {
+				return nil
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	for i, c := range t.PK {
+		a.pk[i] = fixCol(c)
+	}
+	if t.Granule != "" {
+		a.granule = fixCol(t.Granule)
+	}
+}
+
+func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
+	w.dml = true
+	sc := &scope{parent: parent}
+	w.with(s.WithClause, sc)
+	sc.rels = append(sc.rels, w.relation(s.Relation, sc, true, true))
+	var quals, later []*pg.Node
+	for _, f := range s.FromClause {
+		w.fromItem(f, sc, &quals, &later)
+	}
+	if s.WhereClause != nil {
+		quals = append(quals, s.WhereClause)
+	}
+	w.applyFixes(sc, quals)
+	w.exprs(quals, sc)
+	w.exprs(later, sc)
+	w.exprs(s.TargetList, sc)
+	w.exprs(s.ReturningList, sc)
+}
+
+func (w *walker) deleteStmt(s *pg.DeleteStmt, parent *scope) {
+	w.dml = true
+	sc := &scope{parent: parent}
+	w.with(s.WithClause, sc)
+	sc.rels = append(sc.rels, w.relation(s.Relation, sc, true, true))
+	var quals, later []*pg.Node
+	for _, f := range s.UsingClause {
+		w.fromItem(f, sc, &quals, &later)
+	}
+	if s.WhereClause != nil {
+		quals = append(quals, s.WhereClause)
+	}
+	w.applyFixes(sc, quals)
+	w.exprs(quals, sc)
+	w.exprs(later, sc)
+	w.exprs(s.ReturningList, sc)
+}
+
+func (w *walker) mergeStmt(s *pg.MergeStmt, parent *scope) {
+	w.dml = true
+	sc := &scope{parent: parent}
+	w.with(s.WithClause, sc)
+	target := w.relation(s.Relation, sc, true, true)
+	if target.acc >= 0 {
+		w.st.acc[target.acc].tableOnly = true
+	}
+	sc.rels = append(sc.rels, target)
+	var quals, later []*pg.Node
+	w.fromItem(s.SourceRelation, sc, &quals, &later)
+	w.exprs(quals, sc)
+	w.exprs(later, sc)
+	w.expr(s.JoinCondition, sc)
+	w.exprs(s.MergeWhenClauses, sc)
+	w.exprs(s.ReturningList, sc)
+}
+
+// funcCall checks a function the statement calls.
+func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
+	schema, name := "", ""
+	switch len(fc.Funcname) {
+	case 1:
+		name = fc.Funcname[0].GetString_().GetSval()
+	case 2:
+		schema = fc.Funcname[0].GetString_().GetSval()
+		name = fc.Funcname[1].GetString_().GetSval()
+	default:
+		name = "?"
+	}
+	full := name
+	if schema != "" {
+		full = schema + "." + name
+	}
+	f, ok := w.cat.Func(w.sp, schema, name)
+	switch {
+	case !ok:
+		w.markUnknown(full + "()")
+		w.escalate("unknown function " + full)
+		if w.opaque == "" {
+			w.opaque = "calls unknown function " + full + ", which may write"
+		}
+	case f.ReadsData:
+		w.escalate("calls " + f.Name.String() + ", which may read any table")
+		if f.Volatility == catalog.Volatile && w.opaque == "" {
+			w.opaque = "calls volatile function " + f.Name.String() + ", which may write"
+		}
+	}
+	w.exprs(fc.Args, sc)
+	w.exprs(fc.AggOrder, sc)
+	w.expr(fc.AggFilter, sc)
+	if fc.Over != nil {
+		w.msg(fc.Over, sc)
+	}
+}
+
+func (w *walker) exprs(ns []*pg.Node, sc *scope) {
+	for _, n := range ns {
+		w.expr(n, sc)
+	}
+}
+
+// expr walks any node for what matters inside expressions: subqueries,
+// function calls, parameters and stray relations. Unknown node types are
+// walked generically, so nothing is ever skipped.
+func (w *walker) expr(n *pg.Node, sc *scope) {
+	if n == nil {
+		return
+	}
+	switch x := n.Node.(type) {
+	case nil:
+	case *pg.Node_ColumnRef, *pg.Node_AConst, *pg.Node_String_, *pg.Node_Integer, *pg.Node_Float, *pg.Node_Boolean, *pg.Node_AStar, *pg.Node_SqlvalueFunction:
+	case *pg.Node_ParamRef:
+		w.param(x.ParamRef.Number)
+	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+		w.query(n, sc)
+	case *pg.Node_SubLink:
+		w.expr(x.SubLink.Testexpr, sc)
+		w.query(x.SubLink.Subselect, sc)
+	case *pg.Node_FuncCall:
+		w.funcCall(x.FuncCall, sc)
+	case *pg.Node_RangeVar:
+		w.relation(x.RangeVar, sc, true, false)
+	case *pg.Node_AExpr:
+		w.expr(x.AExpr.Lexpr, sc)
+		w.expr(x.AExpr.Rexpr, sc)
+	case *pg.Node_BoolExpr:
+		w.exprs(x.BoolExpr.Args, sc)
+	case *pg.Node_TypeCast:
+		w.expr(x.TypeCast.Arg, sc)
+	case *pg.Node_ResTarget:
+		w.expr(x.ResTarget.Val, sc)
+		w.exprs(x.ResTarget.Indirection, sc)
+	case *pg.Node_List:
+		w.exprs(x.List.Items, sc)
+	case *pg.Node_SortBy:
+		w.expr(x.SortBy.Node, sc)
+	default:
+		w.generic(n.ProtoReflect(), sc)
+	}
+}
+
+// msg dispatches a message found by the generic walk.
+func (w *walker) msg(m proto.Message, sc *scope) {
+	switch x := m.(type) {
+	case *pg.Node:
+		w.expr(x, sc)
+	case *pg.SelectStmt:
+		w.selectStmt(x, sc)
+	case *pg.RangeVar:
+		w.relation(x, sc, true, false)
+	case *pg.FuncCall:
+		w.funcCall(x, sc)
+	case *pg.ParamRef:
+		w.param(x.Number)
+	case *pg.WithClause:
+		w.with(x, sc)
+	default:
+		w.generic(m.ProtoReflect(), sc)
+	}
+}
+
+func (w *walker) generic(m protoreflect.Message, sc *scope) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind {
+			return true
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				w.msg(l.Get(i).Message().Interface(), sc)
+			}
+			return true
+		}
+		if fd.IsMap() {
+			return true
+		}
+		w.msg(v.Message().Interface(), sc)
+		return true
+	})
+}
+
+// value returns the value a node fixes a column to: a literal, a
+// parameter, or either under a cast (the cast is checked against the
+// column type later).
+func value(n *pg.Node) (val, bool) {
+	if n == nil {
+		return val{}, false
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_AConst:
+		c := x.AConst
+		if c.Isnull {
+			return val{}, false
+		}
+		switch v := c.Val.(type) {
+		case *pg.A_Const_Ival:
+			return val{kind: vConst, text: strconv.FormatInt(int64(v.Ival.Ival), 10)}, true
+		case *pg.A_Const_Fval:
+			return val{kind: vConst, text: v.Fval.Fval}, true
+		case *pg.A_Const_Sval:
+			return val{kind: vConst, text: v.Sval.Sval}, true
+		case *pg.A_Const_Boolval:
+			if v.Boolval.Boolval {
+				return val{kind: vConst, text: "true"}, true
+			}
+			return val{kind: vConst, text: "false"}, true
+		}
+	case *pg.Node_ParamRef:
+		return val{kind: vParam, param: int(x.ParamRef.Number)}, true
+	}
+	return val{}, false
+}
+
+// castType returns the base type name of a cast and whether it is an
+// array type.
+func castType(tn *pg.TypeName) (string, bool) {
+	if tn == nil || len(tn.Names) == 0 || len(tn.Typmods) > 0 || tn.PctType || tn.Setof {
+		return "", false
+	}
+	name := tn.Names[len(tn.Names)-1].GetString_().GetSval()
+	if len(tn.Names) == 2 && tn.Names[0].GetString_().GetSval() != "pg_catalog" {
+		return "", false
+	}
+	if len(tn.Names) > 2 {
+		return "", false
+	}
+	switch strings.ToLower(name) {
+	case "int", "integer":
+		name = "int4"
+	case "smallint":
+		name = "int2"
+	case "bigint":
+		name = "int8"
+	case "boolean":
+		name = "bool"
+	case "character varying":
+		name = "varchar"
+	}
+	return name, len(tn.ArrayBounds) > 0
+}
+
+// castKeeps reports whether casting a value to cast and comparing it with
+// a column of type col compares the value itself (no rounding, truncation
+// or change of equality).
+func castKeeps(cast, col string) bool {
+	ints := map[string]bool{"int2": true, "int4": true, "int8": true}
+	texts := map[string]bool{"text": true, "varchar": true}
+	switch {
+	case ints[col]:
+		return ints[cast]
+	case col == "oid":
+		return cast == "oid" || ints[cast]
+	case texts[col]:
+		return texts[cast]
+	default:
+		return cast == col
+	}
+}

@@ -1,0 +1,346 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Name is a schema-qualified object name.
+type Name struct {
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+}
+
+// String returns "schema.name" (unquoted); just the name when the schema
+// is unknown (a relation the catalog does not have).
+func (n Name) String() string {
+	if n.Schema == "" {
+		return n.Name
+	}
+	return n.Schema + "." + n.Name
+}
+
+// ParseName splits "schema.name"; a name without a dot gets schema "public".
+func ParseName(s string) Name {
+	if sch, nm, ok := strings.Cut(s, "."); ok {
+		return Name{sch, nm}
+	}
+	return Name{"public", s}
+}
+
+// Kind is the kind of a relation.
+type Kind uint8
+
+// Relation kinds. Materialized views are tables for the analyzer: reading
+// one reads its stored rows, and REFRESH is ordered like other DDL.
+const (
+	KindTable Kind = iota + 1
+	KindView
+)
+
+// Column is a column and the name of its type (pg_type.typname, e.g.
+// "int4", "text", "bpchar"). Type is empty when the column's values have no
+// canonical text form the analyzer may rely on (e.g. a nondeterministic
+// collation).
+type Column struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// Relation is a table or a view.
+type Relation struct {
+	Name    Name
+	Kind    Kind
+	Columns []Column
+	// PK lists the primary key columns in key order (tables only; empty if
+	// the table has no primary key).
+	PK []string
+	// Granule is the configured granule column ("" for none).
+	Granule string
+	// Bases are, for a view, the tables it reads, through views over views.
+	Bases []Name
+	// Opaque is set on a view that calls a function which may read data the
+	// catalog cannot attribute; reading it reads everything.
+	Opaque bool
+}
+
+// Column returns the named column.
+func (r *Relation) Column(name string) (Column, bool) {
+	for _, c := range r.Columns {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Column{}, false
+}
+
+// Volatility is a function's provolatile.
+type Volatility byte
+
+// Function volatilities, as in pg_proc.provolatile.
+const (
+	Immutable Volatility = 'i'
+	Stable    Volatility = 's'
+	Volatile  Volatility = 'v'
+)
+
+// Function describes all overloads of a function name together (the
+// analyzer does not resolve argument types): the worst volatility, and
+// whether any overload may read or write user data.
+type Function struct {
+	Name       Name
+	Volatility Volatility
+	// ReadsData: calling it may read (or write) user tables the analyzer
+	// cannot see, so a statement calling it reads everything.
+	ReadsData bool
+}
+
+// TableDesc, ViewDesc and FuncDesc form a Description.
+type TableDesc struct {
+	Schema  string   `json:"schema"`
+	Name    string   `json:"name"`
+	Columns []Column `json:"columns"`
+	PK      []string `json:"pk,omitempty"`
+}
+
+// ViewDesc is a view and what its definition uses directly.
+type ViewDesc struct {
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+	// Uses are the relations (tables or views) its query reads, "schema.name".
+	Uses []string `json:"uses"`
+	// Functions are the functions its query calls, "schema.name".
+	Functions []string `json:"functions,omitempty"`
+	Columns   []Column `json:"columns,omitempty"`
+}
+
+// FuncDesc describes one function name.
+type FuncDesc struct {
+	Schema     string `json:"schema"`
+	Name       string `json:"name"`
+	Volatility string `json:"volatility"` // "immutable", "stable" or "volatile"
+	ReadsData  bool   `json:"reads_data,omitempty"`
+}
+
+// Description is the plain form of a catalog: what Load reads from
+// PostgreSQL, or a fixed catalog written by hand for tests.
+type Description struct {
+	Tables    []TableDesc `json:"tables"`
+	Views     []ViewDesc  `json:"views,omitempty"`
+	Functions []FuncDesc  `json:"functions,omitempty"`
+	// Granules maps "schema.table" to its granule column (cluster
+	// configuration, e.g. TPC-C's warehouse id columns).
+	Granules map[string]string `json:"granules,omitempty"`
+}
+
+// Catalog is an immutable snapshot of a database's schema.
+type Catalog struct {
+	version uint64
+	rels    map[Name]*Relation
+	funcs   map[Name]*Function
+}
+
+// ErrInvalid is returned by New for a Description that contradicts itself
+// (a view cycle, a primary key or granule column that is not a column, a
+// granule configured for an unknown table).
+var ErrInvalid = errors.New("catalog: invalid description")
+
+// New builds a catalog from d. version distinguishes successive snapshots
+// (analysis results cached under one version are not used under another).
+func New(d Description, version uint64) (*Catalog, error) {
+	c := &Catalog{version: version, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function)}
+	for _, t := range d.Tables {
+		n := Name{t.Schema, t.Name}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK}
+		for _, pk := range t.PK {
+			if _, ok := r.Column(pk); !ok {
+				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)
+			}
+		}
+		c.rels[n] = r
+	}
+	for tbl, col := range d.Granules {
+		r, ok := c.rels[ParseName(tbl)]
+		if !ok || r.Kind != KindTable {
+			return nil, fmt.Errorf("%w: granule column configured for unknown table %q", ErrInvalid, tbl)
+		}
+		if _, ok := r.Column(col); !ok {
+			return nil, fmt.Errorf("%w: granule column %q is not a column of %s", ErrInvalid, col, r.Name)
+		}
+		r.Granule = col
+	}
+	for _, f := range d.Functions {
+		n := Name{f.Schema, f.Name}
+		v := Volatility(0)
+		switch f.Volatility {
+		case "immutable", "i":
+			v = Immutable
+		case "stable", "s":
+			v = Stable
+		case "volatile", "v":
+			v = Volatile
+		default:
+			return nil, fmt.Errorf("%w: function %s has volatility %q", ErrInvalid, n, f.Volatility)
+		}
+		if old, ok := c.funcs[n]; ok {
+			old.Volatility = worse(old.Volatility, v)
+			old.ReadsData = old.ReadsData || f.ReadsData
+			continue
+		}
+		c.funcs[n] = &Function{Name: n, Volatility: v, ReadsData: f.ReadsData}
+	}
+	views := make(map[Name]ViewDesc)
+	for _, v := range d.Views {
+		n := Name{v.Schema, v.Name}
+		views[n] = v
+		c.rels[n] = &Relation{Name: n, Kind: KindView, Columns: v.Columns}
+	}
+	for n := range views {
+		bases := make(map[Name]bool)
+		opaque, err := c.expand(n, views, bases, map[Name]bool{})
+		if err != nil {
+			return nil, err
+		}
+		r := c.rels[n]
+		r.Opaque = opaque
+		for b := range bases {
+			r.Bases = append(r.Bases, b)
+		}
+		sort.Slice(r.Bases, func(i, j int) bool { return r.Bases[i].String() < r.Bases[j].String() })
+	}
+	return c, nil
+}
+
+func worse(a, b Volatility) Volatility {
+	rank := map[Volatility]int{Immutable: 0, Stable: 1, Volatile: 2}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+// expand adds the base tables of view n to bases and reports whether any
+// view on the way is opaque.
+func (c *Catalog) expand(n Name, views map[Name]ViewDesc, bases map[Name]bool, onPath map[Name]bool) (bool, error) {
+	if onPath[n] {
+		return false, fmt.Errorf("%w: view %s depends on itself", ErrInvalid, n)
+	}
+	onPath[n] = true
+	defer delete(onPath, n)
+	v := views[n]
+	opaque := false
+	for _, f := range v.Functions {
+		fn, ok := c.funcs[ParseName(f)]
+		if !ok || fn.ReadsData {
+			opaque = true
+		}
+	}
+	for _, u := range v.Uses {
+		un := ParseName(u)
+		if _, isView := views[un]; isView {
+			o, err := c.expand(un, views, bases, onPath)
+			if err != nil {
+				return false, err
+			}
+			opaque = opaque || o
+			continue
+		}
+		if _, ok := c.rels[un]; !ok {
+			// A base the catalog does not know: the view cannot be attributed.
+			opaque = true
+			continue
+		}
+		bases[un] = true
+	}
+	return opaque, nil
+}
+
+// Version returns the version given to New.
+func (c *Catalog) Version() uint64 { return c.version }
+
+// Lookup returns the relation with exactly this qualified name.
+func (c *Catalog) Lookup(n Name) (*Relation, bool) {
+	r, ok := c.rels[n]
+	return r, ok
+}
+
+// Resolve finds relation name as PostgreSQL would for a session whose
+// effective search path is searchPath (see SearchPath): a qualified name is
+// looked up directly; an unqualified one in pg_catalog first (unless the
+// path names it explicitly), then each schema of the path in order.
+func (c *Catalog) Resolve(searchPath []string, schema, name string) (*Relation, bool) {
+	if schema != "" {
+		return c.Lookup(Name{schema, name})
+	}
+	for _, s := range effectivePath(searchPath) {
+		if r, ok := c.rels[Name{s, name}]; ok {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// Func finds a function like Resolve finds a relation.
+func (c *Catalog) Func(searchPath []string, schema, name string) (*Function, bool) {
+	if schema != "" {
+		f, ok := c.funcs[Name{schema, name}]
+		return f, ok
+	}
+	for _, s := range effectivePath(searchPath) {
+		if f, ok := c.funcs[Name{s, name}]; ok {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+// DefaultSchema returns the schema an unqualified CREATE would use: the
+// first schema of the path, "" if none.
+func DefaultSchema(searchPath []string) string {
+	for _, s := range searchPath {
+		if s != "pg_catalog" {
+			return s
+		}
+	}
+	return ""
+}
+
+func effectivePath(p []string) []string {
+	for _, s := range p {
+		if s == "pg_catalog" {
+			return p
+		}
+	}
+	out := make([]string, 0, len(p)+1)
+	out = append(out, "pg_catalog")
+	return append(out, p...)
+}
+
+// SearchPath turns a search_path setting ("\"$user\", public") into a list
+// of schema names, replacing $user by user and dropping empty entries.
+// Whether a schema exists is not checked: a missing schema simply holds no
+// relation of the catalog.
+func SearchPath(setting, user string) []string {
+	var out []string
+	for _, part := range strings.Split(setting, ",") {
+		p := strings.TrimSpace(part)
+		if len(p) >= 2 && p[0] == '"' && p[len(p)-1] == '"' {
+			p = strings.ReplaceAll(p[1:len(p)-1], `""`, `"`)
+		} else {
+			p = strings.ToLower(p)
+		}
+		if p == "$user" {
+			p = user
+		}
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Current returns c itself, so a fixed *Catalog can stand where a Cache is
+// expected.
+func (c *Catalog) Current() *Catalog { return c }

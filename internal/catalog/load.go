@@ -1,0 +1,200 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier is what Load needs of a connection (*pgx.Conn, a pool).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// execFunctions are built-in functions that run SQL given as text and so
+// read whatever that SQL reads.
+var execFunctions = map[string]bool{
+	"query_to_xml": true, "query_to_xmlschema": true, "query_to_xml_and_xmlschema": true,
+	"table_to_xml": true, "table_to_xmlschema": true, "table_to_xml_and_xmlschema": true,
+	"cursor_to_xml": true, "cursor_to_xmlschema": true,
+	"schema_to_xml": true, "schema_to_xmlschema": true, "schema_to_xml_and_xmlschema": true,
+	"database_to_xml": true, "database_to_xmlschema": true, "database_to_xml_and_xmlschema": true,
+}
+
+const (
+	qTables = `
+SELECT n.nspname, c.relname, c.relkind::text
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r','p','m','f','v')
+  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+ORDER BY 1, 2`
+	qColumns = `
+SELECT n.nspname, c.relname, a.attname,
+       CASE WHEN coalesce(co.collisdeterministic, true) THEN t.typname ELSE '' END
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
+WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r','p','m','f','v')
+  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+ORDER BY 1, 2, a.attnum`
+	qPK = `
+SELECT n.nspname, c.relname, a.attname
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+WHERE i.indisprimary
+ORDER BY 1, 2, k.ord`
+	qViewDeps = `
+SELECT DISTINCT vn.nspname, v.relname,
+       CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
+       coalesce(rn.nspname, pn.nspname), coalesce(r.relname, p.proname)
+FROM pg_class v
+JOIN pg_namespace vn ON vn.oid = v.relnamespace
+JOIN pg_rewrite rw ON rw.ev_class = v.oid
+JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = rw.oid
+LEFT JOIN pg_class r ON d.refclassid = 'pg_class'::regclass AND r.oid = d.refobjid
+LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
+LEFT JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
+LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
+WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL)
+ORDER BY 1, 2, 3, 4, 5`
+	qFunctions = `
+SELECT n.nspname, p.proname, p.provolatile::text, l.lanname, p.prokind::text
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_language l ON l.oid = p.prolang
+ORDER BY 1, 2`
+)
+
+// Load reads the schema of the database q is connected to: every table,
+// view, materialized and foreign table (system catalogs included, so psql's
+// queries resolve), primary keys, view dependencies and functions. granules
+// is the cluster's granule configuration ("schema.table" → column).
+//
+// A function may read data (ReadsData) unless it is IMMUTABLE, or it is a
+// built-in (pg_catalog, information_schema) that does not run SQL text.
+func Load(ctx context.Context, q Querier, granules map[string]string) (Description, error) {
+	d := Description{Granules: granules}
+	tables := make(map[Name]*TableDesc)
+	views := make(map[Name]*ViewDesc)
+	var order []Name
+	err := each(ctx, q, qTables, func(r pgx.Rows) error {
+		var n Name
+		var kind string
+		if err := r.Scan(&n.Schema, &n.Name, &kind); err != nil {
+			return err
+		}
+		if kind == "v" {
+			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name}
+		} else {
+			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name}
+		}
+		order = append(order, n)
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = each(ctx, q, qColumns, func(r pgx.Rows) error {
+		var n Name
+		var c Column
+		if err := r.Scan(&n.Schema, &n.Name, &c.Name, &c.Type); err != nil {
+			return err
+		}
+		if t, ok := tables[n]; ok {
+			t.Columns = append(t.Columns, c)
+		} else if v, ok := views[n]; ok {
+			v.Columns = append(v.Columns, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = each(ctx, q, qPK, func(r pgx.Rows) error {
+		var n Name
+		var col string
+		if err := r.Scan(&n.Schema, &n.Name, &col); err != nil {
+			return err
+		}
+		if t, ok := tables[n]; ok {
+			t.PK = append(t.PK, col)
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = each(ctx, q, qViewDeps, func(r pgx.Rows) error {
+		var v, dep Name
+		var kind string
+		if err := r.Scan(&v.Schema, &v.Name, &kind, &dep.Schema, &dep.Name); err != nil {
+			return err
+		}
+		vd, ok := views[v]
+		if !ok {
+			return nil
+		}
+		if kind == "r" {
+			vd.Uses = append(vd.Uses, dep.String())
+		} else {
+			vd.Functions = append(vd.Functions, dep.String())
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = each(ctx, q, qFunctions, func(r pgx.Rows) error {
+		var f FuncDesc
+		var vol, lang, kind string
+		if err := r.Scan(&f.Schema, &f.Name, &vol, &lang, &kind); err != nil {
+			return err
+		}
+		f.Volatility = vol
+		builtin := f.Schema == "pg_catalog" || f.Schema == "information_schema"
+		switch {
+		case builtin:
+			f.ReadsData = execFunctions[f.Name]
+		case kind == "p":
+			f.ReadsData = true
+		default:
+			f.ReadsData = vol != "i"
+		}
+		d.Functions = append(d.Functions, f)
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	for _, n := range order {
+		if t, ok := tables[n]; ok {
+			d.Tables = append(d.Tables, *t)
+		} else {
+			d.Views = append(d.Views, *views[n])
+		}
+	}
+	return d, nil
+}
+
+func each(ctx context.Context, q Querier, sql string, f func(pgx.Rows) error) error {
+	rows, err := q.Query(ctx, sql)
+	if err != nil {
+		return fmt.Errorf("catalog: load: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := f(rows); err != nil {
+			return fmt.Errorf("catalog: load: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("catalog: load: %w", err)
+	}
+	return nil
+}
