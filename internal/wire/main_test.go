@@ -134,3 +134,22 @@ func connect(t testing.TB, dsn string) *pgx.Conn {
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
+
+// pglocal_Start starts a separate single PostgreSQL server with the same
+// roles as the shared one.
+func pglocal_Start(ctx context.Context) (*pglocal.Cluster, error) {
+	c, err := pglocal.Start(ctx, pglocal.Options{N: 1, HBA: []string{"host all trustuser 127.0.0.1/32 trust"}})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, c.Servers[0].DSN("postgres"))
+	if err == nil {
+		_, err = conn.Exec(ctx, "CREATE ROLE trustuser LOGIN")
+		conn.Close(ctx)
+	}
+	if err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}

@@ -33,6 +33,8 @@ type Server struct {
 	draining  bool
 	addr      net.Addr
 
+	idleTimeouts bool // IdleTimeout or IdleInTxTimeout set
+
 	nextID  atomic.Uint64
 	nextPID atomic.Uint32
 	wg      sync.WaitGroup // one per connection goroutine (and its backend goroutine)
@@ -55,6 +57,7 @@ func NewServer(cfg Config, hooks Hooks) (*Server, error) {
 		sessions:  make(map[*session]struct{}),
 		cancelKey: make(map[uint64]*session),
 	}
+	s.idleTimeouts = c.IdleTimeout > 0 || c.IdleInTxTimeout > 0
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	s.nextPID.Store(binary.BigEndian.Uint32(b[:])&0x3fffffff | 0x10000)

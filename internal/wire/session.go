@@ -166,9 +166,8 @@ func (ss *session) flushServer() error {
 // client it flushes what is pending for PostgreSQL, and it enforces the idle
 // timeouts.
 type clientReader struct {
-	ss       *session
-	r        io.Reader
-	deadline bool
+	ss *session
+	r  io.Reader
 }
 
 func (cr *clientReader) Read(p []byte) (int, error) {
@@ -189,10 +188,13 @@ func (cr *clientReader) Read(p []byte) (int, error) {
 		timeout := ss.idleTimeout()
 		if timeout > 0 {
 			_ = ss.rawClient.SetReadDeadline(time.Now().Add(timeout))
-			cr.deadline = true
-		} else if cr.deadline {
+		} else if ss.srv.idleTimeouts {
+			// The backend goroutine may have armed a deadline (see
+			// armIdle); busy sessions have none.
 			_ = ss.rawClient.SetReadDeadline(time.Time{})
-			cr.deadline = false
+			if t2 := ss.idleTimeout(); t2 > 0 { // became idle meanwhile
+				_ = ss.rawClient.SetReadDeadline(time.Now().Add(t2))
+			}
 		}
 		n, err := cr.r.Read(p)
 		ss.inBytes += int64(n)
@@ -200,7 +202,7 @@ func (cr *clientReader) Read(p []byte) (int, error) {
 			ss.srv.m.bytesIn.Add(float64(n))
 		}
 		var ne net.Error
-		if n == 0 && timeout > 0 && errors.As(err, &ne) && ne.Timeout() {
+		if n == 0 && ss.srv.idleTimeouts && errors.As(err, &ne) && ne.Timeout() && !ss.isClosed() {
 			if ss.idleTimeout() == 0 {
 				continue // became busy (e.g. a long statement): not idle
 			}
@@ -222,6 +224,19 @@ func (ss *session) idleTimeout() time.Duration {
 		return ss.srv.cfg.IdleTimeout
 	}
 	return ss.srv.cfg.IdleInTxTimeout
+}
+
+// armIdle starts the idle timeout when the last outstanding reply has
+// been relayed: the session goroutine is then blocked reading the client
+// with no deadline of its own.
+func (ss *session) armIdle(txStatus byte) {
+	timeout := ss.srv.cfg.IdleTimeout
+	if txStatus != 'I' {
+		timeout = ss.srv.cfg.IdleInTxTimeout
+	}
+	if timeout > 0 {
+		_ = ss.rawClient.SetReadDeadline(time.Now().Add(timeout))
+	}
 }
 
 // serverReader is the Frontend's reader: before blocking on PostgreSQL it
@@ -601,6 +616,9 @@ func (ss *session) backendLoop() {
 				ss.nev.Store(int32(len(ss.events)))
 				ss.evMu.Unlock()
 				ss.deliverEvents()
+			}
+			if n == 0 && ss.srv.idleTimeouts {
+				ss.armIdle(m.TxStatus)
 			}
 			if n == 0 && m.TxStatus == 'I' && ss.draining.Load() {
 				_ = ss.flushClient()
