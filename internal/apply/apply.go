@@ -1,0 +1,365 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ordo-db/ordo/internal/capture"
+)
+
+// ErrDiverged is returned by Apply and ApplyBatch when a row change does
+// not find the row it changes (an update or delete matching no row, an
+// insert inserting none): this node's data differs from the origin's.
+var ErrDiverged = errors.New("apply: replica diverged")
+
+// ErrGiveUp is returned by Apply and ApplyBatch when a write set could not
+// be applied within Config.MaxAttempts attempts (each bounded by
+// lock_timeout).
+var ErrGiveUp = errors.New("apply: too many failed attempts")
+
+// Config configures an Applier.
+type Config struct {
+	// DSN is an ordinary connection string of the node's PostgreSQL for a
+	// superuser (session_replication_role needs one).
+	DSN string
+	// Workers is the number of apply connections (default 1). With more,
+	// ApplyBatch applies non-conflicting write sets in parallel.
+	Workers int
+	// LockTimeout bounds every lock wait of an apply statement (default
+	// 2s); the attempt is then rolled back and retried.
+	LockTimeout time.Duration
+	// BlockCheck is how long a statement may run before the applier asks
+	// pg_blocking_pids who blocks it, and how often it asks again (default
+	// 20ms).
+	BlockCheck time.Duration
+	// OnBlocked is called, from an applier goroutine, with the pids of
+	// local backends (not the applier's own) that block an apply. The
+	// session layer implements it: cancel or roll back those transactions
+	// (brute-force abort). It must not block for long. May be nil.
+	OnBlocked func(pids []int)
+	// MaxAttempts bounds the attempts per write set (default 30).
+	MaxAttempts int
+	// BatchSize is the number of statements sent per round trip (default
+	// 1000).
+	BatchSize int
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the applier's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// Applier applies decided write sets to the local PostgreSQL. Its methods
+// are not safe for concurrent use: one goroutine (the node's apply loop)
+// calls Apply or ApplyBatch in seqno order.
+type Applier struct {
+	cfg     Config
+	workers []*worker
+	metrics *metrics
+
+	pidMu sync.Mutex
+	pids  map[int]*worker // backend pid -> worker
+
+	monMu   sync.Mutex
+	monitor *pgx.Conn // asks pg_blocking_pids
+}
+
+// worker is one apply connection.
+type worker struct {
+	conn *pgx.Conn
+	pid  int
+	// preempt, when set, cancels the worker's current attempt (a later
+	// write set holding a lock an earlier one needs).
+	mu      sync.Mutex
+	preempt context.CancelFunc
+	seqno   uint64
+}
+
+// Open connects the applier's connections. Run Bootstrap first.
+func Open(ctx context.Context, cfg Config) (*Applier, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = 2 * time.Second
+	}
+	if cfg.BlockCheck <= 0 {
+		cfg.BlockCheck = 20 * time.Millisecond
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 30
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Applier{cfg: cfg, pids: make(map[int]*worker), metrics: newMetrics(cfg.Registerer)}
+	mon, err := pgx.Connect(ctx, cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("apply: monitor connection: %w", err)
+	}
+	a.monitor = mon
+	for i := 0; i < cfg.Workers; i++ {
+		w := &worker{}
+		if err := a.connect(ctx, w); err != nil {
+			a.Close()
+			return nil, err
+		}
+		a.workers = append(a.workers, w)
+	}
+	return a, nil
+}
+
+// connect (re)opens a worker's connection in replica mode.
+func (a *Applier) connect(ctx context.Context, w *worker) error {
+	if w.conn != nil {
+		a.pidMu.Lock()
+		delete(a.pids, w.pid)
+		a.pidMu.Unlock()
+		w.conn.Close(context.Background())
+		w.conn = nil
+	}
+	conn, err := pgx.Connect(ctx, a.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("apply: connect: %w", err)
+	}
+	setup := fmt.Sprintf("SET session_replication_role = replica; SET lock_timeout = %d; "+
+		"SET DateStyle = 'ISO, MDY'; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3",
+		a.cfg.LockTimeout.Milliseconds())
+	if _, err := conn.Exec(ctx, setup); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("apply: set up connection: %w", err)
+	}
+	w.conn, w.pid = conn, int(conn.PgConn().PID())
+	a.pidMu.Lock()
+	a.pids[w.pid] = w
+	a.pidMu.Unlock()
+	return nil
+}
+
+// Close closes every connection.
+func (a *Applier) Close() {
+	for _, w := range a.workers {
+		if w.conn != nil {
+			w.conn.Close(context.Background())
+		}
+	}
+	if a.monitor != nil {
+		a.monitor.Close(context.Background())
+	}
+}
+
+// monitorLocked reopens the monitor connection if it was lost.
+func (a *Applier) monitorLocked(ctx context.Context) error {
+	if a.monitor != nil && !a.monitor.IsClosed() {
+		return nil
+	}
+	mon, err := pgx.Connect(ctx, a.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("apply: monitor connection: %w", err)
+	}
+	a.monitor = mon
+	return nil
+}
+
+// PIDs returns the backend pids of the apply connections (the session
+// layer must never brute-force abort these).
+func (a *Applier) PIDs() []int {
+	out := make([]int, 0, len(a.workers))
+	for _, w := range a.workers {
+		out = append(out, w.pid)
+	}
+	return out
+}
+
+// AppliedPrefix returns the largest seqno proven in ordo.applied (0 if
+// none). Write sets commit in seqno order, so every smaller seqno handed to
+// this applier is proven too.
+func (a *Applier) AppliedPrefix(ctx context.Context) (uint64, error) {
+	a.monMu.Lock()
+	defer a.monMu.Unlock()
+	if err := a.monitorLocked(ctx); err != nil {
+		return 0, err
+	}
+	var s int64
+	if err := a.monitor.QueryRow(ctx, "SELECT coalesce(max(seqno), 0) FROM ordo.applied").Scan(&s); err != nil {
+		return 0, fmt.Errorf("apply: applied prefix: %w", err)
+	}
+	return uint64(s), nil
+}
+
+// Apply applies one write set as seqno on the first worker and commits it,
+// together with its proof row (seqno, gid) in ordo.applied. A write set
+// whose seqno or gid is already proven is skipped: applied reports false.
+// An empty write set just records the proof (use it for seqnos decided
+// abort, so the applied prefix moves past them).
+func (a *Applier) Apply(ctx context.Context, seqno uint64, ws *capture.WriteSet) (applied bool, err error) {
+	return a.run(ctx, a.workers[0], Item{Seqno: seqno, WriteSet: ws}, nil)
+}
+
+// Item is one write set with its seqno.
+type Item struct {
+	Seqno    uint64
+	WriteSet *capture.WriteSet
+}
+
+// retryable reports errors after which a fresh attempt may succeed.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "55P03", // lock_not_available (lock_timeout)
+			"40P01", // deadlock_detected
+			"40001", // serialization_failure
+			"57014", // query_canceled (preempted)
+			"23505": // unique_violation (a parallel order effect, redone serially)
+			return true
+		}
+		return false
+	}
+	return true // connection and context errors: reconnect and retry
+}
+
+// run applies one item on w, retrying. turn, when set, is waited for before
+// COMMIT (ordered commits of ApplyBatch); serial, when set, is waited for
+// before a retry (all earlier items committed).
+func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) (bool, error) {
+	stmts, err := statements(it.WriteSet)
+	if err != nil {
+		return false, err
+	}
+	var last error
+	for attempt := 1; attempt <= a.cfg.MaxAttempts; attempt++ {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if attempt > 1 {
+			a.metrics.retries.Inc()
+			if order != nil {
+				if err := order.waitPrev(ctx, it.Seqno); err != nil {
+					return false, err
+				}
+			}
+			if w.conn == nil || w.conn.IsClosed() {
+				if err := a.connect(ctx, w); err != nil {
+					last = err
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+			}
+		}
+		applied, err := a.attempt(ctx, w, it, stmts, order, attempt > 1)
+		if err == nil {
+			if applied {
+				a.metrics.applied.Inc()
+				a.metrics.rows.Add(float64(len(it.WriteSet.Rows)))
+			} else {
+				a.metrics.skipped.Inc()
+			}
+			return applied, nil
+		}
+		last = err
+		if w.conn != nil && !w.conn.IsClosed() {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if _, rerr := w.conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+				w.conn.Close(context.Background())
+			}
+			cancel()
+		}
+		if errors.Is(err, ErrDiverged) || !retryable(err) {
+			return false, err
+		}
+		a.cfg.Logger.Info("apply: attempt failed; retrying", "seqno", it.Seqno, "gid", it.WriteSet.GID, "attempt", attempt, "err", err)
+	}
+	return false, fmt.Errorf("%w: seqno %d gid %s: %v", ErrGiveUp, it.Seqno, it.WriteSet.GID, last)
+}
+
+// attempt runs one transaction: check the proof, apply the statements,
+// insert the proof, wait for its turn, commit.
+func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt, order *ordering, serial bool) (bool, error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if order != nil && !serial {
+		w.mu.Lock()
+		w.preempt, w.seqno = cancel, it.Seqno
+		w.mu.Unlock()
+		defer func() {
+			w.mu.Lock()
+			w.preempt = nil
+			w.mu.Unlock()
+		}()
+	}
+	conn := w.conn
+	if _, err := conn.Exec(actx, "BEGIN"); err != nil {
+		return false, fmt.Errorf("apply: begin: %w", err)
+	}
+	var n int
+	if err := conn.QueryRow(actx, "SELECT count(*) FROM ordo.applied WHERE seqno = $1 OR gid = $2",
+		int64(it.Seqno), string(it.WriteSet.GID)).Scan(&n); err != nil {
+		return false, fmt.Errorf("apply: check proof: %w", err)
+	}
+	if n > 0 {
+		if _, err := conn.Exec(actx, "ROLLBACK"); err != nil {
+			return false, fmt.Errorf("apply: rollback: %w", err)
+		}
+		if order != nil {
+			order.done(it.Seqno)
+		}
+		return false, nil
+	}
+	for i := 0; i < len(stmts); i += a.cfg.BatchSize {
+		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]
+		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
+			return false, err
+		}
+	}
+	if _, err := conn.Exec(actx, "INSERT INTO ordo.applied (seqno, gid) VALUES ($1, $2)", int64(it.Seqno), string(it.WriteSet.GID)); err != nil {
+		return false, fmt.Errorf("apply: proof: %w", err)
+	}
+	if order != nil {
+		if err := order.waitPrev(actx, it.Seqno); err != nil {
+			return false, err
+		}
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return false, fmt.Errorf("apply: commit: %w", err)
+	}
+	if order != nil {
+		order.done(it.Seqno)
+	}
+	return true, nil
+}
+
+// execChunk sends statements in one round trip and checks each affected
+// the rows it must, while a watcher reports blockers.
+func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk []stmt, order *ordering) error {
+	b := &pgconn.Batch{}
+	for i := range chunk {
+		queue(b, &chunk[i])
+	}
+	stop := a.watch(ctx, w, seqno, order)
+	results, err := w.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	stop()
+	if err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	for i, r := range results {
+		if r.Err != nil {
+			return fmt.Errorf("apply: %s: %w", chunk[i].sql, r.Err)
+		}
+		if want := chunk[i].want; want >= 0 && r.CommandTag.RowsAffected() != want {
+			row := chunk[i].row
+			return fmt.Errorf("%w: %s of %s affected %d rows, want %d", ErrDiverged, row.Op, row.Key, r.CommandTag.RowsAffected(), want)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,29 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// bootstrapSQL creates Ordo's bookkeeping schema. ordo.applied holds the
+// proof of every applied write set: its row is inserted in the same
+// PostgreSQL transaction as the write set's rows, so both commit or
+// neither. The capture recognises applies by that insert.
+const bootstrapSQL = `
+CREATE SCHEMA IF NOT EXISTS ordo;
+CREATE TABLE IF NOT EXISTS ordo.applied (
+	seqno      bigint PRIMARY KEY,
+	gid        text NOT NULL UNIQUE,
+	applied_at timestamptz NOT NULL DEFAULT now()
+);`
+
+// Bootstrap creates the ordo schema and its tables if they do not exist.
+// It is idempotent; run it once per node before the first Open.
+func Bootstrap(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, bootstrapSQL); err != nil {
+		return fmt.Errorf("apply: bootstrap: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package apply
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-db/ordo/internal/capture"
+)
+
+// stmt is one statement of an apply: SQL text with text-format parameters
+// of unspecified type (PostgreSQL infers each from the column it is
+// compared with or assigned to, so no OID crosses nodes), and the number of
+// rows it must affect (-1: any).
+type stmt struct {
+	sql    string
+	params [][]byte
+	want   int64
+	row    *capture.Row
+}
+
+func quoteTable(t *capture.Table) string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+func quoteCol(c string) string { return pgx.Identifier{c}.Sanitize() }
+
+// statements turns a write set into statements, in order. Consecutive
+// truncate rows of one TRUNCATE become one statement.
+func statements(ws *capture.WriteSet) ([]stmt, error) {
+	out := make([]stmt, 0, len(ws.Rows))
+	for i := 0; i < len(ws.Rows); i++ {
+		r := &ws.Rows[i]
+		var s stmt
+		var err error
+		switch r.Op {
+		case capture.OpInsert:
+			s, err = insertStmt(r)
+		case capture.OpUpdate:
+			s, err = updateStmt(r)
+		case capture.OpDelete:
+			s, err = deleteStmt(r)
+		case capture.OpTruncate:
+			j := i
+			var names []string
+			for j < len(ws.Rows) && ws.Rows[j].Op == capture.OpTruncate && ws.Rows[j].TruncateGroup == r.TruncateGroup {
+				names = append(names, quoteTable(ws.Rows[j].Table))
+				j++
+			}
+			sql := "TRUNCATE ONLY " + strings.Join(names, ", ")
+			if r.RestartIdentity {
+				sql += " RESTART IDENTITY"
+			}
+			if r.Cascade {
+				sql += " CASCADE"
+			}
+			s = stmt{sql: sql, want: -1, row: r}
+			i = j - 1
+		default:
+			err = fmt.Errorf("apply: gid %s row %d: unknown op %v", ws.GID, i, r.Op)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.sql != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func param(v capture.Value) []byte {
+	if v.Kind == capture.Null {
+		return nil
+	}
+	return []byte(v.Text)
+}
+
+func insertStmt(r *capture.Row) (stmt, error) {
+	t := r.Table
+	if len(r.Values) != len(t.Columns) {
+		return stmt{}, fmt.Errorf("apply: insert into %s: %d values for %d columns", t, len(r.Values), len(t.Columns))
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(quoteTable(t))
+	b.WriteString(" (")
+	params := make([][]byte, 0, len(t.Columns))
+	for i, c := range t.Columns {
+		if r.Values[i].Kind == capture.Unchanged {
+			return stmt{}, fmt.Errorf("apply: insert into %s: column %s has no value", t, c.Name)
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteCol(c.Name))
+		params = append(params, param(r.Values[i]))
+	}
+	b.WriteString(") VALUES (")
+	for i := range params {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(i + 1))
+	}
+	b.WriteString(")")
+	return stmt{sql: b.String(), params: params, want: 1, row: r}, nil
+}
+
+// where appends " WHERE k1 = $n AND …" for the row's key values.
+func where(b *strings.Builder, r *capture.Row, params [][]byte) ([][]byte, error) {
+	t := r.Table
+	kv := r.KeyValues()
+	if len(kv) == 0 || len(kv) != len(t.KeyColumns) {
+		return nil, fmt.Errorf("apply: %s has no primary key values", t)
+	}
+	b.WriteString(" WHERE ")
+	for i, k := range t.KeyColumns {
+		if i > 0 {
+			b.WriteString(" AND ")
+		}
+		params = append(params, []byte(kv[i]))
+		b.WriteString(quoteCol(t.Columns[k].Name))
+		b.WriteString(" = $")
+		b.WriteString(strconv.Itoa(len(params)))
+	}
+	return params, nil
+}
+
+func updateStmt(r *capture.Row) (stmt, error) {
+	t := r.Table
+	if len(r.Values) != len(t.Columns) {
+		return stmt{}, fmt.Errorf("apply: update of %s: %d values for %d columns", t, len(r.Values), len(t.Columns))
+	}
+	keyChanged := r.OldValues != nil
+	var b strings.Builder
+	b.WriteString("UPDATE ")
+	b.WriteString(quoteTable(t))
+	b.WriteString(" SET ")
+	var params [][]byte
+	for i, c := range t.Columns {
+		v := r.Values[i]
+		if v.Kind == capture.Unchanged || (c.Key && !keyChanged) {
+			continue
+		}
+		if len(params) > 0 {
+			b.WriteString(", ")
+		}
+		params = append(params, param(v))
+		b.WriteString(quoteCol(c.Name))
+		b.WriteString(" = $")
+		b.WriteString(strconv.Itoa(len(params)))
+	}
+	if len(params) == 0 {
+		// Nothing but unchanged values: the row's content is as it was.
+		return stmt{}, nil
+	}
+	params, err := where(&b, r, params)
+	if err != nil {
+		return stmt{}, err
+	}
+	return stmt{sql: b.String(), params: params, want: 1, row: r}, nil
+}
+
+func deleteStmt(r *capture.Row) (stmt, error) {
+	var b strings.Builder
+	b.WriteString("DELETE FROM ")
+	b.WriteString(quoteTable(r.Table))
+	params, err := where(&b, r, nil)
+	if err != nil {
+		return stmt{}, err
+	}
+	return stmt{sql: b.String(), params: params, want: 1, row: r}, nil
+}
+
+// queue adds s to a batch.
+func queue(b *pgconn.Batch, s *stmt) { b.ExecParams(s.sql, s.params, nil, nil, nil) }

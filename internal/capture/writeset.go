@@ -1,0 +1,160 @@
+package capture
+
+import (
+	"fmt"
+
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Op is the operation of one row change.
+type Op uint8
+
+// Row operations.
+const (
+	OpInsert Op = iota + 1
+	OpUpdate
+	OpDelete
+	// OpTruncate is a table-level write: the row's Table was truncated.
+	// One TRUNCATE statement yields one row per table it emptied (cascaded
+	// tables included), all with the same TruncateGroup; they must be
+	// applied together, in one statement, or foreign keys between them
+	// refuse it.
+	OpTruncate
+)
+
+// String returns "insert", "update", "delete" or "truncate".
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	case OpTruncate:
+		return "truncate"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Column describes one column of a replicated table as the origin's
+// decoder saw it. TypeOID is the origin's OID, for diagnostics only: it is
+// never used to apply (OIDs differ between nodes).
+type Column struct {
+	Name    string
+	TypeOID uint32
+	Key     bool // part of the primary key (replica identity)
+}
+
+// Table is a replicated table at the time a row change was decoded. Rows
+// of one write set share *Table values; a Table is never mutated after it
+// is handed out.
+type Table struct {
+	Schema  string
+	Name    string
+	Columns []Column
+	// KeyColumns are indexes into Columns of the primary key, in key order.
+	KeyColumns []int
+}
+
+// TableKey returns the certification key of the whole table.
+func (t *Table) TableKey() txn.Key { return txn.TableKey(t.Schema, t.Name) }
+
+// String returns schema.name.
+func (t *Table) String() string { return t.Schema + "." + t.Name }
+
+// ValueKind says what a Value holds.
+type ValueKind uint8
+
+// Value kinds.
+const (
+	// Null is SQL NULL.
+	Null ValueKind = iota + 1
+	// Text is a value in PostgreSQL's text output format.
+	Text
+	// Unchanged is a TOASTed value the update did not touch; PostgreSQL did
+	// not send it. It must be left as it is, never applied as NULL.
+	Unchanged
+)
+
+// Value is one column value of a row change.
+type Value struct {
+	Kind ValueKind
+	Text string // for Kind == Text
+}
+
+// Row is one row change of a write set.
+type Row struct {
+	Op    Op
+	Table *Table
+	// Key is the row key (txn.RowKey) of the row after the change for
+	// insert and update, of the deleted row for delete, and the table key
+	// for truncate.
+	Key txn.Key
+	// OldKey is set (Level != 0) when an update changed the primary key:
+	// the key of the row before the change.
+	OldKey txn.Key
+	// Values are, per Table.Columns, the new values for insert and update
+	// and nil for delete and truncate.
+	Values []Value
+	// OldValues are the primary key values, in key order, of the row before
+	// the change: for delete, and for an update that changed the key.
+	OldValues []string
+	// TruncateGroup numbers the TRUNCATE statements of the write set from
+	// 1; 0 for other operations.
+	TruncateGroup int
+	// Cascade and RestartIdentity are the options of the TRUNCATE.
+	Cascade, RestartIdentity bool
+}
+
+// KeyValues returns the primary key values, in key order, that identify the
+// row to change on apply: OldValues when set, else the key columns of
+// Values.
+func (r *Row) KeyValues() []string {
+	if r.OldValues != nil {
+		return r.OldValues
+	}
+	out := make([]string, len(r.Table.KeyColumns))
+	for i, c := range r.Table.KeyColumns {
+		out[i] = r.Values[c].Text
+	}
+	return out
+}
+
+// WriteSet is everything one prepared transaction wrote to replicated
+// tables, in the order PostgreSQL decoded it (the order of the changes in
+// WAL, triggers and cascades included). Rows of the ordo schema (Ordo's own
+// bookkeeping) are never part of a write set.
+type WriteSet struct {
+	GID txn.GID
+	XID uint32
+	// PrepareLSN and EndLSN are the origin's WAL positions of the PREPARE.
+	PrepareLSN, EndLSN uint64
+	Rows               []Row
+	// Bytes is the size of the write set as counted against the limit:
+	// the length of every value plus a fixed overhead per row.
+	Bytes int64
+}
+
+// Keys returns the keys this write set writes, with X mode on row keys
+// (new and old) and table keys of truncated tables, and IX on the table key
+// of every written row. Granule, unique-constraint and foreign-key keys
+// need configuration and catalog knowledge the capture does not have; the
+// termination layer adds them.
+func (ws *WriteSet) Keys() *txn.KeySet {
+	var s txn.KeySet
+	for i := range ws.Rows {
+		r := &ws.Rows[i]
+		switch r.Op {
+		case OpTruncate:
+			s.Add(r.Key, txn.X)
+		default:
+			s.Add(r.Key, txn.X)
+			if r.OldKey.Level != 0 {
+				s.Add(r.OldKey, txn.X)
+			}
+			s.Add(r.Table.TableKey(), txn.IX)
+		}
+	}
+	return &s
+}
