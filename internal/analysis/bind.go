@@ -42,7 +42,7 @@ type access struct {
 	table     *catalog.Relation
 	read      bool
 	write     bool
-	tableOnly bool    // no predicate may refine it (view bases, MERGE, COPY)
+	tableOnly bool // no predicate may refine it (view bases, MERGE, COPY)
 	// readTable: the read is of the whole table even though the predicted
 	// writes are finer (INSERT … ON CONFLICT whose arbiter may be any
 	// unique index, not only the primary key).
