@@ -78,6 +78,11 @@ ORDER BY 1, 2`
 //
 // A function may read data (ReadsData) unless it is IMMUTABLE, or it is a
 // built-in (pg_catalog, information_schema) that does not run SQL text.
+//
+// PostgreSQL records no dependencies on pinned objects, so a view's Uses
+// never include system catalogs (pg_tables has none at all). Reads of
+// system catalogs are thus not part of read sets; they change only through
+// DDL, which Ordo orders against every transaction.
 func Load(ctx context.Context, q Querier, granules map[string]string) (Description, error) {
 	d := Description{Granules: granules}
 	tables := make(map[Name]*TableDesc)

@@ -1,0 +1,207 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const schemaSQL = `
+CREATE SCHEMA app;
+CREATE SCHEMA "Odd Schema";
+CREATE TABLE app.warehouse (w_id int PRIMARY KEY, w_name varchar(10), w_tax numeric(4,4));
+CREATE TABLE app.district (d_id int, d_w_id int REFERENCES app.warehouse, d_name text, PRIMARY KEY (d_w_id, d_id));
+CREATE TABLE app.events (ts timestamptz, msg text);
+CREATE TABLE "Odd Schema"."Odd Table" ("Id" bigint PRIMARY KEY, "Value" text);
+CREATE TABLE public.district (x int PRIMARY KEY);
+CREATE TABLE app.kv (k uuid, flag bool, ch char(3), PRIMARY KEY (flag, k));
+CREATE FUNCTION app.reader(int) RETURNS int LANGUAGE sql STABLE AS 'SELECT count(*)::int FROM app.events';
+CREATE FUNCTION app.pure(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + 1';
+CREATE FUNCTION app.writer() RETURNS void LANGUAGE plpgsql AS 'BEGIN DELETE FROM app.events; END';
+CREATE PROCEDURE app.proc() LANGUAGE sql AS 'SELECT 1';
+CREATE VIEW app.wd AS SELECT * FROM app.warehouse JOIN app.district ON d_w_id = w_id;
+CREATE VIEW app.wd2 AS SELECT w_name, e.msg FROM app.wd, app.events e;
+CREATE VIEW app.pure_view AS SELECT app.pure(w_id) FROM app.warehouse;
+CREATE VIEW app.opaque_view AS SELECT app.reader(w_id) FROM app.warehouse;
+CREATE MATERIALIZED VIEW app.mv AS SELECT count(*) FROM app.events;
+`
+
+func connect(t *testing.T) (*pgx.Conn, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, ctx
+}
+
+func TestLoadFromPostgreSQL(t *testing.T) {
+	conn, ctx := connect(t)
+	if _, err := conn.Exec(ctx, schemaSQL); err != nil {
+		t.Fatal(err)
+	}
+	granules := map[string]string{"app.warehouse": "w_id", "app.district": "d_w_id"}
+	d, err := Load(ctx, conn, granules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := New(d, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	district, ok := cat.Lookup(Name{"app", "district"})
+	if !ok || district.Kind != KindTable {
+		t.Fatalf("app.district: %+v %v", district, ok)
+	}
+	if !slices.Equal(district.PK, []string{"d_w_id", "d_id"}) {
+		t.Errorf("PK in key order: got %v", district.PK)
+	}
+	if district.Granule != "d_w_id" {
+		t.Errorf("granule: %q", district.Granule)
+	}
+	if c, _ := district.Column("d_name"); c.Type != "text" {
+		t.Errorf("d_name type %q", c.Type)
+	}
+	kv, _ := cat.Lookup(Name{"app", "kv"})
+	if !slices.Equal(kv.PK, []string{"flag", "k"}) {
+		t.Errorf("kv PK %v", kv.PK)
+	}
+	for col, typ := range map[string]string{"k": "uuid", "flag": "bool", "ch": "bpchar"} {
+		if c, _ := kv.Column(col); c.Type != typ {
+			t.Errorf("kv.%s type %q, want %q", col, c.Type, typ)
+		}
+	}
+	odd, ok := cat.Lookup(Name{"Odd Schema", "Odd Table"})
+	if !ok || !slices.Equal(odd.PK, []string{"Id"}) {
+		t.Errorf("quoted names: %+v", odd)
+	}
+	if ev, _ := cat.Lookup(Name{"app", "events"}); ev == nil || len(ev.PK) != 0 {
+		t.Errorf("events without PK: %+v", ev)
+	}
+	if mv, _ := cat.Lookup(Name{"app", "mv"}); mv == nil || mv.Kind != KindTable {
+		t.Errorf("materialized view is read like a table: %+v", mv)
+	}
+
+	// Views resolve to base tables through views over views.
+	wd2, _ := cat.Lookup(Name{"app", "wd2"})
+	if wd2 == nil || wd2.Kind != KindView || wd2.Opaque {
+		t.Fatalf("app.wd2: %+v", wd2)
+	}
+	want := []Name{{"app", "district"}, {"app", "events"}, {"app", "warehouse"}}
+	if !slices.Equal(wd2.Bases, want) {
+		t.Errorf("wd2 bases %v, want %v", wd2.Bases, want)
+	}
+	if v, _ := cat.Lookup(Name{"app", "pure_view"}); v == nil || v.Opaque {
+		t.Errorf("a view calling an immutable function is not opaque: %+v", v)
+	}
+	if v, _ := cat.Lookup(Name{"app", "opaque_view"}); v == nil || !v.Opaque {
+		t.Errorf("a view calling a stable SQL function that reads tables must be opaque: %+v", v)
+	}
+	// PostgreSQL records no dependencies on pinned system catalogs, so a
+	// system view has no bases (see Load).
+	if v, _ := cat.Resolve([]string{"public"}, "", "pg_tables"); v == nil || v.Kind != KindView || v.Opaque {
+		t.Errorf("pg_catalog views resolve: %+v", v)
+	}
+
+	// Functions: volatility and whether they may read data.
+	for name, w := range map[Name]struct {
+		vol   Volatility
+		reads bool
+	}{
+		{"app", "reader"}:              {Stable, true},
+		{"app", "pure"}:                {Immutable, false},
+		{"app", "writer"}:              {Volatile, true},
+		{"app", "proc"}:                {Volatile, true},
+		{"pg_catalog", "now"}:          {Stable, false},
+		{"pg_catalog", "random"}:       {Volatile, false},
+		{"pg_catalog", "lower"}:        {Immutable, false},
+		{"pg_catalog", "query_to_xml"}: {Volatile, true},
+	} {
+		f, ok := cat.Func(nil, name.Schema, name.Name)
+		if !ok || f.Volatility != w.vol || f.ReadsData != w.reads {
+			t.Errorf("function %s: %+v, want volatility %c reads %v", name, f, w.vol, w.reads)
+		}
+	}
+
+	// search_path resolution: pg_catalog first, then the path in order.
+	if r, _ := cat.Resolve([]string{"app", "public"}, "", "district"); r == nil || r.Name.Schema != "app" {
+		t.Errorf("app first: %+v", r)
+	}
+	if r, _ := cat.Resolve([]string{"public", "app"}, "", "district"); r == nil || r.Name.Schema != "public" {
+		t.Errorf("public first: %+v", r)
+	}
+	if r, _ := cat.Resolve(SearchPath(`"$user", public`, "app"), "", "warehouse"); r == nil || r.Name.Schema != "app" {
+		t.Errorf("$user: %+v", r)
+	}
+	if _, ok := cat.Resolve([]string{"public"}, "", "warehouse"); ok {
+		t.Error("app.warehouse must not resolve without app in the path")
+	}
+	if r, _ := cat.Resolve([]string{"public"}, "", "pg_class"); r == nil || r.Name.Schema != "pg_catalog" {
+		t.Errorf("implicit pg_catalog: %+v", r)
+	}
+
+	// Bad granule configuration is refused with the table named.
+	d.Granules = map[string]string{"app.events": "nope"}
+	if _, err := New(d, 2); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bad granule column: %v", err)
+	}
+	d.Granules = map[string]string{"app.nosuch": "x"}
+	if _, err := New(d, 2); !errors.Is(err, ErrInvalid) {
+		t.Errorf("granule for unknown table: %v", err)
+	}
+}
+
+// TestCacheRefreshAfterDDL checks that a refresh after DDL sees the change
+// under a new version, and that a failed load keeps the old snapshot.
+func TestCacheRefreshAfterDDL(t *testing.T) {
+	conn, ctx := connect(t)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS refresh; CREATE TABLE refresh.a (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	fail := false
+	c := NewCache(func(ctx context.Context) (Description, error) {
+		if fail {
+			return Description{}, errors.New("connection lost")
+		}
+		return Load(ctx, conn, nil)
+	})
+	if c.Current() != nil {
+		t.Fatal("empty cache must have no catalog")
+	}
+	v1, err := c.Refresh(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v1.Lookup(Name{"refresh", "b"}); ok {
+		t.Fatal("refresh.b exists before it is created")
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE refresh.b (x int, y text, PRIMARY KEY (y, x)); ALTER TABLE refresh.a ADD COLUMN note text`); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := c.Refresh(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.Version() <= v1.Version() || c.Current() != v2 {
+		t.Fatalf("versions %d then %d", v1.Version(), v2.Version())
+	}
+	b, ok := v2.Lookup(Name{"refresh", "b"})
+	if !ok || !slices.Equal(b.PK, []string{"y", "x"}) {
+		t.Fatalf("refresh.b after DDL: %+v", b)
+	}
+	if a, _ := v2.Lookup(Name{"refresh", "a"}); a == nil || len(a.Columns) != 2 {
+		t.Fatalf("refresh.a columns after ALTER: %+v", a)
+	}
+	fail = true
+	if _, err := c.Refresh(ctx); err == nil || c.Current() != v2 {
+		t.Fatalf("failed refresh: err %v, current changed: %v", err, c.Current() != v2)
+	}
+}
