@@ -1,22 +1,71 @@
 package totalorder
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/ordo-db/ordo/internal/totalorder/storage"
 )
 
 var errStopping = errors.New("stopping")
 
-// run is the Raft loop: the only goroutine that touches the storage and the
-// fields marked "owned by the Raft loop". It ticks the clock and processes
-// Ready batches (see handleReady).
+// The node drives a raft.RawNode with AsyncStorageWrites from one goroutine
+// (run), and two more goroutines do the I/O, so log appends, commits and
+// application pipeline instead of taking turns. The contract (raft.go,
+// Config.AsyncStorageWrites), as this package implements it:
+//
+//  1. run owns the RawNode. It ticks it, steps every message received (from
+//     peers and from the storage goroutines), proposes (draining all waiting
+//     proposals at once, so one Ready carries many), runs control requests
+//     (read index, conf changes, status) and, whenever raft has a Ready,
+//     routes its messages: MsgStorageAppend to the append goroutine,
+//     MsgStorageApply to the apply goroutine (each through a FIFO channel,
+//     never dropped), everything else to the transport at once. It never
+//     calls Advance and does no I/O itself.
+//  2. runAppend takes every MsgStorageAppend queued, writes them to the log
+//     (a received snapshot first), fsyncs once if any of them carries
+//     response messages (group commit), updates the in-memory log, hands a
+//     received snapshot to the apply goroutine, and only then delivers the
+//     responses: to this node's raft (recvc) or to peers (transport). So no
+//     vote or append acknowledgement leaves before the state behind it is
+//     durable.
+//  3. runApply applies MsgStorageApply entries in order (payloads to the
+//     delivery stream and their waiting Propose calls, configuration
+//     changes to raft and the transport), steps the responses back into
+//     raft, and compacts the log when every member has applied far enough.
+
+// proposal is a Propose call waiting for run to hand it to raft.
+type proposal struct {
+	data []byte
+	res  chan error // raft's verdict on the proposal itself (not the commit)
+}
+
+// peerReport is a transport's report about a peer, for raft's flow control.
+type peerReport struct {
+	id     uint64
+	snap   bool // a snapshot report (else: unreachable)
+	status raft.SnapshotStatus
+}
+
+func (r peerReport) report(rn *raft.RawNode) {
+	if r.snap {
+		rn.ReportSnapshot(r.id, r.status)
+	} else {
+		rn.ReportUnreachable(r.id)
+	}
+}
+
+// run is the raft goroutine.
 func (n *Node) run() {
 	t := time.NewTicker(n.cfg.TickInterval)
 	defer t.Stop()
+	rn := n.raw
+	var remote []raftpb.Message
 	for {
 		select {
 		case <-n.stopc:
@@ -24,80 +73,223 @@ func (n *Node) run() {
 		case <-n.removedc:
 			return
 		case <-t.C:
-			n.rn.Tick()
-		case rd := <-n.rn.Ready():
-			if err := n.handleReady(rd); err != nil {
-				if !errors.Is(err, errStopping) {
-					n.fail(err)
+			rn.Tick()
+		case p := <-n.propc:
+			p.res <- rn.Propose(p.data)
+		drainProps:
+			for range 4096 {
+				select {
+				case p := <-n.propc:
+					p.res <- rn.Propose(p.data)
+				default:
+					break drainProps
 				}
-				return
 			}
+		case m := <-n.recvc:
+			_ = rn.Step(m) // errors are stale or unknown-peer messages: dropped
+		drainRecv:
+			for range 4096 {
+				select {
+				case m := <-n.recvc:
+					_ = rn.Step(m)
+				default:
+					break drainRecv
+				}
+			}
+		case f := <-n.ctrlc:
+			f(rn)
+		case r := <-n.reportc:
+			r.report(rn)
+		}
+		for rn.HasReady() {
+			rd := rn.Ready()
+			if rd.SoftState != nil {
+				if old := n.leader.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead && rd.SoftState.Lead != 0 {
+					n.m.leaderChanges.Inc()
+				}
+			}
+			if !raft.IsEmptyHardState(rd.HardState) {
+				n.m.term.Set(float64(rd.HardState.Term))
+				n.m.committed.Set(float64(rd.HardState.Commit))
+			}
+			if len(rd.ReadStates) > 0 {
+				n.mu.Lock()
+				for _, rs := range rd.ReadStates {
+					if ch, ok := n.readWaiters[string(rs.RequestCtx)]; ok {
+						select {
+						case ch <- rs.Index:
+						default:
+						}
+					}
+				}
+				n.mu.Unlock()
+			}
+			remote = remote[:0]
+			for _, m := range rd.Messages {
+				var ch chan raftpb.Message
+				switch m.To {
+				case raft.LocalAppendThread:
+					ch = n.appendc
+				case raft.LocalApplyThread:
+					ch = n.applyc
+				default:
+					remote = append(remote, m)
+					continue
+				}
+				select {
+				case ch <- m:
+				case <-n.stopc:
+					return
+				case <-n.removedc:
+					return
+				}
+			}
+			n.tr.Send(remote)
 		}
 	}
 }
 
-// handleReady follows the Ready contract of go.etcd.io/raft/v3 (doc.go):
-//
-//  1. Note leader changes (SoftState) for metrics and error messages.
-//  2. A node that is leader sends its messages first: it may write its own
-//     log in parallel with its followers (Raft thesis 10.2.1); its commit
-//     still counts its own entries only after they are durable (raft
-//     learns that through Advance).
-//  3. Save the snapshot, hard state and entries and fsync them.
-//  4. A follower or candidate sends its messages only now, after the state
-//     they depend on (votes, appended entries) is durable.
-//  5. Deliver a received snapshot, then the committed entries: payloads to
-//     the delivery stream (resolving this node's waiting Propose calls),
-//     configuration changes to raft (ApplyConfChange) and the transport.
-//  6. Answer read index requests, call Advance, and compact the log if
-//     every member has applied far enough.
-func (n *Node) handleReady(rd raft.Ready) error {
-	if rd.SoftState != nil {
-		if old := n.leader.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead && rd.SoftState.Lead != 0 {
-			n.m.leaderChanges.Inc()
+// step hands a message to the raft goroutine.
+func (n *Node) step(ctx context.Context, m raftpb.Message) error {
+	select {
+	case n.recvc <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return ErrStopped
+	case <-n.removedc:
+		return n.unavailable()
+	}
+}
+
+// ctrl runs f on the raft goroutine and waits for it.
+func (n *Node) ctrl(ctx context.Context, f func(*raft.RawNode)) error {
+	done := make(chan struct{})
+	select {
+	case n.ctrlc <- func(rn *raft.RawNode) { f(rn); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return ErrStopped
+	case <-n.removedc:
+		return n.unavailable()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-n.stopc:
+		return ErrStopped
+	case <-n.removedc:
+		return n.unavailable()
+	}
+}
+
+// runAppend is the append goroutine (step 2 above).
+func (n *Node) runAppend() {
+	var (
+		batch []raftpb.Message
+		ups   []storage.Update
+	)
+	for {
+		batch = batch[:0]
+		select {
+		case <-n.stopc:
+			return
+		case <-n.removedc:
+			return
+		case m := <-n.appendc:
+			batch = append(batch, m)
 		}
-		n.isLeader = rd.SoftState.RaftState == raft.StateLeader
-	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		n.m.term.Set(float64(rd.HardState.Term))
-		n.m.committed.Set(float64(rd.HardState.Commit))
-	}
-	if n.isLeader {
-		n.tr.Send(rd.Messages)
-	}
-	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
-		return err
-	}
-	if !n.isLeader {
-		n.tr.Send(rd.Messages)
-	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := n.applySnapshot(rd.Snapshot); err != nil {
-			return err
+	more:
+		for len(batch) < 1024 {
+			select {
+			case m := <-n.appendc:
+				batch = append(batch, m)
+			default:
+				break more
+			}
 		}
-	}
-	for i := range rd.CommittedEntries {
-		if err := n.apply(&rd.CommittedEntries[i]); err != nil {
-			return err
+		ups = ups[:0]
+		sync := false
+		for i := range batch {
+			m := &batch[i]
+			ups = append(ups, storage.Update{
+				HardState: raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit},
+				Entries:   m.Entries,
+				Snapshot:  m.Snapshot,
+			})
+			sync = sync || len(m.Responses) > 0
 		}
-	}
-	if len(rd.ReadStates) > 0 {
-		n.mu.Lock()
-		for _, rs := range rd.ReadStates {
-			if ch, ok := n.readWaiters[string(rs.RequestCtx)]; ok {
+		if err := n.st.Save(sync, ups...); err != nil {
+			n.fail(err)
+			return
+		}
+		var remote []raftpb.Message
+		for i := range batch {
+			m := &batch[i]
+			if m.Snapshot != nil && !raft.IsEmptySnap(*m.Snapshot) {
+				// the apply goroutine delivers it before any later entry
 				select {
-				case ch <- rs.Index:
-				default:
+				case n.applyc <- raftpb.Message{Type: raftpb.MsgSnap, Snapshot: m.Snapshot}:
+				case <-n.stopc:
+					return
+				case <-n.removedc:
+					return
+				}
+			}
+			for _, r := range m.Responses {
+				if r.To == n.id {
+					if err := n.step(context.Background(), r); err != nil {
+						return // stopping
+					}
+				} else {
+					remote = append(remote, r)
 				}
 			}
 		}
-		n.mu.Unlock()
+		n.tr.Send(remote)
 	}
-	n.rn.Advance()
-	select {
-	case <-n.removedc:
-		return errStopping
-	default:
+}
+
+// runApply is the apply goroutine (step 3 above).
+func (n *Node) runApply() {
+	for {
+		var m raftpb.Message
+		select {
+		case <-n.stopc:
+			return
+		case <-n.removedc:
+			return
+		case m = <-n.applyc:
+		}
+		if err := n.applyMsg(m); err != nil {
+			if !errors.Is(err, errStopping) {
+				n.fail(err)
+			}
+			return
+		}
+	}
+}
+
+func (n *Node) applyMsg(m raftpb.Message) error {
+	if m.Type == raftpb.MsgSnap {
+		return n.applySnapshot(*m.Snapshot)
+	}
+	for i := range m.Entries {
+		if err := n.apply(&m.Entries[i]); err != nil {
+			return err
+		}
+		select {
+		case <-n.removedc:
+			return errStopping
+		default:
+		}
+	}
+	for _, r := range m.Responses {
+		if err := n.step(context.Background(), r); err != nil {
+			return errStopping
+		}
 	}
 	return n.maybeSnapshot()
 }
@@ -170,7 +362,10 @@ func (n *Node) apply(e *raftpb.Entry) error {
 			}
 			cc = c
 		}
-		cs := n.rn.ApplyConfChange(cc)
+		var cs *raftpb.ConfState
+		if err := n.ctrl(context.Background(), func(rn *raft.RawNode) { cs = rn.ApplyConfChange(cc) }); err != nil {
+			return errStopping
+		}
 		n.confHist = append(n.confHist, confAt{index: e.Index, cs: *cs})
 		n.setMembers(*cs)
 		v2 := cc.AsV2()

@@ -45,12 +45,18 @@ type Delivery struct {
 type Node struct {
 	cfg Config
 	id  uint64
-	rn  raft.Node
+	raw *raft.RawNode // owned by the raft goroutine (run)
 	st  *storage.Storage
 	tr  transport.Transport
 	m   *metrics
 
 	deliverc chan Delivery
+	propc    chan proposal
+	recvc    chan raftpb.Message         // peers' and storage goroutines' messages -> raft
+	ctrlc    chan func(rn *raft.RawNode) // work to run on the raft goroutine
+	reportc  chan peerReport             // transport reports -> raft
+	appendc  chan raftpb.Message         // MsgStorageAppend, raft goroutine -> append goroutine
+	applyc   chan raftpb.Message         // MsgStorageApply (and received snapshots) -> apply goroutine
 	sem      chan struct{}
 	nextID   atomic.Uint64 // local proposal / request ids
 	leader   atomic.Uint64
@@ -65,13 +71,12 @@ type Node struct {
 	removed     map[uint64]bool
 	members     map[uint64]bool
 
-	// owned by the Raft loop goroutine
+	// owned by the apply goroutine
 	applied   uint64
 	snapIndex uint64 // newest snapshot
 	compacted uint64 // log compacted up to here
 	joinSnap  bool   // a member was added: snapshot for it
 	confHist  []confAt
-	isLeader  bool
 
 	stopc    chan struct{}
 	removedc chan struct{}
@@ -107,6 +112,12 @@ func Start(cfg Config) (_ *Node, err error) {
 	n := &Node{
 		cfg: cfg, id: cfg.ID, st: st, tr: cfg.Transport, m: m,
 		deliverc:    make(chan Delivery, cfg.DeliveryBuffer),
+		propc:       make(chan proposal, 1024),
+		recvc:       make(chan raftpb.Message, 4096),
+		ctrlc:       make(chan func(*raft.RawNode)),
+		reportc:     make(chan peerReport, 4096),
+		appendc:     make(chan raftpb.Message, 1024),
+		applyc:      make(chan raftpb.Message, 1024),
 		sem:         make(chan struct{}, cfg.MaxInflight),
 		waiters:     map[uint64]chan uint64{},
 		ccWaiters:   map[uint64]chan struct{}{},
@@ -145,6 +156,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
 		MaxUncommittedEntriesSize: 1 << 30,
+		AsyncStorageWrites:        true,
 		CheckQuorum:               true,
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
@@ -169,6 +181,11 @@ func Start(cfg Config) (_ *Node, err error) {
 				err = fmt.Errorf("%w: raft rejected the stored state: %v", storage.ErrCorrupt, r)
 			}
 		}()
+		n.raw, err = raft.NewRawNode(rc)
+		if err != nil {
+			err = fmt.Errorf("totalorder: raft: %w", err)
+			return
+		}
 		if fresh && !cfg.Join {
 			ids := make([]uint64, 0, len(cfg.Peers))
 			for id := range cfg.Peers {
@@ -179,9 +196,9 @@ func Start(cfg Config) (_ *Node, err error) {
 			for _, id := range ids {
 				peers = append(peers, raft.Peer{ID: id, Context: []byte(cfg.Peers[id])})
 			}
-			n.rn = raft.StartNode(rc, peers)
-		} else {
-			n.rn = raft.RestartNode(rc)
+			if err = n.raw.Bootstrap(peers); err != nil {
+				err = fmt.Errorf("totalorder: bootstrap: %w", err)
+			}
 		}
 	}()
 	if err != nil {
@@ -193,10 +210,18 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliverySnapshot, Data: snap.Data}
 	}
 	n.tr.SetApplied(cfg.StartAfter)
-	n.wg.Add(1)
+	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
 		n.run()
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.runAppend()
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.runApply()
 	}()
 	return n, nil
 }
@@ -313,9 +338,19 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 		delete(n.waiters, id)
 		n.mu.Unlock()
 	}()
-	data := encodeEnvelope(n.id, id, payload)
+	p := proposal{data: encodeEnvelope(n.id, id, payload), res: make(chan error, 1)}
 	for {
-		err := n.rn.Propose(tctx, data)
+		var err error
+		select {
+		case n.propc <- p:
+			err = <-p.res
+		case <-tctx.Done():
+			err = tctx.Err()
+		case <-n.stopc:
+			err = ErrStopped
+		case <-n.removedc:
+			err = n.unavailable()
+		}
 		if err == nil {
 			break
 		}
@@ -407,7 +442,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	// every election timeout.
 	retry := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 	for {
-		if err := n.rn.ReadIndex(tctx, rctx[:]); err != nil {
+		if err := n.ctrl(tctx, func(rn *raft.RawNode) { rn.ReadIndex(rctx[:]) }); err != nil {
 			return 0, n.timeoutOrStop(ctx, err)
 		}
 		t := time.NewTimer(retry)
@@ -465,7 +500,10 @@ func (n *Node) confChange(ctx context.Context, cc raftpb.ConfChange) error {
 		n.mu.Unlock()
 	}()
 	for {
-		err := n.rn.ProposeConfChange(tctx, cc)
+		var err error
+		if cerr := n.ctrl(tctx, func(rn *raft.RawNode) { err = rn.ProposeConfChange(cc) }); cerr != nil {
+			err = cerr
+		}
 		if err == nil {
 			break
 		}
@@ -505,7 +543,12 @@ func (n *Node) Members() []uint64 {
 }
 
 // Status is raft's view of this node (for diagnostics and tests).
-func (n *Node) Status() raft.Status { return n.rn.Status() }
+// It returns the zero Status once the node no longer runs.
+func (n *Node) Status() raft.Status {
+	var st raft.Status
+	_ = n.ctrl(context.Background(), func(rn *raft.RawNode) { st = rn.Status() })
+	return st
+}
 
 // Stop stops the Raft loop, the transport and the storage, waits for every
 // goroutine of the node, and closes the delivery channel. Pending calls
@@ -513,8 +556,7 @@ func (n *Node) Status() raft.Status { return n.rn.Status() }
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		close(n.stopc)
-		n.wg.Wait() // Raft loop
-		n.rn.Stop()
+		n.wg.Wait() // raft, append and apply goroutines
 		n.tr.Stop()
 		if err := n.st.Close(); err != nil {
 			n.fail(fmt.Errorf("close storage: %w", err))
@@ -541,11 +583,18 @@ var _ transport.Handler = (*Node)(nil)
 
 // Process implements transport.Handler.
 func (n *Node) Process(ctx context.Context, m raftpb.Message) error {
-	return n.rn.Step(ctx, m)
+	return n.step(ctx, m)
 }
 
 // ReportUnreachable implements transport.Handler.
-func (n *Node) ReportUnreachable(id uint64) { n.rn.ReportUnreachable(id) }
+// It never blocks (the transport calls it from the raft goroutine too); the
+// report is dropped if raft is that far behind.
+func (n *Node) ReportUnreachable(id uint64) {
+	select {
+	case n.reportc <- peerReport{id: id}:
+	default:
+	}
+}
 
 // ReportSnapshot implements transport.Handler.
 func (n *Node) ReportSnapshot(id uint64, failed bool) {
@@ -553,7 +602,10 @@ func (n *Node) ReportSnapshot(id uint64, failed bool) {
 	if failed {
 		st = raft.SnapshotFailure
 	}
-	n.rn.ReportSnapshot(id, st)
+	select {
+	case n.reportc <- peerReport{id: id, snap: true, status: st}:
+	default:
+	}
 }
 
 // PeerApplied implements transport.Handler.

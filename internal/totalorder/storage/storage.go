@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -29,10 +30,10 @@ type Options struct {
 
 // Storage is the durable Raft log, hard state and snapshots of one node, plus
 // the raft.MemoryStorage that serves them to raft. It is not safe for
-// concurrent use except through Raft(), whose MemoryStorage has its own lock:
-// one goroutine (the node's Ready loop) calls Save, CreateSnapshot and
-// Compact.
+// concurrent use: Save, CreateSnapshot, Compact and Close are serialised by
+// a mutex, and raft reads the MemoryStorage under that storage's own lock.
 type Storage struct {
+	mu     sync.Mutex // serialises Save, CreateSnapshot, Compact, Close
 	dir    string
 	mem    *raft.MemoryStorage
 	wal    *wal
@@ -193,42 +194,69 @@ func (s *Storage) Fresh() bool { return s.fresh }
 // Report says what Open found and repaired.
 func (s *Storage) Report() OpenReport { return s.report }
 
-// Save makes a Ready's state durable and then visible to raft, in the order
-// the Ready contract requires: the snapshot file (if any), then one fsynced
-// log record with the hard state and entries, then the in-memory storage.
-// When Save returns nil, messages that depend on this state may be sent.
-func (s *Storage) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Snapshot) error {
-	if !raft.IsEmptySnap(snap) {
-		if err := saveSnap(filepath.Join(s.dir, "snap"), snap, s.opts.NoSync); err != nil {
-			return fmt.Errorf("storage: save snapshot: %w", err)
+// Update is one batch of state for Save: raft's HardState (zero if
+// unchanged), entries to append (overwriting any at the same or higher
+// indexes) and a snapshot received from the leader (nil if none).
+type Update struct {
+	HardState raftpb.HardState
+	Entries   []raftpb.Entry
+	Snapshot  *raftpb.Snapshot
+}
+
+// Save makes updates durable and then visible to raft, in the order the
+// Ready contract requires: snapshot files first, then one log record per
+// update, one fdatasync for all of them (group commit) when sync is set,
+// then the in-memory storage. When Save returns nil after a sync, messages
+// that depend on these updates may be sent. Without sync (raft needs no
+// durability: only the commit index changed) the records reach the disk
+// with the next synced Save.
+func (s *Storage) Save(sync bool, ups ...Update) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wrote := false
+	for i := range ups {
+		u := &ups[i]
+		if u.Snapshot != nil && !raft.IsEmptySnap(*u.Snapshot) {
+			if err := saveSnap(filepath.Join(s.dir, "snap"), *u.Snapshot, s.opts.NoSync); err != nil {
+				return fmt.Errorf("storage: save snapshot: %w", err)
+			}
+		}
+		var hsp *raftpb.HardState
+		if !raft.IsEmptyHardState(u.HardState) {
+			hsp = &u.HardState
+		}
+		if hsp != nil || len(u.Entries) > 0 {
+			if err := s.wal.write(hsp, u.Entries); err != nil {
+				return fmt.Errorf("storage: %w", err)
+			}
+			wrote = true
 		}
 	}
-	var hsp *raftpb.HardState
-	if !raft.IsEmptyHardState(hs) {
-		hsp = &hs
-	}
-	if hsp != nil || len(ents) > 0 {
-		if err := s.wal.append(hsp, ents); err != nil {
-			return fmt.Errorf("storage: %w", err)
+	if wrote && sync {
+		if err := s.wal.sync(s.wal.f); err != nil {
+			return fmt.Errorf("storage: wal sync: %w", err)
 		}
 	}
-	if hsp != nil {
-		s.hs = hs
-		if err := s.mem.SetHardState(hs); err != nil {
-			return fmt.Errorf("storage: %w", err)
+	for i := range ups {
+		u := &ups[i]
+		if !raft.IsEmptyHardState(u.HardState) {
+			s.hs = u.HardState
+			if err := s.mem.SetHardState(u.HardState); err != nil {
+				return fmt.Errorf("storage: %w", err)
+			}
 		}
-	}
-	if !raft.IsEmptySnap(snap) {
-		if err := s.mem.ApplySnapshot(snap); err != nil {
-			return fmt.Errorf("storage: %w", err)
+		if u.Snapshot != nil && !raft.IsEmptySnap(*u.Snapshot) {
+			if err := s.mem.ApplySnapshot(*u.Snapshot); err != nil {
+				return fmt.Errorf("storage: %w", err)
+			}
+			if err := s.rollAndDrop(u.Snapshot.Metadata.Index); err != nil {
+				return err
+			}
 		}
-		if err := s.rollAndDrop(snap.Metadata.Index); err != nil {
-			return err
-		}
-	}
-	if len(ents) > 0 {
-		if err := s.mem.Append(ents); err != nil {
-			return fmt.Errorf("storage: %w", err)
+		if len(u.Entries) > 0 {
+			if err := s.mem.Append(u.Entries); err != nil {
+				return fmt.Errorf("storage: %w", err)
+			}
 		}
 	}
 	if s.wal.size >= s.opts.SegmentBytes {
@@ -245,6 +273,8 @@ func (s *Storage) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Sna
 // consumer's data. It does not compact the log; raft serves it to followers
 // that need entries below the first retained index.
 func (s *Storage) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (raftpb.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	snap, err := s.mem.CreateSnapshot(index, cs, data)
 	if err != nil {
 		return raftpb.Snapshot{}, fmt.Errorf("storage: %w", err)
@@ -262,6 +292,8 @@ func (s *Storage) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte
 // segment that holds nothing after index). A durable snapshot at index or
 // later must exist (CreateSnapshot).
 func (s *Storage) Compact(index uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	snap, err := s.mem.Snapshot()
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
@@ -295,4 +327,8 @@ func (s *Storage) rollAndDrop(index uint64) error {
 }
 
 // Close flushes and closes the log.
-func (s *Storage) Close() error { return s.wal.close() }
+func (s *Storage) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wal.close()
+}

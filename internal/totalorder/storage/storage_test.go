@@ -21,7 +21,7 @@ func writeLog(t *testing.T, n int) string {
 	}
 	for i := 1; i <= n; i++ {
 		e := raftpb.Entry{Term: 1, Index: uint64(i), Data: []byte(fmt.Sprintf("entry-%03d", i))}
-		if err := s.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: uint64(i)}, []raftpb.Entry{e}, raftpb.Snapshot{}); err != nil {
+		if err := s.Save(true, Update{HardState: raftpb.HardState{Term: 1, Vote: 1, Commit: uint64(i)}, Entries: []raftpb.Entry{e}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,8 +138,8 @@ func TestCorruptionTable(t *testing.T) {
 			checkLog(t, s, tc.want.last)
 			// After repair the log accepts appends and reopens cleanly.
 			next := tc.want.last + 1
-			must(t, s.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: next},
-				[]raftpb.Entry{{Term: 1, Index: next, Data: []byte("after-repair")}}, raftpb.Snapshot{}))
+			must(t, s.Save(true, Update{HardState: raftpb.HardState{Term: 1, Vote: 1, Commit: next},
+				Entries: []raftpb.Entry{{Term: 1, Index: next, Data: []byte("after-repair")}}}))
 			must(t, s.Close())
 			s2, err := Open(dir, Options{})
 			if err != nil {
@@ -185,10 +185,10 @@ func TestOverwriteAndSnapshotReplay(t *testing.T) {
 		return raftpb.Entry{Term: term, Index: idx, Data: []byte(fmt.Sprintf("t%d-i%d", term, idx))}
 	}
 	for i := uint64(1); i <= 20; i++ {
-		must(t, s.Save(raftpb.HardState{Term: 1, Commit: i - 1}, []raftpb.Entry{ent(1, i)}, raftpb.Snapshot{}))
+		must(t, s.Save(true, Update{HardState: raftpb.HardState{Term: 1, Commit: i - 1}, Entries: []raftpb.Entry{ent(1, i)}}))
 	}
 	// a new leader overwrites 15..20 with 15..16 of term 2
-	must(t, s.Save(raftpb.HardState{Term: 2, Commit: 14}, []raftpb.Entry{ent(2, 15), ent(2, 16)}, raftpb.Snapshot{}))
+	must(t, s.Save(true, Update{HardState: raftpb.HardState{Term: 2, Commit: 14}, Entries: []raftpb.Entry{ent(2, 15), ent(2, 16)}}))
 	cs := raftpb.ConfState{Voters: []uint64{1, 2, 3}}
 	_, err = s.CreateSnapshot(10, &cs, []byte("consumer"))
 	must(t, err)
@@ -224,7 +224,7 @@ func TestSnapshotDamage(t *testing.T) {
 	s, err := Open(dir, Options{SegmentBytes: 200})
 	must(t, err)
 	for i := uint64(1); i <= 30; i++ {
-		must(t, s.Save(raftpb.HardState{Term: 1, Commit: i}, []raftpb.Entry{{Term: 1, Index: i, Data: []byte("xxxxxxxxxxxxxxxxxxxx")}}, raftpb.Snapshot{}))
+		must(t, s.Save(true, Update{HardState: raftpb.HardState{Term: 1, Commit: i}, Entries: []raftpb.Entry{{Term: 1, Index: i, Data: []byte("xxxxxxxxxxxxxxxxxxxx")}}}))
 	}
 	cs := raftpb.ConfState{Voters: []uint64{1}}
 	_, err = s.CreateSnapshot(25, &cs, nil)
@@ -244,10 +244,10 @@ func TestReceivedSnapshotSupersedesLog(t *testing.T) {
 	s, err := Open(dir, Options{})
 	must(t, err)
 	for i := uint64(1); i <= 5; i++ {
-		must(t, s.Save(raftpb.HardState{Term: 1, Commit: 2}, []raftpb.Entry{{Term: 1, Index: i}}, raftpb.Snapshot{}))
+		must(t, s.Save(true, Update{HardState: raftpb.HardState{Term: 1, Commit: 2}, Entries: []raftpb.Entry{{Term: 1, Index: i}}}))
 	}
 	snap := raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 50, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1, 2}}}}
-	must(t, s.Save(raftpb.HardState{Term: 3, Commit: 50}, []raftpb.Entry{{Term: 3, Index: 51}}, snap))
+	must(t, s.Save(true, Update{HardState: raftpb.HardState{Term: 3, Commit: 50}, Entries: []raftpb.Entry{{Term: 3, Index: 51}}, Snapshot: &snap}))
 	must(t, s.Close())
 	s, err = Open(dir, Options{})
 	must(t, err)

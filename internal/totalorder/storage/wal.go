@@ -285,13 +285,16 @@ func (w *wal) newSegment(seq uint64, hs *raftpb.HardState) error {
 		return err
 	}
 	if hs != nil {
-		return w.append(hs, nil)
+		if err := w.write(hs, nil); err != nil {
+			return err
+		}
+		return w.sync(w.f)
 	}
 	return nil
 }
 
-// append writes one record and fsyncs it.
-func (w *wal) append(hs *raftpb.HardState, ents []raftpb.Entry) error {
+// write appends one record without syncing it.
+func (w *wal) write(hs *raftpb.HardState, ents []raftpb.Entry) error {
 	buf := append(w.buf[:0], make([]byte, headerSize)...)
 	buf, err := encodeState(buf, hs, ents)
 	if err != nil {
@@ -310,9 +313,6 @@ func (w *wal) append(hs *raftpb.HardState, ents []raftpb.Entry) error {
 	w.size += int64(len(buf))
 	if len(ents) > 0 {
 		w.segs[len(w.segs)-1].maxIndex = max(w.segs[len(w.segs)-1].maxIndex, ents[len(ents)-1].Index)
-	}
-	if err := w.sync(w.f); err != nil {
-		return fmt.Errorf("wal sync: %w", err)
 	}
 	return nil
 }
