@@ -1,0 +1,157 @@
+package analysis
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ordo-db/ordo/internal/catalog"
+)
+
+// swapSource lets a test change the catalog under an analyzer.
+type swapSource struct{ c *catalog.Catalog }
+
+func (s *swapSource) Current() *catalog.Catalog { return s.c }
+
+func TestCache(t *testing.T) {
+	cat := testCatalog(t)
+	src := &swapSource{cat}
+	a := New(src, Options{CacheSize: 4})
+	env := NewEnv([]string{"public"})
+	sql := "SELECT * FROM item WHERE i_id = 1"
+	s1, err := a.Analyze(sql, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := a.Analyze(sql, env)
+	if s1[0] != s2[0] {
+		t.Fatal("second Analyze of the same text must hit the cache")
+	}
+	// Another search_path is another entry.
+	s3, _ := a.Analyze(sql, NewEnv([]string{"s1", "public"}))
+	if s3[0] == s1[0] {
+		t.Fatal("cache must be keyed by search_path")
+	}
+	// A new catalog version invalidates.
+	d := catalog.Description{Tables: []catalog.TableDesc{{Schema: "public", Name: "item", Columns: []catalog.Column{{Name: "i_id", Type: "int8"}}}}}
+	newer, err := catalog.New(d, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.c = newer
+	s4, _ := a.Analyze(sql, env)
+	if s4[0] == s1[0] {
+		t.Fatal("a new catalog version must invalidate cached analyses")
+	}
+	if f, _ := s4[0].Bind(nil); len(f.Reads) != 1 || f.Reads[0].String() != "public.item" {
+		t.Fatalf("item has no PK in the new catalog: %v", f.Reads)
+	}
+	// The cache stays bounded.
+	for i := 0; i < 20; i++ {
+		if _, err := a.Analyze(strings.Repeat(" ", i)+"SELECT 1", env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(a.cache); n > 4 {
+		t.Fatalf("cache holds %d entries, limit 4", n)
+	}
+	// Errors.
+	if _, err := a.Analyze("SELEC 1", env); !errors.Is(err, ErrSyntax) {
+		t.Fatalf("syntax error: %v", err)
+	}
+	if _, err := New(&swapSource{}, Options{}).Analyze("SELECT 1", env); !errors.Is(err, ErrNoCatalog) {
+		t.Fatalf("no catalog: %v", err)
+	}
+}
+
+func TestBindParams(t *testing.T) {
+	a := New(testCatalog(t), Options{KeyLimit: 10})
+	env := NewEnv([]string{"public"})
+	stmts, err := a.Analyze("SELECT * FROM stock WHERE s_w_id = $1 AND s_i_id = ANY($2)", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stmts[0]
+	if s.NumParams != 2 {
+		t.Fatalf("NumParams %d", s.NumParams)
+	}
+	if _, err := s.Bind([]Param{{Value: []byte("1")}}); !errors.Is(err, ErrParams) {
+		t.Fatalf("missing parameter: %v", err)
+	}
+	be32 := func(v int32) []byte { b := make([]byte, 4); binary.BigEndian.PutUint32(b, uint32(v)); return b }
+	// A binary int4[] {5,6}: ndim 1, no nulls, element oid 23, dim 2, lbound 1.
+	arr := append(append(append(append(append(be32(1), be32(0)...), be32(23)...), be32(2)...), be32(1)...), append(append(be32(4), be32(5)...), append(be32(4), be32(6)...)...)...)
+	cases := []struct {
+		params []Param
+		want   string
+	}{
+		{[]Param{{Value: []byte("1")}, {Value: []byte("{5,6}")}}, "public.stock(1,5) public.stock(1,6)"},
+		{[]Param{{Value: be32(1), Binary: true}, {Value: arr, Binary: true}}, "public.stock(1,5) public.stock(1,6)"},
+		{[]Param{{Value: []byte{0, 0, 0, 0, 0, 0, 0, 1}, Binary: true}, {Value: []byte(`{"5"}`)}}, "public.stock(1,5)"},
+		{[]Param{{Value: []byte("1")}, {}}, "public.stock@s_w_id=1"},
+		{[]Param{{Value: []byte("1")}, {Value: []byte("{1,2,3,4,5,6,7,8,9,10,11}")}}, "public.stock@s_w_id=1"},
+		{[]Param{{}, {Value: []byte("{5}")}}, "public.stock"},
+		{[]Param{{Value: []byte{1, 2, 3}, Binary: true}, {Value: []byte("{5}")}}, "public.stock"},
+	}
+	for _, c := range cases {
+		f, err := s.Bind(c.params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(f.Reads); got != c.want {
+			t.Errorf("Bind(%v) = %s, want %s", c.params, got, c.want)
+		}
+	}
+}
+
+// TestNeverUnderApproximates checks statements whose reads cannot be
+// attributed to tables: each must read everything, not nothing.
+func TestNeverUnderApproximates(t *testing.T) {
+	a := New(testCatalog(t), Options{})
+	env := NewEnv([]string{"public"})
+	for _, sql := range []string{
+		"SELECT my_stable_reader(1)",
+		"SELECT * FROM new_order_fn(1)",
+		"SELECT * FROM rich_view",
+		"SELECT * FROM nowhere",
+		"SELECT query_to_xml('select 1', true, false, '')",
+		"CALL app.transfer('a', 'b', 1)",
+		"DO $$ BEGIN PERFORM 1; END $$",
+		"EXECUTE q(1)",
+		"CREATE TABLE x AS SELECT * FROM item",
+		"SELECT * FROM item WHERE i_id IN (SELECT undefined_fn())",
+		"WITH c AS (SELECT my_stable_reader(1)) SELECT * FROM c",
+		"UPDATE item SET i_price = (SELECT my_stable_reader(1)) WHERE i_id = 1",
+	} {
+		stmts, err := a.Analyze(sql, env)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		f, err := stmts[0].Bind([]Param{{Value: []byte("1")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.All {
+			t.Errorf("%s: reads %v, want everything", sql, f.Reads)
+		}
+	}
+}
+
+func TestRefusedTwoPhase(t *testing.T) {
+	a := New(testCatalog(t), Options{})
+	for _, sql := range []string{"PREPARE TRANSACTION 'x'", "COMMIT PREPARED 'x'", "ROLLBACK PREPARED 'x'"} {
+		stmts, err := a.Analyze(sql, NewEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := stmts[0]
+		if s.Kind != KindRefused || !errors.Is(s.Err(), ErrRefused) || !strings.Contains(s.Err().Error(), "Ordo") || s.Txn.GID != "x" {
+			t.Errorf("%s: kind %v err %v", sql, s.Kind, s.Err())
+		}
+	}
+	stmts, _ := a.Analyze("COMMIT", NewEnv(nil))
+	if stmts[0].Err() != nil || stmts[0].Updates() {
+		t.Error("COMMIT is not refused and does not update")
+	}
+}
