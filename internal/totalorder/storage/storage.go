@@ -20,8 +20,8 @@ var ErrCorrupt = errors.New("storage: corrupt raft log")
 
 // Options tune a Storage.
 type Options struct {
-	// SegmentBytes is the size after which the log rolls to a new segment
-	// file. Default 64 MiB.
+	// SegmentBytes is the size segment files are preallocated to and after
+	// which the log rolls to a new segment. Default 16 MiB.
 	SegmentBytes int64
 	// NoSync disables fsync. Only for tests that measure nothing durable;
 	// never in production.
@@ -46,7 +46,8 @@ type Storage struct {
 // OpenReport says what Open found.
 type OpenReport struct {
 	// TornTail is set when an interrupted append at the end of the log was
-	// truncated away (it was never fsynced, so never acknowledged).
+	// cut away (it was never fsynced, so never acknowledged). Preallocated
+	// zeros after the last record are not a torn tail.
 	TornTail bool
 	// TruncatedAt is the offset the last segment was cut at when TornTail.
 	TruncatedAt int64
@@ -64,17 +65,18 @@ type OpenReport struct {
 //  1. The newest snapshot file with a valid checksum is the base.
 //  2. Every segment is replayed in order; later entries overwrite earlier
 //     ones at the same index (Raft log truncation), the last HardState wins.
-//  3. In the last segment only, an invalid tail that can only come from one
-//     interrupted append (incomplete header, header all zeros, payload cut
-//     short, or a checksum mismatch in the very last record) is truncated.
-//     Anything else is ErrCorrupt.
+//  3. Segments are preallocated: zeros after the last record end a
+//     segment. In the last segment only, an invalid tail that can only come
+//     from one interrupted append (a header or payload cut short, or a bad
+//     checksum, with nothing but zeros after it) is cut away. Anything else
+//     is ErrCorrupt.
 //  4. Entries at or below the snapshot index are dropped; if the log holds a
 //     different term at the snapshot index, everything after it is dropped too
 //     (those entries were superseded by the snapshot). The remaining log must
 //     start right after the snapshot, otherwise ErrCorrupt.
 func Open(dir string, opts Options) (*Storage, error) {
 	if opts.SegmentBytes <= 0 {
-		opts.SegmentBytes = 64 << 20
+		opts.SegmentBytes = 16 << 20
 	}
 	walDir, snapDir := filepath.Join(dir, "wal"), filepath.Join(dir, "snap")
 	for _, d := range []string{walDir, snapDir} {

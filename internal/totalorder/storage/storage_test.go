@@ -48,6 +48,7 @@ func recordOffsets(t *testing.T, path string) []int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	data = data[:validEnd(t, path)]
 	off := 0
 	for off+headerSize <= len(data) {
 		offs = append(offs, int64(off))
@@ -71,8 +72,7 @@ func TestCorruptionTable(t *testing.T) {
 	}{
 		{"intact", func(*testing.T, string) {}, result{last: n}},
 		{"cut inside last payload", func(t *testing.T, p string) {
-			fi, _ := os.Stat(p)
-			must(t, os.Truncate(p, fi.Size()-3))
+			must(t, os.Truncate(p, validEnd(t, p)-3))
 		}, result{last: n - 1, torn: true}},
 		{"cut inside last header", func(t *testing.T, p string) {
 			offs := recordOffsets(t, p)
@@ -84,13 +84,24 @@ func TestCorruptionTable(t *testing.T) {
 		}, result{last: n - 1}},
 		{"zeroed tail (allocated, never written)", func(t *testing.T, p string) {
 			appendBytes(t, p, make([]byte, 4096))
-		}, result{last: n, torn: true}},
-		{"short garbage tail", func(t *testing.T, p string) {
+		}, result{last: n}},
+		{"short garbage at the end of the file", func(t *testing.T, p string) {
+			must(t, os.Truncate(p, validEnd(t, p)))
 			appendBytes(t, p, []byte{0xde, 0xad, 0xbe})
 		}, result{last: n, torn: true}},
+		{"header partly written, zeros after", func(t *testing.T, p string) {
+			writeAt(t, p, validEnd(t, p), []byte{0x20, 0x01, 0, 0, 0x7f})
+		}, result{last: n, torn: true}},
+		{"payload partly written, zeros after", func(t *testing.T, p string) {
+			offs := recordOffsets(t, p)
+			last := offs[len(offs)-1]
+			data, _ := os.ReadFile(p)
+			rec := append([]byte(nil), data[last:validEnd(t, p)]...)
+			zero := make([]byte, len(rec)-headerSize-2)
+			writeAt(t, p, last+headerSize+2, zero)
+		}, result{last: n - 1, torn: true}},
 		{"bit flip in last payload", func(t *testing.T, p string) {
-			fi, _ := os.Stat(p)
-			flip(t, p, fi.Size()-2)
+			flip(t, p, validEnd(t, p)-2)
 		}, result{last: n - 1, torn: true}},
 		{"bit flip in middle payload", func(t *testing.T, p string) {
 			offs := recordOffsets(t, p)
@@ -105,7 +116,10 @@ func TestCorruptionTable(t *testing.T) {
 			flip(t, p, offs[len(offs)-1]+1)
 		}, result{corrupt: true}},
 		{"garbage record after valid tail", func(t *testing.T, p string) {
-			appendBytes(t, p, []byte("this is not a record but it is long enough to have a header"))
+			writeAt(t, p, validEnd(t, p), []byte("this is not a record but it is long enough to have a header"))
+		}, result{corrupt: true}},
+		{"garbage beyond the preallocated zeros", func(t *testing.T, p string) {
+			appendBytes(t, p, []byte("stray bytes"))
 		}, result{corrupt: true}},
 		{"middle record zeroed", func(t *testing.T, p string) {
 			offs := recordOffsets(t, p)
@@ -257,6 +271,23 @@ func TestReceivedSnapshotSupersedesLog(t *testing.T) {
 	if fi != 51 || li != 51 {
 		t.Fatalf("log [%d,%d], want [51,51]", fi, li)
 	}
+}
+
+// validEnd is the offset after the last record (preallocated zeros follow).
+func validEnd(t *testing.T, path string) int64 {
+	t.Helper()
+	end, _, err := readSegment(path, true, func(stateRecord) error { return nil })
+	must(t, err)
+	return end
+}
+
+func writeAt(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt(b, off)
+	must(t, err)
+	must(t, f.Close())
 }
 
 func must(t *testing.T, err error) {

@@ -157,60 +157,63 @@ func listSegments(dir string) ([]segment, error) {
 }
 
 // readSegment decodes every record of a segment file and calls fn for each.
-// For the last segment (repair=true) an invalid tail that can only be the
-// result of one interrupted append is truncated away (see Open); any other
-// invalid record is reported as ErrCorrupt.
-func readSegment(path string, repair bool, fn func(stateRecord) error) (validEnd int64, repaired bool, err error) {
+// Segments are preallocated, so a clean segment ends with zeros: reading
+// stops at the first all-zero header followed only by zeros. For the last
+// segment (repair=true) an invalid tail that can only be the result of one
+// interrupted append is reported as torn (see Open); any other invalid
+// record is ErrCorrupt. validEnd is the offset after the last good record.
+func readSegment(path string, repair bool, fn func(stateRecord) error) (validEnd int64, torn bool, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false, err
 	}
+	name := filepath.Base(path)
 	off := 0
 	for off < len(data) {
-		torn, rerr := func() (bool, error) {
-			rest := data[off:]
-			if len(rest) < headerSize {
-				return true, nil // header incompletely written
-			}
+		rest := data[off:]
+		if allZero(rest) {
+			return int64(off), false, nil // preallocated, never written
+		}
+		var bad error
+		switch {
+		case len(rest) < headerSize:
+			// header incompletely written at the very end of the file
+		case crc32.Checksum(rest[0:4], castagnoli) != binary.LittleEndian.Uint32(rest[4:8]):
+			if !allZero(rest[headerSize:]) {
+				bad = fmt.Errorf("%w: %s: record header checksum mismatch at offset %d", ErrCorrupt, name, off)
+			} // else: header partly written, nothing after it
+		default:
 			n := binary.LittleEndian.Uint32(rest[0:4])
-			if crc32.Checksum(rest[0:4], castagnoli) != binary.LittleEndian.Uint32(rest[4:8]) {
-				if allZero(rest) {
-					return true, nil // space allocated, never written
-				}
-				return false, fmt.Errorf("%w: %s: record header checksum mismatch at offset %d", ErrCorrupt, filepath.Base(path), off)
-			}
 			if n > maxRecord {
-				return false, fmt.Errorf("%w: %s: record length %d at offset %d", ErrCorrupt, filepath.Base(path), n, off)
+				return 0, false, fmt.Errorf("%w: %s: record length %d at offset %d", ErrCorrupt, name, n, off)
 			}
 			if int(n) > len(rest)-headerSize {
-				return true, nil // payload incompletely written
+				break // payload incompletely written
 			}
 			payload := rest[headerSize : headerSize+int(n)]
 			if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(rest[8:12]) {
-				if headerSize+int(n) == len(rest) {
-					return true, nil // last record, payload torn
+				if !allZero(rest[headerSize+int(n):]) {
+					bad = fmt.Errorf("%w: %s: record checksum mismatch at offset %d", ErrCorrupt, name, off)
 				}
-				return false, fmt.Errorf("%w: %s: record checksum mismatch at offset %d", ErrCorrupt, filepath.Base(path), off)
+				break // else: the last record, payload torn
 			}
 			rec, err := decodeState(payload)
 			if err != nil {
-				return false, fmt.Errorf("%s at offset %d: %w", filepath.Base(path), off, err)
+				return 0, false, fmt.Errorf("%s at offset %d: %w", name, off, err)
 			}
 			if err := fn(rec); err != nil {
-				return false, err
+				return 0, false, err
 			}
 			off += headerSize + int(n)
-			return false, nil
-		}()
-		if rerr != nil {
-			return 0, false, rerr
+			continue
 		}
-		if torn {
-			if !repair {
-				return 0, false, fmt.Errorf("%w: %s: truncated record at offset %d in a sealed segment", ErrCorrupt, filepath.Base(path), off)
-			}
-			return int64(off), true, nil
+		if bad != nil {
+			return 0, false, bad
 		}
+		if !repair {
+			return 0, false, fmt.Errorf("%w: %s: truncated record at offset %d in a sealed segment", ErrCorrupt, name, off)
+		}
+		return int64(off), true, nil
 	}
 	return int64(off), false, nil
 }
@@ -225,7 +228,9 @@ func allZero(b []byte) bool {
 }
 
 // openWAL opens the segment for appending after replay. segs must be the
-// (already read) segments; if there is none a first one is created.
+// (already read) segments; if there is none a first one is created. The last
+// segment's bytes after lastSize (a torn tail) are zeroed, then the segment
+// is preallocated again.
 func openWAL(dir string, segs []segment, lastSize int64, segLimit int64, noSync bool) (*wal, error) {
 	w := &wal{dir: dir, segs: segs, segLimit: segLimit, noSync: noSync}
 	if len(segs) == 0 {
@@ -240,6 +245,10 @@ func openWAL(dir string, segs []segment, lastSize int64, segLimit int64, noSync 
 		return nil, err
 	}
 	if err := f.Truncate(lastSize); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := preallocate(f, segLimit); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -281,6 +290,14 @@ func (w *wal) newSegment(seq uint64, hs *raftpb.HardState) error {
 	}
 	w.f, w.size = f, 0
 	w.segs = append(w.segs, segment{seq: seq, path: path})
+	// Preallocating the segment keeps fdatasync from having to commit a
+	// new file size with every record.
+	if err := preallocate(f, w.segLimit); err != nil {
+		return err
+	}
+	if err := w.sync(f); err != nil {
+		return err
+	}
 	if err := syncDir(w.dir, w.noSync); err != nil {
 		return err
 	}
