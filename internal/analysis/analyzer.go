@@ -66,6 +66,10 @@ type cacheEntry struct {
 // ErrSyntax wraps the parser's message for text PostgreSQL would reject.
 var ErrSyntax = errors.New("syntax error")
 
+// ErrInternal is returned by Analyze when the analyzer itself failed on
+// the text (a bug: it is reported, never a crash of the session).
+var ErrInternal = errors.New("analysis: internal error")
+
 // ErrNoCatalog is returned by Analyze before the catalog is loaded.
 var ErrNoCatalog = errors.New("analysis: no catalog loaded")
 
@@ -135,7 +139,7 @@ func (a *Analyzer) analyze(cat *catalog.Catalog, sql string, env Env) (stmts []*
 		// The parser is C code behind cgo and the tree is walked
 		// generically; a malformed tree must become an error, not a crash.
 		if r := recover(); r != nil {
-			stmts, err = nil, fmt.Errorf("analysis: internal error on %.60q: %v", sql, r)
+			stmts, err = nil, fmt.Errorf("%w on %.60q: %v", ErrInternal, sql, r)
 		}
 	}()
 	tree, err := pg.Parse(sql)
