@@ -163,6 +163,12 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		}
 		return ref
 	}
+	if write && rel.Triggers {
+		// Triggers and rules run code the analyzer cannot see: its reads
+		// and writes are unknown (decoding still captures the writes).
+		w.escalate("table " + rel.Name.String() + " has triggers or rules")
+		w.st.WritesAll = true
+	}
 	ref.acc = len(w.st.acc)
 	a := access{table: rel, read: read, write: write}
 	if len(rel.PK) > 0 {

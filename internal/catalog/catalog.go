@@ -64,6 +64,9 @@ type Relation struct {
 	// Opaque is set on a view that calls a function which may read data the
 	// catalog cannot attribute; reading it reads everything.
 	Opaque bool
+	// Triggers is set on a table with user triggers or rules: writing it
+	// runs code that may read and write anything.
+	Triggers bool
 }
 
 // Column returns the named column.
@@ -103,6 +106,8 @@ type TableDesc struct {
 	Name    string   `json:"name"`
 	Columns []Column `json:"columns"`
 	PK      []string `json:"pk,omitempty"`
+	// Triggers: the table has user (non-internal) triggers or rules.
+	Triggers bool `json:"triggers,omitempty"`
 }
 
 // ViewDesc is a view and what its definition uses directly.
@@ -153,7 +158,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)

@@ -63,6 +63,12 @@ LEFT JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
 LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
 WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL)
 ORDER BY 1, 2, 3, 4, 5`
+	qTriggers = `
+SELECT DISTINCT n.nspname, c.relname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
+   OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid))
+ORDER BY 1, 2`
 	qFunctions = `
 SELECT n.nspname, p.proname, p.provolatile::text, l.lanname, p.prokind::text
 FROM pg_proc p
@@ -129,6 +135,19 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 		}
 		if t, ok := tables[n]; ok {
 			t.PK = append(t.PK, col)
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = each(ctx, q, qTriggers, func(r pgx.Rows) error {
+		var n Name
+		if err := r.Scan(&n.Schema, &n.Name); err != nil {
+			return err
+		}
+		if t, ok := tables[n]; ok {
+			t.Triggers = true
 		}
 		return nil
 	})

@@ -28,6 +28,8 @@ CREATE VIEW app.wd2 AS SELECT w_name, e.msg FROM app.wd, app.events e;
 CREATE VIEW app.pure_view AS SELECT app.pure(w_id) FROM app.warehouse;
 CREATE VIEW app.opaque_view AS SELECT app.reader(w_id) FROM app.warehouse;
 CREATE MATERIALIZED VIEW app.mv AS SELECT count(*) FROM app.events;
+CREATE FUNCTION app.trg() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+CREATE TRIGGER t BEFORE INSERT ON app.events FOR EACH ROW EXECUTE FUNCTION app.trg();
 `
 
 func connect(t *testing.T) (*pgx.Conn, context.Context) {
@@ -83,8 +85,11 @@ func TestLoadFromPostgreSQL(t *testing.T) {
 	if !ok || !slices.Equal(odd.PK, []string{"Id"}) {
 		t.Errorf("quoted names: %+v", odd)
 	}
-	if ev, _ := cat.Lookup(Name{"app", "events"}); ev == nil || len(ev.PK) != 0 {
-		t.Errorf("events without PK: %+v", ev)
+	if ev, _ := cat.Lookup(Name{"app", "events"}); ev == nil || len(ev.PK) != 0 || !ev.Triggers {
+		t.Errorf("events: no PK, a trigger: %+v", ev)
+	}
+	if district.Triggers {
+		t.Error("foreign-key triggers are internal and do not count")
 	}
 	if mv, _ := cat.Lookup(Name{"app", "mv"}); mv == nil || mv.Kind != KindTable {
 		t.Errorf("materialized view is read like a table: %+v", mv)
