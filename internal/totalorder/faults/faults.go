@@ -3,6 +3,10 @@
 // messages a node sends to each peer (the kernel offers no netem here and all
 // traffic is on loopback).
 //
+// Proposals forwarded to the leader (MsgProp) are dropped and delayed like
+// any message but never duplicated: Raft does not deduplicate proposals, so
+// a duplicate would be a client retry, not a network fault.
+//
 // Faults act on the sending side only. To cut a link both ways, configure
 // both ends (Partition does that for a set of injectors).
 //
@@ -123,7 +127,9 @@ func (f *Injector) Send(msgs []raftpb.Message) {
 			continue
 		}
 		n := 1
-		if l.Duplicate > 0 && f.rng.Float64() < l.Duplicate {
+		// Never duplicate a proposal: Raft does not deduplicate them, so a
+		// duplicated MsgProp is a client retry, not a network fault.
+		if l.Duplicate > 0 && m.Type != raftpb.MsgProp && f.rng.Float64() < l.Duplicate {
 			n = 2
 		}
 		for range n {
