@@ -1,0 +1,105 @@
+package compat
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const pgjdbcVersion = "42.7.4"
+
+// pgjdbc returns the path of the pgjdbc jar, fetching it from Maven
+// Central into the cache if needed.
+func pgjdbc(t *testing.T) string {
+	t.Helper()
+	repo := filepath.Join(cacheDir(t), "m2")
+	jar := filepath.Join(repo, "org", "postgresql", "postgresql", pgjdbcVersion, "postgresql-"+pgjdbcVersion+".jar")
+	if _, err := os.Stat(jar); err == nil {
+		return jar
+	}
+	cmd := exec.Command("mvn", "-q", "-B", "-Dmaven.repo.local="+repo, "dependency:get",
+		"-Dartifact=org.postgresql:postgresql:"+pgjdbcVersion)
+	cmd.Dir = t.TempDir()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fetch pgjdbc %s from Maven Central: %v\n%s", pgjdbcVersion, err, b)
+	}
+	if _, err := os.Stat(jar); err != nil {
+		t.Fatalf("pgjdbc jar missing after mvn dependency:get: %v", err)
+	}
+	return jar
+}
+
+func TestJDBC(t *testing.T) {
+	jar := pgjdbc(t)
+	classes := t.TempDir()
+	if b, err := exec.Command("javac", "-cp", jar, "-d", classes, filepath.Join("testdata", "Compat.java")).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, b)
+	}
+	out := same(t, func(t *testing.T, tg target) string {
+		ssl := "sslmode=disable"
+		if tg.tls {
+			// SSL terminated at Ordo; SCRAM without channel binding.
+			ssl = "sslmode=require"
+		}
+		url := fmt.Sprintf("jdbc:postgresql://%s:%d/%s?%s", tg.host, tg.port, tg.db, ssl)
+		cmd := exec.Command("java", "-cp", jar+string(os.PathListSeparator)+classes, "Compat", url, user, password)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("java against %s: %v\n%s", tg.name, err, b)
+		}
+		return string(b)
+	})
+	for _, want := range []string{"ps 7 14 s7", "batch 100 first=1", "rows 100 sum 4950", "cancel: 57014 fast=true", "error 23505", "after error v42"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("JDBC output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+const psycopgVersion = "3.2.3"
+
+// psycopgPath returns a PYTHONPATH holding psycopg 3, installing it from
+// PyPI into the cache if needed.
+func psycopgPath(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(cacheDir(t), "py-psycopg-"+psycopgVersion)
+	version := func() (string, error) {
+		check := exec.Command("python3", "-c", "import psycopg; print(psycopg.__version__)")
+		check.Env = append(os.Environ(), "PYTHONPATH="+dir)
+		b, err := check.Output()
+		return strings.TrimSpace(string(b)), err
+	}
+	if v, err := version(); err == nil && v == psycopgVersion {
+		return dir
+	}
+	cmd := exec.Command("python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+		"--target", dir, "psycopg[binary]=="+psycopgVersion)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install psycopg %s: %v\n%s", psycopgVersion, err, b)
+	}
+	if v, err := version(); err != nil || v != psycopgVersion {
+		t.Fatalf("psycopg not importable after install: %v %s", err, v)
+	}
+	return dir
+}
+
+func TestPsycopg(t *testing.T) {
+	path := psycopgPath(t)
+	out := same(t, func(t *testing.T, tg target) string {
+		cmd := exec.Command("python3", filepath.Join("testdata", "compat_psycopg.py"), tg.dsn())
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("psycopg against %s: %v\n%s", tg.name, err, b)
+		}
+		return string(b)
+	})
+	for _, want := range []string{"pipeline (20, 190)", "copy in 500", "('599', 'copied 599')", "error 23505", "after ('copied 599',)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("psycopg output lacks %q:\n%s", want, out)
+		}
+	}
+}
