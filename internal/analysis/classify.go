@@ -43,6 +43,13 @@ func (w *walker) top(n *pg.Node) {
 	switch x := n.Node.(type) {
 	case *pg.Node_SelectStmt:
 		st.Kind = KindRead
+		if ic := x.SelectStmt.IntoClause; ic != nil && ic.Rel.GetRelpersistence() == "t" {
+			st.Kind = KindLocal
+			st.Tag = "SelectInto"
+			st.Reason = "temporary tables are local to the session and not replicated"
+			w.selectStmt(x.SelectStmt, nil)
+			return
+		}
 		if x.SelectStmt.IntoClause != nil {
 			st.Kind = KindDDL
 			st.Tag = "SelectInto"
@@ -134,6 +141,14 @@ func (w *walker) top(n *pg.Node) {
 				}
 			}
 		}
+	case *pg.Node_CreateStmt:
+		if x.CreateStmt.Relation.GetRelpersistence() == "t" {
+			st.Kind = KindLocal
+			st.Reason = "temporary tables are local to the session and not replicated"
+			return
+		}
+		st.Kind = KindDDL
+		w.ddl()
 	default:
 		st.Kind = KindDDL
 		w.ddl()

@@ -47,7 +47,8 @@ const (
 	// KindExplain is EXPLAIN without ANALYZE: it plans, reads no data.
 	KindExplain
 	// KindLocal is maintenance of the local server that is not replicated
-	// (VACUUM, ANALYZE, CHECKPOINT, CLUSTER, REINDEX, LOAD, ALTER SYSTEM).
+	// (VACUUM, ANALYZE, CHECKPOINT, CLUSTER, REINDEX, LOAD, ALTER SYSTEM),
+	// and the creation of temporary tables.
 	KindLocal
 )
 
