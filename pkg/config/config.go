@@ -1,0 +1,190 @@
+// Package config holds the public configuration types of an Ordo node, as
+// read from `ordo start --config node.yaml`, and their validation. It must
+// never import Ordo's internal packages: other programs (deployment tools,
+// operators) import it.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Node is one node's configuration.
+type Node struct {
+	// ID is the node's id in the cluster, 1…MaxNodes, never reused.
+	ID uint32 `yaml:"id"`
+	// Listen is the address clients connect to (PostgreSQL protocol).
+	Listen string `yaml:"listen"`
+	// PeerListen is the address other nodes reach this one on (Raft over gRPC).
+	PeerListen string `yaml:"peer_listen"`
+	// MetricsListen serves /metrics (empty: no metrics endpoint).
+	MetricsListen string `yaml:"metrics_listen"`
+	// Postgres is the connection string of the node's own PostgreSQL
+	// server, for a superuser (replication slots, prepared transactions
+	// and session_replication_role need one).
+	Postgres string `yaml:"postgres"`
+	// DataDir holds the node's Raft log and snapshots.
+	DataDir string `yaml:"data_dir"`
+	// Peers maps every member's id to its peer address, this node included.
+	Peers map[uint32]string `yaml:"peers"`
+	// Protocol is the termination protocol: "dbsm" (serializable) or
+	// "dbsm-si" (snapshot isolation). Every node must use the same.
+	Protocol string `yaml:"protocol"`
+	// TLS for clients (optional).
+	TLS TLS `yaml:"tls"`
+	// PeerTLS for Raft traffic between nodes (optional, mutual).
+	PeerTLS PeerTLS `yaml:"peer_tls"`
+	// CommitTimeout bounds one update transaction's termination
+	// (default 30s).
+	CommitTimeout time.Duration `yaml:"commit_timeout"`
+	// ProposeTimeout: a node cut off from the majority fails proposals
+	// after this long (default 5s).
+	ProposeTimeout time.Duration `yaml:"propose_timeout"`
+	// CertificationWindow is how many seqnos certification remembers;
+	// cluster-wide (default 100000).
+	CertificationWindow uint64 `yaml:"certification_window"`
+	// MaxConnections limits client sessions (default 1000).
+	MaxConnections int `yaml:"max_connections"`
+}
+
+// TLS is the client-facing TLS configuration.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// AllowPlaintext admits clients without TLS (default true when no
+	// certificate is configured).
+	AllowPlaintext *bool `yaml:"allow_plaintext"`
+}
+
+// PeerTLS is mutual TLS between nodes.
+type PeerTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
+}
+
+// MaxNodes bounds node ids (and the sequence stride must exceed it).
+const MaxNodes = 64
+
+// Protocols Ordo implements.
+var Protocols = []string{"dbsm", "dbsm-si"}
+
+// Load reads and validates a YAML file.
+func Load(path string) (*Node, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var n Node
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&n); err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	n.Defaults()
+	if err := n.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	return &n, nil
+}
+
+// Defaults fills unset optional fields.
+func (n *Node) Defaults() {
+	if n.Protocol == "" {
+		n.Protocol = "dbsm"
+	}
+	if n.CommitTimeout == 0 {
+		n.CommitTimeout = 30 * time.Second
+	}
+	if n.ProposeTimeout == 0 {
+		n.ProposeTimeout = 5 * time.Second
+	}
+	if n.CertificationWindow == 0 {
+		n.CertificationWindow = 100000
+	}
+	if n.MaxConnections == 0 {
+		n.MaxConnections = 1000
+	}
+	if n.TLS.AllowPlaintext == nil {
+		plain := n.TLS.CertFile == ""
+		n.TLS.AllowPlaintext = &plain
+	}
+}
+
+// Validate reports every problem of the configuration at once.
+func (n *Node) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if n.ID == 0 || n.ID > MaxNodes {
+		bad("id: must be between 1 and %d, got %d", MaxNodes, n.ID)
+	}
+	for name, addr := range map[string]string{"listen": n.Listen, "peer_listen": n.PeerListen} {
+		if addr == "" {
+			bad("%s: required (host:port)", name)
+		} else if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad("%s: %q is not host:port: %v", name, addr, err)
+		}
+	}
+	if n.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(n.MetricsListen); err != nil {
+			bad("metrics_listen: %q is not host:port: %v", n.MetricsListen, err)
+		}
+	}
+	if n.Postgres == "" {
+		bad("postgres: required (connection string of this node's PostgreSQL, superuser)")
+	}
+	if n.DataDir == "" {
+		bad("data_dir: required")
+	}
+	if len(n.Peers) == 0 {
+		bad("peers: required (id: host:port of every member, this node included)")
+	} else if _, ok := n.Peers[n.ID]; !ok && n.ID != 0 {
+		bad("peers: must include this node's id %d", n.ID)
+	}
+	for id, addr := range n.Peers {
+		if id == 0 || id > MaxNodes {
+			bad("peers: id %d out of range 1…%d", id, MaxNodes)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad("peers: %d: %q is not host:port", id, addr)
+		}
+	}
+	ok := false
+	for _, p := range Protocols {
+		ok = ok || n.Protocol == p
+	}
+	if !ok {
+		bad("protocol: %q is not one of %s", n.Protocol, strings.Join(Protocols, ", "))
+	}
+	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
+		bad("tls: cert_file and key_file go together")
+	}
+	if n.TLS.AllowPlaintext != nil && !*n.TLS.AllowPlaintext && n.TLS.CertFile == "" {
+		bad("tls: allow_plaintext is false but no certificate is configured: no client could connect")
+	}
+	pt := n.PeerTLS
+	if set := btoi(pt.CertFile != "") + btoi(pt.KeyFile != "") + btoi(pt.CAFile != ""); set != 0 && set != 3 {
+		bad("peer_tls: cert_file, key_file and ca_file go together")
+	}
+	for _, f := range []string{n.TLS.CertFile, n.TLS.KeyFile, pt.CertFile, pt.KeyFile, pt.CAFile} {
+		if f != "" {
+			if _, err := os.Stat(f); err != nil {
+				bad("%v", err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
