@@ -1,0 +1,414 @@
+// Command proxy benchmarks the Ordo wire proxy (internal/wire) against
+// PostgreSQL directly and against PgBouncer (session pooling), side by side
+// on one machine: pgbench select-only and TPC-B-like, -M simple and
+// -M prepared, 8 clients, several interleaved runs, medians. It also
+// measures the proxy's resident memory per idle session with 500 idle
+// sessions.
+//
+// The proxy runs in a child process (this binary re-executed with
+// ORDO_BENCH_PROXY set) so its RSS is measured alone. PgBouncer runs as the
+// OS user "postgres", since it refuses to run as root.
+//
+// The last line is machine-readable:
+//
+//	RESULT ordo_direct_ratio=<select-only simple> ordo_pgbouncer_ratio=<worst mode> rss_per_idle_kib=<n>
+//
+// Run with `make bench-proxy` (go run ./test/bench/proxy). Not part of
+// `go test`.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/wire"
+)
+
+func main() {
+	if addr := os.Getenv("ORDO_BENCH_PROXY"); addr != "" {
+		if err := runProxy(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "proxy:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	duration := flag.Duration("duration", 8*time.Second, "length of each pgbench run")
+	runs := flag.Int("runs", 3, "runs per target and mode (median reported)")
+	clients := flag.Int("clients", 8, "pgbench clients")
+	scale := flag.Int("scale", 10, "pgbench scale factor")
+	idle := flag.Int("idle", 500, "idle sessions for the RSS measurement")
+	flag.Parse()
+	if err := run(*duration, *runs, *clients, *scale, *idle); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
+		os.Exit(1)
+	}
+}
+
+// runProxy is the child process: a transparent proxy in front of backend,
+// printing its listen address. On SIGUSR1 it collects garbage and returns
+// freed memory to the OS, so the parent measures live memory.
+func runProxy(backend string) error {
+	srv, err := wire.NewServer(wire.Config{
+		BackendAddr:    backend,
+		AllowPlaintext: true,
+		MaxConns:       2000,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Println(ln.Addr().String())
+	if f := os.Getenv("ORDO_BENCH_CPUPROFILE"); f != "" {
+		fh, err := os.Create(f)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(fh); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); fh.Close() }()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM)
+	go func() {
+		for s := range sig {
+			if s == syscall.SIGTERM {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = srv.Shutdown(ctx)
+				cancel()
+				ln.Close()
+				return
+			}
+			runtime.GC()
+			debug.FreeOSMemory()
+			fmt.Println("gc")
+		}
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, wire.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+type endpoint struct {
+	name string
+	host string
+	port int
+}
+
+type sample struct{ tps, latMs float64 }
+
+func run(duration time.Duration, runs, clients, scale, idle int) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fmt.Printf("bench-proxy: %d clients, %d runs of %v per target and mode, scale %d, GOMAXPROCS %d\n",
+		clients, runs, duration, scale, runtime.GOMAXPROCS(0))
+	c, err := pglocal.Start(ctx, pglocal.Options{N: 1, Settings: map[string]string{
+		"max_connections": strconv.Itoa(idle + 100), "shared_buffers": "256MB"}})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	pg := c.Servers[0]
+	direct := endpoint{"direct", pg.Host, pg.Port}
+
+	// The proxy, in a child process.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(self)
+	child.Env = append(os.Environ(), "ORDO_BENCH_PROXY="+pg.Addr())
+	child.Stderr = os.Stderr
+	childOut, err := child.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := child.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = child.Process.Signal(syscall.SIGTERM)
+		_ = child.Wait()
+	}()
+	lines := bufio.NewScanner(childOut)
+	if !lines.Scan() {
+		return errors.New("proxy child printed no address")
+	}
+	ordo, err := toEndpoint("ordo", lines.Text())
+	if err != nil {
+		return err
+	}
+
+	bouncer, stopBouncer, err := startPgBouncer(pg, clients)
+	if err != nil {
+		return err
+	}
+	defer stopBouncer()
+
+	env := func(e endpoint) []string {
+		return append(os.Environ(), "PGHOST="+e.host, "PGPORT="+strconv.Itoa(e.port), "PGUSER="+pg.User,
+			"PGPASSWORD="+pg.Password, "PGDATABASE=postgres", "PGSSLMODE=disable")
+	}
+	fmt.Println("initializing pgbench tables…")
+	if out, err := pgbenchCmd(env(direct), "-i", "-q", "-s", strconv.Itoa(scale)).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgbench -i: %v\n%s", err, out)
+	}
+
+	type mode struct{ workload, protocol string }
+	modes := []mode{{"select-only", "simple"}, {"select-only", "prepared"}, {"tpcb-like", "simple"}, {"tpcb-like", "prepared"}}
+	targets := []endpoint{direct, ordo, bouncer}
+	results := map[mode]map[string][]sample{}
+	for _, m := range modes {
+		results[m] = map[string][]sample{}
+	}
+	tpsRE := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+	latRE := regexp.MustCompile(`latency average = ([0-9.]+) ms`)
+	for r := 0; r < runs; r++ {
+		for _, m := range modes {
+			// Rotate the target order each run so drift hits all alike.
+			for i := range targets {
+				tg := targets[(i+r)%len(targets)]
+				args := []string{"-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 4)),
+					"-T", strconv.Itoa(int(duration.Seconds())), "-M", m.protocol}
+				if m.workload == "select-only" {
+					args = append(args, "-S")
+				}
+				out, err := pgbenchCmd(env(tg), args...).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("pgbench %v against %s: %v\n%s", args, tg.name, err, out)
+				}
+				tm, lm := tpsRE.FindSubmatch(out), latRE.FindSubmatch(out)
+				if tm == nil || lm == nil {
+					return fmt.Errorf("cannot parse pgbench output:\n%s", out)
+				}
+				tps, _ := strconv.ParseFloat(string(tm[1]), 64)
+				lat, _ := strconv.ParseFloat(string(lm[1]), 64)
+				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat})
+				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms\n", r+1, m.workload, m.protocol, tg.name, tps, lat)
+			}
+		}
+	}
+
+	fmt.Println()
+	fmt.Printf("%-11s %-8s | %10s %10s %10s | %8s %8s %8s | %9s %9s\n", "workload", "protocol",
+		"direct tps", "ordo tps", "pgb tps", "direct ms", "ordo ms", "pgb ms", "ordo/dir", "ordo/pgb")
+	directRatio, worstBouncer := 0.0, 0.0
+	for i, m := range modes {
+		d, o, b := median(results[m]["direct"]), median(results[m]["ordo"]), median(results[m]["pgbouncer"])
+		rd, rb := o.tps/d.tps, o.tps/b.tps
+		fmt.Printf("%-11s %-8s | %10.1f %10.1f %10.1f | %8.3f %8.3f %8.3f | %9.3f %9.3f\n",
+			m.workload, m.protocol, d.tps, o.tps, b.tps, d.latMs, o.latMs, b.latMs, rd, rb)
+		if m.workload == "select-only" && m.protocol == "simple" {
+			directRatio = rd
+		}
+		if i == 0 || rb < worstBouncer {
+			worstBouncer = rb
+		}
+	}
+
+	rss, err := rssPerIdle(ctx, child.Process.Pid, lines, ordo, pg, idle)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("RESULT ordo_direct_ratio=%.3f ordo_pgbouncer_ratio=%.3f rss_per_idle_kib=%.1f\n", directRatio, worstBouncer, rss)
+	return nil
+}
+
+func pgbenchCmd(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command("pgbench", args...)
+	cmd.Env = env
+	return cmd
+}
+
+func toEndpoint(name, addr string) (endpoint, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return endpoint{}, err
+	}
+	p, err := strconv.Atoi(port)
+	return endpoint{name, host, p}, err
+}
+
+func median(s []sample) sample {
+	if len(s) == 0 {
+		return sample{}
+	}
+	t := append([]sample(nil), s...)
+	sort.Slice(t, func(i, j int) bool { return t[i].tps < t[j].tps })
+	return t[len(t)/2]
+}
+
+// rssPerIdle opens n idle sessions through the proxy and returns the growth
+// of the proxy process's RSS per session, in KiB, measured after a GC in
+// the proxy both before and after.
+func rssPerIdle(ctx context.Context, pid int, childOut *bufio.Scanner, ordo endpoint, pg *pglocal.Server, n int) (float64, error) {
+	gc := func() error {
+		if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+			return err
+		}
+		if !childOut.Scan() || childOut.Text() != "gc" {
+			return errors.New("proxy child did not acknowledge GC")
+		}
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	}
+	// Let the proxy forget the benchmark's sessions first.
+	time.Sleep(time.Second)
+	if err := gc(); err != nil {
+		return 0, err
+	}
+	before, err := rssKiB(pid)
+	if err != nil {
+		return 0, err
+	}
+	dsn := fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=postgres sslmode=disable", ordo.host, ordo.port, pg.User, pg.Password)
+	conns := make([]*pgconn.PgConn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close(context.Background())
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			return 0, fmt.Errorf("idle session %d: %w", i, err)
+		}
+		// One statement each, as a real client would before idling.
+		if _, err := c.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+			return 0, err
+		}
+		conns = append(conns, c)
+	}
+	rawAfter, err := rssKiB(pid)
+	if err != nil {
+		return 0, err
+	}
+	if err := gc(); err != nil {
+		return 0, err
+	}
+	after, err := rssKiB(pid)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Printf("proxy RSS: %d KiB before, %d KiB with %d idle sessions (%d KiB before GC): %.1f KiB per idle session (%.1f before GC)\n",
+		before, after, n, rawAfter, float64(after-before)/float64(n), float64(rawAfter-before)/float64(n))
+	return float64(after-before) / float64(n), nil
+}
+
+func rssKiB(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			return strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// startPgBouncer runs PgBouncer in session pooling mode in front of pg, as
+// the OS user postgres.
+func startPgBouncer(pg *pglocal.Server, clients int) (endpoint, func(), error) {
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		bin = "/usr/sbin/pgbouncer"
+		if _, serr := os.Stat(bin); serr != nil {
+			return endpoint{}, nil, errors.New("pgbouncer not installed (apt-get install -y pgbouncer)")
+		}
+	}
+	dir, err := os.MkdirTemp("", "ordo-bench-pgbouncer-")
+	if err != nil {
+		return endpoint{}, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return endpoint{}, nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%d
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = %s
+pool_mode = session
+log_connections = 0
+log_disconnections = 0
+max_client_conn = 1000
+default_pool_size = %d
+logfile = %s
+pidfile = %s
+`, pg.Host, pg.Port, port, filepath.Join(dir, "userlist.txt"), clients+10, filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o600); err != nil {
+		return endpoint{}, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(fmt.Sprintf("%q %q\n", pg.User, pg.Password)), 0o600); err != nil {
+		return endpoint{}, nil, err
+	}
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return endpoint{}, nil, fmt.Errorf("pgbouncer refuses root and there is no user postgres: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		for _, f := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "userlist.txt")} {
+			if err := os.Chown(f, uid, gid); err != nil {
+				return endpoint{}, nil, err
+			}
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, Pdeathsig: syscall.SIGKILL}
+	}
+	if err := cmd.Start(); err != nil {
+		return endpoint{}, nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return endpoint{"pgbouncer", "127.0.0.1", port}, stop, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+	stop()
+	return endpoint{}, nil, fmt.Errorf("pgbouncer did not start:\n%s", log)
+}
