@@ -52,7 +52,7 @@ type Config struct {
 	// the last snapshot. Default 10000.
 	SnapshotEntries uint64
 	// SnapshotData, if set, supplies the consumer's part of a snapshot at
-	// seqno (called on the Raft loop: keep it quick). A node that receives
+	// seqno (called on the apply goroutine, which it stalls: keep it quick). A node that receives
 	// a snapshot gets it back in a DeliverySnapshot.
 	SnapshotData func(seqno uint64) ([]byte, error)
 	// Storage tunes the on-disk log.

@@ -29,8 +29,9 @@
 // # Layers and files
 //
 //   - node.go: Node, the public API, proposal waiters, transport.Handler.
-//   - loop.go: the Raft loop (Ready handling, apply, snapshots). The Ready
-//     contract it follows is written out on handleReady.
+//   - loop.go: the three goroutines that drive raft (a RawNode with
+//     AsyncStorageWrites); the contract they follow is written out at the
+//     top of the file.
 //   - envelope.go: every payload is logged as (origin node, local proposal
 //     id, payload), so the origin matches the committed entry to its
 //     waiting Propose; consumers never see the envelope.
@@ -45,13 +46,22 @@
 //
 // # Goroutines
 //
-// raft.Node runs its own goroutine. The Raft loop (run) is the only
-// goroutine that touches the storage, applies entries and writes the delivery
-// channel; it owns the fields so marked on Node. Propose/ReadIndex/AddNode
-// callers block in their own goroutines on a per-request channel the Raft
-// loop fills. The transport runs a server plus one sender per peer (see
-// transport.GRPC). Stop closes the loop, stops raft, the transport and the
-// storage, and returns once all of them have exited.
+//   - run (the raft goroutine) owns the raft.RawNode: ticks, steps received
+//     messages, takes proposals (all that are waiting, in one go), runs
+//     control requests, and routes each Ready's messages. It does no I/O.
+//   - runAppend owns writes to the log: it batches MsgStorageAppend
+//     messages, fsyncs once per batch, then releases the messages that
+//     depended on the write (votes, append acknowledgements).
+//   - runApply owns the applied index and the delivery channel: it applies
+//     committed entries in order, resolves Propose and conf change waiters,
+//     and takes snapshots/compacts.
+//   - the transport's server and per-peer senders (transport.GRPC).
+//
+// Propose, ReadIndex, AddNode and RemoveNode callers block in their own
+// goroutines on channels these goroutines fill, bounded by their ctx and
+// Config.ProposeTimeout. Stop closes the node, waits for all three
+// goroutines and the transport, closes the storage and then the delivery
+// channel.
 //
 // # Storage choice
 //
@@ -84,8 +94,9 @@
 // # Never
 //
 // The package never sends a message before the state it depends on is
-// fsynced (leaders excepted, as the Raft thesis allows for their own
-// appends), never delivers an entry twice or out of order within one run,
+// fsynced (raft's async-storage contract: a leader replicates entries while
+// it writes them, and counts its own vote for them only once they are
+// durable), never delivers an entry twice or out of order within one run,
 // never delivers an entry at or below StartAfter, and never acknowledges a
 // proposal before it is committed and handed to the local delivery stream.
 // It does not deduplicate payloads: a payload proposed twice (a caller's

@@ -233,7 +233,8 @@ func (n *Node) ID() uint64 { return n.id }
 // every node. Seqnos increase strictly but have gaps where Raft has internal
 // entries (leader no-ops, configuration changes); the gaps are the same on
 // every node. The channel is closed when the Node stops. The consumer must
-// keep draining it: a full channel stalls this node's Raft loop.
+// keep draining it: a full channel stalls this node's apply goroutine, and
+// with it the proposals of this node (raft itself keeps running).
 func (n *Node) Deliveries() <-chan Delivery { return n.deliverc }
 
 // MarkApplied tells the node that every entry up to seqno is durably applied

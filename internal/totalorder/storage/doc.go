@@ -11,12 +11,14 @@
 // storage.go is the Storage type (Open replays and repairs, Save is the
 // Ready contract's step 1, CreateSnapshot compacts).
 //
-// Durability: Save writes one record per Ready with one write and one
-// fdatasync; a record is the unit of atomicity, so after a crash only the
-// last record can be incomplete. Open truncates such a torn tail and refuses
+// Durability: Save writes one record (all the updates it is given) with one
+// write and one fdatasync, and writes nothing it does not sync; so after a
+// crash only the last record can be incomplete. Open truncates such a torn tail and refuses
 // (ErrCorrupt) anything that an interrupted append cannot explain.
 //
-// Goroutines: none. One goroutine (the node's Raft loop) calls Save,
+// Goroutines: none. Save, CreateSnapshot, Compact and Close are serialised
+// by a mutex (the node calls Save from its append goroutine and the others
+// from its apply goroutine);
 // CreateSnapshot and Close; raft reads the MemoryStorage concurrently under
 // its lock.
 //

@@ -206,35 +206,43 @@ type Update struct {
 }
 
 // Save makes updates durable and then visible to raft, in the order the
-// Ready contract requires: snapshot files first, then one log record per
-// update, one fdatasync for all of them (group commit) when sync is set,
-// then the in-memory storage. When Save returns nil after a sync, messages
+// Ready contract requires: snapshot files first, then one log record
+// holding every update and one fdatasync for it (group commit), then the
+// in-memory storage. When Save returns nil after a sync, messages
 // that depend on these updates may be sent. Without sync (raft needs no
-// durability: only the commit index changed) the records reach the disk
-// with the next synced Save.
+// durability: only the commit index changed) nothing is written; the hard
+// state reaches the disk with the next synced Save. Entries and snapshots
+// are always synced.
 func (s *Storage) Save(sync bool, ups ...Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	wrote := false
+	var states []pendingState
 	for i := range ups {
 		u := &ups[i]
 		if u.Snapshot != nil && !raft.IsEmptySnap(*u.Snapshot) {
 			if err := saveSnap(filepath.Join(s.dir, "snap"), *u.Snapshot, s.opts.NoSync); err != nil {
 				return fmt.Errorf("storage: save snapshot: %w", err)
 			}
+			sync = true
+		}
+		if len(u.Entries) > 0 {
+			sync = true
 		}
 		var hsp *raftpb.HardState
 		if !raft.IsEmptyHardState(u.HardState) {
 			hsp = &u.HardState
 		}
 		if hsp != nil || len(u.Entries) > 0 {
-			if err := s.wal.write(hsp, u.Entries); err != nil {
-				return fmt.Errorf("storage: %w", err)
-			}
-			wrote = true
+			states = append(states, pendingState{hs: hsp, ents: u.Entries})
 		}
 	}
-	if wrote && sync {
+	// Without sync only the commit index changed: it is kept in memory and
+	// written with the next synced record, so every record on disk was
+	// followed by an fsync and only the last one can be torn.
+	if len(states) > 0 && sync {
+		if err := s.wal.write(states); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
 		if err := s.wal.sync(s.wal.f); err != nil {
 			return fmt.Errorf("storage: wal sync: %w", err)
 		}

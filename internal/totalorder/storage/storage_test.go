@@ -318,3 +318,43 @@ func flip(t *testing.T, path string, off int64) {
 	must(t, err)
 	must(t, f.Close())
 }
+
+func TestGroupCommitAndUnsyncedCommit(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	must(t, err)
+	e := func(term, i uint64) raftpb.Entry {
+		return raftpb.Entry{Term: term, Index: i, Data: []byte(fmt.Sprint(term, "/", i))}
+	}
+	// one Save, three updates, the third overwriting part of the first
+	must(t, s.Save(true,
+		Update{HardState: raftpb.HardState{Term: 1, Vote: 2}, Entries: []raftpb.Entry{e(1, 1), e(1, 2), e(1, 3)}},
+		Update{Entries: []raftpb.Entry{e(1, 4)}},
+		Update{HardState: raftpb.HardState{Term: 2, Vote: 3, Commit: 1}, Entries: []raftpb.Entry{e(2, 3)}},
+	))
+	if offs := recordOffsets(t, lastSegment(t, dir)); len(offs) != 1 {
+		t.Fatalf("%d records for one Save, want 1", len(offs))
+	}
+	// a commit-only change without sync is not written, but raft sees it
+	end := validEnd(t, lastSegment(t, dir))
+	must(t, s.Save(false, Update{HardState: raftpb.HardState{Term: 2, Vote: 3, Commit: 3}}))
+	if validEnd(t, lastSegment(t, dir)) != end {
+		t.Fatal("an unsynced commit-only update was written")
+	}
+	if hs, _, _ := s.Raft().InitialState(); hs.Commit != 3 {
+		t.Fatalf("in-memory commit %d, want 3", hs.Commit)
+	}
+	must(t, s.Close())
+	s, err = Open(dir, Options{})
+	must(t, err)
+	defer s.Close()
+	li, _ := s.Raft().LastIndex()
+	ents, _ := s.Raft().Entries(1, li+1, 1<<20)
+	if len(ents) != 3 || string(ents[2].Data) != "2/3" {
+		t.Fatalf("entries after reopen: %v", ents)
+	}
+	hs, _, _ := s.Raft().InitialState()
+	if hs.Term != 2 || hs.Vote != 3 || hs.Commit != 1 {
+		t.Fatalf("hard state after reopen %+v, want term 2 vote 3 commit 1 (the last synced)", hs)
+	}
+}

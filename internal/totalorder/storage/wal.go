@@ -22,8 +22,9 @@ import (
 //	offset 8  uint32  CRC-32C of the payload
 //	offset 12 n bytes payload
 //
-// The payload of every record is one state record (see encodeState): an
-// optional HardState and a run of entries, written and fsynced as a unit.
+// The payload of every record is a uvarint count and that many states (see
+// encodeState): each an optional HardState and a run of entries. A record
+// is everything one Save makes durable with one fsync.
 const headerSize = 12
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -85,10 +86,33 @@ func encodeState(dst []byte, hs *raftpb.HardState, ents []raftpb.Entry) ([]byte,
 	return dst, nil
 }
 
-func decodeState(p []byte) (stateRecord, error) {
+// decodeRecord decodes a record payload: a uvarint count of states, then
+// that many states as encodeState writes them.
+func decodeRecord(p []byte) ([]stateRecord, error) {
+	cnt, k := binary.Uvarint(p)
+	if k <= 0 || cnt == 0 || cnt > uint64(len(p)) {
+		return nil, fmt.Errorf("%w: bad record (state count)", ErrCorrupt)
+	}
+	p = p[k:]
+	out := make([]stateRecord, 0, cnt)
+	for i := uint64(0); i < cnt; i++ {
+		r, rest, err := decodeState(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+		p = rest
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: bad record (trailing bytes)", ErrCorrupt)
+	}
+	return out, nil
+}
+
+func decodeState(p []byte) (stateRecord, []byte, error) {
 	var r stateRecord
-	bad := func(what string) (stateRecord, error) {
-		return stateRecord{}, fmt.Errorf("%w: bad state record (%s)", ErrCorrupt, what)
+	bad := func(what string) (stateRecord, []byte, error) {
+		return stateRecord{}, nil, fmt.Errorf("%w: bad state record (%s)", ErrCorrupt, what)
 	}
 	if len(p) < 1 {
 		return bad("empty")
@@ -126,10 +150,7 @@ func decodeState(p []byte) (stateRecord, error) {
 		r.entries = append(r.entries, e)
 		p = p[k+int(n):]
 	}
-	if len(p) != 0 {
-		return bad("trailing bytes")
-	}
-	return r, nil
+	return r, p, nil
 }
 
 func segName(seq uint64) string { return fmt.Sprintf("%016d%s", seq, segSuffix) }
@@ -197,12 +218,14 @@ func readSegment(path string, repair bool, fn func(stateRecord) error) (validEnd
 				}
 				break // else: the last record, payload torn
 			}
-			rec, err := decodeState(payload)
+			recs, err := decodeRecord(payload)
 			if err != nil {
 				return 0, false, fmt.Errorf("%s at offset %d: %w", name, off, err)
 			}
-			if err := fn(rec); err != nil {
-				return 0, false, err
+			for _, rec := range recs {
+				if err := fn(rec); err != nil {
+					return 0, false, err
+				}
 			}
 			off += headerSize + int(n)
 			continue
@@ -302,7 +325,7 @@ func (w *wal) newSegment(seq uint64, hs *raftpb.HardState) error {
 		return err
 	}
 	if hs != nil {
-		if err := w.write(hs, nil); err != nil {
+		if err := w.write([]pendingState{{hs: hs}}); err != nil {
 			return err
 		}
 		return w.sync(w.f)
@@ -310,12 +333,25 @@ func (w *wal) newSegment(seq uint64, hs *raftpb.HardState) error {
 	return nil
 }
 
-// write appends one record without syncing it.
-func (w *wal) write(hs *raftpb.HardState, ents []raftpb.Entry) error {
+// pendingState is one state (hard state and/or entries) to write.
+type pendingState struct {
+	hs   *raftpb.HardState
+	ents []raftpb.Entry
+}
+
+// write appends one record holding all of states, without syncing it. One
+// record per fsync keeps "only the last record can be torn" true.
+func (w *wal) write(states []pendingState) error {
 	buf := append(w.buf[:0], make([]byte, headerSize)...)
-	buf, err := encodeState(buf, hs, ents)
-	if err != nil {
-		return err
+	buf = binary.AppendUvarint(buf, uint64(len(states)))
+	var err error
+	for _, st := range states {
+		if buf, err = encodeState(buf, st.hs, st.ents); err != nil {
+			return err
+		}
+		if len(st.ents) > 0 {
+			w.segs[len(w.segs)-1].maxIndex = max(w.segs[len(w.segs)-1].maxIndex, st.ents[len(st.ents)-1].Index)
+		}
 	}
 	n := len(buf) - headerSize
 	binary.LittleEndian.PutUint32(buf[0:4], uint32(n))
@@ -328,9 +364,6 @@ func (w *wal) write(hs *raftpb.HardState, ents []raftpb.Entry) error {
 		w.buf = buf
 	}
 	w.size += int64(len(buf))
-	if len(ents) > 0 {
-		w.segs[len(w.segs)-1].maxIndex = max(w.segs[len(w.segs)-1].maxIndex, ents[len(ents)-1].Index)
-	}
 	return nil
 }
 
