@@ -42,7 +42,21 @@ var errStopping = errors.New("stopping")
 // proposal is a Propose call waiting for run to hand it to raft.
 type proposal struct {
 	data []byte
-	res  chan error // raft's verdict on the proposal itself (not the commit)
+	res  chan proposalResult // the Propose call's waiter (capacity 1)
+}
+
+// proposalResult ends a Propose: raft refused the proposal (err, sent by
+// the raft goroutine) or it was delivered at seq (sent by the apply
+// goroutine). Exactly one of the two happens per attempt.
+type proposalResult struct {
+	seq uint64
+	err error
+}
+
+func (n *Node) propose1(rn *raft.RawNode, p proposal) {
+	if err := rn.Propose(p.data); err != nil {
+		p.res <- proposalResult{err: err}
+	}
 }
 
 // peerReport is a transport's report about a peer, for raft's flow control.
@@ -75,12 +89,12 @@ func (n *Node) run() {
 		case <-t.C:
 			rn.Tick()
 		case p := <-n.propc:
-			p.res <- rn.Propose(p.data)
+			n.propose1(rn, p)
 		drainProps:
 			for range 4096 {
 				select {
 				case p := <-n.propc:
-					p.res <- rn.Propose(p.data)
+					n.propose1(rn, p)
 				default:
 					break drainProps
 				}
@@ -136,12 +150,23 @@ func (n *Node) run() {
 					remote = append(remote, m)
 					continue
 				}
-				select {
-				case ch <- m:
-				case <-n.stopc:
-					return
-				case <-n.removedc:
-					return
+				// While the storage goroutine is busy, keep serving the
+				// channels it may itself be waiting on (recvc for its
+				// responses, ctrlc for ApplyConfChange): no cycle of full
+				// channels can block both sides.
+				for sent := false; !sent; {
+					select {
+					case ch <- m:
+						sent = true
+					case r := <-n.recvc:
+						_ = rn.Step(r)
+					case f := <-n.ctrlc:
+						f(rn)
+					case <-n.stopc:
+						return
+					case <-n.removedc:
+						return
+					}
 				}
 			}
 			n.tr.Send(remote)
@@ -342,7 +367,7 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		if origin == n.id {
 			n.mu.Lock()
 			if ch, ok := n.waiters[prop]; ok {
-				ch <- e.Index
+				ch <- proposalResult{seq: e.Index}
 				delete(n.waiters, prop)
 			}
 			n.mu.Unlock()

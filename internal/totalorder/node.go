@@ -64,7 +64,7 @@ type Node struct {
 	failed   atomic.Pointer[error]
 
 	mu          sync.Mutex
-	waiters     map[uint64]chan uint64 // proposal id -> seqno
+	waiters     map[uint64]chan proposalResult // proposal id -> its result
 	ccWaiters   map[uint64]chan struct{}
 	readWaiters map[string]chan uint64
 	peerApplied map[uint64]uint64
@@ -119,7 +119,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		appendc:     make(chan raftpb.Message, 1024),
 		applyc:      make(chan raftpb.Message, 1024),
 		sem:         make(chan struct{}, cfg.MaxInflight),
-		waiters:     map[uint64]chan uint64{},
+		waiters:     map[uint64]chan proposalResult{},
 		ccWaiters:   map[uint64]chan struct{}{},
 		readWaiters: map[string]chan uint64{},
 		peerApplied: map[uint64]uint64{},
@@ -330,7 +330,7 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 	defer func() { <-n.sem; n.m.inflight.Dec() }()
 
 	id := n.nextID.Add(1)
-	ch := make(chan uint64, 1)
+	ch := make(chan proposalResult, 1)
 	n.mu.Lock()
 	n.waiters[id] = ch
 	n.mu.Unlock()
@@ -339,41 +339,39 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 		delete(n.waiters, id)
 		n.mu.Unlock()
 	}()
-	p := proposal{data: encodeEnvelope(n.id, id, payload), res: make(chan error, 1)}
+	p := proposal{data: encodeEnvelope(n.id, id, payload), res: ch}
 	for {
-		var err error
 		select {
 		case n.propc <- p:
-			err = <-p.res
 		case <-tctx.Done():
-			err = tctx.Err()
+			return 0, n.timeoutErr(ctx)
 		case <-n.stopc:
-			err = ErrStopped
+			return 0, ErrStopped
 		case <-n.removedc:
-			err = n.unavailable()
+			return 0, n.unavailable()
 		}
-		if err == nil {
-			break
-		}
-		if errors.Is(err, raft.ErrProposalDropped) {
+		// One result: raft's refusal (from the raft goroutine) or the
+		// seqno (from the apply goroutine once delivered).
+		select {
+		case r := <-ch:
+			if r.err == nil {
+				return r.seq, nil
+			}
+			if !errors.Is(r.err, raft.ErrProposalDropped) {
+				return 0, r.err
+			}
 			// No leader known (election in progress) or a leader
 			// transfer: nothing was appended, try again shortly.
 			if werr := n.sleep(tctx, n.cfg.TickInterval); werr != nil {
 				return 0, n.timeoutOrStop(ctx, werr)
 			}
-			continue
+		case <-tctx.Done():
+			return 0, n.timeoutErr(ctx)
+		case <-n.removedc:
+			return 0, n.unavailable()
+		case <-n.stopc:
+			return 0, ErrStopped
 		}
-		return 0, n.timeoutOrStop(ctx, err)
-	}
-	select {
-	case seq := <-ch:
-		return seq, nil
-	case <-tctx.Done():
-		return 0, n.timeoutErr(ctx)
-	case <-n.removedc:
-		return 0, n.unavailable()
-	case <-n.stopc:
-		return 0, ErrStopped
 	}
 }
 
