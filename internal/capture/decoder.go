@@ -7,14 +7,23 @@ import (
 	"github.com/ordo-db/ordo/internal/txn"
 )
 
-// OrdoSchema is the schema of Ordo's own bookkeeping tables. Its rows are
-// never part of a write set; an insert into ordo.applied marks a
-// transaction as an apply of a decided remote write set (package apply
-// writes that row in the same transaction as the applied rows).
+// OrdoSchema is the schema of Ordo's own bookkeeping tables. Rows of its
+// bookkeeping tables (Bookkeeping) are never part of a write set; an insert
+// into ordo.applied marks a transaction as an apply of a decided remote
+// write set (package apply writes that row in the same transaction as the
+// applied rows). Other tables that happen to live in the schema (a
+// superuser named "ordo" creates unqualified tables there, through the
+// "$user" entry of search_path) are replicated like any other.
 const OrdoSchema = "ordo"
 
 // AppliedTable is the table, in OrdoSchema, whose inserts mark applies.
 const AppliedTable = "applied"
+
+// Bookkeeping reports whether schema.table is one of Ordo's node-local
+// bookkeeping tables, never replicated.
+func Bookkeeping(schema, table string) bool {
+	return schema == OrdoSchema && table == AppliedTable
+}
 
 // ErrTooLarge is returned (through Capture.Await) for a prepared
 // transaction whose write set exceeds Limits.MaxRows or Limits.MaxBytes.
@@ -247,10 +256,8 @@ func (d *Decoder) change(relID uint32, build func(*Table) (Row, error)) error {
 	if !ok {
 		return fmt.Errorf("%w: row change of unknown relation %d", ErrProtocol, relID)
 	}
-	if t.Schema == OrdoSchema {
-		if t.Name == AppliedTable {
-			p.apply = true
-		}
+	if Bookkeeping(t.Schema, t.Name) {
+		p.apply = true
 		return nil
 	}
 	p.rows++
@@ -309,7 +316,7 @@ func (d *Decoder) truncate(m *TruncateMsg) error {
 		if !ok {
 			return fmt.Errorf("%w: truncate of unknown relation %d", ErrProtocol, id)
 		}
-		if t.Schema == OrdoSchema {
+		if Bookkeeping(t.Schema, t.Name) {
 			continue
 		}
 		p.rows++

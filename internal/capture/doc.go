@@ -26,7 +26,7 @@
 // other plain commit that wrote a published table is a write that bypassed
 // Ordo: it is counted in ordo_capture_unreplicated_commits_total and
 // logged with its xid. So is a COMMIT PREPARED of a gid Ordo did not make.
-// Rows of the ordo schema never enter a write set.
+// Rows of ordo.applied never enter a write set.
 //
 // Values are captured in PostgreSQL's text output format, produced by the
 // walsender under fixed settings (ISO dates, UTC, extra_float_digits=3, hex

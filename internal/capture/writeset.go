@@ -123,8 +123,8 @@ func (r *Row) KeyValues() []string {
 
 // WriteSet is everything one prepared transaction wrote to replicated
 // tables, in the order PostgreSQL decoded it (the order of the changes in
-// WAL, triggers and cascades included). Rows of the ordo schema (Ordo's own
-// bookkeeping) are never part of a write set.
+// WAL, triggers and cascades included). Rows of Ordo's own bookkeeping tables
+// (see Bookkeeping) are never part of a write set.
 type WriteSet struct {
 	GID txn.GID
 	XID uint32
