@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,13 +219,14 @@ func retryable(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "55P03", // lock_not_available (lock_timeout)
-			"40P01", // deadlock_detected
-			"40001", // serialization_failure
-			"57014", // query_canceled (preempted)
-			"23505": // unique_violation (a parallel order effect, redone serially)
+			"40P01",                   // deadlock_detected
+			"40001",                   // serialization_failure
+			"57014",                   // query_canceled (preempted)
+			"23505",                   // unique_violation (a parallel order effect, redone serially)
+			"57P01", "57P02", "57P03": // the backend was terminated: reconnect
 			return true
 		}
-		return false
+		return strings.HasPrefix(pgErr.Code, "08") // connection exceptions
 	}
 	return true // connection and context errors: reconnect and retry
 }
@@ -275,7 +277,8 @@ func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) 
 			}
 			cancel()
 		}
-		if errors.Is(err, ErrDiverged) || !retryable(err) {
+		lost := w.conn == nil || w.conn.IsClosed()
+		if errors.Is(err, ErrDiverged) || !(retryable(err) || lost) {
 			return false, err
 		}
 		a.cfg.Logger.Info("apply: attempt failed; retrying", "seqno", it.Seqno, "gid", it.WriteSet.GID, "attempt", attempt, "err", err)

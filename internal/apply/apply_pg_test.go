@@ -1,0 +1,298 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+var origin, replica *pglocal.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c, err := pglocal.Start(ctx, pglocal.Options{N: 2, Settings: map[string]string{"track_commit_timestamp": "on"}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apply tests need PostgreSQL:", err)
+			return 1
+		}
+		defer c.Stop()
+		origin, replica = c.Servers[0], c.Servers[1]
+		defer func() {
+			if shared != nil {
+				shared.cap.Stop()
+			}
+		}()
+		return m.Run()
+	}())
+}
+
+const schema = `
+SET search_path = public;
+CREATE TABLE parent (id int PRIMARY KEY, name text NOT NULL, created timestamptz NOT NULL DEFAULT '2024-01-01 00:00:00+00');
+CREATE TABLE child_c (id int PRIMARY KEY, parent_id int REFERENCES parent(id) ON DELETE CASCADE, note text);
+CREATE TABLE child_n (id int PRIMARY KEY, parent_id int REFERENCES parent(id) ON DELETE SET NULL);
+CREATE TABLE kinds (
+	id bigint PRIMARY KEY, n numeric(30,10), f float8, r real, arr int[], tarr text[], j json, jb jsonb, b bytea,
+	ts timestamptz, d date, iv interval, u uuid, flag boolean,
+	total numeric GENERATED ALWAYS AS (n * 2) STORED, def text DEFAULT 'dflt', nul text);
+CREATE TABLE big (id int PRIMARY KEY, v int, body text);
+ALTER TABLE big ALTER body SET STORAGE EXTERNAL;
+CREATE TABLE audit (id serial PRIMARY KEY, what text);
+CREATE FUNCTION audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO audit(what) VALUES (TG_OP || ':' || NEW.id || ':' || NEW.name); RETURN NEW; END $$;
+CREATE TRIGGER parent_audit AFTER INSERT OR UPDATE ON parent FOR EACH ROW EXECUTE FUNCTION audit_fn();
+CREATE TABLE trunc_p (id int PRIMARY KEY);
+CREATE TABLE trunc_c (id int PRIMARY KEY, p int REFERENCES trunc_p);
+CREATE TABLE comp (b int, a int, v text, PRIMARY KEY (b, a));
+`
+
+var tables = []string{"parent", "child_c", "child_n", "kinds", "big", "audit", "trunc_p", "trunc_c", "comp"}
+
+type env struct {
+	cap     *capture.Capture
+	a, b    *pgx.Conn
+	applier *Applier
+	seq     uint64
+	gids    uint64
+	applied []Item
+}
+
+func conn(t *testing.T, s *pglocal.Server) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), s.DSN("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(context.Background()) })
+	_, err = c.Exec(context.Background(), "SET search_path = public")
+	require.NoError(t, err)
+	return c
+}
+
+func mustExec(t *testing.T, c *pgx.Conn, sql string) {
+	t.Helper()
+	_, err := c.Exec(context.Background(), sql)
+	require.NoError(t, err, sql)
+}
+
+var shared *env
+
+// setup creates the schema on both servers, a capture on the origin and
+// an applier on the replica, once for all tests.
+func setup(t *testing.T, cfg Config) *env {
+	ctx := context.Background()
+	if shared == nil {
+		a0, b0 := conn(t, origin), conn(t, replica)
+		mustExec(t, a0, schema)
+		mustExec(t, b0, schema)
+		require.NoError(t, Bootstrap(ctx, b0))
+		require.NoError(t, Bootstrap(ctx, b0), "Bootstrap is idempotent")
+		c, err := capture.Start(ctx, capture.Config{DSN: origin.DSN("postgres"), AwaitTimeout: 30 * time.Second})
+		require.NoError(t, err)
+		shared = &env{cap: c}
+	}
+	e := *shared
+	e.a, e.b = conn(t, origin), conn(t, replica)
+	cfg.DSN = replica.DSN("postgres")
+	ap, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(ap.Close)
+	e.applier = ap
+	return &e
+}
+
+// originTxn runs sql on the origin as a prepared transaction, captures its
+// write set and commits it there.
+func (e *env) originTxn(t *testing.T, sql ...string) *capture.WriteSet {
+	t.Helper()
+	shared.gids++
+	gid := txn.NewGID(1, shared.gids)
+	mustExec(t, e.a, "BEGIN")
+	for _, s := range sql {
+		mustExec(t, e.a, s)
+	}
+	mustExec(t, e.a, "PREPARE TRANSACTION '"+string(gid)+"'")
+	ws, err := e.cap.Await(context.Background(), gid)
+	require.NoError(t, err)
+	mustExec(t, e.a, "COMMIT PREPARED '"+string(gid)+"'")
+	return ws
+}
+
+func (e *env) nextSeq() uint64 { shared.seq++; return shared.seq }
+
+func (e *env) replicate(t *testing.T, sql ...string) Item {
+	t.Helper()
+	it := Item{Seqno: e.nextSeq(), WriteSet: e.originTxn(t, sql...)}
+	applied, err := e.applier.Apply(context.Background(), it.Seqno, it.WriteSet)
+	require.NoError(t, err)
+	require.True(t, applied)
+	shared.applied = append(shared.applied, it)
+	return it
+}
+
+func dump(t *testing.T, c *pgx.Conn, table string) string {
+	t.Helper()
+	var s *string
+	require.NoError(t, c.QueryRow(context.Background(),
+		fmt.Sprintf("SELECT string_agg(x::text, E'\\n' ORDER BY x::text) FROM public.%s x", table)).Scan(&s))
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func requireSame(t *testing.T, e *env) {
+	t.Helper()
+	for _, tb := range tables {
+		require.Equal(t, dump(t, e.a, tb), dump(t, e.b, tb), "table %s differs", tb)
+	}
+}
+
+func TestExactness(t *testing.T) {
+	e := setup(t, Config{})
+	e.replicate(t,
+		"INSERT INTO parent (id, name) VALUES (1, 'p1'), (2, 'p2'), (3, 'p3')",
+		"INSERT INTO child_c VALUES (10, 1, 'c of 1'), (11, 2, NULL), (12, 1, 'x')",
+		"INSERT INTO child_n VALUES (20, 1), (21, 2)",
+		`INSERT INTO kinds (id, n, f, r, arr, tarr, j, jb, b, ts, d, iv, u, flag, nul) VALUES
+		 (1, 12345678901234567890.0123456789, 0.1, 3.4028235e38, '{1,NULL,3}', '{"a b","c\"d",NULL}',
+		  '{"b": 1,  "a": [1, 2], "b": 2}', '{"z": 1, "a": {"k": [true, null]}}', '\x00ff10',
+		  '2024-03-01 12:34:56.789012+05:30', '2024-02-29', '1 year 2 mons 3 days 04:05:06.7', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true, NULL),
+		 (2, -0.0000000001, 'NaN', '-Infinity', '{}', '{}', 'null', '[]', '', 'infinity', '4713-01-01 BC', '-1 day', NULL, false, 'x')`,
+		"INSERT INTO big VALUES (1, 0, (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 4000) g))",
+		"INSERT INTO comp VALUES (1, 2, 'c'), (3, 4, 'd')",
+		"INSERT INTO trunc_p VALUES (1), (2)", "INSERT INTO trunc_c VALUES (1, 1)")
+	requireSame(t, e)
+
+	it := e.replicate(t,
+		"UPDATE big SET v = v + 1",                    // TOASTed body unchanged
+		"UPDATE parent SET name = 'p2b' WHERE id = 2", // trigger writes audit
+		"UPDATE kinds SET jb = jb || '{\"new\": 1}', n = n + 1 WHERE id = 1",
+		"UPDATE comp SET a = a + 10 WHERE b = 1") // key change
+	var sawUnchanged, sawKeyChange bool
+	for _, r := range it.WriteSet.Rows {
+		for _, v := range r.Values {
+			sawUnchanged = sawUnchanged || v.Kind == capture.Unchanged
+		}
+		sawKeyChange = sawKeyChange || r.OldKey.Level != 0
+	}
+	require.True(t, sawUnchanged, "the TOASTed body was not sent as unchanged")
+	require.True(t, sawKeyChange)
+	requireSame(t, e)
+
+	e.replicate(t, "UPDATE big SET body = body || 'tail'")
+	e.replicate(t, "DELETE FROM parent WHERE id = 1") // cascade + set null
+	e.replicate(t, "TRUNCATE trunc_p CASCADE")
+	e.replicate(t, "INSERT INTO trunc_p VALUES (5)", "DELETE FROM kinds WHERE id = 2")
+	requireSame(t, e)
+	require.NotEmpty(t, dump(t, e.b, "audit"))
+
+	// Replay of everything already applied is skipped: exactly once.
+	for _, it := range shared.applied {
+		applied, err := e.applier.Apply(context.Background(), it.Seqno, it.WriteSet)
+		require.NoError(t, err)
+		require.False(t, applied)
+	}
+	requireSame(t, e)
+	p, err := e.applier.AppliedPrefix(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, shared.seq, p)
+}
+
+func TestBruteForceAbort(t *testing.T) {
+	var seen atomic.Value
+	e := setup(t, Config{LockTimeout: 10 * time.Second})
+	e.replicate(t, "INSERT INTO comp VALUES (500, 1, 'bf')")
+	local := conn(t, replica)
+	mustExec(t, local, "BEGIN")
+	mustExec(t, local, "UPDATE comp SET v = 'local' WHERE b = 500") // then idle in transaction
+	var localPID int
+	require.NoError(t, local.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&localPID))
+
+	killer := conn(t, replica)
+	e.applier.cfg.OnBlocked = func(pids []int) {
+		seen.Store(pids)
+		for _, p := range pids {
+			_, _ = killer.Exec(context.Background(), "SELECT pg_terminate_backend($1)", p)
+		}
+	}
+	began := time.Now()
+	e.replicate(t, "UPDATE comp SET v = 'remote' WHERE b = 500")
+	require.Less(t, time.Since(began), 5*time.Second, "the apply waited for the lock timeout instead of aborting the blocker")
+	require.Equal(t, []int{localPID}, seen.Load())
+	requireSame(t, e)
+}
+
+func TestCrashMidApplyExactlyOnce(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, Config{LockTimeout: 20 * time.Second})
+	e.replicate(t, "INSERT INTO comp VALUES (600, 1, 'crash')")
+	it := Item{Seqno: e.nextSeq(), WriteSet: e.originTxn(t,
+		"INSERT INTO comp VALUES (601, 1, 'new')",
+		"UPDATE comp SET v = 'after' WHERE b = 600")}
+
+	// A local transaction makes the apply wait mid-way (after its insert).
+	local := conn(t, replica)
+	mustExec(t, local, "BEGIN")
+	mustExec(t, local, "UPDATE comp SET v = 'hold' WHERE b = 600")
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.applier.Apply(ctx, it.Seqno, it.WriteSet)
+		done <- err
+	}()
+	pid := e.applier.PIDs()[0]
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, local.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 20*time.Millisecond)
+	// Kill the applier's connection mid-apply.
+	killer := conn(t, replica)
+	mustExec(t, killer, fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
+	time.Sleep(200 * time.Millisecond)
+	mustExec(t, local, "ROLLBACK")
+	require.NoError(t, <-done, "the applier reconnects and retries")
+	require.NotEqual(t, pid, e.applier.PIDs()[0])
+
+	// Replaying it (as recovery would) changes nothing.
+	applied, err := e.applier.Apply(ctx, it.Seqno, it.WriteSet)
+	require.NoError(t, err)
+	require.False(t, applied)
+	var n int
+	require.NoError(t, e.b.QueryRow(ctx, "SELECT count(*) FROM ordo.applied WHERE gid = $1", string(it.WriteSet.GID)).Scan(&n))
+	require.Equal(t, 1, n)
+	requireSame(t, e)
+}
+
+func TestParallelApplyOrdered(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, Config{Workers: 4})
+	var items []Item
+	for i := 0; i < 24; i++ {
+		id := 1000 + i%6 // conflicts: every 6th write set touches the same row
+		sql := fmt.Sprintf("INSERT INTO comp VALUES (%d, %d, 'v') ON CONFLICT (b, a) DO UPDATE SET v = comp.v || '+%d'", id, i, i)
+		items = append(items, Item{Seqno: e.nextSeq(), WriteSet: e.originTxn(t, sql,
+			fmt.Sprintf("INSERT INTO parent (id, name) VALUES (%d, 'n') ON CONFLICT (id) DO UPDATE SET name = parent.name || '%d'", id, i))})
+	}
+	require.NoError(t, e.applier.ApplyBatch(ctx, items))
+	requireSame(t, e)
+	// Commits happened in seqno order.
+	rows, err := e.b.Query(ctx, "SELECT seqno FROM ordo.applied WHERE seqno >= $1 ORDER BY pg_xact_commit_timestamp(xmin), seqno", int64(items[0].Seqno))
+	require.NoError(t, err)
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, seqs, len(items))
+	for i := range seqs {
+		require.Equal(t, int64(items[i].Seqno), seqs[i])
+	}
+}
