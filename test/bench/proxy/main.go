@@ -58,8 +58,9 @@ func main() {
 	clients := flag.Int("clients", 8, "pgbench clients")
 	scale := flag.Int("scale", 10, "pgbench scale factor")
 	idle := flag.Int("idle", 500, "idle sessions for the RSS measurement")
+	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
 	flag.Parse()
-	if err := run(*duration, *runs, *clients, *scale, *idle); err != nil {
+	if err := run(*duration, *runs, *clients, *scale, *idle, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
 		os.Exit(1)
 	}
@@ -69,6 +70,9 @@ func main() {
 // printing its listen address. On SIGUSR1 it collects garbage and returns
 // freed memory to the OS, so the parent measures live memory.
 func runProxy(backend string) error {
+	if n, _ := strconv.Atoi(os.Getenv("ORDO_BENCH_PROXY_GOMAXPROCS")); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	srv, err := wire.NewServer(wire.Config{
 		BackendAddr:    backend,
 		AllowPlaintext: true,
@@ -121,9 +125,9 @@ type endpoint struct {
 	port int
 }
 
-type sample struct{ tps, latMs float64 }
+type sample struct{ tps, latMs, cpuUsPerTx float64 }
 
-func run(duration time.Duration, runs, clients, scale, idle int) error {
+func run(duration time.Duration, runs, clients, scale, idle int, only string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fmt.Printf("bench-proxy: %d clients, %d runs of %v per target and mode, scale %d, GOMAXPROCS %d\n",
@@ -165,7 +169,7 @@ func run(duration time.Duration, runs, clients, scale, idle int) error {
 		return err
 	}
 
-	bouncer, stopBouncer, err := startPgBouncer(pg, clients)
+	bouncer, bouncerPID, stopBouncer, err := startPgBouncer(pg, clients)
 	if err != nil {
 		return err
 	}
@@ -181,7 +185,15 @@ func run(duration time.Duration, runs, clients, scale, idle int) error {
 	}
 
 	type mode struct{ workload, protocol string }
-	modes := []mode{{"select-only", "simple"}, {"select-only", "prepared"}, {"tpcb-like", "simple"}, {"tpcb-like", "prepared"}}
+	var modes []mode
+	for _, m := range []mode{{"select-only", "simple"}, {"select-only", "prepared"}, {"tpcb-like", "simple"}, {"tpcb-like", "prepared"}} {
+		if strings.Contains(m.workload+"/"+m.protocol, only) {
+			modes = append(modes, m)
+		}
+	}
+	if len(modes) == 0 {
+		return fmt.Errorf("no mode matches -only %q", only)
+	}
 	targets := []endpoint{direct, ordo, bouncer}
 	results := map[mode]map[string][]sample{}
 	for _, m := range modes {
@@ -199,7 +211,10 @@ func run(duration time.Duration, runs, clients, scale, idle int) error {
 				if m.workload == "select-only" {
 					args = append(args, "-S")
 				}
+				pid := map[string]int{"ordo": child.Process.Pid, "pgbouncer": bouncerPID}[tg.name]
+				cpu0 := cpuTicks(pid)
 				out, err := pgbenchCmd(env(tg), args...).CombinedOutput()
+				cpu := cpuTicks(pid) - cpu0
 				if err != nil {
 					return fmt.Errorf("pgbench %v against %s: %v\n%s", args, tg.name, err, out)
 				}
@@ -209,21 +224,25 @@ func run(duration time.Duration, runs, clients, scale, idle int) error {
 				}
 				tps, _ := strconv.ParseFloat(string(tm[1]), 64)
 				lat, _ := strconv.ParseFloat(string(lm[1]), 64)
-				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat})
-				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms\n", r+1, m.workload, m.protocol, tg.name, tps, lat)
+				perTx := 0.0
+				if pid != 0 && tps > 0 {
+					perTx = float64(cpu) * 1e6 / clkTck / (tps * duration.Seconds())
+				}
+				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat, perTx})
+				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx\n", r+1, m.workload, m.protocol, tg.name, tps, lat, perTx)
 			}
 		}
 	}
 
 	fmt.Println()
-	fmt.Printf("%-11s %-8s | %10s %10s %10s | %8s %8s %8s | %9s %9s\n", "workload", "protocol",
-		"direct tps", "ordo tps", "pgb tps", "direct ms", "ordo ms", "pgb ms", "ordo/dir", "ordo/pgb")
+	fmt.Printf("%-11s %-8s | %10s %10s %10s | %8s %8s %8s | %9s %9s | %s\n", "workload", "protocol",
+		"direct tps", "ordo tps", "pgb tps", "direct ms", "ordo ms", "pgb ms", "ordo/dir", "ordo/pgb", "CPU µs/tx ordo pgb")
 	directRatio, worstBouncer := 0.0, 0.0
 	for i, m := range modes {
 		d, o, b := median(results[m]["direct"]), median(results[m]["ordo"]), median(results[m]["pgbouncer"])
 		rd, rb := o.tps/d.tps, o.tps/b.tps
-		fmt.Printf("%-11s %-8s | %10.1f %10.1f %10.1f | %8.3f %8.3f %8.3f | %9.3f %9.3f\n",
-			m.workload, m.protocol, d.tps, o.tps, b.tps, d.latMs, o.latMs, b.latMs, rd, rb)
+		fmt.Printf("%-11s %-8s | %10.1f %10.1f %10.1f | %8.3f %8.3f %8.3f | %9.3f %9.3f | %5.1f %5.1f\n",
+			m.workload, m.protocol, d.tps, o.tps, b.tps, d.latMs, o.latMs, b.latMs, rd, rb, o.cpuUsPerTx, b.cpuUsPerTx)
 		if m.workload == "select-only" && m.protocol == "simple" {
 			directRatio = rd
 		}
@@ -321,6 +340,30 @@ func rssPerIdle(ctx context.Context, pid int, childOut *bufio.Scanner, ordo endp
 	return float64(after-before) / float64(n), nil
 }
 
+// clkTck is the kernel's USER_HZ, the unit of /proc/<pid>/stat times.
+const clkTck = 100
+
+// cpuTicks returns user+system CPU time of pid (and its threads), 0 for
+// pid 0.
+func cpuTicks(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the ")" that ends the command name; utime and stime are
+	// fields 14 and 15 of the whole line.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
 func rssKiB(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -337,21 +380,21 @@ func rssKiB(pid int) (int64, error) {
 
 // startPgBouncer runs PgBouncer in session pooling mode in front of pg, as
 // the OS user postgres.
-func startPgBouncer(pg *pglocal.Server, clients int) (endpoint, func(), error) {
+func startPgBouncer(pg *pglocal.Server, clients int) (endpoint, int, func(), error) {
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		bin = "/usr/sbin/pgbouncer"
 		if _, serr := os.Stat(bin); serr != nil {
-			return endpoint{}, nil, errors.New("pgbouncer not installed (apt-get install -y pgbouncer)")
+			return endpoint{}, 0, nil, errors.New("pgbouncer not installed (apt-get install -y pgbouncer)")
 		}
 	}
 	dir, err := os.MkdirTemp("", "ordo-bench-pgbouncer-")
 	if err != nil {
-		return endpoint{}, nil, err
+		return endpoint{}, 0, nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return endpoint{}, nil, err
+		return endpoint{}, 0, nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
@@ -373,28 +416,28 @@ logfile = %s
 pidfile = %s
 `, pg.Host, pg.Port, port, filepath.Join(dir, "userlist.txt"), clients+10, filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o600); err != nil {
-		return endpoint{}, nil, err
+		return endpoint{}, 0, nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(fmt.Sprintf("%q %q\n", pg.User, pg.Password)), 0o600); err != nil {
-		return endpoint{}, nil, err
+		return endpoint{}, 0, nil, err
 	}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return endpoint{}, nil, fmt.Errorf("pgbouncer refuses root and there is no user postgres: %w", err)
+			return endpoint{}, 0, nil, fmt.Errorf("pgbouncer refuses root and there is no user postgres: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		for _, f := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "userlist.txt")} {
 			if err := os.Chown(f, uid, gid); err != nil {
-				return endpoint{}, nil, err
+				return endpoint{}, 0, nil, err
 			}
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, Pdeathsig: syscall.SIGKILL}
 	}
 	if err := cmd.Start(); err != nil {
-		return endpoint{}, nil, err
+		return endpoint{}, 0, nil, err
 	}
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
@@ -404,11 +447,11 @@ pidfile = %s
 	for i := 0; i < 100; i++ {
 		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			c.Close()
-			return endpoint{"pgbouncer", "127.0.0.1", port}, stop, nil
+			return endpoint{"pgbouncer", "127.0.0.1", port}, cmd.Process.Pid, stop, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
 	stop()
-	return endpoint{}, nil, fmt.Errorf("pgbouncer did not start:\n%s", log)
+	return endpoint{}, 0, nil, fmt.Errorf("pgbouncer did not start:\n%s", log)
 }
