@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ordo-db/ordo/internal/totalorder/faults"
 	"github.com/ordo-db/ordo/internal/totalorder/transport"
@@ -77,7 +79,7 @@ func (c *testCluster) config(id uint64) Config {
 		Dir:             c.dirs[id],
 		Peers:           peers,
 		TickInterval:    10 * time.Millisecond,
-		ElectionTicks:   10,
+		ElectionTicks:   20,
 		HeartbeatTicks:  1,
 		ProposeTimeout:  3 * time.Second,
 		SnapshotEntries: 100,
@@ -150,6 +152,16 @@ func (c *testCluster) stop(id uint64) []Delivery {
 	tn.Stop()
 	<-tn.done
 	return tn.deliveries()
+}
+
+// describe summarises each running node's view, for failure messages.
+func (c *testCluster) describe() string {
+	var b strings.Builder
+	for _, tn := range c.running() {
+		fmt.Fprintf(&b, "node %d: leader %d, term %v, leader changes %v, applied %v; ", tn.ID(), tn.Leader(),
+			testutil.ToFloat64(tn.m.term), testutil.ToFloat64(tn.m.leaderChanges), testutil.ToFloat64(tn.m.applied))
+	}
+	return b.String()
 }
 
 func (c *testCluster) stopAll() {
@@ -239,7 +251,7 @@ func (c *testCluster) proposeAll(ids []uint64, workers, each int, tag string) ma
 					seq, err := tn.Propose(ctx, []byte(p))
 					cancel()
 					if err != nil {
-						errs <- fmt.Errorf("node %d propose %s: %w", id, p, err)
+						errs <- fmt.Errorf("node %d propose %s: %w (%s)", id, p, err, c.describe())
 						return
 					}
 					mu.Lock()
