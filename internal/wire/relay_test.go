@@ -3,6 +3,8 @@ package wire
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -344,5 +346,56 @@ func TestNegotiateProtocolVersion(t *testing.T) {
 	}
 	if _, err := r2.conn.Read(buf); err != nil || buf[0] != 'v' {
 		t.Fatalf("3.1: want NegotiateProtocolVersion first, got %q %v", buf, err)
+	}
+}
+
+func TestStreamingBoundedMemory(t *testing.T) {
+	// ~110 MB of COPY data and of result rows pass through; the heap (proxy
+	// and the streaming test client together) must stay far below that.
+	p := startProxy(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := connect(t, p.superDSN(""))
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+		}
+	}()
+	var w countWriter
+	tag, err := c.PgConn().CopyTo(ctx, &w, "COPY (SELECT g, repeat('x', 100) FROM generate_series(1, 1000000) g) TO STDOUT")
+	if err != nil || w.lines != 1000000 {
+		t.Fatalf("COPY TO: %v %v %d", tag, err, w.lines)
+	}
+	rows, err := c.Query(ctx, "SELECT g, repeat('y', 100) FROM generate_series(1, 1000000) g", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if rows.Err() != nil || n != 1000000 {
+		t.Fatalf("rows %d %v", n, rows.Err())
+	}
+	close(stop)
+	<-sampled
+	if grow := int64(peak.Load()) - int64(base.HeapInuse); grow > 32<<20 {
+		t.Fatalf("heap grew by %d MiB while streaming ~110 MB twice", grow>>20)
 	}
 }
