@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
