@@ -21,7 +21,7 @@ func (ss *session) TxStatus() byte { return byte(ss.txStatus.Load()) }
 
 // Exec implements Backend. It runs on the session goroutine.
 func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
-	if ss.batchOpen || ss.copying {
+	if ss.batchOpen || ss.copying || ss.inReadyForQuery {
 		return nil, ErrNotAtBoundary
 	}
 	if err := ss.flushServer(); err != nil {

@@ -30,12 +30,14 @@ type Hooks interface {
 //     message is sent to PostgreSQL. Messages that follow a rejected message
 //     up to the next Sync are not reported (PostgreSQL would skip them).
 //  3. ReadyForQuery is called once per ReadyForQuery PostgreSQL sends for the
-//     client's messages, in order, after PostgreSQL sent it. It is called
-//     either on the backend goroutine (the goroutine that reads PostgreSQL)
-//     or on the session goroutine, before Statement or Exec returns control;
-//     either way never concurrently with another method (rule 1). It must not
-//     block and must not call Exec. ReadyForQuery replies to the hook's own
-//     Exec calls are not reported.
+//     client's messages, in order, after PostgreSQL sent it. It is called on
+//     the backend goroutine (the goroutine that reads PostgreSQL) if no other
+//     method is running, otherwise on the session goroutine right after the
+//     running Statement returns; either way never concurrently with another
+//     method (rule 1). Because client messages may be pipelined, Statement
+//     calls for later messages may come before the ReadyForQuery of earlier
+//     ones. It must not block and must not call Exec. The ReadyForQuery
+//     replies to the hook's own Exec calls are not reported.
 //  4. Statement may call Backend.Exec to run its own statements on the
 //     session's PostgreSQL connection; see Backend.Exec for when that is
 //     allowed. Their replies go to the hook, never to the client.
@@ -94,7 +96,8 @@ type Backend interface {
 	// every message already sent for the client (a transaction boundary:
 	// the last one was a Sync or a Query and its ReadyForQuery arrived).
 	// If the client is inside an unfinished extended-protocol batch (messages
-	// sent without a Sync yet) or a COPY, it returns ErrNotAtBoundary.
+	// sent without a Sync yet) or a COPY, or if called from ReadyForQuery,
+	// it returns ErrNotAtBoundary.
 	// An error PostgreSQL reports is in Result.Err, not the returned error;
 	// the returned error means the connection is unusable or ctx ended.
 	Exec(ctx context.Context, sql string) (*Result, error)

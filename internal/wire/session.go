@@ -52,6 +52,8 @@ type session struct {
 
 	hooks  SessionHooks
 	hookMu sync.Mutex // held while any SessionHooks method runs
+
+	inReadyForQuery bool // guarded by hookMu: Exec is refused inside ReadyForQuery
 	evMu   sync.Mutex // guards events
 	events []byte     // ReadyForQuery statuses not yet delivered to hooks
 	nev    atomic.Int32
@@ -560,9 +562,11 @@ func (ss *session) drainEventsLocked() {
 	ss.events = nil
 	ss.nev.Store(0)
 	ss.evMu.Unlock()
+	ss.inReadyForQuery = true
 	for _, st := range evs {
 		ss.hooks.ReadyForQuery(st)
 	}
+	ss.inReadyForQuery = false
 }
 
 // backendLoop relays PostgreSQL's messages to the client. It runs on the
