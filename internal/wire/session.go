@@ -53,10 +53,10 @@ type session struct {
 	hooks  SessionHooks
 	hookMu sync.Mutex // held while any SessionHooks method runs
 
-	inReadyForQuery bool // guarded by hookMu: Exec is refused inside ReadyForQuery
-	evMu   sync.Mutex // guards events
-	events []byte     // ReadyForQuery statuses not yet delivered to hooks
-	nev    atomic.Int32
+	inReadyForQuery bool       // guarded by hookMu: Exec is refused inside ReadyForQuery
+	evMu            sync.Mutex // guards events
+	events          []byte     // ReadyForQuery statuses not yet delivered to hooks
+	nev             atomic.Int32
 
 	txStatus    atomic.Uint32
 	outstanding atomic.Int64 // Query/Sync/FunctionCall sent minus ReadyForQuery received
