@@ -182,7 +182,7 @@ func (a *Applier) PIDs() []int {
 	return out
 }
 
-// AppliedPrefix returns the largest seqno proven in ordo.applied (0 if
+// AppliedPrefix returns the largest seqno proven in _ordo.applied (0 if
 // none). Write sets commit in seqno order, so every smaller seqno handed to
 // this applier is proven too.
 func (a *Applier) AppliedPrefix(ctx context.Context) (uint64, error) {
@@ -192,14 +192,14 @@ func (a *Applier) AppliedPrefix(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	var s int64
-	if err := a.monitor.QueryRow(ctx, "SELECT coalesce(max(seqno), 0) FROM ordo.applied").Scan(&s); err != nil {
+	if err := a.monitor.QueryRow(ctx, "SELECT coalesce(max(seqno), 0) FROM _ordo.applied").Scan(&s); err != nil {
 		return 0, fmt.Errorf("apply: applied prefix: %w", err)
 	}
 	return uint64(s), nil
 }
 
 // Apply applies one write set as seqno on the first worker and commits it,
-// together with its proof row (seqno, gid) in ordo.applied. A write set
+// together with its proof row (seqno, gid) in _ordo.applied. A write set
 // whose seqno or gid is already proven is skipped: applied reports false.
 // An empty write set just records the proof (use it for seqnos decided
 // abort, so the applied prefix moves past them).
@@ -306,7 +306,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		return false, fmt.Errorf("apply: begin: %w", err)
 	}
 	var n int
-	if err := conn.QueryRow(actx, "SELECT count(*) FROM ordo.applied WHERE seqno = $1 OR gid = $2",
+	if err := conn.QueryRow(actx, "SELECT count(*) FROM _ordo.applied WHERE seqno = $1 OR gid = $2",
 		int64(it.Seqno), string(it.WriteSet.GID)).Scan(&n); err != nil {
 		return false, fmt.Errorf("apply: check proof: %w", err)
 	}
@@ -319,13 +319,25 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}
 		return false, nil
 	}
+	if len(it.WriteSet.DDL) > 0 {
+		if it.WriteSet.SearchPath != "" {
+			if _, err := conn.Exec(actx, "SELECT set_config('search_path', $1, true)", it.WriteSet.SearchPath); err != nil {
+				return false, fmt.Errorf("apply: search_path for DDL: %w", err)
+			}
+		}
+		for _, ddl := range it.WriteSet.DDL {
+			if _, err := conn.Exec(actx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return false, fmt.Errorf("apply: replay DDL %q: %w", ddl, err)
+			}
+		}
+	}
 	for i := 0; i < len(stmts); i += a.cfg.BatchSize {
 		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]
 		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
 			return false, err
 		}
 	}
-	if _, err := conn.Exec(actx, "INSERT INTO ordo.applied (seqno, gid) VALUES ($1, $2)", int64(it.Seqno), string(it.WriteSet.GID)); err != nil {
+	if _, err := conn.Exec(actx, "INSERT INTO _ordo.applied (seqno, gid) VALUES ($1, $2)", int64(it.Seqno), string(it.WriteSet.GID)); err != nil {
 		return false, fmt.Errorf("apply: proof: %w", err)
 	}
 	if order != nil {

@@ -269,7 +269,7 @@ func TestCrashMidApplyExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, applied)
 	var n int
-	require.NoError(t, e.b.QueryRow(ctx, "SELECT count(*) FROM ordo.applied WHERE gid = $1", string(it.WriteSet.GID)).Scan(&n))
+	require.NoError(t, e.b.QueryRow(ctx, "SELECT count(*) FROM _ordo.applied WHERE gid = $1", string(it.WriteSet.GID)).Scan(&n))
 	require.Equal(t, 1, n)
 	requireSame(t, e)
 }
@@ -287,7 +287,7 @@ func TestParallelApplyOrdered(t *testing.T) {
 	require.NoError(t, e.applier.ApplyBatch(ctx, items))
 	requireSame(t, e)
 	// Commits happened in seqno order.
-	rows, err := e.b.Query(ctx, "SELECT seqno FROM ordo.applied WHERE seqno >= $1 ORDER BY pg_xact_commit_timestamp(xmin), seqno", int64(items[0].Seqno))
+	rows, err := e.b.Query(ctx, "SELECT seqno FROM _ordo.applied WHERE seqno >= $1 ORDER BY pg_xact_commit_timestamp(xmin), seqno", int64(items[0].Seqno))
 	require.NoError(t, err)
 	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)

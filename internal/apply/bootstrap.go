@@ -7,13 +7,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// bootstrapSQL creates Ordo's bookkeeping schema. ordo.applied holds the
+// bootstrapSQL creates Ordo's bookkeeping schema. _ordo.applied holds the
 // proof of every applied write set: its row is inserted in the same
 // PostgreSQL transaction as the write set's rows, so both commit or
 // neither. The capture recognises applies by that insert.
 const bootstrapSQL = `
-CREATE SCHEMA IF NOT EXISTS ordo;
-CREATE TABLE IF NOT EXISTS ordo.applied (
+CREATE SCHEMA IF NOT EXISTS _ordo;
+CREATE TABLE IF NOT EXISTS _ordo.applied (
 	seqno      bigint PRIMARY KEY,
 	gid        text NOT NULL UNIQUE,
 	applied_at timestamptz NOT NULL DEFAULT now()

@@ -2,7 +2,7 @@
 // with high priority and proves each one exactly once.
 //
 // Files:
-//   - bootstrap.go: Bootstrap, the ordo schema and ordo.applied(seqno, gid).
+//   - bootstrap.go: Bootstrap, the ordo schema and _ordo.applied(seqno, gid).
 //   - sql.go: statements of a write set: INSERT of every sent column;
 //     UPDATE of the columns the change carries (unchanged TOAST values
 //     skipped, never set NULL) keyed by the old primary key; DELETE by

@@ -16,7 +16,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		applied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_apply_write_sets_total", Help: "Write sets applied and committed."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ordo_apply_skipped_total", Help: "Write sets skipped because ordo.applied already proved them."}),
+			Name: "ordo_apply_skipped_total", Help: "Write sets skipped because _ordo.applied already proved them."}),
 		rows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_apply_rows_total", Help: "Row changes applied."}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{

@@ -161,14 +161,14 @@ func TestAwaitTimeoutAndStop(t *testing.T) {
 func TestLeakDetector(t *testing.T) {
 	conn := connect(t)
 	exec(t, conn, "CREATE TABLE leak (id int PRIMARY KEY)")
-	exec(t, conn, "CREATE SCHEMA IF NOT EXISTS ordo")
-	exec(t, conn, "CREATE TABLE IF NOT EXISTS ordo.applied (seqno bigint PRIMARY KEY, gid text NOT NULL UNIQUE, applied_at timestamptz NOT NULL DEFAULT now())")
+	exec(t, conn, "CREATE SCHEMA IF NOT EXISTS _ordo")
+	exec(t, conn, "CREATE TABLE IF NOT EXISTS _ordo.applied (seqno bigint PRIMARY KEY, gid text NOT NULL UNIQUE, applied_at timestamptz NOT NULL DEFAULT now())")
 	c, reg := startCapture(t, "leak_slot", Config{})
 
-	// An apply (writes ordo.applied in the same transaction) is not a leak.
+	// An apply (writes _ordo.applied in the same transaction) is not a leak.
 	exec(t, conn, "BEGIN")
 	exec(t, conn, "INSERT INTO leak VALUES (1)")
-	exec(t, conn, "INSERT INTO ordo.applied (seqno, gid) VALUES (1, 'ordo_2_1')")
+	exec(t, conn, "INSERT INTO _ordo.applied (seqno, gid) VALUES (1, 'ordo_2_1')")
 	exec(t, conn, "COMMIT")
 	// A decided prepared transaction is not a leak.
 	gid := txn.NewGID(1, 7)

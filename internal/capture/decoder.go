@@ -9,12 +9,11 @@ import (
 
 // OrdoSchema is the schema of Ordo's own bookkeeping tables. Rows of its
 // bookkeeping tables (Bookkeeping) are never part of a write set; an insert
-// into ordo.applied marks a transaction as an apply of a decided remote
+// into _ordo.applied marks a transaction as an apply of a decided remote
 // write set (package apply writes that row in the same transaction as the
-// applied rows). Other tables that happen to live in the schema (a
-// superuser named "ordo" creates unqualified tables there, through the
-// "$user" entry of search_path) are replicated like any other.
-const OrdoSchema = "ordo"
+// applied rows). The leading underscore keeps it out of any role's "$user"
+// search_path entry.
+const OrdoSchema = "_ordo"
 
 // AppliedTable is the table, in OrdoSchema, whose inserts mark applies.
 const AppliedTable = "applied"
@@ -82,7 +81,7 @@ type RollbackPrepared struct {
 
 // Committed reports a plain (not prepared) commit of a transaction that
 // wrote replicated tables. Apply is true when it wrote a row into
-// ordo.applied, i.e. it is an apply of a decided write set; otherwise it is
+// _ordo.applied, i.e. it is an apply of a decided write set; otherwise it is
 // a write that bypassed Ordo (a leak).
 type Committed struct {
 	XID    uint32

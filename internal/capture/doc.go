@@ -21,12 +21,12 @@
 //   - metrics.go: ordo_capture_* metrics.
 //
 // Recognising applies. The applier (package apply) inserts its proof row
-// into ordo.applied in the same transaction as the applied rows. A plain
-// (not prepared) commit that wrote ordo.applied is therefore an apply; any
+// into _ordo.applied in the same transaction as the applied rows. A plain
+// (not prepared) commit that wrote _ordo.applied is therefore an apply; any
 // other plain commit that wrote a published table is a write that bypassed
 // Ordo: it is counted in ordo_capture_unreplicated_commits_total and
 // logged with its xid. So is a COMMIT PREPARED of a gid Ordo did not make.
-// Rows of ordo.applied never enter a write set.
+// Rows of _ordo.applied never enter a write set.
 //
 // Values are captured in PostgreSQL's text output format, produced by the
 // walsender under fixed settings (ISO dates, UTC, extra_float_digits=3, hex

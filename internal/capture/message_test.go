@@ -190,7 +190,7 @@ func TestDecoderKeyOrderFromCatalog(t *testing.T) {
 
 func TestDecoderPlainCommits(t *testing.T) {
 	d := NewDecoder(Limits{}, nil)
-	applied := msg('R').u32(2).str("ordo").str("applied").u8('d').u16(2).col(1, "seqno", 20).col(0, "gid", 25)
+	applied := msg('R').u32(2).str("_ordo").str("applied").u8('d').u16(2).col(1, "seqno", 20).col(0, "gid", 25)
 	evs := feed(t, d, relAcct(), applied,
 		msg('B').u64(1).u64(1).u32(50),
 		msg('I').u32(16400).u8('N').tuple(3).text("9").null().null(),

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		applies: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_capture_applies_total",
-			Help: "Commits recognised as applies of remote write sets (they wrote ordo.applied).",
+			Help: "Commits recognised as applies of remote write sets (they wrote _ordo.applied).",
 		}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_capture_stream_restarts_total",

@@ -134,6 +134,11 @@ type WriteSet struct {
 	// Bytes is the size of the write set as counted against the limit:
 	// the length of every value plus a fixed overhead per row.
 	Bytes int64
+	// DDL are schema-changing statements the transaction ran, in order.
+	// Logical decoding does not carry DDL, so the origin's session records
+	// them; an applier runs them, with SearchPath, before the rows.
+	DDL        []string
+	SearchPath string
 }
 
 // Keys returns the keys this write set writes, with X mode on row keys
