@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -99,6 +103,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("totalorder: metrics: %w", err)
+	}
+	if err := checkNodeID(cfg.Dir, cfg.ID); err != nil {
+		return nil, err
 	}
 	st, err := storage.Open(cfg.Dir, cfg.Storage)
 	if err != nil {
@@ -226,6 +233,38 @@ func Start(cfg Config) (_ *Node, err error) {
 	return n, nil
 }
 
+// checkNodeID records the node id in dir on first use and refuses a
+// directory that belongs to another node.
+func checkNodeID(dir string, id uint64) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("totalorder: %w", err)
+	}
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		got, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if perr != nil {
+			return fmt.Errorf("totalorder: %s: bad node id file: %v", path, perr)
+		}
+		if got != id {
+			return fmt.Errorf("totalorder: %s belongs to node %d, not %d", dir, got, id)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(strconv.FormatUint(id, 10)+"\n"), 0o600); err != nil {
+			return fmt.Errorf("totalorder: %w", err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("totalorder: %w", err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("totalorder: %w", err)
+	}
+}
+
 // ID is this node's Raft id.
 func (n *Node) ID() uint64 { return n.id }
 
@@ -317,11 +356,14 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 		return 0, ErrStopped
 	default:
 	}
-	tctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
-	defer cancel()
+	// A timer, not a derived context: this is the hot path.
+	timer := time.NewTimer(n.cfg.ProposeTimeout)
+	defer timer.Stop()
 	select {
 	case n.sem <- struct{}{}:
-	case <-tctx.Done():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-timer.C:
 		return 0, n.timeoutErr(ctx)
 	case <-n.stopc:
 		return 0, ErrStopped
@@ -343,7 +385,9 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 	for {
 		select {
 		case n.propc <- p:
-		case <-tctx.Done():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-timer.C:
 			return 0, n.timeoutErr(ctx)
 		case <-n.stopc:
 			return 0, ErrStopped
@@ -362,10 +406,20 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 			}
 			// No leader known (election in progress) or a leader
 			// transfer: nothing was appended, try again shortly.
-			if werr := n.sleep(tctx, n.cfg.TickInterval); werr != nil {
-				return 0, n.timeoutOrStop(ctx, werr)
+			select {
+			case <-time.After(n.cfg.TickInterval):
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-timer.C:
+				return 0, n.timeoutErr(ctx)
+			case <-n.stopc:
+				return 0, ErrStopped
+			case <-n.removedc:
+				return 0, n.unavailable()
 			}
-		case <-tctx.Done():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-timer.C:
 			return 0, n.timeoutErr(ctx)
 		case <-n.removedc:
 			return 0, n.unavailable()

@@ -3,12 +3,16 @@ package totalorder
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"go.uber.org/goleak"
 
 	"github.com/ordo-db/ordo/internal/totalorder/faults"
+	"github.com/ordo-db/ordo/internal/totalorder/transport"
 )
 
 var linkCut = faults.Link{Partitioned: true}
@@ -214,3 +218,59 @@ func TestStopUnblocksCallers(t *testing.T) {
 		t.Fatalf("propose after stop: %v", err)
 	}
 }
+
+func TestConfigErrors(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 1, nil)
+	base := c.config(1)
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no id", func(c *Config) { c.ID = 0 }, "ID must be non-zero"},
+		{"no dir", func(c *Config) { c.Dir = "" }, "Dir is required"},
+		{"no transport", func(c *Config) { c.Transport = nil }, "Transport is required"},
+		{"heartbeat >= election", func(c *Config) { c.HeartbeatTicks, c.ElectionTicks = 5, 5 }, "HeartbeatTicks"},
+		{"bootstrap without self", func(c *Config) { c.Peers = map[uint64]string{9: "127.0.0.1:1"} }, "Peers must contain"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.Dir = t.TempDir()
+			cfg.Transport = &nopTransport{}
+			tc.edit(&cfg)
+			n, err := Start(cfg)
+			if err == nil {
+				n.Stop()
+				t.Fatal("Start accepted the config")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+	// a directory used by node 1 cannot be opened as node 2
+	tn := c.start(1, 0, false)
+	c.leader(5 * time.Second)
+	if _, err := tn.Propose(context.Background(), make([]byte, tn.cfg.MaxProposalBytes+1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized proposal: %v, want ErrTooLarge", err)
+	}
+	c.stop(1)
+	cfg := base
+	cfg.ID = 2
+	cfg.Transport = &nopTransport{}
+	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "belongs to node 1") {
+		t.Fatalf("opening node 1's directory as node 2: %v", err)
+	}
+}
+
+// nopTransport is a Transport that goes nowhere, for configuration tests.
+type nopTransport struct{}
+
+func (*nopTransport) Start(transport.Handler) error { return nil }
+func (*nopTransport) Send([]raftpb.Message)         {}
+func (*nopTransport) AddPeer(uint64, string)        {}
+func (*nopTransport) RemovePeer(uint64)             {}
+func (*nopTransport) SetApplied(uint64)             {}
+func (*nopTransport) Stop()                         {}
