@@ -15,6 +15,7 @@ import (
 type recorder struct {
 	mu   sync.Mutex
 	sent []raftpb.Message
+	at   []time.Time
 	stop bool
 }
 
@@ -27,6 +28,9 @@ func (r *recorder) Send(ms []raftpb.Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = append(r.sent, ms...)
+	for range ms {
+		r.at = append(r.at, time.Now())
+	}
 }
 func (r *recorder) got() []raftpb.Message {
 	r.mu.Lock()
@@ -88,18 +92,20 @@ func TestDelayKeepsOrder(t *testing.T) {
 	f.SetLink(2, Link{Delay: 30 * time.Millisecond})
 	start := time.Now()
 	f.Send(msgs(2, raftpb.MsgApp, 50))
-	if n := len(r.got()); n != 0 {
-		t.Fatalf("%d delayed messages arrived at once", n)
-	}
 	for len(r.got()) < 50 {
 		if time.Since(start) > 2*time.Second {
 			t.Fatalf("only %d of 50 delayed messages arrived", len(r.got()))
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if el := time.Since(start); el < 30*time.Millisecond {
-		t.Fatalf("delivered after %v, want >= 30ms", el)
+	r.mu.Lock()
+	for i, at := range r.at {
+		if el := at.Sub(start); el < 30*time.Millisecond {
+			r.mu.Unlock()
+			t.Fatalf("message %d delivered after %v, want >= 30ms", i, el)
+		}
 	}
+	r.mu.Unlock()
 	for i, m := range r.got() {
 		if m.Index != uint64(i+1) {
 			t.Fatalf("message %d has index %d: reordered", i, m.Index)
