@@ -55,6 +55,44 @@ func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
 	}
 }
 
+// waitIdleOrCopyIn is waitIdle that also returns when PostgreSQL starts a
+// COPY FROM STDIN for a held unit (holdCopyIn).
+func (ss *session) waitIdleOrCopyIn(ctx context.Context) error {
+	ss.waiters.Add(1)
+	defer ss.waiters.Add(-1)
+	for {
+		ss.mu.Lock()
+		if ss.outstanding.Load() <= 0 || ss.holdCopyIn.Load() {
+			ss.mu.Unlock()
+			return nil
+		}
+		if ss.waitCh == nil {
+			ss.waitCh = make(chan struct{})
+		}
+		ch := ss.waitCh
+		ss.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ss.beDone:
+			return ErrSessionClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// wakeWaiters wakes waitIdle and waitIdleOrCopyIn callers to look again.
+func (ss *session) wakeWaiters() {
+	if ss.waiters.Load() > 0 {
+		ss.mu.Lock()
+		if ss.waitCh != nil {
+			close(ss.waitCh)
+			ss.waitCh = nil
+		}
+		ss.mu.Unlock()
+	}
+}
+
 // waitIdle waits until every message sent for the client has its
 // ReadyForQuery.
 func (ss *session) waitIdle(ctx context.Context) error {

@@ -104,6 +104,29 @@ type Backend interface {
 	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
 	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
 	TxStatus() byte
+	// HoldReady, called from SessionHooks.Statement, holds back the
+	// ReadyForQuery that ends the current unit (the Query being reported,
+	// or the next Sync) until the hooks' ReadyHolder.BeforeReady has run.
+	HoldReady()
+}
+
+// ReadyHolder is an optional interface of SessionHooks, used when a
+// Statement call asked for HoldReady.
+//
+// Contract:
+//
+//  1. BeforeReady runs on the session goroutine once PostgreSQL has
+//     answered every message of the held unit and its replies have been
+//     relayed to the client, except the final ReadyForQuery. For a COPY
+//     FROM STDIN started by the unit, that is after the client's CopyDone
+//     or CopyFail.
+//  2. It may call Backend.Exec (the backend is at a boundary).
+//  3. A non-nil error is sent to the client as an ErrorResponse (see
+//     SessionHooks rule 5 for the conversion); then the client receives
+//     ReadyForQuery with the transaction status PostgreSQL reported last,
+//     after the hooks' own Exec calls.
+type ReadyHolder interface {
+	BeforeReady(ctx context.Context) error
 }
 
 // Result is the reply to one Backend.Exec.

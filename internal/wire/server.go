@@ -169,11 +169,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	case <-timer.C:
 	}
-	s.mu.Lock()
-	for ss := range s.sessions {
+	for _, ss := range s.sessionsSnapshot() {
 		ss.terminate(fatal(codeAdminShutdown, "terminating connection due to administrator command (ordo shutting down)"))
 	}
-	s.mu.Unlock()
 	<-done
 	return err
 }

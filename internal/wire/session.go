@@ -66,8 +66,13 @@ type session struct {
 	rejects     map[string]*pgproto3.ErrorResponse
 	nrejects    atomic.Int32
 	exec        atomic.Pointer[execState]
-	draining    atomic.Bool
-	clientLeft  atomic.Bool // client sent Terminate
+	// hold is set by HoldReady: the backend goroutine does not relay the
+	// ReadyForQuery that brings outstanding to zero; the session goroutine
+	// runs ReadyHolder.BeforeReady and sends it (finishHeld).
+	hold       atomic.Bool
+	holdCopyIn atomic.Bool // a CopyInResponse arrived while holding
+	draining   atomic.Bool
+	clientLeft atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
 	established    bool // startup done: idle timeouts apply
@@ -241,13 +246,17 @@ func (ss *session) armIdle(txStatus byte) {
 	}
 }
 
+// errClientWrite marks a failed write to the client inside the backend
+// goroutine's reads.
+var errClientWrite = errors.New("wire: write to client failed")
+
 // serverReader is the Frontend's reader: before blocking on PostgreSQL it
 // flushes what is pending for the client.
 type serverReader struct{ ss *session }
 
 func (sr *serverReader) Read(p []byte) (int, error) {
 	if err := sr.ss.flushClient(); err != nil {
-		return 0, fmt.Errorf("client write: %w", err)
+		return 0, fmt.Errorf("%w: %w", errClientWrite, err)
 	}
 	return sr.ss.server.Read(p)
 }
@@ -409,22 +418,26 @@ func (ss *session) clientLoop() error {
 			}
 			ss.outstanding.Add(1)
 		case *pgproto3.Parse:
-			ss.batchOpen = true
+			// The hook runs before batchOpen is set: as the first message
+			// of a unit it may still Exec at the boundary.
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindParse, SQL: m.Query, Name: m.Name, ParamOIDs: m.ParameterOIDs}
 				if ss.rejectExtended() {
+					ss.batchOpen = true
 					continue
 				}
 			}
-		case *pgproto3.Bind:
 			ss.batchOpen = true
+		case *pgproto3.Bind:
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindBind, Name: m.PreparedStatement, Portal: m.DestinationPortal,
 					ParamFormats: m.ParameterFormatCodes, Params: m.Parameters, ResultFormats: m.ResultFormatCodes}
 				if ss.rejectExtended() {
+					ss.batchOpen = true
 					continue
 				}
 			}
+			ss.batchOpen = true
 		case *pgproto3.Close:
 			ss.batchOpen = true
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
@@ -471,12 +484,70 @@ func (ss *session) clientLoop() error {
 			return nil
 		}
 		ss.sendServer(msg)
+		if ss.hold.Load() {
+			unitEnd := false
+			switch msg.(type) {
+			case *pgproto3.Query, *pgproto3.CopyDone, *pgproto3.CopyFail:
+				unitEnd = true
+			case *pgproto3.Sync:
+				unitEnd = !ss.copying
+			}
+			if unitEnd {
+				if err := ss.finishHeld(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if len(ss.sbuf) >= flushThreshold {
 			if err := ss.flushServer(); err != nil {
 				return fmt.Errorf("%w: %w", errBackendLost, err)
 			}
 		}
 	}
+}
+
+// HoldReady implements Backend.
+func (ss *session) HoldReady() { ss.hold.Store(true) }
+
+// finishHeld completes a unit whose ReadyForQuery is held: it waits for
+// PostgreSQL to answer the unit, runs ReadyHolder.BeforeReady and sends the
+// error, if any, and the ReadyForQuery. If the unit started a COPY FROM
+// STDIN, it returns at once and runs again after the client's CopyDone or
+// CopyFail. It runs on the session goroutine.
+func (ss *session) finishHeld() error {
+	if err := ss.flushServer(); err != nil {
+		return fmt.Errorf("%w: %w", errBackendLost, err)
+	}
+	ss.holdCopyIn.Store(false)
+	if err := ss.waitIdleOrCopyIn(ss.ctx); err != nil {
+		if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if ss.outstanding.Load() > 0 {
+		return nil // COPY in progress: the client sends data next
+	}
+	ss.hold.Store(false)
+	var herr error
+	ss.hookMu.Lock()
+	ss.drainEventsLocked()
+	if rh, ok := ss.hooks.(ReadyHolder); ok {
+		herr = rh.BeforeReady(ss.ctx)
+	}
+	ss.drainEventsLocked()
+	ss.hookMu.Unlock()
+	ss.deliverEvents()
+	if herr != nil {
+		ss.srv.m.errors.WithLabelValues("hook").Inc()
+		ss.writeClient(errorResponse(herr))
+	}
+	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
+	if ss.srv.idleTimeouts {
+		ss.armIdle(byte(ss.txStatus.Load()))
+	}
+	return nil
 }
 
 // callStatement runs SessionHooks.Statement for ss.stmt.
@@ -592,7 +663,16 @@ func (ss *session) backendLoop() {
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
 			ss.txStatus.Store(uint32(m.TxStatus))
-			ss.sendClient(m)
+			if ss.hold.Load() && ss.outstanding.Load() <= 1 {
+				// Held for the session goroutine (finishHeld): everything
+				// before it must reach the client first.
+				if err := ss.flushClient(); err != nil {
+					ss.terminate(nil)
+					return
+				}
+			} else {
+				ss.sendClient(m)
+			}
 			n := ss.outstanding.Add(-1)
 			if n < 0 {
 				ss.outstanding.Add(-n)
@@ -630,6 +710,17 @@ func (ss *session) backendLoop() {
 				return
 			}
 			continue
+		case *pgproto3.CopyInResponse:
+			if ss.hold.Load() {
+				ss.sendClient(m)
+				if err := ss.flushClient(); err != nil {
+					ss.terminate(nil)
+					return
+				}
+				ss.holdCopyIn.Store(true)
+				ss.wakeWaiters()
+				continue
+			}
 		case *pgproto3.ErrorResponse:
 			if m.Code == "34000" && ss.nrejects.Load() > 0 {
 				if e := ss.takeRejection(m); e != nil {
@@ -654,6 +745,10 @@ func (ss *session) backendLoop() {
 // backendFailed ends the session after the PostgreSQL connection failed.
 func (ss *session) backendFailed(err error) {
 	if ss.isClosed() || ss.clientLeft.Load() {
+		return
+	}
+	if errors.Is(err, errClientWrite) {
+		ss.terminate(nil) // the client is gone; nobody to tell
 		return
 	}
 	_ = ss.flushClient()

@@ -1,0 +1,352 @@
+// Package node builds and runs one Ordo node from its configuration: the
+// wire proxy with the session hooks in front, the capture, the applier, the
+// total order and the replication engine behind. It only wires components
+// together; each component owns its logic.
+//
+// Start order (each step needs the previous ones): bootstrap the local
+// PostgreSQL (ordo schema, publication, slot), catalog and analyzer,
+// capture, applier, total order (started after the applied prefix the
+// database proves), replication engine, then the client listener last, so
+// no client is served before the node can replicate. Stop runs it backwards.
+//
+// Never: serve clients while the replication engine is not running; hide a
+// component's failure (it ends Run with the error).
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/replica"
+	"github.com/ordo-db/ordo/internal/session"
+	"github.com/ordo-db/ordo/internal/totalorder"
+	"github.com/ordo-db/ordo/internal/totalorder/transport"
+	"github.com/ordo-db/ordo/internal/wire"
+	"github.com/ordo-db/ordo/pkg/config"
+)
+
+// Node is one running Ordo node.
+type Node struct {
+	cfg *config.Node
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	capture *capture.Capture
+	applier *apply.Applier
+	order   *totalorder.Node
+	replica *replica.Replica
+	hooks   *session.Hooks
+	wire    *wire.Server
+	ln      net.Listener
+	metrics *http.Server
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errc   chan error
+	once   sync.Once
+}
+
+// Start builds and starts a node. Stop it with Stop.
+func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("node", cfg.ID)
+	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), errc: make(chan error, 8)}
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+
+	// 1. The local PostgreSQL: ordo schema, publication, slot.
+	conn, err := pgx.Connect(ctx, cfg.Postgres)
+	if err != nil {
+		return nil, fmt.Errorf("node: connect to PostgreSQL (%s): %w", redact(cfg.Postgres), err)
+	}
+	defer conn.Close(context.Background())
+	if err := apply.Bootstrap(ctx, conn); err != nil {
+		return nil, fmt.Errorf("node: bootstrap: %w", err)
+	}
+	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg}
+	if err := capture.Setup(ctx, capCfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+
+	// 2. Catalog and analyzer.
+	cat := catalog.NewCache(func(ctx context.Context) (catalog.Description, error) {
+		c, err := pgx.Connect(ctx, cfg.Postgres)
+		if err != nil {
+			return catalog.Description{}, err
+		}
+		defer c.Close(context.Background())
+		return catalog.Load(ctx, c, nil)
+	})
+	if _, err := cat.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("node: load catalog: %w", err)
+	}
+	an := analysis.New(cat, analysis.Options{})
+
+	// 3. Capture and applier.
+	if n.capture, err = capture.Start(ctx, capCfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	var rep *replica.Replica
+	var hooks *session.Hooks
+	n.applier, err = apply.Open(ctx, apply.Config{
+		DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
+		OnBlocked: func(pids []int) { n.bruteForce(rep, pids) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	proven, err := n.applier.AppliedPrefix(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	// Replay a whole certification window before the proven prefix, so
+	// the certifier is rebuilt exactly as every other node has it; replay
+	// is idempotent (proof rows, prepared transactions already finished).
+	startAfter := uint64(0)
+	if proven > cfg.CertificationWindow {
+		startAfter = proven - cfg.CertificationWindow
+	}
+
+	// 4. Total order.
+	peerLn, err := net.Listen("tcp", cfg.PeerListen)
+	if err != nil {
+		return nil, fmt.Errorf("node: listen for peers on %s: %w", cfg.PeerListen, err)
+	}
+	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn}
+	if cfg.PeerTLS.CertFile != "" {
+		if gcfg.ServerTLS, gcfg.ClientTLS, err = peerTLS(cfg.PeerTLS); err != nil {
+			peerLn.Close()
+			return nil, err
+		}
+	}
+	tr, err := transport.NewGRPC(gcfg)
+	if err != nil {
+		peerLn.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	peers := make(map[uint64]string, len(cfg.Peers))
+	for id, addr := range cfg.Peers {
+		peers[uint64(id)] = addr
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.order, err = totalorder.Start(totalorder.Config{
+		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr,
+		StartAfter: startAfter, ProposeTimeout: cfg.ProposeTimeout, Registerer: n.reg,
+		TickInterval: 50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: total order: %w", err)
+	}
+
+	// 5. Replication engine.
+	rep, err = replica.New(replica.Config{
+		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres,
+		Order: n.order, Applier: n.applier, StartAfter: startAfter, Logger: log, Registerer: n.reg,
+		OnDDL: func(ctx context.Context) {
+			if _, err := cat.Refresh(ctx); err != nil {
+				log.Warn("catalog refresh after DDL", "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.replica = rep
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := rep.Run(runCtx); err != nil {
+			n.errc <- fmt.Errorf("replication: %w", err)
+		}
+	}()
+
+	// 6. Clients.
+	hooks = session.New(session.Config{
+		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
+		CommitTimeout: cfg.CommitTimeout, Logger: log,
+	})
+	n.hooks = hooks
+	backend, err := backendAddr(cfg.Postgres)
+	if err != nil {
+		return nil, err
+	}
+	n.wire, err = wire.NewServer(wire.Config{
+		ListenAddr: cfg.Listen, BackendAddr: backend,
+		TLSCertFile: cfg.TLS.CertFile, TLSKeyFile: cfg.TLS.KeyFile, AllowPlaintext: *cfg.TLS.AllowPlaintext,
+		MaxConns: cfg.MaxConnections, Logger: log, Registerer: n.reg,
+	}, hooks)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("node: listen for clients on %s: %w", cfg.Listen, err)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.wire.Serve(n.ln); err != nil && !errors.Is(err, wire.ErrServerClosed) {
+			n.errc <- fmt.Errorf("clients: %w", err)
+		}
+	}()
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return nil, fmt.Errorf("node: listen for metrics on %s: %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+		n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
+	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", cfg.Protocol, "replay_from", startAfter)
+	return n, nil
+}
+
+// ClientAddr returns the address clients connect to.
+func (n *Node) ClientAddr() string { return n.ln.Addr().String() }
+
+// Replica returns the node's replication engine.
+func (n *Node) Replica() *replica.Replica { return n.replica }
+
+// Registry returns the node's metrics registry.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Wait returns when a component fails (its error) or ctx ends (nil).
+func (n *Node) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-n.errc:
+		return err
+	}
+}
+
+// Stop stops the node: clients first, the replication engine last.
+func (n *Node) Stop() {
+	n.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if n.wire != nil {
+			_ = n.wire.Shutdown(ctx)
+		}
+		if n.metrics != nil {
+			_ = n.metrics.Shutdown(ctx)
+		}
+		if n.cancel != nil {
+			n.cancel()
+		}
+		if n.order != nil {
+			n.order.Stop()
+		}
+		n.wg.Wait()
+		if n.applier != nil {
+			n.applier.Close()
+		}
+		if n.capture != nil {
+			n.capture.Stop()
+		}
+	})
+}
+
+// bruteForce ends local transactions that block an apply: this node's
+// undecided prepared transactions (pid 0 in pg_blocking_pids) are rolled
+// back by the replica; running sessions are cancelled; sessions idle in a
+// transaction are terminated (the client sees the connection end).
+func (n *Node) bruteForce(rep *replica.Replica, pids []int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var others []int
+	for _, p := range pids {
+		if p == 0 {
+			if rep != nil {
+				rep.RollbackUndecided(ctx)
+			}
+		} else {
+			others = append(others, p)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	conn, err := pgx.Connect(ctx, n.cfg.Postgres)
+	if err != nil {
+		n.log.Warn("brute-force abort: connect", "err", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `SELECT CASE WHEN state = 'active' THEN pg_cancel_backend(pid) ELSE pg_terminate_backend(pid) END
+		FROM pg_stat_activity WHERE pid = ANY($1) AND backend_type = 'client backend'`, others)
+	if err != nil {
+		n.log.Warn("brute-force abort", "pids", others, "err", err)
+	}
+}
+
+func backendAddr(dsn string) (string, error) {
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", fmt.Errorf("node: postgres: %w", err)
+	}
+	return net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), nil
+}
+
+func redact(dsn string) string {
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "(unparsable connection string)"
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", pc.User, pc.Host, pc.Port, pc.Database)
+}
+
+func peerTLS(c config.PeerTLS) (server, client *tls.Config, err error) {
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: peer_tls: %w", err)
+	}
+	caPEM, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: peer_tls: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, nil, fmt.Errorf("node: peer_tls: no certificate in %s", c.CAFile)
+	}
+	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+	client = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return server, client, nil
+}

@@ -1,0 +1,38 @@
+package replica
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	outcomes      *prometheus.CounterVec // protocol, origin, outcome
+	bruteForce    prometheus.Counter
+	commitLatency prometheus.Histogram
+	applyLatency  prometheus.Histogram
+	applied       prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs … 13s
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_replica_transactions_total",
+			Help: "Update transactions terminated, by protocol, origin (local/remote) and outcome (commit/abort).",
+		}, []string{"protocol", "origin", "outcome"}),
+		bruteForce: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_replica_bruteforce_rollbacks_total",
+			Help: "Local prepared transactions rolled back early because they blocked an apply.",
+		}),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordo_replica_terminate_seconds", Help: "Propose to outcome, for this node's transactions.", Buckets: buckets,
+		}),
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordo_replica_apply_seconds", Help: "Time to apply one remote transaction.", Buckets: buckets,
+		}),
+		applied: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_replica_applied_prefix", Help: "The applied prefix: every entry up to this seqno is carried out locally.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.outcomes, m.bruteForce, m.commitLatency, m.applyLatency, m.applied)
+	}
+	return m
+}

@@ -1,0 +1,464 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/certifier"
+	"github.com/ordo-db/ordo/internal/totalorder"
+	"github.com/ordo-db/ordo/internal/txn"
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
+)
+
+// Protocol names.
+const (
+	DBSM   = "dbsm"
+	DBSMSI = "dbsm-si"
+)
+
+// ErrUnknownOutcome is returned by Terminate when the proposal could not be
+// confirmed (no quorum, timeout, shutdown): the transaction may still
+// commit or abort; the node resolves it when the order delivers an outcome.
+var ErrUnknownOutcome = errors.New("replica: commit outcome unknown")
+
+// ErrInconsistent is returned by Terminate once this node has found that
+// its database differs from the others' (an apply that did not match): it
+// stops accepting update transactions rather than diverge silently.
+var ErrInconsistent = errors.New("replica: node is inconsistent and refuses updates")
+
+// Orderer is the part of the total order the replica uses
+// (*totalorder.Node).
+type Orderer interface {
+	Propose(ctx context.Context, payload []byte) (uint64, error)
+	Deliveries() <-chan totalorder.Delivery
+	MarkApplied(seqno uint64)
+	ReadIndex(ctx context.Context) (uint64, error)
+}
+
+// Config configures a Replica.
+type Config struct {
+	NodeID   uint32
+	Protocol string // DBSM or DBSMSI
+	// Window is the certification window (seqnos); cluster-wide.
+	Window uint64
+	// DSN of the local PostgreSQL, superuser.
+	DSN     string
+	Order   Orderer
+	Applier *apply.Applier
+	// StartAfter is the seqno the total order was started after; the
+	// applied prefix starts there.
+	StartAfter uint64
+	// OnDDL is called on the delivery loop after a transaction with DDL
+	// committed, local or remote (to refresh the catalog and normalize
+	// sequences).
+	OnDDL      func(ctx context.Context)
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Txn is a prepared transaction to terminate.
+type Txn struct {
+	GID           txn.GID
+	Origin        uint32
+	SnapshotSeqno uint64
+	Keys          []txn.KeyMode
+	ReadAll       bool
+	WriteSet      *capture.WriteSet
+	DDL           []string
+	SearchPath    string
+}
+
+// Outcome is the fate of a terminated transaction.
+type Outcome struct {
+	Commit bool
+	Seqno  uint64
+	Reason string // why it aborted
+}
+
+// Replica is the replication engine of one node.
+type Replica struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+
+	prefix atomic.Uint64
+	failed atomic.Pointer[error]
+
+	mu       sync.Mutex
+	waiters  map[txn.GID]chan Outcome
+	prefixCh chan struct{} // closed and replaced whenever prefix moves
+
+	// Owned by the delivery loop.
+	cert    *certifier.Certifier
+	conn    *pgx.Conn
+	aborted map[txn.GID]bool // AbortEntry delivered before the TxnEntry
+	// rolledBack holds local prepared transactions rolled back early
+	// because they blocked an apply (brute force); if the order later
+	// commits one, the loop applies its write set instead.
+	rolledMu   sync.Mutex
+	rolledBack map[txn.GID]bool
+
+	bg sync.WaitGroup
+}
+
+// New returns a Replica; Run starts its delivery loop.
+func New(cfg Config) (*Replica, error) {
+	if cfg.Protocol != DBSM && cfg.Protocol != DBSMSI {
+		return nil, fmt.Errorf("replica: unknown protocol %q (want %s or %s)", cfg.Protocol, DBSM, DBSMSI)
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 100000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Replica{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		m:          newMetrics(cfg.Registerer),
+		waiters:    make(map[txn.GID]chan Outcome),
+		prefixCh:   make(chan struct{}),
+		cert:       certifier.New(certifier.Config{CheckReads: cfg.Protocol == DBSM, Window: cfg.Window}, cfg.StartAfter),
+		aborted:    make(map[txn.GID]bool),
+		rolledBack: make(map[txn.GID]bool),
+	}
+	r.prefix.Store(cfg.StartAfter)
+	return r, nil
+}
+
+// Protocol returns the protocol name.
+func (r *Replica) Protocol() string { return r.cfg.Protocol }
+
+// AppliedPrefix returns the largest seqno s such that every entry up to s
+// has been carried out on the local PostgreSQL.
+func (r *Replica) AppliedPrefix() uint64 { return r.prefix.Load() }
+
+// WaitApplied waits until the applied prefix reaches seqno.
+func (r *Replica) WaitApplied(ctx context.Context, seqno uint64) error {
+	for {
+		r.mu.Lock()
+		ch := r.prefixCh
+		r.mu.Unlock()
+		if r.prefix.Load() >= seqno {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// SyncRead waits until the local database reflects every transaction
+// committed in the cluster before the call (Raft read index).
+func (r *Replica) SyncRead(ctx context.Context) error {
+	idx, err := r.cfg.Order.ReadIndex(ctx)
+	if err != nil {
+		return err
+	}
+	return r.WaitApplied(ctx, idx)
+}
+
+// Err returns why the node refuses updates, or nil.
+func (r *Replica) Err() error {
+	if p := r.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (r *Replica) fail(err error) {
+	err = fmt.Errorf("%w: %w", ErrInconsistent, err)
+	if r.failed.CompareAndSwap(nil, &err) {
+		r.log.Error("node stops accepting updates", "err", err)
+	}
+}
+
+// Terminate proposes t and waits for its outcome. The transaction must be
+// prepared under t.GID on the local PostgreSQL; the delivery loop commits
+// or rolls it back.
+func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
+	if err := r.Err(); err != nil {
+		return Outcome{}, err
+	}
+	began := time.Now()
+	payload, err := encodeTxn(t, r.cfg.Protocol)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("replica: encode %s: %w", t.GID, err)
+	}
+	ch := make(chan Outcome, 1)
+	r.mu.Lock()
+	r.waiters[t.GID] = ch
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.waiters, t.GID)
+		r.mu.Unlock()
+	}()
+	if _, err := r.cfg.Order.Propose(ctx, payload); err != nil {
+		r.abortInBackground(t.GID)
+		return Outcome{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	select {
+	case o := <-ch:
+		r.m.commitLatency.Observe(time.Since(began).Seconds())
+		return o, nil
+	case <-ctx.Done():
+		r.abortInBackground(t.GID)
+		return Outcome{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// abortInBackground proposes an AbortEntry for gid until one is committed.
+// Whichever of the transaction and the abort is delivered first decides.
+func (r *Replica) abortInBackground(gid txn.GID) {
+	payload, err := encodeAbort(gid)
+	if err != nil {
+		r.log.Error("encode abort", "gid", gid, "err", err)
+		return
+	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		for attempt := 0; attempt < 1000; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := r.cfg.Order.Propose(ctx, payload)
+			cancel()
+			if err == nil || errors.Is(err, totalorder.ErrStopped) || errors.Is(err, totalorder.ErrRemoved) {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		r.log.Error("could not propose the abort of a prepared transaction; it stays prepared", "gid", gid)
+	}()
+}
+
+// RollbackUndecided rolls back every prepared transaction of this node
+// whose outcome has not been delivered yet. The applier calls it (through
+// the node's OnBlocked) when a prepared transaction blocks an apply: the
+// apply was delivered first, so every undecided local transaction is
+// ordered after it. Should the order later commit one of them, the
+// delivery loop applies its write set instead of COMMIT PREPARED, so
+// rolling back a non-conflicting one is harmless.
+func (r *Replica) RollbackUndecided(ctx context.Context) {
+	r.mu.Lock()
+	gids := make([]txn.GID, 0, len(r.waiters))
+	for gid := range r.waiters {
+		gids = append(gids, gid)
+	}
+	r.mu.Unlock()
+	if len(gids) == 0 {
+		return
+	}
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		r.log.Warn("brute-force rollback: connect", "err", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for _, gid := range gids {
+		r.rolledMu.Lock()
+		r.rolledBack[gid] = true
+		r.rolledMu.Unlock()
+		if _, err := conn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
+			r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
+			continue
+		}
+		r.m.bruteForce.Inc()
+	}
+}
+
+// Run is the delivery loop. It returns when ctx ends or the order's
+// delivery channel closes, after the background proposals finish.
+func (r *Replica) Run(ctx context.Context) error {
+	defer r.bg.Wait()
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("replica: connect: %w", err)
+	}
+	r.conn = conn
+	defer conn.Close(context.Background())
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-r.cfg.Order.Deliveries():
+			if !ok {
+				return nil
+			}
+			if err := r.deliver(ctx, d); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				r.fail(err)
+				return err
+			}
+		}
+	}
+}
+
+func (r *Replica) deliver(ctx context.Context, d totalorder.Delivery) error {
+	if d.Type == totalorder.DeliverySnapshot {
+		return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
+	}
+	var e ordov1.Entry
+	if err := proto.Unmarshal(d.Data, &e); err != nil {
+		return fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
+	}
+	switch k := e.Kind.(type) {
+	case *ordov1.Entry_Abort:
+		gid := txn.GID(k.Abort.Gid)
+		r.aborted[gid] = true
+		r.cert.Skip(d.Seqno)
+		// The origin's transaction is rolled back when its TxnEntry is
+		// delivered, or now if it never will be: the origin proposed the
+		// abort because it gave up, so nothing else will decide it.
+		if gid.Node() == r.cfg.NodeID {
+			if err := r.finishLocal(ctx, d.Seqno, gid, false, nil); err != nil {
+				return err
+			}
+		}
+	case *ordov1.Entry_Txn:
+		if err := r.deliverTxn(ctx, d.Seqno, k.Txn); err != nil {
+			return err
+		}
+	default:
+		r.cert.Skip(d.Seqno)
+		r.log.Warn("unknown entry kind; skipped", "seqno", d.Seqno)
+	}
+	r.publish(d.Seqno)
+	return nil
+}
+
+func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEntry) error {
+	gid := txn.GID(e.Gid)
+	if e.Protocol != r.cfg.Protocol {
+		return fmt.Errorf("replica: entry %d (%s) was proposed under protocol %q, this node runs %q", seqno, gid, e.Protocol, r.cfg.Protocol)
+	}
+	var out Outcome
+	out.Seqno = seqno
+	if r.aborted[gid] {
+		delete(r.aborted, gid)
+		r.cert.Skip(seqno)
+		out.Reason = "aborted by its origin"
+	} else {
+		d := r.cert.Certify(seqno, &certifier.Request{SnapshotSeqno: e.SnapshotSeqno, Keys: decodeKeys(e), ReadAll: e.ReadAll})
+		out.Commit = d.Commit
+		if !d.Commit {
+			out.Reason = d.Reason.String()
+			if d.Reason == certifier.ReasonConflict {
+				out.Reason = fmt.Sprintf("conflict on %s with the transaction at seqno %d", d.Key, d.By)
+			}
+		}
+	}
+	origin := "remote"
+	if e.Origin == r.cfg.NodeID {
+		origin = "local"
+	}
+	if out.Commit {
+		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "commit").Inc()
+	} else {
+		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort").Inc()
+	}
+
+	if e.Origin == r.cfg.NodeID {
+		if err := r.finishLocal(ctx, seqno, gid, out.Commit, e); err != nil {
+			return err
+		}
+	} else if out.Commit {
+		if err := r.applyEntry(ctx, seqno, e); err != nil {
+			return err
+		}
+	}
+	if out.Commit && len(e.Ddl) > 0 && r.cfg.OnDDL != nil {
+		r.cfg.OnDDL(ctx)
+	}
+	r.mu.Lock()
+	ch := r.waiters[gid]
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- out
+	}
+	return nil
+}
+
+// finishLocal commits or rolls back one of this node's prepared
+// transactions.
+func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, commit bool, e *ordov1.TxnEntry) error {
+	r.rolledMu.Lock()
+	rolled := r.rolledBack[gid]
+	delete(r.rolledBack, gid)
+	r.rolledMu.Unlock()
+	if rolled {
+		if commit && e != nil {
+			// Rolled back early to let an earlier apply through; the order
+			// committed it after all: apply its rows like a remote one.
+			return r.applyEntry(ctx, seqno, e)
+		}
+		return nil
+	}
+	stmt := "ROLLBACK PREPARED '" + string(gid) + "'"
+	if commit {
+		stmt = "COMMIT PREPARED '" + string(gid) + "'"
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := r.conn.Exec(ctx, stmt)
+		if err == nil {
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
+			// Not prepared (any more): already finished before a restart,
+			// or the origin never got as far as PREPARE.
+			return nil
+		}
+		if ctx.Err() != nil || attempt == 20 {
+			return fmt.Errorf("replica: %s: %w", stmt, err)
+		}
+		r.log.Warn("finishing a prepared transaction failed; retrying", "gid", gid, "err", err)
+		if r.conn.IsClosed() {
+			if c, cerr := pgx.Connect(ctx, r.cfg.DSN); cerr == nil {
+				r.conn = c
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// applyEntry applies a committed remote transaction.
+func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEntry) error {
+	ws, err := decodeWriteSet(e)
+	if err != nil {
+		return err
+	}
+	ws.DDL, ws.SearchPath = e.Ddl, e.SearchPath
+	began := time.Now()
+	if _, err := r.cfg.Applier.Apply(ctx, seqno, ws); err != nil {
+		return fmt.Errorf("replica: apply %s at seqno %d: %w", e.Gid, seqno, err)
+	}
+	r.m.applyLatency.Observe(time.Since(began).Seconds())
+	return nil
+}
+
+func (r *Replica) publish(seqno uint64) {
+	r.prefix.Store(seqno)
+	r.cfg.Order.MarkApplied(seqno)
+	r.mu.Lock()
+	close(r.prefixCh)
+	r.prefixCh = make(chan struct{})
+	r.mu.Unlock()
+	r.m.applied.Set(float64(seqno))
+}

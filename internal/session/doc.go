@@ -1,0 +1,37 @@
+// Package session is the adapter between the wire proxy and replication: it
+// implements wire.Hooks, follows each client session's transaction, and
+// routes every update transaction through the replication engine
+// (internal/replica) instead of letting it commit locally.
+//
+// What a session does with the client's statements (DESIGN.md "The database
+// interface"):
+//
+//  1. Every session runs at REPEATABLE READ (SET SESSION CHARACTERISTICS at
+//     start; SET TRANSACTION after a BEGIN that asked for another level).
+//  2. Before the first statement that takes the transaction's snapshot, it
+//     records snapshot_seqno (the replica's applied prefix).
+//  3. Each statement is analyzed (internal/analysis); under dbsm its read
+//     keys join the transaction's read set.
+//  4. An update statement outside a transaction block (autocommit) is
+//     wrapped: the session sends BEGIN first and holds the ReadyForQuery of
+//     the statement's unit; when PostgreSQL has answered, it terminates the
+//     transaction (step 5) and only then lets the client see ReadyForQuery.
+//  5. Terminating: if the transaction has an xid, PREPARE TRANSACTION gid,
+//     wait for the decoded write set (internal/capture), hand everything to
+//     the replica, and wait for the outcome. Commit: the client sees COMMIT.
+//     Abort: ROLLBACK PREPARED (done by the replica) and SQLSTATE 40001.
+//     Without an xid the transaction read only and commits locally.
+//  6. An explicit COMMIT is terminated the same way when it arrives, then
+//     "PREPARE TRANSACTION gid; BEGIN" leaves an empty transaction for the
+//     client's own COMMIT to end, so the client sees PostgreSQL's own reply.
+//
+// Files: hooks.go (wire.Hooks, the registry of sessions by backend pid),
+// session.go (per-session state machine), terminate.go (steps 5 and 6),
+// errors.go (the errors clients see).
+//
+// Goroutines: each session's hooks run on that session's wire goroutine
+// (serialized by the wire contract). The registry is shared and locked.
+//
+// Never: let a transaction that wrote a replicated table commit locally;
+// hold a lock of the replica or the capture while waiting on the client.
+package session

@@ -1,0 +1,112 @@
+package session
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/replica"
+	"github.com/ordo-db/ordo/internal/txn"
+	"github.com/ordo-db/ordo/internal/wire"
+)
+
+// WriteSets gives the decoded write set of a prepared transaction
+// (*capture.Capture).
+type WriteSets interface {
+	Await(ctx context.Context, gid txn.GID) (*capture.WriteSet, error)
+}
+
+// Config configures Hooks.
+type Config struct {
+	NodeID   uint32
+	Replica  *replica.Replica
+	Capture  WriteSets
+	Analyzer *analysis.Analyzer
+	// Catalog is refreshed after a transaction with DDL commits.
+	Catalog *catalog.Cache
+	// CommitTimeout bounds terminating one transaction (default 30s).
+	CommitTimeout time.Duration
+	Logger        *slog.Logger
+}
+
+// Hooks implements wire.Hooks for a replicating node.
+type Hooks struct {
+	cfg     Config
+	counter atomic.Uint64
+
+	mu    sync.Mutex
+	byPID map[uint32]*session
+}
+
+var _ wire.Hooks = (*Hooks)(nil)
+
+// New returns the hooks of one node.
+func New(cfg Config) *Hooks {
+	if cfg.CommitTimeout == 0 {
+		cfg.CommitTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Hooks{cfg: cfg, byPID: make(map[uint32]*session)}
+	// GIDs must never repeat, across restarts too: start the counter at
+	// the clock.
+	h.counter.Store(uint64(time.Now().UnixNano()))
+	return h
+}
+
+func (h *Hooks) nextGID() txn.GID { return txn.NewGID(h.cfg.NodeID, h.counter.Add(1)) }
+
+// NewSession implements wire.Hooks.
+func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.Backend) (wire.SessionHooks, error) {
+	res, err := be.Exec(ctx, "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ; "+
+		"SELECT pg_backend_pid(), current_setting('search_path'), current_user")
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	s := &session{h: h, be: be, info: info, stmts: make(map[string][]*analysis.Statement)}
+	if len(res.Rows) == 1 && len(res.Rows[0]) == 3 {
+		s.pid = parseUint32(res.Rows[0][0])
+		s.searchPath = res.Rows[0][1]
+		s.user = res.Rows[0][2]
+	}
+	s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
+	h.mu.Lock()
+	h.byPID[s.pid] = s
+	h.mu.Unlock()
+	return s, nil
+}
+
+func (h *Hooks) forget(s *session) {
+	h.mu.Lock()
+	if h.byPID[s.pid] == s {
+		delete(h.byPID, s.pid)
+	}
+	h.mu.Unlock()
+}
+
+// Sessions returns the number of open sessions.
+func (h *Hooks) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byPID)
+}
+
+func parseUint32(s string) uint32 {
+	var n uint32
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint32(c-'0')
+	}
+	return n
+}

@@ -1,0 +1,348 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/txn"
+	"github.com/ordo-db/ordo/internal/wire"
+)
+
+// session follows one client session. Its methods run on the session's wire
+// goroutine, one at a time.
+type session struct {
+	h    *Hooks
+	be   wire.Backend
+	info wire.SessionInfo
+	pid  uint32
+
+	user       string
+	searchPath string
+	env        analysis.Env
+	envStale   bool // a SET may have changed search_path
+
+	// stmts holds the analysis of prepared statements by name ("" is the
+	// unnamed statement).
+	stmts map[string][]*analysis.Statement
+
+	// The current transaction.
+	tx txState
+	// unit is true while a unit of messages (up to Sync, or one Query) is
+	// being processed; the session acts at the first message of a unit.
+	unitStarted bool
+	// syncRead makes every transaction wait for the cluster's latest
+	// commits before its snapshot (SET ordo.read_consistency = 'sync').
+	syncRead bool
+}
+
+type txState struct {
+	active   bool   // inside a transaction (explicit or wrapped)
+	wrapped  bool   // we sent BEGIN for an autocommit statement
+	snapshot bool   // snapshot_seqno recorded
+	snapSeq  uint64 // snapshot_seqno
+	reads    txn.ReadSet
+	ddl      []string
+	ddlKeys  []txn.Key
+	// isolationSet: a BEGIN asked for another isolation level; the session
+	// resets it to REPEATABLE READ before the first statement.
+	fixIsolation bool
+	done         bool // terminated; the client's COMMIT ends an empty txn
+}
+
+// Statement implements wire.SessionHooks.
+func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
+	first := !s.unitStarted
+	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
+		// Read-your-writes anywhere: before anything that may look at data
+		// (PostgreSQL resolves names at Parse), catch up with the cluster.
+		if err := s.sync(ctx); err != nil {
+			return err
+		}
+	}
+	switch st.Kind {
+	case wire.KindQuery:
+		s.unitStarted = true
+		stmts, err := s.analyze(st.SQL)
+		if err != nil {
+			return nil // PostgreSQL reports its own syntax error
+		}
+		return s.execute(ctx, stmts, nil, true)
+	case wire.KindParse:
+		s.unitStarted = true
+		stmts, err := s.analyze(st.SQL)
+		if err != nil {
+			delete(s.stmts, st.Name)
+			return nil
+		}
+		s.stmts[st.Name] = stmts
+		// A transaction-control statement acts when it is parsed as the
+		// first message of a unit: later in the unit the backend is not
+		// at a boundary. Other statements act at Bind.
+		if first && isTxnControl(stmts) {
+			return s.execute(ctx, stmts, nil, true)
+		}
+		for _, a := range stmts {
+			if a.Kind == analysis.KindRefused {
+				return pgErr(codeFeatureNotSupported, "%s", a.Reason)
+			}
+		}
+		return nil
+	case wire.KindBind:
+		s.unitStarted = true
+		stmts := s.stmts[st.Name]
+		if stmts == nil {
+			return nil // PostgreSQL reports the unknown statement
+		}
+		params := make([]analysis.Param, len(st.Params))
+		for i, p := range st.Params {
+			params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
+		}
+		if isTxnControl(stmts) && !first {
+			// Parsed and acted on earlier in this unit, or a named
+			// statement bound mid-unit.
+			if s.tx.done || !hasCommit(stmts) {
+				return nil
+			}
+		}
+		return s.execute(ctx, stmts, params, first)
+	case wire.KindCloseStatement:
+		delete(s.stmts, st.Name)
+	}
+	return nil
+}
+
+func paramBinary(formats []int16, i int) bool {
+	switch len(formats) {
+	case 0:
+		return false
+	case 1:
+		return formats[0] == 1
+	}
+	return i < len(formats) && formats[i] == 1
+}
+
+func (s *session) analyze(sql string) ([]*analysis.Statement, error) {
+	if s.envStale {
+		s.envStale = false
+		if res, err := s.be.Exec(context.Background(), "SELECT current_setting('search_path')"); err == nil && res.Err == nil && len(res.Rows) == 1 {
+			s.searchPath = res.Rows[0][0]
+			s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
+		}
+	}
+	return s.h.cfg.Analyzer.Analyze(sql, s.env)
+}
+
+func isTxnControl(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.Kind == analysis.KindTxn {
+			return true
+		}
+	}
+	return false
+}
+
+func hasCommit(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnCommit {
+			return true
+		}
+	}
+	return false
+}
+
+// execute handles statements about to run. atBoundary says the backend has
+// answered everything before them, so the session may run its own
+// statements first.
+func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, params []analysis.Param, atBoundary bool) error {
+	updates, control := false, 0
+	for _, a := range stmts {
+		if a.Kind == analysis.KindRefused {
+			return pgErr(codeFeatureNotSupported, "%s", a.Reason)
+		}
+		if a.Updates() {
+			updates = true
+		}
+		if a.Kind == analysis.KindTxn {
+			control++
+		}
+	}
+	if control > 0 && len(stmts) > 1 && updates {
+		return pgErr(codeFeatureNotSupported,
+			"ordo: a query string that both controls the transaction (BEGIN/COMMIT/ROLLBACK) and writes must be sent as separate statements")
+	}
+
+	for _, a := range stmts {
+		switch a.Kind {
+		case analysis.KindTxn:
+			if err := s.txnControl(ctx, a, atBoundary); err != nil {
+				return err
+			}
+			continue
+		case analysis.KindSession:
+			s.setting(a)
+			continue
+		case analysis.KindEmpty, analysis.KindLocal, analysis.KindNotify:
+			continue
+		}
+		status := s.be.TxStatus()
+		if status == 'E' {
+			continue // PostgreSQL rejects it: the transaction already failed
+		}
+		if status == 'I' && !s.tx.active {
+			if a.Updates() {
+				if !atBoundary {
+					return pgErr(codeFeatureNotSupported,
+						"ordo: an update statement pipelined after other statements without a transaction block cannot be replicated; wrap it in BEGIN … COMMIT")
+				}
+				if err := s.wrap(ctx); err != nil {
+					return err
+				}
+			} else {
+				// An autocommit read runs on the local snapshot; nothing
+				// to track.
+				continue
+			}
+		}
+		if !s.tx.active {
+			s.tx.active = true // inside a block the proxy saw begin in another unit
+		}
+		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
+			return err
+		}
+		s.track(a, params)
+	}
+	return nil
+}
+
+// txnControl follows BEGIN / COMMIT / ROLLBACK.
+func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBoundary bool) error {
+	switch a.Txn.Op {
+	case analysis.TxnBegin:
+		if s.be.TxStatus() == 'I' && !s.tx.active {
+			s.tx = txState{active: true}
+			if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
+				s.tx.fixIsolation = true
+			}
+		}
+	case analysis.TxnCommit:
+		if s.tx.done || !s.tx.active || s.be.TxStatus() != 'T' {
+			return nil // nothing to replicate: PostgreSQL answers as usual
+		}
+		if !atBoundary {
+			return pgErr(codeFeatureNotSupported,
+				"ordo: COMMIT pipelined after other statements in one batch cannot be replicated; send COMMIT after a Sync")
+		}
+		if a.Txn.Chain {
+			return pgErr(codeFeatureNotSupported, "ordo: COMMIT AND CHAIN is not supported")
+		}
+		return s.commitExplicit(ctx)
+	case analysis.TxnRollback:
+		// PostgreSQL rolls back; the state resets at ReadyForQuery.
+	case analysis.TxnSetTransaction:
+		if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
+			s.tx.fixIsolation = true
+		}
+	}
+	return nil
+}
+
+// setting notes session settings Ordo interprets.
+func (s *session) setting(a *analysis.Statement) {
+	st := a.Setting
+	if st == nil {
+		return
+	}
+	switch {
+	case st.Name == "search_path" || st.Name == "all":
+		s.envStale = true
+	case st.Name == "ordo.read_consistency" && !st.Show:
+		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
+	}
+}
+
+// wrap starts a transaction block for an autocommit update statement and
+// holds the unit's ReadyForQuery until it is terminated.
+func (s *session) wrap(ctx context.Context) error {
+	res, err := s.be.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	s.tx = txState{active: true, wrapped: true}
+	s.be.HoldReady()
+	return nil
+}
+
+// beforeSnapshot records snapshot_seqno before the transaction's first
+// snapshot-taking statement.
+func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
+	if s.tx.snapshot {
+		return nil
+	}
+	s.tx.snapshot = true
+	if s.tx.fixIsolation && atBoundary {
+		s.tx.fixIsolation = false
+		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+			return err
+		} else if res.Err != nil {
+			return res.Err
+		}
+	}
+	s.tx.snapSeq = s.h.cfg.Replica.AppliedPrefix()
+	return nil
+}
+
+func (s *session) sync(ctx context.Context) error {
+	if err := s.h.cfg.Replica.SyncRead(ctx); err != nil {
+		return pgErr(codeResolutionUnknown, "ordo: sync read: %v", err)
+	}
+	return nil
+}
+
+// track adds a statement's reads and DDL to the transaction.
+func (s *session) track(a *analysis.Statement, params []analysis.Param) {
+	if a.Kind == analysis.KindDDL {
+		s.tx.ddl = append(s.tx.ddl, a.SQL)
+		for _, t := range a.Writes {
+			s.tx.ddlKeys = append(s.tx.ddlKeys, txn.TableKey(t.Schema, t.Name))
+		}
+		if a.WritesAll {
+			s.tx.reads.AddAll()
+		}
+	}
+	if s.h.cfg.Replica.Protocol() != "dbsm" {
+		return
+	}
+	fp, err := a.Bind(params)
+	if err != nil {
+		if errors.Is(err, analysis.ErrParams) {
+			s.tx.reads.AddAll()
+		}
+		return
+	}
+	if fp.All {
+		s.tx.reads.AddAll()
+		return
+	}
+	for _, k := range fp.Reads {
+		s.tx.reads.Add(k)
+	}
+}
+
+// ReadyForQuery implements wire.SessionHooks.
+func (s *session) ReadyForQuery(status byte) {
+	s.unitStarted = false
+	if status == 'I' {
+		s.tx = txState{}
+	} else if status == 'T' && !s.tx.active {
+		s.tx.active = true
+	}
+}
+
+// Close implements wire.SessionHooks.
+func (s *session) Close() { s.h.forget(s) }

@@ -1,0 +1,183 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/replica"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// probe asks PostgreSQL what the open transaction wrote: whether it has an
+// xid, and whether it holds write locks on temporary or permanent
+// relations. A failed PREPARE would roll the transaction back, so the probe
+// comes first.
+const probe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL,
+  coalesce(bool_or(c.relpersistence = 't'), false),
+  coalesce(bool_or(c.relpersistence <> 't' AND n.nspname NOT IN ('pg_catalog', '_ordo')), false)
+FROM pg_locks l
+JOIN pg_class c ON c.oid = l.relation
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
+  AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')`
+
+type written struct {
+	xid, temp, permanent bool
+}
+
+func (s *session) probe(ctx context.Context) (written, error) {
+	res, err := s.be.Exec(ctx, probe)
+	if err != nil {
+		return written{}, err
+	}
+	if res.Err != nil {
+		return written{}, res.Err
+	}
+	if len(res.Rows) != 1 || len(res.Rows[0]) != 3 {
+		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
+	}
+	r := res.Rows[0]
+	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t"}, nil
+}
+
+// commitExplicit terminates the client's open transaction when its COMMIT
+// arrives. On success it leaves an empty transaction open, which the
+// client's COMMIT (sent on after this returns) ends.
+func (s *session) commitExplicit(ctx context.Context) error {
+	w, err := s.probe(ctx)
+	if err != nil {
+		return err
+	}
+	if !w.xid || (w.temp && !w.permanent) {
+		// Read-only, or wrote only temporary tables: commit locally.
+		s.tx.done = true
+		return nil
+	}
+	if w.temp {
+		s.rollback(ctx)
+		return pgErr(codeFeatureNotSupported, "ordo: a transaction that writes both temporary and replicated tables cannot be replicated; it was rolled back")
+	}
+	gid := s.h.nextGID()
+	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'; BEGIN")
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return prepareFailed(res.Err)
+	}
+	s.tx.done = true
+	if err := s.terminate(ctx, gid); err != nil {
+		s.rollback(ctx) // the empty transaction
+		return err
+	}
+	return nil
+}
+
+// BeforeReady implements wire.ReadyHolder: it terminates a wrapped
+// autocommit statement before the client sees ReadyForQuery.
+func (s *session) BeforeReady(ctx context.Context) error {
+	defer func() { s.tx = txState{} }()
+	if !s.tx.wrapped {
+		return nil
+	}
+	switch s.be.TxStatus() {
+	case 'E':
+		s.rollback(ctx)
+		return nil
+	case 'I':
+		return nil // the statement ended the block itself (refused earlier)
+	}
+	w, err := s.probe(ctx)
+	if err != nil {
+		return err
+	}
+	if !w.xid || (w.temp && !w.permanent) {
+		_, err := s.be.Exec(ctx, "COMMIT")
+		return err
+	}
+	if w.temp {
+		s.rollback(ctx)
+		return pgErr(codeFeatureNotSupported, "ordo: a statement that writes both temporary and replicated tables cannot be replicated; it was rolled back")
+	}
+	gid := s.h.nextGID()
+	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'")
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return prepareFailed(res.Err)
+	}
+	return s.terminate(ctx, gid)
+}
+
+func prepareFailed(err error) error {
+	return fmt.Errorf("ordo: could not prepare the transaction for replication (it was rolled back): %w", err)
+}
+
+func (s *session) rollback(ctx context.Context) {
+	_, _ = s.be.Exec(ctx, "ROLLBACK")
+}
+
+// terminate hands the prepared transaction gid to the replica and waits for
+// its outcome. The replica commits or rolls back the prepared transaction.
+func (s *session) terminate(ctx context.Context, gid txn.GID) error {
+	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.CommitTimeout)
+	defer cancel()
+	ws, err := s.h.cfg.Capture.Await(ctx, gid)
+	if err != nil {
+		s.abandon(gid)
+		if errors.Is(err, capture.ErrNoPrimaryKey) {
+			return pgErr(codeFeatureNotSupported, "ordo: %v; the transaction was rolled back", err)
+		}
+		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
+	}
+	t := &replica.Txn{
+		GID:           gid,
+		Origin:        s.h.cfg.NodeID,
+		SnapshotSeqno: s.tx.snapSeq,
+		DDL:           s.tx.ddl,
+		SearchPath:    s.searchPath,
+		WriteSet:      ws,
+	}
+	keys := ws.Keys()
+	for _, k := range s.tx.ddlKeys {
+		keys.Add(k, txn.X)
+	}
+	if s.tx.reads.All() {
+		t.ReadAll = true
+	}
+	for _, k := range s.tx.reads.Keys() {
+		keys.Add(k, txn.S)
+	}
+	t.Keys = keys.Sorted()
+	out, err := s.h.cfg.Replica.Terminate(ctx, t)
+	if err != nil {
+		if errors.Is(err, replica.ErrInconsistent) {
+			s.abandon(gid)
+			return pgErr(codeReadOnly, "ordo: %v", err)
+		}
+		return pgErr(codeResolutionUnknown,
+			"ordo: the cluster did not confirm the commit in time (%v); the transaction will be committed everywhere or nowhere, check before retrying", err)
+	}
+	if !out.Commit {
+		return pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node (%s); retry the transaction", out.Reason)
+	}
+	if len(s.tx.ddl) > 0 && s.h.cfg.Catalog != nil {
+		if _, err := s.h.cfg.Catalog.Refresh(ctx); err != nil {
+			s.h.cfg.Logger.Warn("catalog refresh after DDL", "err", err)
+		}
+	}
+	return nil
+}
+
+// abandon rolls back a prepared transaction that was never proposed.
+func (s *session) abandon(gid txn.GID) {
+	ctx := context.Background()
+	if s.be.TxStatus() != 'I' {
+		s.rollback(ctx) // ROLLBACK PREPARED cannot run inside a block
+	}
+	_, _ = s.be.Exec(ctx, "ROLLBACK PREPARED '"+strings.ReplaceAll(string(gid), "'", "")+"'")
+}

@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func sqlstate(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// unreplicated returns ordo_capture_unreplicated_commits_total of node i.
+func (c *cluster) unreplicated(i int) float64 {
+	mfs, err := c.nodes[i].Registry().Gather()
+	require.NoError(c.t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "ordo_capture_unreplicated_commits_total" {
+			total := 0.0
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+			return total
+		}
+	}
+	c.t.Fatalf("node %d has no ordo_capture_unreplicated_commits_total metric", i+1)
+	return 0
+}
+
+func TestWriteThroughOneNodeIsVisibleEverywhere(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a := c.connect(0)
+	_, err := a.Exec(ctx, "CREATE TABLE kv (k int PRIMARY KEY, v text NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO kv VALUES ($1, $2)", 1, "one")
+	require.NoError(t, err)
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO kv VALUES (2, 'two'), (3, 'three')")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "UPDATE kv SET v = 'uno' WHERE k = 1")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	for i := 1; i < 3; i++ {
+		b := c.connect(i)
+		_, err := b.Exec(ctx, "SET ordo.read_consistency = 'sync'")
+		require.NoError(t, err)
+		var got []string
+		rows, err := b.Query(ctx, "SELECT k || '=' || v FROM kv ORDER BY k")
+		require.NoError(t, err)
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			got = append(got, s)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, []string{"1=uno", "2=two", "3=three"}, got, "node %d", i+1)
+	}
+	c.waitConverged()
+	sum := c.checksum(0, "kv")
+	for i := range c.nodes {
+		require.Equal(t, sum, c.checksum(i, "kv"), "node %d differs", i+1)
+		require.Zero(t, c.unreplicated(i), "node %d committed locally without replication", i+1)
+	}
+}
+
+func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	_, err := a.Exec(ctx, "CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO acct VALUES (1, 100)")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	for round := 0; round < 5; round++ {
+		ta, err := a.Begin(ctx)
+		require.NoError(t, err)
+		tb, err := b.Begin(ctx)
+		require.NoError(t, err)
+		_, err = ta.Exec(ctx, "UPDATE acct SET bal = bal + 1 WHERE id = 1")
+		require.NoError(t, err)
+		_, err = tb.Exec(ctx, "UPDATE acct SET bal = bal + 10 WHERE id = 1")
+		require.NoError(t, err)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, tx := range []pgx.Tx{ta, tb} {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = tx.Commit(ctx) }()
+		}
+		wg.Wait()
+		committed := 0
+		for _, err := range errs {
+			if err == nil {
+				committed++
+			} else {
+				require.Equal(t, "40001", sqlstate(err), "the loser must get 40001, got %v", err)
+			}
+		}
+		require.Equal(t, 1, committed, "round %d: exactly one of two conflicting transactions commits (errors %v)", round, errs)
+		c.waitConverged()
+	}
+	sum := c.checksum(0, "acct")
+	for i := range c.nodes {
+		require.Equal(t, sum, c.checksum(i, "acct"))
+	}
+}
+
+// TestWriteSkew: two transactions on different nodes each read x and y and
+// write one of them. dbsm (serializable) lets at most one commit; dbsm-si
+// (snapshot isolation) lets both commit. This proves read sets are certified.
+func TestWriteSkew(t *testing.T) {
+	for _, tc := range []struct {
+		protocol   string
+		bothCommit bool
+	}{{"dbsm", false}, {"dbsm-si", true}} {
+		t.Run(tc.protocol, func(t *testing.T) {
+			c := startCluster(t, 3, tc.protocol)
+			ctx := context.Background()
+			a, b := c.connect(0), c.connect(1)
+			_, err := a.Exec(ctx, "CREATE TABLE oncall (id int PRIMARY KEY, on_duty bool NOT NULL)")
+			require.NoError(t, err)
+			_, err = a.Exec(ctx, "INSERT INTO oncall VALUES (1, true), (2, true)")
+			require.NoError(t, err)
+			c.waitConverged()
+
+			ta, err := a.Begin(ctx)
+			require.NoError(t, err)
+			tb, err := b.Begin(ctx)
+			require.NoError(t, err)
+			var n int
+			require.NoError(t, ta.QueryRow(ctx, "SELECT count(*) FROM oncall WHERE id IN (1, 2) AND on_duty").Scan(&n))
+			require.Equal(t, 2, n)
+			require.NoError(t, tb.QueryRow(ctx, "SELECT count(*) FROM oncall WHERE id IN (1, 2) AND on_duty").Scan(&n))
+			require.Equal(t, 2, n)
+			_, err = ta.Exec(ctx, "UPDATE oncall SET on_duty = false WHERE id = 1")
+			require.NoError(t, err)
+			_, err = tb.Exec(ctx, "UPDATE oncall SET on_duty = false WHERE id = 2")
+			require.NoError(t, err)
+			errA := ta.Commit(ctx)
+			errB := tb.Commit(ctx)
+			require.NoError(t, errA, "the first to commit never aborts here")
+			if tc.bothCommit {
+				require.NoError(t, errB, "snapshot isolation allows write skew")
+			} else {
+				require.Error(t, errB, "serializable must refuse write skew")
+				require.Equal(t, "40001", sqlstate(errB))
+			}
+		})
+	}
+}
+
+// TestBank runs random transfers between 10 accounts from 8 clients spread
+// over 3 nodes; every read sums to the total, replicas end identical,
+// nothing commits unreplicated, and certification aborts happen.
+func TestBank(t *testing.T) {
+	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+		t.Run(protocol, func(t *testing.T) {
+			c := startCluster(t, 3, protocol)
+			ctx := context.Background()
+			setup := c.connect(0)
+			_, err := setup.Exec(ctx, "CREATE TABLE bank (id int PRIMARY KEY, bal bigint NOT NULL)")
+			require.NoError(t, err)
+			_, err = setup.Exec(ctx, "INSERT INTO bank SELECT g, 1000 FROM generate_series(1, 10) g")
+			require.NoError(t, err)
+			c.waitConverged()
+
+			duration := 10 * time.Second
+			if testing.Short() {
+				duration = 4 * time.Second
+			}
+			deadline := time.Now().Add(duration)
+			var commits, aborts, badSums atomic.Int64
+			var other atomic.Value
+			var wg sync.WaitGroup
+			for w := 0; w < 8; w++ {
+				conn := c.connect(w % 3)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 7))
+					for time.Now().Before(deadline) {
+						if rng.IntN(5) == 0 {
+							var sum int64
+							if err := conn.QueryRow(ctx, "SELECT sum(bal) FROM bank").Scan(&sum); err != nil {
+								other.Store(err)
+								return
+							}
+							if sum != 10000 {
+								badSums.Add(1)
+							}
+							continue
+						}
+						from, to := 1+rng.IntN(10), 1+rng.IntN(10)
+						if from == to {
+							continue
+						}
+						amt := 1 + rng.IntN(50)
+						err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+							if _, err := tx.Exec(ctx, "UPDATE bank SET bal = bal - $1 WHERE id = $2", amt, from); err != nil {
+								return err
+							}
+							_, err := tx.Exec(ctx, "UPDATE bank SET bal = bal + $1 WHERE id = $2", amt, to)
+							return err
+						})
+						switch {
+						case err == nil:
+							commits.Add(1)
+						case sqlstate(err) == "40001":
+							aborts.Add(1)
+						default:
+							other.Store(fmt.Errorf("transfer %d->%d: %w", from, to, err))
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if e := other.Load(); e != nil {
+				t.Fatalf("unexpected error: %v", e)
+			}
+			t.Logf("%s: %d commits, %d certification aborts", protocol, commits.Load(), aborts.Load())
+			require.Zero(t, badSums.Load(), "a read saw a total other than 10000")
+			require.Positive(t, commits.Load())
+			require.Positive(t, aborts.Load(), "conflicts must have been exercised")
+			c.waitConverged()
+			sum := c.checksum(0, "bank")
+			for i := range c.nodes {
+				require.Equal(t, sum, c.checksum(i, "bank"), "node %d differs", i+1)
+				var total int64
+				require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT sum(bal) FROM bank").Scan(&total))
+				require.Equal(t, int64(10000), total)
+				require.Zero(t, c.unreplicated(i), "node %d", i+1)
+			}
+		})
+	}
+}
