@@ -4,7 +4,7 @@
 //
 // # API
 //
-//	n, err := totalorder.Start(cfg)          // open storage, start transport + Raft loop
+//	n, err := totalorder.Start(cfg)          // open storage, start transport and raft
 //	seq, err := n.Propose(ctx, payload)      // committed and delivered locally, or an error
 //	for d := range n.Deliveries() { ... }    // committed entries in log order, same on every node
 //	n.MarkApplied(seq)                       // the consumer durably applied everything <= seq
@@ -23,8 +23,16 @@
 // consumer installs that state (state transfer) or gives up.
 //
 // Errors: ErrNoQuorum (not committed within Config.ProposeTimeout: minority
-// partition, no leader; the entry may still commit later and is then
-// delivered), ctx.Err(), ErrStopped, ErrRemoved, ErrTooLarge.
+// partition, no leader, or the proposal was lost in a leader change; the
+// entry may still commit later and is then delivered), ctx.Err(),
+// ErrStopped, ErrRemoved, ErrTooLarge. Propose never retries a proposal that
+// raft accepted (that could commit it twice); it retries only proposals raft
+// refused outright (no leader yet).
+//
+// Flow control: at most Config.MaxInflight proposals per node wait for their
+// commit; more Propose calls block (bounded by their ctx and the timeout).
+// Proposals waiting together are handed to raft in one step, so they share
+// Raft messages and one fsync per node (group commit).
 //
 // # Layers and files
 //
@@ -102,4 +110,14 @@
 // It does not deduplicate payloads: a payload proposed twice (a caller's
 // retry after ErrNoQuorum) is delivered twice, and the fault injector
 // never duplicates proposals (MsgProp) for that reason.
+//
+// # Known limits
+//
+//   - The set of removed node ids is rebuilt from the retained log only; a
+//     node removed before the last compaction is no longer recognised and
+//     rejected by a restarted peer's transport (raft's PreVote and
+//     CheckQuorum still keep it from disrupting the group). Never reuse ids.
+//   - A member that stays down holds back compaction on every node.
+//   - Peer addresses come from Config.Peers and from AddNode's conf change;
+//     they are not persisted beyond that.
 package totalorder
