@@ -104,6 +104,14 @@ type Backend interface {
 	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
 	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
 	TxStatus() byte
+	// Abort makes the session's current transaction fail with err; it may
+	// be called from any goroutine. A running statement is cancelled; a
+	// transaction idle between statements is rolled back at once (its
+	// locks are released) and replaced by a failed one, so the client's
+	// view stays consistent. The client receives err in place of the next
+	// error PostgreSQL reports in this transaction, and rolls back as after
+	// any error. Outside a transaction it does nothing.
+	Abort(err error)
 	// HoldReady, called from SessionHooks.Statement, holds back the
 	// ReadyForQuery that ends the current unit (the Query being reported,
 	// or the next Sync) until the hooks' ReadyHolder.BeforeReady has run.

@@ -71,6 +71,11 @@ type session struct {
 	// runs ReadyHolder.BeforeReady and sends it (finishHeld).
 	hold       atomic.Bool
 	holdCopyIn atomic.Bool // a CopyInResponse arrived while holding
+	// abortErr replaces the next ErrorResponse of the transaction (Abort);
+	// interrupt asks the session goroutine, woken from its client read, to
+	// roll back an idle transaction.
+	abortErr   atomic.Pointer[pgproto3.ErrorResponse]
+	interrupt  atomic.Bool
 	draining   atomic.Bool
 	clientLeft atomic.Bool // client sent Terminate
 
@@ -209,6 +214,11 @@ func (cr *clientReader) Read(p []byte) (int, error) {
 			ss.srv.m.bytesIn.Add(float64(n))
 		}
 		var ne net.Error
+		if n == 0 && errors.As(err, &ne) && ne.Timeout() && ss.interrupt.Swap(false) && !ss.isClosed() {
+			_ = ss.rawClient.SetReadDeadline(time.Time{})
+			ss.abortIdle()
+			continue
+		}
 		if n == 0 && ss.srv.idleTimeouts && errors.As(err, &ne) && ne.Timeout() && !ss.isClosed() {
 			if ss.idleTimeout() == 0 {
 				continue // became busy (e.g. a long statement): not idle
@@ -507,6 +517,39 @@ func (ss *session) clientLoop() error {
 	}
 }
 
+// Abort implements Backend.
+func (ss *session) Abort(err error) {
+	if ss.txStatus.Load() == 'I' && ss.outstanding.Load() == 0 {
+		return
+	}
+	ss.abortErr.Store(errorResponse(err))
+	if ss.outstanding.Load() > 0 {
+		go func() { _ = ss.cancelBackend() }()
+		return
+	}
+	// Idle in a transaction: wake the session goroutine from its read.
+	ss.interrupt.Store(true)
+	_ = ss.rawClient.SetReadDeadline(time.Now())
+}
+
+// abortIdle runs on the session goroutine when Abort interrupted its read:
+// it rolls back the idle transaction, releasing its locks, and leaves a
+// failed one in its place for the client to roll back.
+func (ss *session) abortIdle() {
+	if ss.txStatus.Load() == 'I' || ss.abortErr.Load() == nil {
+		return
+	}
+	if ss.outstanding.Load() > 0 || ss.batchOpen || ss.copying {
+		go func() { _ = ss.cancelBackend() }()
+		return
+	}
+	ctx, cancel := context.WithTimeout(ss.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := ss.Exec(ctx, "ROLLBACK; BEGIN; SELECT 'ordo: transaction aborted'::int"); err != nil {
+		ss.srv.log.Warn("abort of an idle transaction failed", "session", ss.id, "err", err)
+	}
+}
+
 // HoldReady implements Backend.
 func (ss *session) HoldReady() { ss.hold.Store(true) }
 
@@ -663,6 +706,9 @@ func (ss *session) backendLoop() {
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
 			ss.txStatus.Store(uint32(m.TxStatus))
+			if m.TxStatus == 'I' && ss.abortErr.Load() != nil {
+				ss.abortErr.Store(nil) // the transaction ended without another error
+			}
 			if ss.hold.Load() && ss.outstanding.Load() <= 1 {
 				// Held for the session goroutine (finishHeld): everything
 				// before it must reach the client first.
@@ -722,6 +768,10 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
+			if e := ss.abortErr.Swap(nil); e != nil {
+				ss.sendClient(e)
+				continue
+			}
 			if m.Code == "34000" && ss.nrejects.Load() > 0 {
 				if e := ss.takeRejection(m); e != nil {
 					ss.sendClient(e)

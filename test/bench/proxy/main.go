@@ -58,8 +58,12 @@ func main() {
 	clients := flag.Int("clients", 8, "pgbench clients")
 	scale := flag.Int("scale", 10, "pgbench scale factor")
 	idle := flag.Int("idle", 500, "idle sessions for the RSS measurement")
+	procs := flag.Int("proxy-gomaxprocs", 0, "GOMAXPROCS of the proxy process (0 = Go's default)")
 	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
 	flag.Parse()
+	if *procs > 0 {
+		os.Setenv("ORDO_BENCH_PROXY_GOMAXPROCS", strconv.Itoa(*procs))
+	}
 	if err := run(*duration, *runs, *clients, *scale, *idle, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
 		os.Exit(1)
@@ -130,8 +134,12 @@ type sample struct{ tps, latMs, cpuUsPerTx float64 }
 func run(duration time.Duration, runs, clients, scale, idle int, only string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fmt.Printf("bench-proxy: %d clients, %d runs of %v per target and mode, scale %d, GOMAXPROCS %d\n",
-		clients, runs, duration, scale, runtime.GOMAXPROCS(0))
+	proxyProcs := os.Getenv("ORDO_BENCH_PROXY_GOMAXPROCS")
+	if proxyProcs == "" {
+		proxyProcs = "default"
+	}
+	fmt.Printf("bench-proxy: %d clients, %d runs of %v per target and mode, scale %d, %d CPUs, proxy GOMAXPROCS %s\n",
+		clients, runs, duration, scale, runtime.NumCPU(), proxyProcs)
 	c, err := pglocal.Start(ctx, pglocal.Options{N: 1, Settings: map[string]string{
 		"max_connections": strconv.Itoa(idle + 100), "shared_buffers": "256MB"}})
 	if err != nil {
@@ -212,9 +220,9 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 					args = append(args, "-S")
 				}
 				pid := map[string]int{"ordo": child.Process.Pid, "pgbouncer": bouncerPID}[tg.name]
-				cpu0 := cpuTicks(pid)
+				cpu0, cs0 := cpuTicks(pid), ctxSwitches(pid)
 				out, err := pgbenchCmd(env(tg), args...).CombinedOutput()
-				cpu := cpuTicks(pid) - cpu0
+				cpu, cs := cpuTicks(pid)-cpu0, ctxSwitches(pid)-cs0
 				if err != nil {
 					return fmt.Errorf("pgbench %v against %s: %v\n%s", args, tg.name, err, out)
 				}
@@ -224,12 +232,14 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 				}
 				tps, _ := strconv.ParseFloat(string(tm[1]), 64)
 				lat, _ := strconv.ParseFloat(string(lm[1]), 64)
-				perTx := 0.0
+				perTx, csPerTx := 0.0, 0.0
 				if pid != 0 && tps > 0 {
 					perTx = float64(cpu) * 1e6 / clkTck / (tps * duration.Seconds())
+					csPerTx = float64(cs) / (tps * duration.Seconds())
 				}
 				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat, perTx})
-				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx\n", r+1, m.workload, m.protocol, tg.name, tps, lat, perTx)
+				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx, %4.2f context switches/tx\n",
+					r+1, m.workload, m.protocol, tg.name, tps, lat, perTx, csPerTx)
 			}
 		}
 	}
@@ -362,6 +372,28 @@ func cpuTicks(pid int) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + st
+}
+
+// ctxSwitches returns the context switches of all threads of pid.
+func ctxSwitches(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "voluntary_ctxt_switches:") || strings.HasPrefix(line, "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
 }
 
 func rssKiB(pid int) (int64, error) {
