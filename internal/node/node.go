@@ -118,7 +118,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	var hooks *session.Hooks
 	n.applier, err = apply.Open(ctx, apply.Config{
 		DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
-		OnBlocked: func(pids []int) { n.bruteForce(rep, pids) },
+		OnBlocked: func(pids []int) { n.bruteForce(rep, hooks, pids) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -286,9 +286,10 @@ func (n *Node) Stop() {
 
 // bruteForce ends local transactions that block an apply: this node's
 // undecided prepared transactions (pid 0 in pg_blocking_pids) are rolled
-// back by the replica; running sessions are cancelled; sessions idle in a
-// transaction are terminated (the client sees the connection end).
-func (n *Node) bruteForce(rep *replica.Replica, pids []int) {
+// back by the replica; the transactions of Ordo's sessions fail with 40001
+// (session.Hooks.Abort); other local backends (connected to PostgreSQL
+// directly) are cancelled, or terminated when idle in a transaction.
+func (n *Node) bruteForce(rep *replica.Replica, hooks *session.Hooks, pids []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var others []int
@@ -300,6 +301,9 @@ func (n *Node) bruteForce(rep *replica.Replica, pids []int) {
 		} else {
 			others = append(others, p)
 		}
+	}
+	if hooks != nil {
+		others = hooks.Abort(others)
 	}
 	if len(others) == 0 {
 		return

@@ -110,3 +110,25 @@ func parseUint32(s string) uint32 {
 	}
 	return n
 }
+
+var errBruteForce = pgErr(codeSerializationFailure,
+	"ordo: could not serialize access: a replication conflict aborted this transaction (a transaction committed on another node needed its locks); retry the transaction")
+
+// Abort makes the transactions of the sessions whose PostgreSQL backends
+// have the given pids fail with SQLSTATE 40001 (brute-force abort: they
+// block the apply of a transaction that the total order placed first). It
+// returns the pids that belong to no session of this node.
+func (h *Hooks) Abort(pids []int) (unknown []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, pid := range pids {
+		s := h.byPID[uint32(pid)]
+		if s == nil {
+			unknown = append(unknown, pid)
+			continue
+		}
+		s.aborted.Store(true)
+		s.be.Abort(errBruteForce)
+	}
+	return unknown
+}

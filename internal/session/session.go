@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/catalog"
@@ -33,6 +34,9 @@ type session struct {
 	// unit is true while a unit of messages (up to Sync, or one Query) is
 	// being processed; the session acts at the first message of a unit.
 	unitStarted bool
+	// aborted is set by Hooks.Abort (another goroutine): the transaction
+	// was aborted for a replication conflict.
+	aborted atomic.Bool
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
@@ -228,6 +232,12 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 			}
 		}
 	case analysis.TxnCommit:
+		if s.aborted.Load() && s.be.TxStatus() == 'E' && atBoundary {
+			// PostgreSQL would answer ROLLBACK without an error; the client
+			// must learn why its transaction is gone.
+			s.rollback(ctx)
+			return errBruteForce
+		}
 		if s.tx.done || !s.tx.active || s.be.TxStatus() != 'T' {
 			return nil // nothing to replicate: PostgreSQL answers as usual
 		}
@@ -339,6 +349,7 @@ func (s *session) ReadyForQuery(status byte) {
 	s.unitStarted = false
 	if status == 'I' {
 		s.tx = txState{}
+		s.aborted.Store(false)
 	} else if status == 'T' && !s.tx.active {
 		s.tx.active = true
 	}
