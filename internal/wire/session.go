@@ -283,6 +283,7 @@ func (ss *session) run() {
 	if ss.srv.hooks != nil {
 		ss.hookMu.Lock()
 		h, err := ss.srv.hooks.NewSession(ss.ctx, ss.info, ss)
+		ss.hooks = h // read under hookMu or on this goroutine only
 		ss.hookMu.Unlock()
 		if err != nil {
 			ss.srv.m.errors.WithLabelValues("hook").Inc()
@@ -292,7 +293,6 @@ func (ss *session) run() {
 			<-ss.beDone
 			return
 		}
-		ss.hooks = h
 		defer func() {
 			<-ss.beDone
 			ss.hookMu.Lock()
@@ -740,7 +740,7 @@ func (ss *session) backendLoop() {
 					ss.mu.Unlock()
 				}
 			}
-			if ss.hooks != nil {
+			if ss.srv.hooks != nil {
 				ss.evMu.Lock()
 				ss.events = append(ss.events, m.TxStatus)
 				ss.nev.Store(int32(len(ss.events)))
