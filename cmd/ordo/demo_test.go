@@ -75,19 +75,23 @@ read:
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	run := func(dsn, sql string) string {
+		out, err := exec.CommandContext(ctx, psql, dsn, "-XAtqc", sql).CombinedOutput()
+		require.NoError(t, err, "psql %s -c %q: %s", dsn, sql, out)
+		return strings.TrimSpace(string(out))
+	}
 	var addrs []string
 	for i, n := range nodes {
 		require.Equal(t, "node"+string(rune('1'+i)), n.name)
-		// A table made through the node's Ordo port is in its own PostgreSQL.
+		// A table made and written through this node's Ordo port reaches
+		// every node's PostgreSQL.
 		table := "demo_check_" + n.name
-		run := func(dsn, sql string) string {
-			out, err := exec.CommandContext(ctx, psql, dsn, "-XAtqc", sql).CombinedOutput()
-			require.NoError(t, err, "psql %s -c %q: %s", dsn, sql, out)
-			return strings.TrimSpace(string(out))
+		run(n.ordo, "CREATE TABLE "+table+" (id int PRIMARY KEY)")
+		run(n.ordo, "INSERT INTO "+table+" VALUES (7)")
+		for _, m := range nodes {
+			require.Equal(t, "7", run(m.ordo, "SET ordo.read_consistency = 'sync'; SELECT id FROM "+table), "through %s", m.name)
+			require.Equal(t, "7", run(m.postgres, "SELECT id FROM "+table), "in %s's PostgreSQL", m.name)
 		}
-		run(n.ordo, "CREATE TABLE "+table+" (id int PRIMARY KEY); INSERT INTO "+table+" VALUES (7)")
-		require.Equal(t, "7", run(n.postgres, "SELECT id FROM "+table))
-		require.Equal(t, "7", run(n.ordo, "SELECT id FROM "+table))
 		for _, s := range []string{n.ordo, n.postgres} {
 			u, err := url.Parse(s)
 			require.NoError(t, err)

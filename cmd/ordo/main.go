@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ordo-db/ordo/internal/demo"
+	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/version"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 func main() {
@@ -25,7 +27,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), demoCmd())
+	root.AddCommand(versionCmd(), demoCmd(), startCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ordo:", err)
 		os.Exit(1)
@@ -69,7 +71,48 @@ and runs until interrupted (Ctrl-C), then stops everything.`,
 	cmd.Flags().IntVarP(&o.Nodes, "nodes", "n", 3, "number of nodes")
 	cmd.Flags().IntVar(&o.BasePort, "base-port", 15432, "Ordo port of node 1 (node i: base+i-1; its PostgreSQL: base+100+i-1); 0 picks free ports")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "keep the cluster's data in this directory between runs (default: a temporary directory, removed on exit)")
+	cmd.Flags().StringVar(&o.Protocol, "protocol", "dbsm", "termination protocol: dbsm (serializable) or dbsm-si (snapshot isolation)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
+	cmd.SetContext(context.Background())
+	return cmd
+}
+
+func startCmd() *cobra.Command {
+	var path, logLevel string
+	cmd := &cobra.Command{
+		Use:   "start --config node.yaml",
+		Short: "Run one Ordo node in front of its PostgreSQL server",
+		Long: `Runs one node of an Ordo cluster as configured in a YAML file (see
+docs/configuration.md): it bootstraps the local PostgreSQL on first start
+(the _ordo schema, a publication and a logical replication slot), joins the
+Raft group of its peers, and serves PostgreSQL clients until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return fmt.Errorf("--config is required")
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			n, err := node.Start(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer n.Stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "ordo node %d serving PostgreSQL clients on %s\n", cfg.ID, n.ClientAddr())
+			return n.Wait(ctx)
+		},
+	}
+	cmd.Flags().StringVarP(&path, "config", "c", "", "node configuration file (YAML)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())
 	return cmd
 }

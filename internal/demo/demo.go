@@ -1,5 +1,6 @@
 // Package demo runs a local Ordo cluster for people to try: N PostgreSQL
-// servers started by pglocal, with one Ordo node in front of each.
+// servers started by pglocal, with one replicating Ordo node in front of
+// each.
 //
 // Run owns every process and goroutine it starts and stops them all before it
 // returns, whatever the reason (context cancelled by Ctrl-C, an error while
@@ -9,7 +10,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,25 +17,27 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
-	"github.com/ordo-db/ordo/internal/wire"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // Options configures Run.
 type Options struct {
 	// Nodes is the number of nodes (default 3).
 	Nodes int
-	// BasePort puts node i's Ordo port on BasePort+i-1 and its PostgreSQL
-	// server on BasePort+100+i-1. Zero picks free ports.
+	// BasePort puts node i's Ordo port on BasePort+i-1, its PostgreSQL
+	// server on BasePort+100+i-1, its Raft port on BasePort+200+i-1 and its
+	// metrics on BasePort+300+i-1. Zero picks free ports.
 	BasePort int
-	// Dir keeps the cluster's data between runs (Dir/postgres/node1, …).
-	// Empty means a temporary directory removed on exit.
+	// Dir keeps the cluster's data between runs (Dir/postgres/node1, …,
+	// Dir/ordo/node1, …). Empty means a temporary directory removed on exit.
 	Dir string
+	// Protocol is the termination protocol (default "dbsm").
+	Protocol string
 	// Out receives the connection strings, one line per node.
 	Out io.Writer
 	// Logger receives progress and errors.
@@ -47,6 +49,7 @@ type Node struct {
 	Name     string
 	Ordo     string // connection URL of the node's Ordo port
 	Postgres string // connection URL of the node's own PostgreSQL server
+	Metrics  string // the node's Prometheus endpoint
 }
 
 // Run starts the cluster, prints one line per node
@@ -64,7 +67,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	if o.BasePort < 0 || o.BasePort+100+o.Nodes > 65535 {
+	if o.Protocol == "" {
+		o.Protocol = "dbsm"
+	}
+	if o.Nodes > config.MaxNodes {
+		return fmt.Errorf("demo: at most %d nodes", config.MaxNodes)
+	}
+	if o.BasePort < 0 || o.BasePort+300+o.Nodes > 65535 {
 		return fmt.Errorf("demo: base port %d out of range", o.BasePort)
 	}
 	pgOpts := pglocal.Options{N: o.Nodes, Fsync: true}
@@ -87,55 +96,73 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 
+	dataDir := o.Dir
+	if dataDir == "" {
+		dataDir = pg.Dir // removed with the PostgreSQL servers
+	}
+	port := func(offset, i int) string {
+		if o.BasePort == 0 {
+			return "127.0.0.1:0"
+		}
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort+offset+i))
+	}
+	// Every node's configuration names every peer: pick the addresses first.
+	peers := map[uint32]string{}
+	for i := range pg.Servers {
+		if peers[uint32(i+1)], err = resolvePort(port(200, i)); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
 	var (
-		servers  []*wire.Server
-		nodes    []Node
-		wg       sync.WaitGroup
-		serveErr = make(chan error, o.Nodes)
+		running []*node.Node
+		nodes   []Node
 	)
 	defer func() {
-		shutdownAll(servers, o.Logger)
-		wg.Wait()
+		for _, n := range running {
+			n.Stop()
+		}
 	}()
 	for i, s := range pg.Servers {
-		addr := "127.0.0.1:0"
-		if o.BasePort != 0 {
-			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort+i))
-		}
-		ln, err := net.Listen("tcp", addr)
+		listen, err := resolvePort(port(0, i))
 		if err != nil {
-			return fmt.Errorf("demo: %s: listen on %s (choose another --base-port): %w", s.Name, addr, err)
+			return fmt.Errorf("demo: %s: %w (choose another --base-port)", s.Name, err)
 		}
-		srv, err := wire.NewServer(wire.Config{
-			ListenAddr:     ln.Addr().String(),
-			BackendAddr:    s.Addr(),
-			AllowPlaintext: true,
-			Logger:         o.Logger.With("node", s.Name),
-			Registerer:     prometheus.NewRegistry(),
-		}, nil)
+		metrics, err := resolvePort(port(300, i))
 		if err != nil {
-			ln.Close()
+			return fmt.Errorf("demo: %s: %w (choose another --base-port)", s.Name, err)
+		}
+		cfg := &config.Node{
+			ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], MetricsListen: metrics,
+			Postgres: s.DSN("postgres"), DataDir: filepath.Join(dataDir, "ordo", s.Name),
+			Peers: peers, Protocol: o.Protocol,
+		}
+		cfg.Defaults()
+		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("demo: %s: %w", s.Name, err)
 		}
-		servers = append(servers, srv)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, wire.ErrServerClosed) {
-				serveErr <- fmt.Errorf("demo: %s: %w", s.Name, err)
-			}
-		}()
+		n, err := node.Start(ctx, cfg, o.Logger)
+		if err != nil {
+			return fmt.Errorf("demo: %s: %w", s.Name, err)
+		}
+		running = append(running, n)
 		nodes = append(nodes, Node{
 			Name:     s.Name,
-			Ordo:     connURL(ln.Addr().String(), s.User, s.Password),
+			Ordo:     connURL(n.ClientAddr(), s.User, s.Password),
 			Postgres: s.DSN("postgres"),
+			Metrics:  "http://" + metrics + "/metrics",
 		})
+	}
+	failed := make(chan error, len(running))
+	for _, n := range running {
+		go func() { failed <- n.Wait(ctx) }()
 	}
 
 	for _, n := range nodes {
 		fmt.Fprintf(o.Out, "%s ordo=%s postgres=%s\n", n.Name, n.Ordo, n.Postgres)
 	}
-	fmt.Fprintf(o.Out, "\n%d nodes ready in %.1fs. Connect with e.g.\n  psql '%s'\n", len(nodes), time.Since(began).Seconds(), nodes[0].Ordo)
+	fmt.Fprintf(o.Out, "\n%d nodes ready in %.1fs (protocol %s); every node is writable. Connect with e.g.\n  psql '%s'\n",
+		len(nodes), time.Since(began).Seconds(), o.Protocol, nodes[0].Ordo)
+	fmt.Fprintf(o.Out, "Metrics: %s (and the other nodes' ports).\n", nodes[0].Metrics)
 	if o.Dir != "" {
 		fmt.Fprintf(o.Out, "Data is kept in %s.\n", o.Dir)
 	}
@@ -145,25 +172,26 @@ func Run(ctx context.Context, o Options) error {
 	case <-ctx.Done():
 		o.Logger.Info("shutting down")
 		return nil
-	case err := <-serveErr:
-		return err
+	case err := <-failed:
+		if err != nil {
+			return fmt.Errorf("demo: a node failed: %w", err)
+		}
+		return nil
 	}
 }
 
-func shutdownAll(servers []*wire.Server, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, s := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.Shutdown(ctx); err != nil {
-				log.Error("shutting down node", "err", err)
-			}
-		}()
+// resolvePort turns "host:0" into a free port now, so addresses can be
+// written into every node's configuration before the nodes start.
+func resolvePort(addr string) (string, error) {
+	if !strings.HasSuffix(addr, ":0") {
+		return addr, nil
 	}
-	wg.Wait()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 func connURL(addr, user, password string) string {
