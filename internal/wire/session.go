@@ -297,7 +297,9 @@ func (ss *session) run() {
 			<-ss.beDone
 			ss.hookMu.Lock()
 			ss.drainEventsLocked()
-			ss.hooks.Close()
+			if ss.hooks != nil {
+				ss.hooks.Close()
+			}
 			ss.hookMu.Unlock()
 		}()
 	}
@@ -668,7 +670,7 @@ func (ss *session) deliverEvents() {
 
 // drainEventsLocked calls ReadyForQuery for each pending event; hookMu is held.
 func (ss *session) drainEventsLocked() {
-	if ss.hooks == nil || ss.nev.Load() == 0 {
+	if ss.nev.Load() == 0 {
 		return
 	}
 	ss.evMu.Lock()
@@ -676,6 +678,9 @@ func (ss *session) drainEventsLocked() {
 	ss.events = nil
 	ss.nev.Store(0)
 	ss.evMu.Unlock()
+	if ss.hooks == nil {
+		return // NewSession returned no hooks for this session
+	}
 	ss.inReadyForQuery = true
 	for _, st := range evs {
 		ss.hooks.ReadyForQuery(st)
