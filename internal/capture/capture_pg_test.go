@@ -200,8 +200,22 @@ func TestLimitsOnRealTransactions(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
 
+	// Inserts into a table without a primary key are replicated: they need
+	// no key and conflict with nothing but their table's X.
 	gid = txn.NewGID(1, 2)
 	prepared(t, conn, gid, "INSERT INTO nokey VALUES ('a')")
+	ws, err := c.Await(ctx, gid)
+	require.NoError(t, err)
+	require.Len(t, ws.Rows, 1)
+	require.Zero(t, ws.Rows[0].Key.Level)
+	require.Equal(t, []txn.KeyMode{{Key: txn.TableKey("public", "nokey"), Mode: txn.IX}}, ws.Keys().Sorted())
+	exec(t, conn, "COMMIT PREPARED '"+string(gid)+"'")
+
+	// Deleting from it is refused, clearly, even where PostgreSQL allows
+	// it (REPLICA IDENTITY FULL).
+	exec(t, conn, "ALTER TABLE nokey REPLICA IDENTITY FULL")
+	gid = txn.NewGID(1, 3)
+	prepared(t, conn, gid, "DELETE FROM nokey")
 	_, err = c.Await(ctx, gid)
 	require.ErrorIs(t, err, ErrNoPrimaryKey)
 	require.Contains(t, err.Error(), "public.nokey")

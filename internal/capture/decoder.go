@@ -190,11 +190,11 @@ func (d *Decoder) Handle(m Message) (Event, error) {
 		}
 		d.rels[m.RelID] = t
 	case *InsertMsg:
-		return nil, d.change(m.RelID, func(t *Table) (Row, error) { return insertRow(t, m) })
+		return nil, d.change(m.RelID, true, func(t *Table) (Row, error) { return insertRow(t, m) })
 	case *UpdateMsg:
-		return nil, d.change(m.RelID, func(t *Table) (Row, error) { return updateRow(t, m) })
+		return nil, d.change(m.RelID, false, func(t *Table) (Row, error) { return updateRow(t, m) })
 	case *DeleteMsg:
-		return nil, d.change(m.RelID, func(t *Table) (Row, error) { return deleteRow(t, m) })
+		return nil, d.change(m.RelID, false, func(t *Table) (Row, error) { return deleteRow(t, m) })
 	case *TruncateMsg:
 		return nil, d.truncate(m)
 	case *TypeMsg, *OriginMsg, *LogicalMsg:
@@ -245,8 +245,13 @@ func (d *Decoder) table(m *RelationMsg) (*Table, error) {
 	return t, nil
 }
 
-// change adds one row change to the current transaction.
-func (d *Decoder) change(relID uint32, build func(*Table) (Row, error)) error {
+// change adds one row change to the current transaction. Inserts into a
+// table without a primary key are accepted (an insert needs no key to be
+// applied, and inserts never conflict with each other: such a row carries
+// no row key, only IX on its table); updates and deletes of such tables are
+// refused (PostgreSQL itself refuses them on a published table without a
+// replica identity).
+func (d *Decoder) change(relID uint32, insert bool, build func(*Table) (Row, error)) error {
 	p := d.cur
 	if p == nil {
 		return fmt.Errorf("%w: row change outside a transaction", ErrProtocol)
@@ -263,8 +268,8 @@ func (d *Decoder) change(relID uint32, build func(*Table) (Row, error)) error {
 	if !p.prepared || p.err != nil {
 		return nil
 	}
-	if len(t.KeyColumns) == 0 {
-		p.fail(fmt.Errorf("%w: %s (gid %s); Ordo replicates only tables with a primary key", ErrNoPrimaryKey, t, p.ws.GID))
+	if len(t.KeyColumns) == 0 && !insert {
+		p.fail(fmt.Errorf("%w: %s (gid %s); Ordo replicates updates and deletes only of tables with a primary key", ErrNoPrimaryKey, t, p.ws.GID))
 		return nil
 	}
 	r, err := build(t)
@@ -379,6 +384,9 @@ func insertRow(t *Table, m *InsertMsg) (Row, error) {
 	vals, err := values(t, m.New)
 	if err != nil {
 		return Row{}, err
+	}
+	if len(t.KeyColumns) == 0 {
+		return Row{Op: OpInsert, Table: t, Values: vals}, nil // no row key: see change
 	}
 	k, err := newKey(t, vals)
 	if err != nil {

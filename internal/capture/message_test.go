@@ -222,6 +222,9 @@ func TestDecoderLimitsAndNoKey(t *testing.T) {
 	d = NewDecoder(Limits{}, nil)
 	nokey := msg('R').u32(3).str("public").str("log").u8('d').u16(1).col(0, "line", 25)
 	evs = feed(t, d, nokey, beginPrepare(1, "g3"), msg('I').u32(3).u8('N').tuple(1).text("x"), prepare(1, "g3"))
+	require.NoError(t, evs[0].(Prepared).Err, "inserts into a table without a primary key are replicated")
+	require.Len(t, evs[0].(Prepared).WriteSet.Rows, 1)
+	evs = feed(t, d, beginPrepare(2, "g4"), msg('D').u32(3).u8('O').tuple(1).text("x"), prepare(2, "g4"))
 	err := evs[0].(Prepared).Err
 	require.ErrorIs(t, err, ErrNoPrimaryKey)
 	require.Contains(t, err.Error(), "public.log")

@@ -89,7 +89,8 @@ type Row struct {
 	Table *Table
 	// Key is the row key (txn.RowKey) of the row after the change for
 	// insert and update, of the deleted row for delete, and the table key
-	// for truncate.
+	// for truncate. An insert into a table without a primary key has none
+	// (Level 0).
 	Key txn.Key
 	// OldKey is set (Level != 0) when an update changed the primary key:
 	// the key of the row before the change.
@@ -154,7 +155,9 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 		case OpTruncate:
 			s.Add(r.Key, txn.X)
 		default:
-			s.Add(r.Key, txn.X)
+			if r.Key.Level != 0 { // inserts into tables without a primary key have none
+				s.Add(r.Key, txn.X)
+			}
 			if r.OldKey.Level != 0 {
 				s.Add(r.OldKey, txn.X)
 			}

@@ -117,6 +117,15 @@ func decodeWriteSet(e *ordov1.TxnEntry) (*capture.WriteSet, error) {
 		case capture.OpTruncate:
 			r.Key = t.TableKey()
 		case capture.OpInsert, capture.OpUpdate, capture.OpDelete:
+			if len(t.KeyColumns) == 0 {
+				if r.Op != capture.OpInsert {
+					return nil, fmt.Errorf("replica: entry %s: row %d: %s of %s, which has no primary key", e.Gid, i, r.Op, t)
+				}
+				if r.Values == nil {
+					return nil, fmt.Errorf("replica: entry %s: row %d: insert without values", e.Gid, i)
+				}
+				break // no row key
+			}
 			if r.Op == capture.OpDelete && r.OldValues == nil {
 				return nil, fmt.Errorf("replica: entry %s: row %d: delete without key", e.Gid, i)
 			}
