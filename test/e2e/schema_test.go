@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPgbenchThroughTheCluster: `pgbench -i` through node 1 (DDL, COPY,
+// VACUUM, ALTER TABLE … ADD PRIMARY KEY), then pgbench through nodes 2 and
+// 3 at once; tables, indexes and contents end identical everywhere.
+func TestPgbenchThroughTheCluster(t *testing.T) {
+	pgbench, err := exec.LookPath("pgbench")
+	require.NoError(t, err, "pgbench is needed (make test installs postgresql-client)")
+	c := startCluster(t, 3, "dbsm-si")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	out, err := exec.CommandContext(ctx, pgbench, "-i", "-s", "1", "-q", c.dsn(0)).CombinedOutput()
+	require.NoError(t, err, "pgbench -i: %s", out)
+	t.Logf("pgbench -i: %s", lastLines(string(out), 1))
+	c.waitConverged() // pgbench reads the scale from pgbench_branches
+
+	var wg sync.WaitGroup
+	outs := make([]string, 3)
+	for i := 1; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", "2", "-T", "5", "--max-tries", "20", "-M", []string{"", "simple", "prepared"}[i], c.dsn(i))
+			o, err := cmd.CombinedOutput()
+			if err != nil {
+				outs[i] = "error: " + err.Error() + "\n" + string(o)
+			} else {
+				outs[i] = string(o)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 1; i < 3; i++ {
+		require.NotContains(t, outs[i], "error:", "pgbench through node %d:\n%s", i+1, outs[i])
+		require.Contains(t, outs[i], "number of transactions actually processed", outs[i])
+		require.NotContains(t, outs[i], "actually processed: 0/", outs[i])
+		t.Logf("node %d: %s", i+1, lastLines(outs[i], 3))
+	}
+	c.waitConverged()
+
+	for _, table := range []string{"pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"} {
+		sum := c.checksum(0, table)
+		for i := 1; i < 3; i++ {
+			require.Equal(t, sum, c.checksum(i, table), "%s differs on node %d", table, i+1)
+		}
+	}
+	schema := func(i int) string {
+		var s string
+		require.NoError(t, c.direct(i).QueryRow(ctx, `SELECT string_agg(tablename || ':' || indexdef, E'\n' ORDER BY indexdef)
+			FROM pg_indexes WHERE schemaname = 'public'`).Scan(&s))
+		return s
+	}
+	require.Contains(t, schema(0), "pgbench_accounts_pkey")
+	for i := 1; i < 3; i++ {
+		require.Equal(t, schema(0), schema(i), "indexes differ on node %d", i+1)
+		require.Zero(t, c.unreplicated(i))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
