@@ -51,6 +51,9 @@ type Config struct {
 	// BatchSize is the number of statements sent per round trip (default
 	// 1000).
 	BatchSize int
+	// AfterDDL, if set, runs in the same transaction after the rows of a
+	// write set that carries DDL (sequence normalization).
+	AfterDDL string
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the applier's metrics (nil: not registered).
@@ -335,6 +338,11 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]
 		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
 			return false, err
+		}
+	}
+	if len(it.WriteSet.DDL) > 0 && a.cfg.AfterDDL != "" {
+		if _, err := conn.Exec(actx, a.cfg.AfterDDL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return false, fmt.Errorf("apply: after DDL: %w", err)
 		}
 	}
 	if _, err := conn.Exec(actx, "INSERT INTO _ordo.applied (seqno, gid) VALUES ($1, $2)", int64(it.Seqno), string(it.WriteSet.GID)); err != nil {

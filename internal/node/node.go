@@ -38,6 +38,7 @@ import (
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/replica"
+	"github.com/ordo-db/ordo/internal/sequences"
 	"github.com/ordo-db/ordo/internal/session"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/totalorder/transport"
@@ -91,6 +92,10 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if err := apply.Bootstrap(ctx, conn); err != nil {
 		return nil, fmt.Errorf("node: bootstrap: %w", err)
 	}
+	normalize := sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID))
+	if _, err := conn.Exec(ctx, normalize); err != nil {
+		return nil, fmt.Errorf("node: normalize sequences: %w", err)
+	}
 	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg}
 	if err := capture.Setup(ctx, capCfg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -117,7 +122,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	var rep *replica.Replica
 	var hooks *session.Hooks
 	n.applier, err = apply.Open(ctx, apply.Config{
-		DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
+		DSN: cfg.Postgres, Logger: log, Registerer: n.reg, AfterDDL: normalize,
 		OnBlocked: func(pids []int) { n.bruteForce(rep, hooks, pids) },
 	})
 	if err != nil {
@@ -193,7 +198,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	// 6. Clients.
 	hooks = session.New(session.Config{
 		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
-		CommitTimeout: cfg.CommitTimeout, Logger: log,
+		CommitTimeout: cfg.CommitTimeout, Logger: log, AfterDDL: normalize,
 	})
 	n.hooks = hooks
 	backend, err := backendAddr(cfg.Postgres)

@@ -29,6 +29,9 @@ type Config struct {
 	Analyzer *analysis.Analyzer
 	// Catalog is refreshed after a transaction with DDL commits.
 	Catalog *catalog.Cache
+	// AfterDDL runs in a transaction with DDL before it is prepared
+	// (sequence normalization).
+	AfterDDL string
 	// CommitTimeout bounds terminating one transaction (default 30s).
 	CommitTimeout time.Duration
 	Logger        *slog.Logger

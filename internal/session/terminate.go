@@ -60,6 +60,10 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		s.rollback(ctx)
 		return pgErr(codeFeatureNotSupported, "ordo: a transaction that writes both temporary and replicated tables cannot be replicated; it was rolled back")
 	}
+	if err := s.afterDDL(ctx); err != nil {
+		s.rollback(ctx)
+		return err
+	}
 	gid := s.h.nextGID()
 	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'; BEGIN")
 	if err != nil {
@@ -102,6 +106,10 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		s.rollback(ctx)
 		return pgErr(codeFeatureNotSupported, "ordo: a statement that writes both temporary and replicated tables cannot be replicated; it was rolled back")
 	}
+	if err := s.afterDDL(ctx); err != nil {
+		s.rollback(ctx)
+		return err
+	}
 	gid := s.h.nextGID()
 	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'")
 	if err != nil {
@@ -111,6 +119,21 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return prepareFailed(res.Err)
 	}
 	return s.terminate(ctx, gid)
+}
+
+// afterDDL runs Config.AfterDDL in a transaction that ran DDL.
+func (s *session) afterDDL(ctx context.Context) error {
+	if len(s.tx.ddl) == 0 || s.h.cfg.AfterDDL == "" {
+		return nil
+	}
+	res, err := s.be.Exec(ctx, s.h.cfg.AfterDDL)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return fmt.Errorf("ordo: after the transaction's DDL (it was rolled back): %w", res.Err)
+	}
+	return nil
 }
 
 func prepareFailed(err error) error {

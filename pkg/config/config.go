@@ -51,6 +51,9 @@ type Node struct {
 	CertificationWindow uint64 `yaml:"certification_window"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
+	// SequenceStride: every sequence on node i hands out values ≡ i modulo
+	// the stride; cluster-wide, larger than MaxNodes (default 100).
+	SequenceStride int `yaml:"sequence_stride"`
 }
 
 // TLS is the client-facing TLS configuration.
@@ -111,6 +114,9 @@ func (n *Node) Defaults() {
 	if n.MaxConnections == 0 {
 		n.MaxConnections = 1000
 	}
+	if n.SequenceStride == 0 {
+		n.SequenceStride = 100
+	}
 	if n.TLS.AllowPlaintext == nil {
 		plain := n.TLS.CertFile == ""
 		n.TLS.AllowPlaintext = &plain
@@ -154,6 +160,9 @@ func (n *Node) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			bad("peers: %d: %q is not host:port", id, addr)
 		}
+	}
+	if n.SequenceStride <= MaxNodes {
+		bad("sequence_stride: must be larger than the largest node id %d, got %d", MaxNodes, n.SequenceStride)
 	}
 	ok := false
 	for _, p := range Protocols {

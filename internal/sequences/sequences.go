@@ -1,0 +1,72 @@
+// Package sequences keeps every node's sequences from handing out the same
+// value: each sequence on node i is normalized to INCREMENT BY stride and a
+// position ≡ offset (mod stride), with offset = i and stride larger than
+// the largest cluster. Sequence state itself is never replicated (neither
+// logical decoding nor Ordo carries it); rows carry the values they got.
+//
+// The visible consequences (documented for users in docs/sequences.md): ids
+// have gaps, and ids from different nodes interleave, so they are not
+// monotonic across the cluster, as with Galera's auto_increment_increment
+// and auto_increment_offset.
+//
+// This package only builds SQL; it never runs anything itself.
+package sequences
+
+import "fmt"
+
+// DefaultStride is the default cluster stride; it must exceed the largest
+// node id (config.MaxNodes).
+const DefaultStride = 100
+
+// NormalizeSQL returns a statement that normalizes, in the current
+// transaction, every user sequence whose increment or position is not the
+// node's: it restarts such a sequence at the smallest value ≡ offset (mod
+// stride) above both its own position and the largest value already in the
+// column that owns it (rows applied from other nodes carry their values).
+// Descending sequences are left alone.
+func NormalizeSQL(stride, offset int) string {
+	return fmt.Sprintf(`DO $ordo$
+DECLARE
+	r record;
+	lv bigint;
+	called boolean;
+	nxt bigint;
+	hi bigint;
+	colmax bigint;
+BEGIN
+	FOR r IN
+		SELECT s.seqrelid::regclass AS seq, s.seqincrement AS inc, s.seqmax AS maxv,
+			(SELECT format('%%I.%%I', tn.nspname, tc.relname)
+			   FROM pg_depend d JOIN pg_class tc ON tc.oid = d.refobjid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
+			  WHERE d.classid = 'pg_class'::regclass AND d.objid = s.seqrelid
+			    AND d.refclassid = 'pg_class'::regclass AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i') LIMIT 1) AS tbl,
+			(SELECT a.attname
+			   FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+			  WHERE d.classid = 'pg_class'::regclass AND d.objid = s.seqrelid
+			    AND d.refclassid = 'pg_class'::regclass AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i') LIMIT 1) AS col
+		FROM pg_sequence s
+		JOIN pg_class c ON c.oid = s.seqrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo') AND c.relpersistence = 'p' AND s.seqincrement > 0
+	LOOP
+		EXECUTE format('SELECT last_value, is_called FROM %%s', r.seq) INTO lv, called;
+		IF called THEN nxt := lv + r.inc; ELSE nxt := lv; END IF;
+		CONTINUE WHEN r.inc = %[1]d AND ((nxt %% %[1]d) + %[1]d) %% %[1]d = %[2]d;
+		hi := nxt - 1;
+		IF r.tbl IS NOT NULL THEN
+			BEGIN
+				EXECUTE format('SELECT max(%%I)::bigint FROM %%s', r.col, r.tbl) INTO colmax;
+				hi := greatest(hi, coalesce(colmax, hi));
+			EXCEPTION WHEN others THEN
+				NULL; -- a column that is not an integer: keep the sequence's own position
+			END;
+		END IF;
+		nxt := hi + 1 + (((%[2]d - (hi + 1)) %% %[1]d) + %[1]d) %% %[1]d;
+		IF nxt > r.maxv THEN
+			RAISE EXCEPTION 'ordo: sequence %% cannot be normalized: next value %% would pass its maximum %%', r.seq, nxt, r.maxv;
+		END IF;
+		EXECUTE format('ALTER SEQUENCE %%s INCREMENT BY %[1]d MINVALUE 1 RESTART WITH %%s', r.seq, nxt);
+	END LOOP;
+END
+$ordo$`, stride, offset)
+}
