@@ -3,9 +3,13 @@ package totalorder
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"log"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/raft/v3"
 
 	"github.com/ordo-db/ordo/internal/totalorder/faults"
 	"github.com/ordo-db/ordo/internal/totalorder/transport"
@@ -87,6 +92,12 @@ func (c *testCluster) config(id uint64) Config {
 	if c.tune != nil {
 		c.tune(&cfg)
 	}
+	if dir := os.Getenv("ORDO_TOTALORDER_RAFTLOG"); dir != "" { // debugging aid
+		if f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%s-n%d.log", strings.ReplaceAll(c.t.Name(), "/", "_"), id)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			cfg.Logger = &raft.DefaultLogger{Logger: log.New(f, "", log.Lmicroseconds)}
+			c.t.Cleanup(func() { f.Close() })
+		}
+	}
 	return cfg
 }
 
@@ -158,8 +169,23 @@ func (c *testCluster) stop(id uint64) []Delivery {
 func (c *testCluster) describe() string {
 	var b strings.Builder
 	for _, tn := range c.running() {
-		fmt.Fprintf(&b, "node %d: leader %d, term %v, leader changes %v, applied %v; ", tn.ID(), tn.Leader(),
-			testutil.ToFloat64(tn.m.term), testutil.ToFloat64(tn.m.leaderChanges), testutil.ToFloat64(tn.m.applied))
+		fmt.Fprintf(&b, "node %d: leader %d, term %v, leader changes %v, committed %v, applied %v, slowest log save %v, err %v; ", tn.ID(), tn.Leader(),
+			testutil.ToFloat64(tn.m.term), testutil.ToFloat64(tn.m.leaderChanges),
+			testutil.ToFloat64(tn.m.committed), testutil.ToFloat64(tn.m.applied), time.Duration(tn.slowestSave.Load()), tn.Err())
+	}
+	for _, tn := range c.running() {
+		if tn.Leader() == tn.ID() {
+			st := tn.Status()
+			fmt.Fprintf(&b, "leader raft: commit %d applied %d progress %+v; ", st.Commit, st.Applied, st.Progress)
+		}
+	}
+	if dir := os.Getenv("ORDO_TOTALORDER_STACKS"); dir != "" { // debugging aid
+		f, err := os.CreateTemp(dir, "stacks-*.txt")
+		if err == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+			f.Close()
+			fmt.Fprintf(&b, "stacks in %s", f.Name())
+		}
 	}
 	return b.String()
 }
@@ -266,6 +292,46 @@ func (c *testCluster) proposeAll(ids []uint64, workers, each int, tag string) ma
 	for err := range errs {
 		c.t.Fatal(err)
 	}
+	return acks
+}
+
+// proposeRetry is proposeAll for phases right after a fault (lossy links, a
+// leader change, a restart): a proposal forwarded to a leader that is gone
+// is lost and its Propose ends with ErrNoQuorum, as documented; it is retried
+// under a new payload (the lost one may still be delivered, unacknowledged).
+func (c *testCluster) proposeRetry(ids []uint64, workers, each int, tag string) map[string]uint64 {
+	c.t.Helper()
+	var (
+		mu   sync.Mutex
+		acks = map[string]uint64{}
+		wg   sync.WaitGroup
+	)
+	for _, id := range ids {
+		tn := c.node(id)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i, retries := 0, 0; i < each; {
+					p := fmt.Sprintf("%s/n%d/w%d/%d/retry%d", tag, id, w, i, retries)
+					seq, err := tn.Propose(context.Background(), []byte(p))
+					if errors.Is(err, ErrNoQuorum) && retries < 20 {
+						retries++
+						continue
+					}
+					if err != nil {
+						c.t.Errorf("node %d (after %d retries): %v", id, retries, err)
+						return
+					}
+					mu.Lock()
+					acks[p] = seq
+					mu.Unlock()
+					i++
+				}
+			}()
+		}
+	}
+	wg.Wait()
 	return acks
 }
 

@@ -74,7 +74,7 @@ func TestKill9WholeCluster(t *testing.T) {
 	c.startAll()
 	defer c.stopAll()
 	c.leader(5 * time.Second)
-	for p, s := range c.proposeAll(ids(3), 1, 5, "after-crash") {
+	for p, s := range c.proposeRetry(ids(3), 1, 5, "after-crash") {
 		acks[p] = s
 	}
 	checkAgreement(t, c.running(), acks)
@@ -96,7 +96,16 @@ func crashChild(specJSON string) int {
 	}
 	var nodes []*Node
 	for id := uint64(1); id <= 3; id++ {
-		l, err := net.Listen("tcp", spec.Addrs[id])
+		var (
+			l   net.Listener
+			err error
+		)
+		for try := 0; try < 50; try++ { // the port may take a moment to be free
+			if l, err = net.Listen("tcp", spec.Addrs[id]); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "crash child:", err)
 			return 2

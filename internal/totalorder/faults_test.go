@@ -23,44 +23,6 @@ import (
 	"github.com/ordo-db/ordo/internal/totalorder/faults"
 )
 
-// proposeRetry is proposeAll for lossy links: a proposal that times out
-// (its MsgProp may have been dropped) is retried under a new payload.
-func (c *testCluster) proposeRetry(ids []uint64, workers, each int, tag string) map[string]uint64 {
-	c.t.Helper()
-	var (
-		mu   sync.Mutex
-		acks = map[string]uint64{}
-		wg   sync.WaitGroup
-	)
-	for _, id := range ids {
-		tn := c.node(id)
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i, retries := 0, 0; i < each; {
-					p := fmt.Sprintf("%s/n%d/w%d/%d/retry%d", tag, id, w, i, retries)
-					seq, err := tn.Propose(context.Background(), []byte(p))
-					if errors.Is(err, ErrNoQuorum) && retries < 20 {
-						retries++
-						continue
-					}
-					if err != nil {
-						c.t.Errorf("node %d (after %d retries): %v", id, retries, err)
-						return
-					}
-					mu.Lock()
-					acks[p] = seq
-					mu.Unlock()
-					i++
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	return acks
-}
-
 func TestAgreementUnderFaults(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.ProposeTimeout = 500 * time.Millisecond })
@@ -79,7 +41,7 @@ func TestAgreementUnderFaults(t *testing.T) {
 	for _, tn := range c.running() {
 		tn.faults.Heal()
 	}
-	for p, s := range c.proposeAll(ids(3), 1, 5, "healed") {
+	for p, s := range c.proposeRetry(ids(3), 1, 5, "healed") {
 		acks[p] = s
 	}
 	checkAgreement(t, c.running(), acks)

@@ -246,9 +246,15 @@ func (n *Node) runAppend() {
 			})
 			sync = sync || len(m.Responses) > 0
 		}
+		start := time.Now()
 		if err := n.st.Save(sync, ups...); err != nil {
 			n.fail(err)
 			return
+		}
+		took := time.Since(start)
+		n.m.logSync.Observe(took.Seconds())
+		if took > time.Duration(n.slowestSave.Load()) {
+			n.slowestSave.Store(int64(took))
 		}
 		var remote []raftpb.Message
 		for i := range batch {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -65,7 +66,7 @@ func TestWipedNodeRejoinsBySnapshot(t *testing.T) {
 	must(t, c.node(rest[0]).AddNode(ctx, newID, c.addrs[newID]))
 	delete(c.addrs, victim)
 	tn := c.start(newID, 0, true)
-	for p, s := range c.proposeAll(append(rest, newID), 1, 10, "c") {
+	for p, s := range c.proposeRetry(append(rest, newID), 1, 10, "c") {
 		acks[p] = s
 	}
 	checkAgreement(t, c.running(), acks)
@@ -172,5 +173,40 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A consumer that lost its state (StartAfter below the node's own snapshot)
+// is handed the snapshot first, then every later entry.
+func TestRestartBehindLocalSnapshot(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotEntries = 20
+		cfg.SnapshotData = func(seqno uint64) ([]byte, error) { return []byte("at " + itoa(seqno)), nil }
+	})
+	c.startAll()
+	defer c.stopAll()
+	c.leader(5 * time.Second)
+	acks := c.proposeAll(ids(3), 2, 15, "s")
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(c.node(2).m.snapshotsMade) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("node 2 made no snapshot")
+		}
+		c.proposeAll([]uint64{1}, 1, 1, "poke"+itoa(uint64(time.Now().UnixNano())))
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.stop(2)
+	tn := c.start(2, 0, false)
+	for p, s := range c.proposeRetry(ids(3), 1, 5, "after") {
+		acks[p] = s
+	}
+	checkAgreement(t, c.running(), acks)
+	got := tn.deliveries()
+	if got[0].Type != DeliverySnapshot || string(got[0].Data) != "at "+itoa(got[0].Seqno) {
+		t.Fatalf("first delivery after restart %+v, want the local snapshot", got[0])
+	}
+	if got[1].Seqno <= got[0].Seqno {
+		t.Fatalf("entry %d after snapshot %d", got[1].Seqno, got[0].Seqno)
 	}
 }

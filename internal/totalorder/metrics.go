@@ -14,6 +14,7 @@ type metrics struct {
 	snapshotsMade    prometheus.Counter
 	snapshotsRecv    prometheus.Counter
 	inflight         prometheus.Gauge
+	logSync          prometheus.Histogram
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -40,10 +41,14 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Name: "ordo_totalorder_snapshots_received_total", Help: "Snapshots received from a leader."}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_totalorder_inflight_proposals", Help: "Proposals waiting to commit."}),
+		logSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ordo_totalorder_log_save_seconds",
+			Help:    "Time to write and fsync one batch of log records.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.commitLatency,
-			m.leaderChanges, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight} {
+			m.leaderChanges, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
 			if err := r.Register(c); err != nil {
 				return nil, err
 			}

@@ -66,6 +66,8 @@ type Node struct {
 	leader   atomic.Uint64
 	durable  atomic.Uint64 // MarkApplied
 	failed   atomic.Pointer[error]
+	// slowestSave is the longest log save so far (diagnostics)
+	slowestSave atomic.Int64
 
 	mu          sync.Mutex
 	waiters     map[uint64]chan proposalResult // proposal id -> its result

@@ -72,7 +72,7 @@ func TestLeaderCrashReelection(t *testing.T) {
 	if newLead == lead {
 		t.Fatalf("leader %d stopped but still leader", lead)
 	}
-	for p, s := range c.proposeAll(rest, 2, 20, "after") {
+	for p, s := range c.proposeRetry(rest, 2, 20, "after") {
 		all[p] = s
 	}
 	checkAgreement(t, c.running(), all)
@@ -163,13 +163,13 @@ func TestMinorityPartition(t *testing.T) {
 		t.Fatalf("minority read index: got %v, want ErrNoQuorum", err)
 	}
 	// the majority elects a new leader and commits
-	for p, s := range c.proposeAll(majority, 2, 20, "major") {
+	for p, s := range c.proposeRetry(majority, 2, 20, "major") {
 		acks[p] = s
 	}
 	for _, tn := range c.running() {
 		tn.faults.Heal()
 	}
-	for p, s := range c.proposeAll(ids(3), 1, 5, "healed") {
+	for p, s := range c.proposeRetry(ids(3), 1, 5, "healed") {
 		acks[p] = s
 	}
 	checkAgreement(t, c.running(), acks)
