@@ -26,15 +26,14 @@ import (
 // testCluster runs real nodes in this process, each with its own gRPC
 // server on a loopback socket and its own storage directory.
 type testCluster struct {
-	t       *testing.T
-	addrs   map[uint64]string
-	nodes   map[uint64]*testNode
-	dirs    map[uint64]string
-	tune    func(*Config)
-	srvTLS  *tls.Config
-	cliTLS  *tls.Config
-	mu      sync.Mutex
-	stopped bool
+	t      *testing.T
+	addrs  map[uint64]string
+	nodes  map[uint64]*testNode
+	dirs   map[uint64]string
+	tune   func(*Config)
+	srvTLS *tls.Config
+	cliTLS *tls.Config
+	mu     sync.Mutex
 }
 
 // testNode is a node plus a consumer that records what it delivers.
