@@ -47,15 +47,25 @@ type proposal struct {
 
 // proposalResult ends a Propose: raft refused the proposal (err, sent by
 // the raft goroutine) or it was delivered at seq (sent by the apply
-// goroutine). Exactly one of the two happens per attempt.
+// goroutine). At most one of the two happens per attempt.
 type proposalResult struct {
 	seq uint64
 	err error
 }
 
-func (n *Node) propose1(rn *raft.RawNode, p proposal) {
-	if err := rn.Propose(p.data); err != nil {
-		p.res <- proposalResult{err: err}
+// proposeBatch hands waiting proposals to raft as one MsgProp, so a
+// follower forwards them to the leader in one message and the leader appends
+// them in one step. Raft accepts or refuses the batch as a whole.
+func (n *Node) proposeBatch(rn *raft.RawNode, ps []proposal) {
+	ents := make([]raftpb.Entry, len(ps))
+	for i := range ps {
+		ents[i].Data = ps[i].data
+	}
+	err := rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.id, Entries: ents})
+	if err != nil {
+		for _, p := range ps {
+			p.res <- proposalResult{err: err}
+		}
 	}
 }
 
@@ -79,7 +89,10 @@ func (n *Node) run() {
 	t := time.NewTicker(n.cfg.TickInterval)
 	defer t.Stop()
 	rn := n.raw
-	var remote []raftpb.Message
+	var (
+		remote []raftpb.Message
+		props  []proposal
+	)
 	for {
 		select {
 		case <-n.stopc:
@@ -89,16 +102,18 @@ func (n *Node) run() {
 		case <-t.C:
 			rn.Tick()
 		case p := <-n.propc:
-			n.propose1(rn, p)
+			props = append(props[:0], p)
 		drainProps:
-			for range 4096 {
+			for len(props) < 4096 {
 				select {
 				case p := <-n.propc:
-					n.propose1(rn, p)
+					props = append(props, p)
 				default:
 					break drainProps
 				}
 			}
+			n.proposeBatch(rn, props)
+			clear(props) // drop references to the payloads
 		case m := <-n.recvc:
 			_ = rn.Step(m) // errors are stale or unknown-peer messages: dropped
 		drainRecv:
