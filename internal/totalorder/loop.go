@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -241,6 +242,9 @@ func (n *Node) runAppend() {
 		case m := <-n.appendc:
 			batch = append(batch, m)
 		}
+		// Let the raft goroutine queue what it is about to route, so that
+		// more of it shares this fsync.
+		runtime.Gosched()
 	more:
 		for len(batch) < 1024 {
 			select {
