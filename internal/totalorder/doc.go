@@ -13,9 +13,10 @@
 //	n.Stop()                                 // waits for every goroutine
 //
 // Seqnos are Raft log indexes. Deliveries carry only proposed payloads: a new
-// leader's empty entry and configuration changes occupy seqnos but are never
-// delivered, so seqnos increase strictly with gaps, and the gaps are the same
-// on every node. Config.StartAfter is the applied prefix the consumer's
+// leader's empty entry, configuration changes and proposals that reached a
+// leader of a later term than they were made for occupy seqnos but are never
+// delivered, so seqnos increase strictly with gaps, and the gaps are the
+// same on every node. Config.StartAfter is the applied prefix the consumer's
 // database proves: the node delivers exactly the entries after it, once each.
 // If the node's log no longer holds those entries (it was wiped and re-added,
 // or joined late) the stream starts with a DeliverySnapshot whose Data is
@@ -23,11 +24,15 @@
 // consumer installs that state (state transfer) or gives up.
 //
 // Errors: ErrNoQuorum (not committed within Config.ProposeTimeout: minority
-// partition, no leader, or the proposal was lost in a leader change; the
-// entry may still commit later and is then delivered), ctx.Err(),
-// ErrStopped, ErrRemoved, ErrTooLarge. Propose never retries a proposal that
-// raft accepted (that could commit it twice); it retries only proposals raft
-// refused outright (no leader yet).
+// partition, no leader, a lost message; the entry may still commit later
+// and is then delivered), ctx.Err(), ErrStopped, ErrRemoved, ErrTooLarge.
+//
+// Retries are exactly-once: Propose proposes again when raft refused the
+// proposal (no leader yet), and when a leader change lost it. The latter is
+// decided deterministically from the log (envelope.go): an entry is only
+// delivered if it was appended in the term it was proposed for, so once a
+// newer term's entry is applied without the proposal having been delivered,
+// it never will be, and proposing it again cannot deliver it twice.
 //
 // Flow control: at most Config.MaxInflight proposals per node wait for their
 // commit; more Propose calls block (bounded by their ctx and the timeout).
@@ -40,9 +45,10 @@
 //   - loop.go: the three goroutines that drive raft (a RawNode with
 //     AsyncStorageWrites); the contract they follow is written out at the
 //     top of the file.
-//   - envelope.go: every payload is logged as (origin node, local proposal
-//     id, payload), so the origin matches the committed entry to its
-//     waiting Propose; consumers never see the envelope.
+//   - envelope.go: every payload is logged as (term, origin node, local
+//     proposal id, payload), so the origin matches the committed entry to
+//     its waiting Propose and can retry safely; consumers never see the
+//     envelope.
 //   - config.go, errors.go, metrics.go.
 //   - storage/: the durable log, hard state and snapshots (see below).
 //   - transport/: the Transport interface and its gRPC implementation

@@ -4,9 +4,9 @@ import "errors"
 
 // ErrNoQuorum is returned by Propose, ReadIndex, AddNode and RemoveNode when
 // the request was not committed (or confirmed) within Config.ProposeTimeout:
-// no leader with a reachable quorum. A proposal that failed this way may
-// still commit later (if it had reached a leader); it is then delivered like
-// any other entry, but its Propose call has already returned.
+// no leader with a reachable quorum. The outcome is unknown: a proposal that
+// failed this way may still commit later (if it had reached a leader); it is
+// then delivered like any other entry, but its Propose call has returned.
 var ErrNoQuorum = errors.New("totalorder: no quorum: not committed within the propose timeout")
 
 // ErrStopped is returned by every call on a Node that has been stopped, or

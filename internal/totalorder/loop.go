@@ -42,30 +42,52 @@ var errStopping = errors.New("stopping")
 
 // proposal is a Propose call waiting for run to hand it to raft.
 type proposal struct {
-	data []byte
-	res  chan proposalResult // the Propose call's waiter (capacity 1)
+	id   uint64
+	data []byte // the envelope; run stamps the term into it
+	w    *waiter
 }
 
-// proposalResult ends a Propose: raft refused the proposal (err, sent by
-// the raft goroutine) or it was delivered at seq (sent by the apply
-// goroutine). At most one of the two happens per attempt.
+// waiter is a Propose call waiting for its entry. term (guarded by Node.mu)
+// is the envelope term of the current attempt, 0 before raft took it.
+type waiter struct {
+	res  chan proposalResult // capacity 1: one result per attempt
+	term uint64
+}
+
+// proposalResult ends an attempt: raft refused the proposal (err, sent by
+// the raft goroutine), it was delivered at seq, or it was lost in a leader
+// change (errProposalLost; both sent by the apply goroutine).
 type proposalResult struct {
 	seq uint64
 	err error
 }
 
+// errProposalLost tells a Propose call that its entry can no longer be
+// delivered (see envelope.go); Propose then proposes again.
+var errProposalLost = errors.New("proposal lost in a leader change")
+
 // proposeBatch hands waiting proposals to raft as one MsgProp, so a
 // follower forwards them to the leader in one message and the leader appends
 // them in one step. Raft accepts or refuses the batch as a whole.
 func (n *Node) proposeBatch(rn *raft.RawNode, ps []proposal) {
+	term := rn.BasicStatus().Term
 	ents := make([]raftpb.Entry, len(ps))
+	n.mu.Lock()
 	for i := range ps {
+		setEnvelopeTerm(ps[i].data, term)
+		ps[i].w.term = term
 		ents[i].Data = ps[i].data
 	}
+	n.mu.Unlock()
 	err := rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.id, Entries: ents})
 	if err != nil {
+		n.mu.Lock()
 		for _, p := range ps {
-			p.res <- proposalResult{err: err}
+			p.w.term = 0
+		}
+		n.mu.Unlock()
+		for _, p := range ps {
+			p.w.res <- proposalResult{err: err}
 		}
 	}
 }
@@ -360,6 +382,9 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 		return nil
 	}
 	n.applied, n.snapIndex, n.compacted = idx, idx, idx
+	// Waiting proposals are not released here: one of them may be inside
+	// the snapshot. They end by timeout (unknown outcome).
+	n.appliedTerm = max(n.appliedTerm, s.Metadata.Term)
 	n.confHist = []confAt{{index: idx, cs: s.Metadata.ConfState}}
 	n.setMembers(s.Metadata.ConfState)
 	if idx > n.cfg.StartAfter {
@@ -375,14 +400,21 @@ func (n *Node) apply(e *raftpb.Entry) error {
 	if e.Index <= n.applied {
 		return nil
 	}
+	if e.Term > n.appliedTerm {
+		n.appliedTerm = e.Term
+		n.releaseLost(e.Term)
+	}
 	switch e.Type {
 	case raftpb.EntryNormal:
 		if len(e.Data) == 0 {
 			break // a new leader's empty entry
 		}
-		origin, prop, payload, err := decodeEnvelope(e.Data)
+		term, origin, prop, payload, err := decodeEnvelope(e.Data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if term != e.Term {
+			break // made for another term: never delivered (envelope.go)
 		}
 		if e.Index > n.cfg.StartAfter {
 			if err := n.deliver(Delivery{Seqno: e.Index, Type: DeliveryEntry, Data: payload}); err != nil {
@@ -391,8 +423,8 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		}
 		if origin == n.id {
 			n.mu.Lock()
-			if ch, ok := n.waiters[prop]; ok {
-				ch <- proposalResult{seq: e.Index}
+			if w, ok := n.waiters[prop]; ok && w.term == term {
+				w.res <- proposalResult{seq: e.Index}
 				delete(n.waiters, prop)
 			}
 			n.mu.Unlock()
@@ -458,6 +490,23 @@ func (n *Node) apply(e *raftpb.Entry) error {
 	n.applied = e.Index
 	n.m.applied.Set(float64(e.Index))
 	return nil
+}
+
+// releaseLost tells every Propose call whose attempt was made for a term
+// below term, and not delivered yet, that it is lost: an entry of that
+// attempt could only be delivered at an index below this one (envelope.go).
+func (n *Node) releaseLost(term uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, w := range n.waiters {
+		if w.term != 0 && w.term < term {
+			w.term = 0
+			select {
+			case w.res <- proposalResult{err: errProposalLost}:
+			default:
+			}
+		}
+	}
 }
 
 // maybeSnapshot compacts the log at the highest index that this node has

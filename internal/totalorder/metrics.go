@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	proposals        prometheus.Counter
 	proposalFailures prometheus.Counter
+	proposalRetries  prometheus.Counter
 	commitLatency    prometheus.Histogram
 	leaderChanges    prometheus.Counter
 	term             prometheus.Gauge
@@ -23,6 +24,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Name: "ordo_totalorder_proposals_total", Help: "Proposals committed and delivered locally."}),
 		proposalFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_totalorder_proposal_failures_total", Help: "Proposals that returned an error."}),
+		proposalRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_proposal_retries_total", Help: "Proposals lost in a leader change and proposed again."}),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ordo_totalorder_commit_latency_seconds",
 			Help:    "Time from Propose to local delivery of the committed entry.",
@@ -47,7 +50,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.commitLatency,
+		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.proposalRetries, m.commitLatency,
 			m.leaderChanges, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
 			if err := r.Register(c); err != nil {
 				return nil, err

@@ -70,7 +70,7 @@ type Node struct {
 	slowestSave atomic.Int64
 
 	mu          sync.Mutex
-	waiters     map[uint64]chan proposalResult // proposal id -> its result
+	waiters     map[uint64]*waiter // proposal id -> its Propose call
 	ccWaiters   map[uint64]chan struct{}
 	readWaiters map[string]chan uint64
 	peerApplied map[uint64]uint64
@@ -78,11 +78,12 @@ type Node struct {
 	members     map[uint64]bool
 
 	// owned by the apply goroutine
-	applied   uint64
-	snapIndex uint64 // newest snapshot
-	compacted uint64 // log compacted up to here
-	joinSnap  bool   // a member was added: snapshot for it
-	confHist  []confAt
+	applied     uint64
+	appliedTerm uint64 // term of the last applied entry
+	snapIndex   uint64 // newest snapshot
+	compacted   uint64 // log compacted up to here
+	joinSnap    bool   // a member was added: snapshot for it
+	confHist    []confAt
 
 	stopc    chan struct{}
 	removedc chan struct{}
@@ -128,7 +129,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		appendc:     make(chan raftpb.Message, 1024),
 		applyc:      make(chan raftpb.Message, 1024),
 		sem:         make(chan struct{}, cfg.MaxInflight),
-		waiters:     map[uint64]chan proposalResult{},
+		waiters:     map[uint64]*waiter{},
 		ccWaiters:   map[uint64]chan struct{}{},
 		readWaiters: map[string]chan uint64{},
 		peerApplied: map[uint64]uint64{},
@@ -271,9 +272,10 @@ func checkNodeID(dir string, id uint64) error {
 func (n *Node) ID() uint64 { return n.id }
 
 // Deliveries is the stream of committed entries in log order, identical on
-// every node. Seqnos increase strictly but have gaps where Raft has internal
-// entries (leader no-ops, configuration changes); the gaps are the same on
-// every node. The channel is closed when the Node stops. The consumer must
+// every node. Seqnos increase strictly but have gaps where the log has
+// entries that are not delivered (leader no-ops, configuration changes,
+// proposals lost in a leader change and proposed again); the gaps are the
+// same on every node. The channel is closed when the Node stops. The consumer must
 // keep draining it: a full channel stalls this node's apply goroutine, and
 // with it the proposals of this node (raft itself keeps running).
 func (n *Node) Deliveries() <-chan Delivery { return n.deliverc }
@@ -374,16 +376,16 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 	defer func() { <-n.sem; n.m.inflight.Dec() }()
 
 	id := n.nextID.Add(1)
-	ch := make(chan proposalResult, 1)
+	w := &waiter{res: make(chan proposalResult, 1)}
 	n.mu.Lock()
-	n.waiters[id] = ch
+	n.waiters[id] = w
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
 		delete(n.waiters, id)
 		n.mu.Unlock()
 	}()
-	p := proposal{data: encodeEnvelope(n.id, id, payload), res: ch}
+	p := proposal{id: id, data: encodeEnvelope(n.id, id, payload), w: w}
 	for {
 		select {
 		case n.propc <- p:
@@ -396,14 +398,19 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 		case <-n.removedc:
 			return 0, n.unavailable()
 		}
-		// One result: raft's refusal (from the raft goroutine) or the
-		// seqno (from the apply goroutine once delivered).
+		// One result per attempt: raft's refusal (from the raft
+		// goroutine), the seqno (from the apply goroutine once
+		// delivered), or errProposalLost (from the apply goroutine once
+		// the proposal can no longer be delivered, see envelope.go).
 		select {
-		case r := <-ch:
-			if r.err == nil {
+		case r := <-w.res:
+			switch {
+			case r.err == nil:
 				return r.seq, nil
-			}
-			if !errors.Is(r.err, raft.ErrProposalDropped) {
+			case errors.Is(r.err, errProposalLost):
+				n.m.proposalRetries.Inc()
+				continue // lost in a leader change: propose again
+			case !errors.Is(r.err, raft.ErrProposalDropped):
 				return 0, r.err
 			}
 			// No leader known (election in progress) or a leader
