@@ -168,9 +168,9 @@ func (c *testCluster) stop(id uint64) []Delivery {
 func (c *testCluster) describe() string {
 	var b strings.Builder
 	for _, tn := range c.running() {
-		fmt.Fprintf(&b, "node %d: leader %d, term %v, leader changes %v, committed %v, applied %v, slowest log save %v, err %v; ", tn.ID(), tn.Leader(),
+		fmt.Fprintf(&b, "node %d: leader %d, term %v, leader changes %v, committed %v, applied %v, err %v; ", tn.ID(), tn.Leader(),
 			testutil.ToFloat64(tn.m.term), testutil.ToFloat64(tn.m.leaderChanges),
-			testutil.ToFloat64(tn.m.committed), testutil.ToFloat64(tn.m.applied), time.Duration(tn.slowestSave.Load()), tn.Err())
+			testutil.ToFloat64(tn.m.committed), testutil.ToFloat64(tn.m.applied), tn.Err())
 	}
 	for _, tn := range c.running() {
 		if tn.Leader() == tn.ID() {

@@ -292,11 +292,7 @@ func (n *Node) runAppend() {
 			n.fail(err)
 			return
 		}
-		took := time.Since(start)
-		n.m.logSync.Observe(took.Seconds())
-		if took > time.Duration(n.slowestSave.Load()) {
-			n.slowestSave.Store(int64(took))
-		}
+		n.m.logSync.Observe(time.Since(start).Seconds())
 		var remote []raftpb.Message
 		for i := range batch {
 			m := &batch[i]

@@ -66,8 +66,6 @@ type Node struct {
 	leader   atomic.Uint64
 	durable  atomic.Uint64 // MarkApplied
 	failed   atomic.Pointer[error]
-	// slowestSave is the longest log save so far (diagnostics)
-	slowestSave atomic.Int64
 
 	mu          sync.Mutex
 	waiters     map[uint64]*waiter // proposal id -> its Propose call
