@@ -167,6 +167,9 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	n.order, err = totalorder.Start(totalorder.Config{
 		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr,
 		StartAfter: startAfter, ProposeTimeout: cfg.ProposeTimeout, Registerer: n.reg,
+		// Keep the log long enough that a restarted node replays a whole
+		// certification window from it (state transfer does not exist yet).
+		SnapshotEntries: max(1<<20, 4*cfg.CertificationWindow),
 		TickInterval: 50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {
@@ -201,6 +204,21 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		CommitTimeout: cfg.CommitTimeout, Logger: log, AfterDDL: normalize,
 	})
 	n.hooks = hooks
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for runCtx.Err() == nil {
+			err := rep.ResolveLeftovers(runCtx, hooks.FirstCounter())
+			if err == nil {
+				return
+			}
+			log.Warn("prepared transactions left over from before a restart stay unresolved until the cluster is reachable; retrying", "err", err)
+			select {
+			case <-runCtx.Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
 	backend, err := backendAddr(cfg.Postgres)
 	if err != nil {
 		return nil, err

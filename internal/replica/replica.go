@@ -281,6 +281,40 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 	}
 }
 
+// ResolveLeftovers aborts this node's prepared transactions left over from
+// before a restart whose outcome the order never delivered: it waits until
+// the node has caught up with the cluster, then proposes an AbortEntry for
+// each prepared transaction of this node with a gid counter below before
+// (gids of sessions of this incarnation are larger). Whichever of the
+// transaction and its abort is delivered first decides, on every node.
+func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
+	if err := r.SyncRead(ctx); err != nil {
+		return fmt.Errorf("replica: catch up before resolving prepared transactions: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("replica: %w", err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+	if err != nil {
+		return fmt.Errorf("replica: list prepared transactions: %w", err)
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("replica: list prepared transactions: %w", err)
+	}
+	for _, g := range gids {
+		node, counter, err := txn.ParseGID(g)
+		if err != nil || node != r.cfg.NodeID || counter >= before {
+			continue
+		}
+		r.log.Warn("aborting a prepared transaction left over from before a restart", "gid", g)
+		r.abortInBackground(txn.GID(g))
+	}
+	return nil
+}
+
 // Run is the delivery loop. It returns when ctx ends or the order's
 // delivery channel closes, after the background proposals finish.
 func (r *Replica) Run(ctx context.Context) error {

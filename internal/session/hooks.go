@@ -40,6 +40,7 @@ type Config struct {
 // Hooks implements wire.Hooks for a replicating node.
 type Hooks struct {
 	cfg     Config
+	first   uint64
 	counter atomic.Uint64
 
 	mu    sync.Mutex
@@ -59,11 +60,15 @@ func New(cfg Config) *Hooks {
 	h := &Hooks{cfg: cfg, byPID: make(map[uint32]*session)}
 	// GIDs must never repeat, across restarts too: start the counter at
 	// the clock.
-	h.counter.Store(uint64(time.Now().UnixNano()))
+	h.first = uint64(time.Now().UnixNano())
+	h.counter.Store(h.first)
 	return h
 }
 
 func (h *Hooks) nextGID() txn.GID { return txn.NewGID(h.cfg.NodeID, h.counter.Add(1)) }
+
+// FirstCounter returns a GID counter below every GID this Hooks hands out.
+func (h *Hooks) FirstCounter() uint64 { return h.first }
 
 // NewSession implements wire.Hooks.
 func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.Backend) (wire.SessionHooks, error) {

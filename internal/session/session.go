@@ -69,18 +69,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	switch st.Kind {
 	case wire.KindQuery:
 		s.unitStarted = true
-		stmts, err := s.analyze(st.SQL)
-		if err != nil {
-			return nil // PostgreSQL reports its own syntax error
-		}
-		return s.execute(ctx, stmts, nil, true)
+		return s.execute(ctx, s.analyze(st.SQL), nil, true)
 	case wire.KindParse:
 		s.unitStarted = true
-		stmts, err := s.analyze(st.SQL)
-		if err != nil {
-			delete(s.stmts, st.Name)
-			return nil
-		}
+		stmts := s.analyze(st.SQL)
 		s.stmts[st.Name] = stmts
 		// A transaction-control statement acts when it is parsed as the
 		// first message of a unit: later in the unit the backend is not
@@ -98,7 +90,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unitStarted = true
 		stmts := s.stmts[st.Name]
 		if stmts == nil {
-			return nil // PostgreSQL reports the unknown statement
+			// Never parsed through this session (PostgreSQL will report an
+			// unknown statement): assume the worst.
+			stmts = []*analysis.Statement{opaque("a statement this session did not see prepared")}
 		}
 		params := make([]analysis.Param, len(st.Params))
 		for i, p := range st.Params {
@@ -128,7 +122,23 @@ func paramBinary(formats []int16, i int) bool {
 	return i < len(formats) && formats[i] == 1
 }
 
-func (s *session) analyze(sql string) ([]*analysis.Statement, error) {
+// analyze analyzes sql. Text the analyzer cannot analyze (PostgreSQL will
+// most likely reject it) is treated as a statement that may read and write
+// anything, so nothing it does can escape replication.
+func (s *session) analyze(sql string) []*analysis.Statement {
+	stmts, err := s.analyzeText(sql)
+	if err != nil {
+		return []*analysis.Statement{opaque(err.Error())}
+	}
+	return stmts
+}
+
+func opaque(why string) *analysis.Statement {
+	return &analysis.Statement{Kind: analysis.KindOpaque, Executes: true, ReadsAll: true, WritesAll: true,
+		Reason: "not analyzable: " + why}
+}
+
+func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 	if s.envStale {
 		s.envStale = false
 		if res, err := s.be.Exec(context.Background(), "SELECT current_setting('search_path')"); err == nil && res.Err == nil && len(res.Rows) == 1 {
@@ -326,6 +336,10 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param) {
 		}
 	}
 	if s.h.cfg.Replica.Protocol() != "dbsm" {
+		return
+	}
+	if a.ReadsAll {
+		s.tx.reads.AddAll()
 		return
 	}
 	fp, err := a.Bind(params)

@@ -724,6 +724,15 @@ func (ss *session) backendLoop() {
 			} else {
 				ss.sendClient(m)
 			}
+			if ss.srv.hooks != nil {
+				// Queue the hooks' event before waking waiters: a session
+				// goroutine woken by the count (Exec, finishHeld) must see
+				// this ReadyForQuery delivered first.
+				ss.evMu.Lock()
+				ss.events = append(ss.events, m.TxStatus)
+				ss.nev.Store(int32(len(ss.events)))
+				ss.evMu.Unlock()
+			}
 			n := ss.outstanding.Add(-1)
 			if n < 0 {
 				ss.outstanding.Add(-n)
@@ -746,10 +755,6 @@ func (ss *session) backendLoop() {
 				}
 			}
 			if ss.srv.hooks != nil {
-				ss.evMu.Lock()
-				ss.events = append(ss.events, m.TxStatus)
-				ss.nev.Store(int32(len(ss.events)))
-				ss.evMu.Unlock()
 				ss.deliverEvents()
 			}
 			if n == 0 && ss.srv.idleTimeouts {
