@@ -170,7 +170,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		// Keep the log long enough that a restarted node replays a whole
 		// certification window from it (state transfer does not exist yet).
 		SnapshotEntries: max(1<<20, 4*cfg.CertificationWindow),
-		TickInterval: 50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+		TickInterval:    50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: total order: %w", err)

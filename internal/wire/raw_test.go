@@ -69,11 +69,11 @@ func (r *rawConn) untilReady() string {
 		}
 		sb.WriteString(describe(m))
 		sb.WriteByte('\n')
-		switch m.(type) {
+		switch m := m.(type) {
 		case *pgproto3.ReadyForQuery:
 			return sb.String()
 		case *pgproto3.ErrorResponse:
-			if m.(*pgproto3.ErrorResponse).Severity == "FATAL" {
+			if m.Severity == "FATAL" {
 				return sb.String()
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -104,7 +103,9 @@ func (c *procCluster) state() string {
 	return b.String()
 }
 
-func (c *procCluster) config(i int) string { return filepath.Join(c.dir, fmt.Sprintf("node%d.yaml", i+1)) }
+func (c *procCluster) config(i int) string {
+	return filepath.Join(c.dir, fmt.Sprintf("node%d.yaml", i+1))
+}
 
 func (c *procCluster) start(i int) {
 	cmd := exec.Command(c.bin, "start", "--config", c.config(i), "--log-level", "info")
@@ -305,5 +306,3 @@ func TestMinorityCannotCommit(t *testing.T) {
 	_, err = conn.Exec(ctx, "INSERT INTO m VALUES (2)")
 	require.NoError(t, err, "after healing, the node commits again")
 }
-
-var _ = net.Dial
