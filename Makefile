@@ -6,7 +6,7 @@ PKGS  := ./...
 # The default suite must stay well under CI's limit on a 2-core machine.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build demo test check lint proto tools bench bench-proxy bench-order bench-analysis clean
+.PHONY: all build demo test check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster clean
 
 all: build
 
@@ -40,7 +40,7 @@ proto:
 	bash scripts/genproto.sh
 
 ## Benchmarks: not part of the default suite; each ends with a RESULT line.
-bench: bench-proxy bench-order bench-analysis
+bench: bench-proxy bench-order bench-analysis bench-capture bench-cluster
 
 bench-proxy:
 	@bash scripts/ensure-tools.sh go postgres pgbouncer
@@ -51,6 +51,14 @@ bench-order:
 
 bench-analysis:
 	$(GO) run ./test/bench/analysis
+
+bench-capture:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/capture
+
+bench-cluster:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/cluster $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin .tools

@@ -1,0 +1,269 @@
+// Command cluster is `make bench-cluster`: pgbench TPC-B-like against one
+// PostgreSQL directly and against a 3-node Ordo cluster (clients spread over
+// the nodes), for dbsm and dbsm-si, 1 client (latency) and 8 clients
+// (throughput), several runs, medians. It prints the ratios and ends with
+//
+//	RESULT tps_ratio_dbsm_si=<n> tps_ratio_dbsm=<n> added_p50_ms=<n>
+//
+// where the TPS ratios are at 8 clients and added_p50_ms is the p50 latency
+// at 1 client through the cluster (dbsm-si) minus direct. Serialization
+// failures are retried by pgbench (--max-tries), as an application would.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ordo-db/ordo/internal/node"
+	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/pkg/config"
+)
+
+var (
+	runs     = flag.Int("runs", 3, "runs per configuration (medians are reported)")
+	duration = flag.Duration("duration", 10*time.Second, "length of one run")
+	scale    = flag.Int("scale", 10, "pgbench scale factor")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	tps   float64
+	p50ms float64
+}
+
+func run() error {
+	ctx := context.Background()
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		return fmt.Errorf("pgbench not found (apt-get install postgresql-client-15): %w", err)
+	}
+	direct, err := pglocal.Start(ctx, pglocal.Options{N: 1, Fsync: true})
+	if err != nil {
+		return err
+	}
+	defer direct.Stop()
+	if err := initPgbench(pgbench, direct.Servers[0].DSN("postgres")); err != nil {
+		return err
+	}
+	results := map[string]result{}
+	for _, clients := range []int{1, 8} {
+		r, err := measure(pgbench, []string{direct.Servers[0].DSN("postgres")}, clients)
+		if err != nil {
+			return err
+		}
+		results[fmt.Sprintf("direct/%d", clients)] = r
+		fmt.Printf("direct   clients=%d tps=%.1f p50=%.3fms\n", clients, r.tps, r.p50ms)
+	}
+	for _, protocol := range []string{"dbsm-si", "dbsm"} {
+		dsns, stop, err := startCluster(ctx, protocol)
+		if err != nil {
+			return err
+		}
+		if err := initPgbench(pgbench, dsns[0]); err != nil {
+			stop()
+			return err
+		}
+		time.Sleep(2 * time.Second) // let the other nodes apply the initial data
+		for _, clients := range []int{1, 8} {
+			targets := dsns
+			if clients == 1 {
+				targets = dsns[:1]
+			}
+			r, err := measure(pgbench, targets, clients)
+			if err != nil {
+				stop()
+				return err
+			}
+			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
+			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms\n", protocol, clients, r.tps, r.p50ms)
+		}
+		stop()
+	}
+	ratioSI := results["dbsm-si/8"].tps / results["direct/8"].tps
+	ratioS := results["dbsm/8"].tps / results["direct/8"].tps
+	added := results["dbsm-si/1"].p50ms - results["direct/1"].p50ms
+	fmt.Printf("\ncluster/direct TPS at 8 clients: dbsm-si %.2f, dbsm %.2f (target >= 0.3)\n", ratioSI, ratioS)
+	fmt.Printf("added p50 latency at 1 client: dbsm-si %.3f ms, dbsm %.3f ms (target <= 1.5)\n", added, results["dbsm/1"].p50ms-results["direct/1"].p50ms)
+	fmt.Printf("RESULT tps_ratio_dbsm_si=%.3f tps_ratio_dbsm=%.3f added_p50_ms=%.3f\n", ratioSI, ratioS, added)
+	return nil
+}
+
+func initPgbench(pgbench, dsn string) error {
+	out, err := exec.Command(pgbench, "-i", "-q", "-s", strconv.Itoa(*scale), dsn).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgbench -i: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// measure runs pgbench with clients spread over dsns, *runs times, and
+// returns the median total TPS and the median of per-run p50 latencies.
+func measure(pgbench string, dsns []string, clients int) (result, error) {
+	var tpss, p50s []float64
+	for r := 0; r < *runs; r++ {
+		dir, err := os.MkdirTemp("", "ordo-bench-cluster-")
+		if err != nil {
+			return result{}, err
+		}
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			total float64
+			errs  []error
+		)
+		for i, dsn := range dsns {
+			n := clients / len(dsns)
+			if i < clients%len(dsns) {
+				n++
+			}
+			if n == 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmd := exec.Command(pgbench, "-n", "-c", strconv.Itoa(n), "-j", strconv.Itoa(n), "-M", "prepared",
+					"-T", strconv.Itoa(int(duration.Seconds())), "--max-tries", "100", "-l", "--log-prefix", filepath.Join(dir, fmt.Sprint("n", i)), dsn)
+				cmd.Dir = dir
+				out, err := cmd.CombinedOutput()
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("pgbench: %v\n%s", err, out))
+					return
+				}
+				m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+				if m == nil {
+					errs = append(errs, fmt.Errorf("pgbench printed no tps:\n%s", out))
+					return
+				}
+				v, _ := strconv.ParseFloat(string(m[1]), 64)
+				total += v
+			}()
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			return result{}, errs[0]
+		}
+		lat, err := latencies(dir)
+		os.RemoveAll(dir)
+		if err != nil {
+			return result{}, err
+		}
+		tpss = append(tpss, total)
+		p50s = append(p50s, median(lat)/1000)
+	}
+	return result{tps: median(tpss), p50ms: median(p50s)}, nil
+}
+
+// latencies reads pgbench's per-transaction logs (latency in µs, 3rd field).
+func latencies(dir string) ([]float64, error) {
+	files, _ := filepath.Glob(filepath.Join(dir, "n*"))
+	var out []float64
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) >= 3 {
+				if v, err := strconv.ParseFloat(fields[2], 64); err == nil {
+					out = append(out, v)
+				}
+			}
+		}
+		fh.Close()
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no pgbench transaction log in %s", dir)
+	}
+	return out, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startCluster starts 3 PostgreSQL servers and 3 Ordo nodes in this process.
+func startCluster(ctx context.Context, protocol string) ([]string, func(), error) {
+	pg, err := pglocal.Start(ctx, pglocal.Options{N: 3, Fsync: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "ordo-bench-nodes-")
+	if err != nil {
+		pg.Stop()
+		return nil, nil, err
+	}
+	peers := map[uint32]string{}
+	for i := 1; i <= 3; i++ {
+		if peers[uint32(i)], err = freeAddr(); err != nil {
+			return nil, nil, err
+		}
+	}
+	var nodes []*node.Node
+	stop := func() {
+		for _, n := range nodes {
+			n.Stop()
+		}
+		pg.Stop()
+		os.RemoveAll(dir)
+	}
+	var dsns []string
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i, s := range pg.Servers {
+		listen, err := freeAddr()
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
+			DataDir: filepath.Join(dir, s.Name), Peers: peers, Protocol: protocol}
+		cfg.Defaults()
+		n, err := node.Start(ctx, cfg, log)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		nodes = append(nodes, n)
+		dsns = append(dsns, fmt.Sprintf("postgres://ordo:ordo@%s/postgres?sslmode=disable", n.ClientAddr()))
+	}
+	return dsns, stop, nil
+}
