@@ -126,13 +126,30 @@ func decodeWriteSet(e *ordov1.TxnEntry) (*capture.WriteSet, error) {
 				}
 				break // no row key
 			}
-			if r.Op == capture.OpDelete && r.OldValues == nil {
-				return nil, fmt.Errorf("replica: entry %s: row %d: delete without key", e.Gid, i)
+			if r.Op == capture.OpDelete {
+				if len(r.OldValues) != len(t.KeyColumns) {
+					return nil, fmt.Errorf("replica: entry %s: row %d: delete without its key", e.Gid, i)
+				}
+				r.Key = txn.RowKey(t.Schema, t.Name, r.OldValues...)
+				break
 			}
-			if r.Op != capture.OpDelete && r.Values == nil {
+			if r.Values == nil {
 				return nil, fmt.Errorf("replica: entry %s: row %d: %s without values", e.Gid, i, r.Op)
 			}
-			r.Key = txn.RowKey(t.Schema, t.Name, r.KeyValues()...)
+			key := make([]string, len(t.KeyColumns))
+			for j, c := range t.KeyColumns {
+				if r.Values[c].Kind != capture.Text {
+					return nil, fmt.Errorf("replica: entry %s: row %d: key column %s has no value", e.Gid, i, t.Columns[c].Name)
+				}
+				key[j] = r.Values[c].Text
+			}
+			r.Key = txn.RowKey(t.Schema, t.Name, key...)
+			if r.OldValues != nil {
+				if len(r.OldValues) != len(t.KeyColumns) {
+					return nil, fmt.Errorf("replica: entry %s: row %d: old key of the wrong length", e.Gid, i)
+				}
+				r.OldKey = txn.RowKey(t.Schema, t.Name, r.OldValues...)
+			}
 		default:
 			return nil, fmt.Errorf("replica: entry %s: row %d: unknown op %d", e.Gid, i, rc.Op)
 		}
