@@ -3,7 +3,9 @@ package replica
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	outcomes      *prometheus.CounterVec // protocol, origin, outcome
+	outcomes      *prometheus.CounterVec // protocol, origin, outcome, reason
+	readKeys      prometheus.Histogram
+	writeRows     prometheus.Histogram
 	bruteForce    prometheus.Counter
 	commitLatency prometheus.Histogram
 	applyLatency  prometheus.Histogram
@@ -15,8 +17,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ordo_replica_transactions_total",
-			Help: "Update transactions terminated, by protocol, origin (local/remote) and outcome (commit/abort).",
-		}, []string{"protocol", "origin", "outcome"}),
+			Help: "Update transactions terminated, by protocol, origin (local/remote), outcome (commit/abort) and abort reason (certification, too_old, origin_abort).",
+		}, []string{"protocol", "origin", "outcome", "reason"}),
+		readKeys: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordo_replica_read_set_keys", Help: "Read keys certified per local transaction (dbsm).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
+		writeRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordo_replica_write_set_rows", Help: "Rows written per local update transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
 		bruteForce: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_replica_bruteforce_rollbacks_total",
 			Help: "Local prepared transactions rolled back early because they blocked an apply.",
@@ -32,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.bruteForce, m.commitLatency, m.applyLatency, m.applied)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied)
 	}
 	return m
 }

@@ -195,6 +195,18 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		return Outcome{}, err
 	}
 	began := time.Now()
+	if t.WriteSet != nil {
+		r.m.writeRows.Observe(float64(len(t.WriteSet.Rows)))
+	}
+	if r.cfg.Protocol == DBSM {
+		reads := 0
+		for _, k := range t.Keys {
+			if k.Mode&txn.S != 0 {
+				reads++
+			}
+		}
+		r.m.readKeys.Observe(float64(reads))
+	}
 	payload, err := encodeTxn(t, r.cfg.Protocol)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("replica: encode %s: %w", t.GID, err)
@@ -384,17 +396,21 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 	}
 	var out Outcome
 	out.Seqno = seqno
+	reason := ""
 	if r.aborted[gid] {
 		delete(r.aborted, gid)
 		r.cert.Skip(seqno)
 		out.Reason = "aborted by its origin"
+		reason = "origin_abort"
 	} else {
 		d := r.cert.Certify(seqno, &certifier.Request{SnapshotSeqno: e.SnapshotSeqno, Keys: decodeKeys(e), ReadAll: e.ReadAll})
 		out.Commit = d.Commit
 		if !d.Commit {
 			out.Reason = d.Reason.String()
+			reason = "too_old"
 			if d.Reason == certifier.ReasonConflict {
 				out.Reason = fmt.Sprintf("conflict on %s with the transaction at seqno %d", d.Key, d.By)
+				reason = "certification"
 			}
 		}
 	}
@@ -403,9 +419,9 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 		origin = "local"
 	}
 	if out.Commit {
-		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "commit").Inc()
+		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "commit", "").Inc()
 	} else {
-		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort").Inc()
+		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort", reason).Inc()
 	}
 
 	if e.Origin == r.cfg.NodeID {

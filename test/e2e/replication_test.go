@@ -23,6 +23,33 @@ func sqlstate(err error) string {
 	return ""
 }
 
+// counter sums the samples of a counter of node i whose labels include
+// every label given.
+func (c *cluster) counter(i int, name string, labels map[string]string) float64 {
+	mfs, err := c.nodes[i].Registry().Gather()
+	require.NoError(c.t, err)
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
 // unreplicated returns ordo_capture_unreplicated_commits_total of node i.
 func (c *cluster) unreplicated(i int) float64 {
 	mfs, err := c.nodes[i].Registry().Gather()
@@ -239,6 +266,11 @@ func TestBank(t *testing.T) {
 				t.Fatalf("unexpected error: %v", e)
 			}
 			t.Logf("%s: %d commits, %d certification aborts", protocol, commits.Load(), aborts.Load())
+			certAborts := 0.0
+			for i := range c.nodes {
+				certAborts += c.counter(i, "ordo_replica_transactions_total", map[string]string{"protocol": protocol, "outcome": "abort", "reason": "certification"})
+			}
+			require.Positive(t, certAborts, "ordo_replica_transactions_total counts certification aborts")
 			require.Zero(t, badSums.Load(), "a read saw a total other than 10000")
 			require.Positive(t, commits.Load())
 			require.Positive(t, aborts.Load(), "conflicts must have been exercised")
