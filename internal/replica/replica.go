@@ -327,16 +327,32 @@ func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
 	return nil
 }
 
+// connectLoop opens the delivery loop's connection. COMMIT PREPARED on it
+// need not wait for its WAL flush: if PostgreSQL crashes and loses it, the
+// transaction is still prepared (PREPARE was flushed) and replay after the
+// restart commits it again.
+func (r *Replica) connectLoop(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("replica: connect: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	return conn, nil
+}
+
 // Run is the delivery loop. It returns when ctx ends or the order's
 // delivery channel closes, after the background proposals finish.
 func (r *Replica) Run(ctx context.Context) error {
 	defer r.bg.Wait()
-	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	conn, err := r.connectLoop(ctx)
 	if err != nil {
-		return fmt.Errorf("replica: connect: %w", err)
+		return err
 	}
 	r.conn = conn
-	defer conn.Close(context.Background())
+	defer func() { r.conn.Close(context.Background()) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -480,7 +496,7 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 		}
 		r.log.Warn("finishing a prepared transaction failed; retrying", "gid", gid, "err", err)
 		if r.conn.IsClosed() {
-			if c, cerr := pgx.Connect(ctx, r.cfg.DSN); cerr == nil {
+			if c, cerr := r.connectLoop(ctx); cerr == nil {
 				r.conn = c
 			}
 		}

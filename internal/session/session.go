@@ -34,6 +34,11 @@ type session struct {
 	// unit is true while a unit of messages (up to Sync, or one Query) is
 	// being processed; the session acts at the first message of a unit.
 	unitStarted bool
+	// atParse: execute runs for a Parse (nothing executes yet).
+	atParse bool
+	// pendingErr is the outcome of a commit path run when COMMIT was
+	// parsed; it is returned when that COMMIT executes.
+	pendingErr error
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -78,6 +83,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// first message of a unit: later in the unit the backend is not
 		// at a boundary. Other statements act at Bind.
 		if first && isTxnControl(stmts) {
+			s.atParse = true
+			defer func() { s.atParse = false }()
 			return s.execute(ctx, stmts, nil, true)
 		}
 		for _, a := range stmts {
@@ -101,6 +108,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if isTxnControl(stmts) && !first {
 			// Parsed and acted on earlier in this unit, or a named
 			// statement bound mid-unit.
+			if hasCommit(stmts) && s.pendingErr != nil {
+				err := s.pendingErr
+				s.pendingErr = nil
+				return err
+			}
 			if s.tx.done || !hasCommit(stmts) {
 				return nil
 			}
@@ -189,6 +201,12 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	}
 
 	for _, a := range stmts {
+		if s.tx.done && a.Kind != analysis.KindTxn && a.Kind != analysis.KindEmpty {
+			// The transaction was terminated when its COMMIT was parsed;
+			// nothing may run between that and the COMMIT itself.
+			return pgErr(codeFeatureNotSupported,
+				"ordo: this transaction was already terminated when its COMMIT was parsed; execute the COMMIT before other statements")
+		}
 		switch a.Kind {
 		case analysis.KindTxn:
 			if err := s.txnControl(ctx, a, atBoundary); err != nil {
@@ -234,6 +252,10 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 // txnControl follows BEGIN / COMMIT / ROLLBACK.
 func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBoundary bool) error {
 	switch a.Txn.Op {
+	case analysis.TxnRollback, analysis.TxnBegin:
+		s.pendingErr = nil
+	}
+	switch a.Txn.Op {
 	case analysis.TxnBegin:
 		if s.be.TxStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
@@ -242,6 +264,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 			}
 		}
 	case analysis.TxnCommit:
+		if err := s.pendingErr; err != nil && !s.atParse {
+			s.pendingErr = nil
+			return err
+		}
 		if s.aborted.Load() && s.be.TxStatus() == 'E' && atBoundary {
 			// PostgreSQL would answer ROLLBACK without an error; the client
 			// must learn why its transaction is gone.
@@ -257,6 +283,13 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 		}
 		if a.Txn.Chain {
 			return pgErr(codeFeatureNotSupported, "ordo: COMMIT AND CHAIN is not supported")
+		}
+		if s.atParse {
+			// Terminate now, while the backend is at a boundary, but a
+			// Parse executes nothing: the outcome goes to the client when
+			// the COMMIT is bound and executed.
+			s.pendingErr = s.commitExplicit(ctx)
+			return nil
 		}
 		return s.commitExplicit(ctx)
 	case analysis.TxnRollback:
