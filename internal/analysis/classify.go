@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ func (w *walker) top(n *pg.Node) {
 		if x.SelectStmt.IntoClause != nil {
 			st.Kind = KindDDL
 			st.Tag = "SelectInto"
-			w.ddl()
+			w.ddl(n)
 			return
 		}
 		w.selectStmt(x.SelectStmt, nil)
@@ -132,7 +133,7 @@ func (w *walker) top(n *pg.Node) {
 		st.Kind = KindLocal
 	case *pg.Node_TruncateStmt:
 		st.Kind = KindDDL
-		w.ddl()
+		w.ddl(n)
 		for _, r := range x.TruncateStmt.Relations {
 			if rv := r.GetRangeVar(); rv != nil {
 				ref := w.relation(rv, nil, false, true)
@@ -148,16 +149,86 @@ func (w *walker) top(n *pg.Node) {
 			return
 		}
 		st.Kind = KindDDL
-		w.ddl()
+		w.ddl(n)
 	default:
 		st.Kind = KindDDL
-		w.ddl()
+		w.ddl(n)
 	}
 }
 
-func (w *walker) ddl() {
+func (w *walker) ddl(n *pg.Node) {
 	w.escalate(ddlReason)
 	w.st.WritesAll = true
+	w.st.DDLTargets = w.ddlTargets(n)
+}
+
+// ddlTargets names the relations a DDL statement mentions outside queries:
+// every RangeVar in it (the table altered, created, indexed, referenced by
+// a foreign key…) and the objects of a DROP of relations. Names are resolved with the search path; a name
+// the catalog does not know (a table being created) is qualified with the
+// schema it would be created in. Over-approximating is safe: each target
+// becomes an X key in certification.
+func (w *walker) ddlTargets(n *pg.Node) []catalog.Name {
+	seen := map[catalog.Name]bool{}
+	add := func(schema, name string) {
+		if name == "" {
+			return
+		}
+		if rel, ok := w.cat.Resolve(w.sp, schema, name); ok {
+			seen[rel.Name] = true
+			return
+		}
+		if schema == "" {
+			schema = catalog.DefaultSchema(w.sp)
+		}
+		seen[catalog.Name{Schema: schema, Name: name}] = true
+	}
+	var walk func(m protoreflect.Message)
+	walk = func(m protoreflect.Message) {
+		switch x := m.Interface().(type) {
+		case *pg.RangeVar:
+			add(x.Schemaname, x.Relname)
+			return
+		case *pg.SelectStmt:
+			// The query of a view or CREATE TABLE AS only reads its
+			// tables; the statement does not change them.
+			return
+		case *pg.DropStmt:
+			switch x.RemoveType {
+			case pg.ObjectType_OBJECT_TABLE, pg.ObjectType_OBJECT_VIEW, pg.ObjectType_OBJECT_MATVIEW,
+				pg.ObjectType_OBJECT_INDEX, pg.ObjectType_OBJECT_SEQUENCE, pg.ObjectType_OBJECT_FOREIGN_TABLE:
+				for _, o := range x.Objects {
+					var parts []string
+					for _, it := range o.GetList().GetItems() {
+						parts = append(parts, it.GetString_().GetSval())
+					}
+					switch len(parts) {
+					case 1:
+						add("", parts[0])
+					case 2, 3:
+						add(parts[len(parts)-2], parts[len(parts)-1])
+					}
+				}
+			}
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Message() != nil:
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					walk(l.Get(i).Message())
+				}
+			case fd.IsMap():
+			case fd.Message() != nil:
+				walk(v.Message())
+			}
+			return true
+		})
+	}
+	if n != nil {
+		walk(n.ProtoReflect())
+	}
+	return sortedNames(seen)
 }
 
 func defBool(d *pg.DefElem) bool {

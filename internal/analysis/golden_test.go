@@ -217,6 +217,9 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		if len(s.Locks) > 0 {
 			fmt.Fprintf(&b, "\n  locks: %s", names(s.Locks))
 		}
+		if len(s.DDLTargets) > 0 {
+			fmt.Fprintf(&b, "\n  ddl-targets: %s", names(s.DDLTargets))
+		}
 		if len(s.Unknown) > 0 {
 			fmt.Fprintf(&b, "\n  unknown: %s", strings.Join(s.Unknown, " "))
 		}

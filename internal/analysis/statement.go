@@ -149,6 +149,10 @@ type Statement struct {
 	// Unknown lists relation and function names the catalog did not know
 	// (each caused an escalation).
 	Unknown []string
+	// DDLTargets are the relations a DDL statement creates, changes, drops
+	// or references (KindDDL), schema-qualified; certification takes X on
+	// each.
+	DDLTargets []catalog.Name
 	// NumParams is the highest $n used.
 	NumParams int
 

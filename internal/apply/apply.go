@@ -332,11 +332,16 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 				return false, fmt.Errorf("apply: search_path for DDL: %w", err)
 			}
 		}
+		// DDL waits for locks like rows do (an ALTER TABLE needs every
+		// local reader of its table gone): watch for blockers too.
+		stop := a.watch(actx, w, it.Seqno, order)
 		for _, ddl := range it.WriteSet.DDL {
 			if _, err := conn.Exec(actx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
+				stop()
 				return false, fmt.Errorf("apply: replay DDL %q: %w", ddl, err)
 			}
 		}
+		stop()
 	}
 	for i := 0; i < len(stmts); i += a.cfg.BatchSize {
 		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]

@@ -361,12 +361,10 @@ func (s *session) sync(ctx context.Context) error {
 func (s *session) track(a *analysis.Statement, params []analysis.Param) {
 	if a.Kind == analysis.KindDDL {
 		s.tx.ddl = append(s.tx.ddl, a.SQL)
-		for _, t := range a.Writes {
+		for _, t := range a.DDLTargets {
 			s.tx.ddlKeys = append(s.tx.ddlKeys, txn.TableKey(t.Schema, t.Name))
 		}
-		if a.WritesAll {
-			s.tx.reads.AddAll()
-		}
+		return // DDL reads the catalog, which only DDL changes, in total order
 	}
 	if s.h.cfg.Replica.Protocol() != "dbsm" {
 		return
