@@ -272,6 +272,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 			// PostgreSQL would answer ROLLBACK without an error; the client
 			// must learn why its transaction is gone.
 			s.rollback(ctx)
+			if s.atParse {
+				s.pendingErr = errBruteForce
+				return nil
+			}
 			return errBruteForce
 		}
 		if s.tx.done || !s.tx.active || s.be.TxStatus() != 'T' {

@@ -127,3 +127,52 @@ func TestWriteConcurrentWithAlterTableFailsCertification(t *testing.T) {
 		require.Equal(t, sum, c.checksum(i, "item"))
 	}
 }
+
+// TestExtendedProtocolCommitOutcome: drivers that send COMMIT through the
+// extended protocol (pgjdbc; pgbench -M prepared parses it in a unit of its
+// own) get the certification outcome when the COMMIT executes.
+func TestExtendedProtocolCommitOutcome(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	setup := c.connect(0)
+	_, err := setup.Exec(ctx, "CREATE TABLE hot (id int PRIMARY KEY, n int)")
+	require.NoError(t, err)
+	_, err = setup.Exec(ctx, "INSERT INTO hot VALUES (1, 0)")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	for _, separateParse := range []bool{true, false} {
+		loser := c.connect(1).PgConn()
+		exec := func(sql string) error {
+			_, err := loser.Exec(ctx, sql).ReadAll()
+			return err
+		}
+		require.NoError(t, exec("BEGIN"))
+		require.NoError(t, exec("UPDATE hot SET n = n + 1 WHERE id = 1"))
+		// The winner commits the same row through another node first.
+		_, err := c.connect(2).Exec(ctx, "UPDATE hot SET n = n + 10 WHERE id = 1")
+		require.NoError(t, err)
+		c.waitConverged()
+
+		var res *pgconn.ResultReader
+		if separateParse {
+			// Parse/Sync, then Bind/Execute/Sync (pgbench -M prepared).
+			_, err := loser.Prepare(ctx, "commit_stmt", "COMMIT", nil)
+			require.NoError(t, err, "parsing COMMIT must not fail: the outcome belongs to its execution")
+			res = loser.ExecPrepared(ctx, "commit_stmt", nil, nil, nil)
+		} else {
+			// Parse/Bind/Execute/Sync in one unit (pgjdbc).
+			res = loser.ExecParams(ctx, "COMMIT", nil, nil, nil, nil)
+		}
+		_, err = res.Close()
+		require.Error(t, err, "separate parse %v: the conflicting COMMIT must fail", separateParse)
+		require.Equal(t, "40001", sqlstate(err), "separate parse %v: %v", separateParse, err)
+		require.Equal(t, byte('I'), loser.TxStatus(), "the transaction is over")
+		// The connection keeps working.
+		require.NoError(t, exec("SELECT 1"))
+	}
+	c.waitConverged()
+	var n int
+	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT n FROM hot WHERE id = 1").Scan(&n))
+	require.Equal(t, 20, n, "only the winners' updates are in")
+}
