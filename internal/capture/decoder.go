@@ -230,7 +230,11 @@ func (d *Decoder) table(m *RelationMsg) (*Table, error) {
 				return nil, fmt.Errorf("capture: primary key column %q of %s.%s not published", n, ns, m.Name)
 			}
 		}
-	} else if m.ReplicaIdentity == 'd' {
+	}
+	if len(keyNames) == 0 && m.ReplicaIdentity == 'd' {
+		// No catalog answer (no lookup configured, or a table created by
+		// the very transaction being decoded, which the catalog cannot see
+		// yet): the relation message flags the primary key columns.
 		for _, c := range m.Columns {
 			if c.Flags&1 != 0 {
 				keyNames = append(keyNames, c.Name)

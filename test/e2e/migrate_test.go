@@ -3,6 +3,11 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -81,4 +86,72 @@ DROP TABLE audit;
 	version, err := provider.GetDBVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), version)
+}
+
+const (
+	alembicVersion    = "1.13.3"
+	sqlalchemyVersion = "2.0.36"
+	psycopgVersion    = "3.2.3"
+)
+
+// alembicPath returns a PYTHONPATH with Alembic, SQLAlchemy and psycopg 3,
+// installed from PyPI into a cache directory if needed (a failed install
+// fails the test).
+func alembicPath(t *testing.T) string {
+	cache, err := os.UserCacheDir()
+	require.NoError(t, err)
+	dir := filepath.Join(cache, "ordo-e2e", "py-alembic-"+alembicVersion)
+	check := func() error {
+		cmd := exec.Command("python3", "-c", "import alembic, sqlalchemy, psycopg; print(alembic.__version__)")
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
+		out, err := cmd.Output()
+		if err == nil && strings.TrimSpace(string(out)) != alembicVersion {
+			err = fmt.Errorf("alembic %s installed, want %s", out, alembicVersion)
+		}
+		return err
+	}
+	if check() == nil {
+		return dir
+	}
+	out, err := exec.Command("python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", dir,
+		"alembic=="+alembicVersion, "sqlalchemy=="+sqlalchemyVersion, "psycopg[binary]=="+psycopgVersion).CombinedOutput()
+	require.NoError(t, err, "pip install alembic: %s", out)
+	require.NoError(t, check())
+	return dir
+}
+
+// TestAlembicMigrationsThroughOneNode does the same with Alembic
+// (SQLAlchemy over psycopg 3), which runs the whole history in one
+// transaction.
+func TestAlembicMigrationsThroughOneNode(t *testing.T) {
+	path := alembicPath(t)
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	url := strings.Replace(c.dsn(0), "postgres://", "postgresql+psycopg://", 1)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command("python3", append([]string{filepath.Join("testdata", "alembic", "migrate.py"), url}, args...)...)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("head")
+	require.NoError(t, err, out)
+	c.waitConverged()
+	fp := c.schemaFingerprint(0)
+	for i := 1; i < 3; i++ {
+		require.Equal(t, fp, c.schemaFingerprint(i), "node %d's schema differs", i+1)
+		require.Equal(t, c.checksum(0, "accounts"), c.checksum(i, "accounts"))
+		require.Equal(t, c.checksum(0, "alembic_version"), c.checksum(i, "alembic_version"))
+	}
+	out, err = run("head", "--broken")
+	require.Error(t, err, "the broken migration must fail: %s", out)
+	require.Contains(t, out, "FAILED")
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		require.Equal(t, fp, c.schemaFingerprint(i), "node %d's schema changed after a failed migration", i+1)
+		var version string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT version_num FROM alembic_version").Scan(&version))
+		require.Equal(t, "r2", version)
+		require.Zero(t, c.unreplicated(i))
+	}
 }
