@@ -331,6 +331,7 @@ func (n *Node) bruteForce(rep *replica.Replica, hooks *session.Hooks, pids []int
 	if len(others) == 0 {
 		return
 	}
+	n.log.Info("brute-force abort of backends outside Ordo's sessions", "pids", others)
 	conn, err := pgx.Connect(ctx, n.cfg.Postgres)
 	if err != nil {
 		n.log.Warn("brute-force abort: connect", "err", err)

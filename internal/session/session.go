@@ -268,9 +268,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 			s.pendingErr = nil
 			return err
 		}
-		if s.aborted.Load() && s.be.TxStatus() == 'E' && atBoundary {
-			// PostgreSQL would answer ROLLBACK without an error; the client
-			// must learn why its transaction is gone.
+		if s.aborted.Load() && s.be.TxStatus() != 'I' && atBoundary {
+			// Chosen as a brute-force victim: whether or not the cancel
+			// reached a statement (it races with the statement's end), the
+			// transaction must not commit, and the client must learn why.
 			s.rollback(ctx)
 			if s.atParse {
 				s.pendingErr = errBruteForce

@@ -34,6 +34,11 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, err
 	}
 	if res.Err != nil {
+		if s.aborted.Load() {
+			// A brute-force cancel that arrived late hit the probe.
+			s.rollback(ctx)
+			return written{}, errBruteForce
+		}
 		return written{}, res.Err
 	}
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 3 {

@@ -15,6 +15,7 @@ const (
 	codeConnectionFailure    = "08006"
 	codeCannotConnectNow     = "57P03"
 	codeAdminShutdown        = "57P01"
+	codeQueryCanceled        = "57014"
 	codeTooManyConnections   = "53300"
 	codeInvalidAuthorization = "28000"
 	codeFeatureNotSupported  = "0A000"

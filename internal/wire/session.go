@@ -74,10 +74,15 @@ type session struct {
 	// abortErr replaces the next ErrorResponse of the transaction (Abort);
 	// interrupt asks the session goroutine, woken from its client read, to
 	// roll back an idle transaction.
-	abortErr   atomic.Pointer[pgproto3.ErrorResponse]
-	interrupt  atomic.Bool
-	draining   atomic.Bool
-	clientLeft atomic.Bool // client sent Terminate
+	abortErr  atomic.Pointer[pgproto3.ErrorResponse]
+	interrupt atomic.Bool
+	// lateCancels counts Abort's CancelRequests whose error has not shown
+	// up yet: a cancel races with the end of the statement it targets and
+	// may hit a later one, whose 57014 is then reported as lateErr.
+	lateCancels atomic.Int32
+	lateErr     atomic.Pointer[pgproto3.ErrorResponse]
+	draining    atomic.Bool
+	clientLeft  atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
 	established    bool // startup done: idle timeouts apply
@@ -524,14 +529,23 @@ func (ss *session) Abort(err error) {
 	if ss.txStatus.Load() == 'I' && ss.outstanding.Load() == 0 {
 		return
 	}
-	ss.abortErr.Store(errorResponse(err))
+	e := errorResponse(err)
+	ss.abortErr.Store(e)
 	if ss.outstanding.Load() > 0 {
-		go func() { _ = ss.cancelBackend() }()
+		ss.cancelForAbort(e)
 		return
 	}
 	// Idle in a transaction: wake the session goroutine from its read.
 	ss.interrupt.Store(true)
 	_ = ss.rawClient.SetReadDeadline(time.Now())
+}
+
+// cancelForAbort cancels the running statement for Abort; its 57014 error,
+// whichever statement it hits, is reported as e.
+func (ss *session) cancelForAbort(e *pgproto3.ErrorResponse) {
+	ss.lateErr.Store(e)
+	ss.lateCancels.Add(1)
+	go func() { _ = ss.cancelBackend() }()
 }
 
 // abortIdle runs on the session goroutine when Abort interrupted its read:
@@ -542,7 +556,9 @@ func (ss *session) abortIdle() {
 		return
 	}
 	if ss.outstanding.Load() > 0 || ss.batchOpen || ss.copying {
-		go func() { _ = ss.cancelBackend() }()
+		if e := ss.abortErr.Load(); e != nil {
+			ss.cancelForAbort(e)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(ss.ctx, 10*time.Second)
@@ -778,6 +794,15 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
+			if m.Code == codeQueryCanceled && ss.lateCancels.Load() > 0 {
+				ss.lateCancels.Add(-1)
+				if e := ss.abortErr.Swap(nil); e != nil {
+					ss.sendClient(e)
+				} else {
+					ss.sendClient(ss.lateErr.Load())
+				}
+				continue
+			}
 			if e := ss.abortErr.Swap(nil); e != nil {
 				ss.sendClient(e)
 				continue
