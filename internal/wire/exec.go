@@ -58,27 +58,7 @@ func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
 // waitIdleOrCopyIn is waitIdle that also returns when PostgreSQL starts a
 // COPY FROM STDIN for a held unit (holdCopyIn).
 func (ss *session) waitIdleOrCopyIn(ctx context.Context) error {
-	ss.waiters.Add(1)
-	defer ss.waiters.Add(-1)
-	for {
-		ss.mu.Lock()
-		if ss.outstanding.Load() <= 0 || ss.holdCopyIn.Load() {
-			ss.mu.Unlock()
-			return nil
-		}
-		if ss.waitCh == nil {
-			ss.waitCh = make(chan struct{})
-		}
-		ch := ss.waitCh
-		ss.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ss.beDone:
-			return ErrSessionClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return ss.waitUntil(ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.holdCopyIn.Load() })
 }
 
 // wakeWaiters wakes waitIdle and waitIdleOrCopyIn callers to look again.
@@ -96,11 +76,17 @@ func (ss *session) wakeWaiters() {
 // waitIdle waits until every message sent for the client has its
 // ReadyForQuery.
 func (ss *session) waitIdle(ctx context.Context) error {
+	return ss.waitUntil(ctx, func() bool { return ss.outstanding.Load() <= 0 })
+}
+
+// waitUntil waits until done() holds; the backend goroutine wakes it
+// (waitCh) whenever the state it depends on changes.
+func (ss *session) waitUntil(ctx context.Context, done func() bool) error {
 	ss.waiters.Add(1)
 	defer ss.waiters.Add(-1)
 	for {
 		ss.mu.Lock()
-		if ss.outstanding.Load() <= 0 {
+		if done() {
 			ss.mu.Unlock()
 			return nil
 		}
