@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,11 +32,22 @@ type cluster struct {
 	dir   string
 }
 
+// freeAddr returns a free loopback address below the kernel's ephemeral
+// port range, so that a node restarted on it does not find its port taken by
+// some outgoing connection in the meantime.
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	for attempt := 0; attempt < 1000; attempt++ {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr
+	}
+	t.Fatal("no free port in 20000-32000")
+	return ""
 }
 
 // startCluster starts n PostgreSQL servers and n Ordo nodes in front of
