@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -309,15 +310,19 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}()
 	}
 	conn := w.conn
-	if _, err := conn.Exec(actx, "BEGIN"); err != nil {
-		return false, fmt.Errorf("apply: begin: %w", err)
+	// BEGIN and the proof row travel with the first statements, in one
+	// round trip: a write set already proven fails on the proof's unique
+	// keys (seqno, gid) before any of its rows is applied.
+	head := []stmt{{sql: "BEGIN", want: -1}, {
+		sql:    "INSERT INTO _ordo.applied (seqno, gid) VALUES ($1, $2)",
+		params: [][]byte{[]byte(strconv.FormatUint(it.Seqno, 10)), []byte(it.WriteSet.GID)},
+		want:   1,
+	}}
+	alreadyProven := func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "applied"
 	}
-	var n int
-	if err := conn.QueryRow(actx, "SELECT count(*) FROM _ordo.applied WHERE seqno = $1 OR gid = $2",
-		int64(it.Seqno), string(it.WriteSet.GID)).Scan(&n); err != nil {
-		return false, fmt.Errorf("apply: check proof: %w", err)
-	}
-	if n > 0 {
+	skip := func() (bool, error) {
 		if _, err := conn.Exec(actx, "ROLLBACK"); err != nil {
 			return false, fmt.Errorf("apply: rollback: %w", err)
 		}
@@ -325,6 +330,15 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 			order.done(it.Seqno)
 		}
 		return false, nil
+	}
+	if len(it.WriteSet.DDL) > 0 || len(stmts) == 0 {
+		if err := a.execChunk(actx, w, it.Seqno, head, order); err != nil {
+			if alreadyProven(err) {
+				return skip()
+			}
+			return false, err
+		}
+		head = nil
 	}
 	if len(it.WriteSet.DDL) > 0 {
 		if it.WriteSet.SearchPath != "" {
@@ -345,6 +359,17 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 	}
 	for i := 0; i < len(stmts); i += a.cfg.BatchSize {
 		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]
+		if head != nil {
+			chunk = append(head, chunk...)
+			head = nil
+			if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
+				if alreadyProven(err) {
+					return skip()
+				}
+				return false, err
+			}
+			continue
+		}
 		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
 			return false, err
 		}
@@ -353,9 +378,6 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		if _, err := conn.Exec(actx, a.cfg.AfterDDL, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return false, fmt.Errorf("apply: after DDL: %w", err)
 		}
-	}
-	if _, err := conn.Exec(actx, "INSERT INTO _ordo.applied (seqno, gid) VALUES ($1, $2)", int64(it.Seqno), string(it.WriteSet.GID)); err != nil {
-		return false, fmt.Errorf("apply: proof: %w", err)
 	}
 	if order != nil {
 		if err := order.waitPrev(actx, it.Seqno); err != nil {
