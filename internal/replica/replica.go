@@ -138,8 +138,11 @@ func New(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
-// Protocol returns the protocol name.
-func (r *Replica) Protocol() string { return r.cfg.Protocol }
+// Name returns the protocol name (DBSM or DBSMSI).
+func (r *Replica) Name() string { return r.cfg.Protocol }
+
+// CertifiesReads reports whether read keys are certified (dbsm).
+func (r *Replica) CertifiesReads() bool { return r.cfg.Protocol == DBSM }
 
 // AppliedPrefix returns the largest seqno s such that every entry up to s
 // has been carried out on the local PostgreSQL.

@@ -24,7 +24,7 @@ type WriteSets interface {
 // Config configures Hooks.
 type Config struct {
 	NodeID   uint32
-	Replica  *replica.Replica
+	Replica  replica.Protocol
 	Capture  WriteSets
 	Analyzer *analysis.Analyzer
 	// Catalog is refreshed after a transaction with DDL commits.

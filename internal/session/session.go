@@ -371,7 +371,7 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param) {
 		}
 		return // DDL reads the catalog, which only DDL changes, in total order
 	}
-	if s.h.cfg.Replica.Protocol() != "dbsm" {
+	if !s.h.cfg.Replica.CertifiesReads() {
 		return
 	}
 	if a.ReadsAll {
