@@ -257,6 +257,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 	}
 	switch a.Txn.Op {
 	case analysis.TxnBegin:
+		s.noticeIsolation(a.Txn.Isolation)
 		if s.be.TxStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
 			if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
@@ -300,11 +301,21 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 	case analysis.TxnRollback:
 		// PostgreSQL rolls back; the state resets at ReadyForQuery.
 	case analysis.TxnSetTransaction:
+		s.noticeIsolation(a.Txn.Isolation)
 		if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
 			s.tx.fixIsolation = true
 		}
 	}
 	return nil
+}
+
+// noticeIsolation tells a client asking for SERIALIZABLE what it gets when
+// the cluster provides snapshot isolation.
+func (s *session) noticeIsolation(level string) {
+	if level == "serializable" && !s.h.cfg.Replica.CertifiesReads() && !s.atParse {
+		s.be.Notice("ordo: this cluster runs protocol " + s.h.cfg.Replica.Name() +
+			", which provides snapshot isolation, not serializability: write skew between concurrent transactions is possible")
+	}
 }
 
 // setting notes session settings Ordo interprets.

@@ -112,6 +112,10 @@ type Backend interface {
 	// error PostgreSQL reports in this transaction, and rolls back as after
 	// any error. Outside a transaction it does nothing.
 	Abort(err error)
+	// Notice sends the client a NoticeResponse (severity NOTICE) with msg;
+	// notices are asynchronous in the protocol, so it may be called at any
+	// time from the session goroutine.
+	Notice(msg string)
 	// HoldReady, called from SessionHooks.Statement, holds back the
 	// ReadyForQuery that ends the current unit (the Query being reported,
 	// or the next Sync) until the hooks' ReadyHolder.BeforeReady has run.

@@ -568,6 +568,11 @@ func (ss *session) abortIdle() {
 	}
 }
 
+// Notice implements Backend.
+func (ss *session) Notice(msg string) {
+	ss.writeClient(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000", Message: msg})
+}
+
 // HoldReady implements Backend.
 func (ss *session) HoldReady() { ss.hold.Store(true) }
 

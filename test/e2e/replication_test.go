@@ -294,3 +294,22 @@ func TestBank(t *testing.T) {
 		})
 	}
 }
+
+// TestSerializableUnderSnapshotIsolationGetsANotice: under dbsm-si a client
+// asking for SERIALIZABLE is told what it gets.
+func TestSerializableUnderSnapshotIsolationGetsANotice(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	cfg, err := pgconn.ParseConfig(c.dsn(0))
+	require.NoError(t, err)
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	conn, err := pgconn.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), "BEGIN ISOLATION LEVEL SERIALIZABLE").ReadAll()
+	require.NoError(t, err)
+	_, err = conn.Exec(context.Background(), "COMMIT").ReadAll()
+	require.NoError(t, err)
+	require.Len(t, notices, 1)
+	require.Contains(t, notices[0], "snapshot isolation")
+}
