@@ -202,6 +202,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	hooks = session.New(session.Config{
 		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
 		CommitTimeout: cfg.CommitTimeout, Logger: log, AfterDDL: normalize,
+		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 	})
 	n.hooks = hooks
 	n.wg.Add(1)

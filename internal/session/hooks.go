@@ -2,10 +2,13 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
@@ -29,6 +32,10 @@ type Config struct {
 	Analyzer *analysis.Analyzer
 	// Catalog is refreshed after a transaction with DDL commits.
 	Catalog *catalog.Cache
+	// Database is the replicated database; LocalDatabases are relayed
+	// untouched; connections to any other database are refused.
+	Database       string
+	LocalDatabases []string
 	// AfterDDL runs in a transaction with DDL before it is prepared
 	// (sequence normalization).
 	AfterDDL string
@@ -72,6 +79,16 @@ func (h *Hooks) FirstCounter() uint64 { return h.first }
 
 // NewSession implements wire.Hooks.
 func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.Backend) (wire.SessionHooks, error) {
+	if h.cfg.Database != "" && info.Database != h.cfg.Database {
+		for _, d := range h.cfg.LocalDatabases {
+			if d == info.Database {
+				return passThrough{}, nil
+			}
+		}
+		return nil, &pgconn.PgError{Severity: "FATAL", Code: "3D000", Message: fmt.Sprintf(
+			"ordo: database %q is not replicated by this cluster; connect to %q (or list it in local_databases to use it unreplicated)",
+			info.Database, h.cfg.Database)}
+	}
 	res, err := be.Exec(ctx, "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ; "+
 		"SELECT pg_backend_pid(), current_setting('search_path'), current_user")
 	if err != nil {
@@ -107,6 +124,14 @@ func (h *Hooks) Sessions() int {
 	defer h.mu.Unlock()
 	return len(h.byPID)
 }
+
+// passThrough is the session of a local (unreplicated) database: nothing
+// is intercepted.
+type passThrough struct{}
+
+func (passThrough) Statement(context.Context, *wire.Statement) error { return nil }
+func (passThrough) ReadyForQuery(byte)                               {}
+func (passThrough) Close()                                           {}
 
 func parseUint32(s string) uint32 {
 	var n uint32

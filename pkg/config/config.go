@@ -51,6 +51,11 @@ type Node struct {
 	CertificationWindow uint64 `yaml:"certification_window"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
+	// LocalDatabases may be connected to through this node without being
+	// replicated: their sessions are relayed to PostgreSQL untouched. Any
+	// other database but the replicated one (the database of Postgres) is
+	// refused.
+	LocalDatabases []string `yaml:"local_databases"`
 	// SequenceStride: every sequence on node i hands out values ≡ i modulo
 	// the stride; cluster-wide, larger than MaxNodes (default 100).
 	SequenceStride int `yaml:"sequence_stride"`

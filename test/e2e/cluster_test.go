@@ -53,6 +53,12 @@ func freeAddr(t testing.TB) string {
 // startCluster starts n PostgreSQL servers and n Ordo nodes in front of
 // them running protocol.
 func startCluster(t testing.TB, n int, protocol string) *cluster {
+	return startClusterWith(t, n, protocol, nil)
+}
+
+// startClusterWith is startCluster with a hook to adjust each node's
+// configuration before the nodes start.
+func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.Node)) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pg, err := pglocal.Start(ctx, pglocal.Options{N: n})
@@ -68,6 +74,9 @@ func startCluster(t testing.TB, n int, protocol string) *cluster {
 			ID: uint32(i + 1), Listen: freeAddr(t), PeerListen: peers[uint32(i+1)],
 			Postgres: pg.Servers[i].DSN("postgres"), DataDir: filepath.Join(c.dir, fmt.Sprintf("node%d", i+1)),
 			Peers: peers, Protocol: protocol, CommitTimeout: 20 * time.Second, ProposeTimeout: 3 * time.Second,
+		}
+		if adjust != nil {
+			adjust(cfg)
 		}
 		cfg.Defaults()
 		require.NoError(t, cfg.Validate())

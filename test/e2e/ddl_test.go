@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // schemaFingerprint summarizes the user schema of node i's database from
@@ -175,4 +178,26 @@ func TestExtendedProtocolCommitOutcome(t *testing.T) {
 	var n int
 	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT n FROM hot WHERE id = 1").Scan(&n))
 	require.Equal(t, 20, n, "only the winners' updates are in")
+}
+
+// TestOnlyTheReplicatedDatabaseIsServed: a connection to another database
+// is refused with a clear error, unless it is listed as local.
+func TestOnlyTheReplicatedDatabaseIsServed(t *testing.T) {
+	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) { cfg.LocalDatabases = []string{"scratch"} })
+	ctx := context.Background()
+	for _, db := range []string{"elsewhere", "scratch"} {
+		_, err := c.direct(0).Exec(ctx, "CREATE DATABASE "+db)
+		require.NoError(t, err)
+	}
+	_, err := pgconn.Connect(ctx, strings.Replace(c.dsn(0), "/postgres?", "/elsewhere?", 1))
+	require.Error(t, err)
+	require.Equal(t, "3D000", sqlstate(err), "%v", err)
+	require.Contains(t, err.Error(), "not replicated")
+
+	local, err := pgconn.Connect(ctx, strings.Replace(c.dsn(0), "/postgres?", "/scratch?", 1))
+	require.NoError(t, err, "a local database is relayed")
+	defer local.Close(ctx)
+	_, err = local.Exec(ctx, "CREATE TABLE scratchpad (id int); INSERT INTO scratchpad VALUES (1)").ReadAll()
+	require.NoError(t, err)
+	require.Zero(t, c.unreplicated(0), "writes to a local database are not replication leaks")
 }
