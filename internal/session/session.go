@@ -92,6 +92,17 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				return pgErr(codeFeatureNotSupported, "%s", a.Reason)
 			}
 		}
+		// An update statement parsed as the first message of a unit
+		// outside a transaction block is wrapped now, at the boundary:
+		// drivers send Parse/Bind/Execute/Sync in one unit (pgjdbc,
+		// libpq's PQexecParams), so at Bind it would be too late. A unit
+		// that only prepares the statement commits an empty transaction.
+		if first && updates(stmts) && s.be.TxStatus() == 'I' && !s.tx.active {
+			if err := s.wrap(ctx); err != nil {
+				return err
+			}
+			return s.beforeSnapshot(ctx, true)
+		}
 		return nil
 	case wire.KindBind:
 		s.unitStarted = true
@@ -159,6 +170,15 @@ func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 		}
 	}
 	return s.h.cfg.Analyzer.Analyze(sql, s.env)
+}
+
+func updates(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.Updates() {
+			return true
+		}
+	}
+	return false
 }
 
 func isTxnControl(stmts []*analysis.Statement) bool {

@@ -313,3 +313,28 @@ func TestSerializableUnderSnapshotIsolationGetsANotice(t *testing.T) {
 	require.Len(t, notices, 1)
 	require.Contains(t, notices[0], "snapshot isolation")
 }
+
+// TestAutocommitWriteInOneExtendedUnit: drivers that send an autocommit
+// write as Parse/Bind/Execute/Sync in one unit (pgjdbc, psycopg, libpq's
+// PQexecParams) are replicated, not refused and not committed locally.
+func TestAutocommitWriteInOneExtendedUnit(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE unit (id int PRIMARY KEY, v text)")
+	require.NoError(t, err)
+	c.waitConverged()
+	pc := c.connect(1).PgConn()
+	for i := 1; i <= 3; i++ {
+		res := pc.ExecParams(ctx, "INSERT INTO unit VALUES ($1, 'x')", [][]byte{[]byte(fmt.Sprint(i))}, nil, nil, nil).Read()
+		require.NoError(t, res.Err)
+		require.Equal(t, "INSERT 0 1", res.CommandTag.String())
+		require.Equal(t, byte('I'), pc.TxStatus())
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM unit").Scan(&n))
+		require.Equal(t, 3, n, "node %d", i+1)
+		require.Zero(t, c.unreplicated(i))
+	}
+}
