@@ -155,3 +155,24 @@ func TestAlembicMigrationsThroughOneNode(t *testing.T) {
 		require.Zero(t, c.unreplicated(i))
 	}
 }
+
+// TestPsycopgThroughTheCluster writes with psycopg 3 through node 1
+// (autocommit, transaction, pipeline mode, COPY) and reads the rows on the
+// other nodes.
+func TestPsycopgThroughTheCluster(t *testing.T) {
+	path := alembicPath(t) // carries psycopg 3
+	c := startCluster(t, 3, "dbsm-si")
+	cmd := exec.Command("python3", filepath.Join("testdata", "psycopg_cluster.py"), c.dsn(0))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "rows 107")
+	c.waitConverged()
+	for i := range c.nodes {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(context.Background(), "SELECT count(*) FROM py").Scan(&n))
+		require.Equal(t, 107, n, "node %d", i+1)
+		require.Zero(t, c.unreplicated(i), "node %d", i+1)
+	}
+	require.Equal(t, c.checksum(0, "py"), c.checksum(2, "py"))
+}
