@@ -34,8 +34,10 @@ type session struct {
 	// unit is true while a unit of messages (up to Sync, or one Query) is
 	// being processed; the session acts at the first message of a unit.
 	unitStarted bool
-	// atParse: execute runs for a Parse (nothing executes yet).
-	atParse bool
+	// atParse: execute runs for a Parse (nothing executes yet);
+	// unitIsQuery: for a simple Query.
+	atParse     bool
+	unitIsQuery bool
 	// pendingErr is the outcome of a commit path run when COMMIT was
 	// parsed; it is returned when that COMMIT executes.
 	pendingErr error
@@ -55,6 +57,11 @@ type txState struct {
 	reads    txn.ReadSet
 	ddl      []string
 	ddlKeys  []txn.Key
+	// notify holds LISTEN, UNLISTEN and NOTIFY statements sent inside the
+	// transaction: PostgreSQL refuses to PREPARE a transaction that ran
+	// them, so they run in the transaction's final local commit instead
+	// (PostgreSQL acts on them at commit anyway).
+	notify []string
 	// isolationSet: a BEGIN asked for another isolation level; the session
 	// resets it to REPEATABLE READ before the first statement.
 	fixIsolation bool
@@ -74,6 +81,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	switch st.Kind {
 	case wire.KindQuery:
 		s.unitStarted = true
+		s.unitIsQuery = true
+		defer func() { s.unitIsQuery = false }()
 		return s.execute(ctx, s.analyze(st.SQL), nil, true)
 	case wire.KindParse:
 		s.unitStarted = true
@@ -172,6 +181,16 @@ func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 	return s.h.cfg.Analyzer.Analyze(sql, s.env)
 }
 
+func notifyTag(parseNode string) string {
+	switch parseNode {
+	case "ListenStmt":
+		return "LISTEN"
+	case "UnlistenStmt":
+		return "UNLISTEN"
+	}
+	return "NOTIFY"
+}
+
 func updates(stmts []*analysis.Statement) bool {
 	for _, a := range stmts {
 		if a.Updates() {
@@ -236,7 +255,14 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		case analysis.KindSession:
 			s.setting(a)
 			continue
-		case analysis.KindEmpty, analysis.KindLocal, analysis.KindNotify:
+		case analysis.KindNotify:
+			if s.be.TxStatus() == 'T' && atBoundary && len(stmts) == 1 && !s.atParse && s.unitIsQuery {
+				s.tx.notify = append(s.tx.notify, a.SQL)
+				s.unitStarted = false // no ReadyForQuery comes for a completed query
+				return &wire.Completed{Tag: notifyTag(a.Tag)}
+			}
+			continue
+		case analysis.KindEmpty, analysis.KindLocal:
 			continue
 		}
 		status := s.be.TxStatus()

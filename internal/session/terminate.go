@@ -59,7 +59,7 @@ func (s *session) commitExplicit(ctx context.Context) error {
 	if !w.xid || (w.temp && !w.permanent) {
 		// Read-only, or wrote only temporary tables: commit locally.
 		s.tx.done = true
-		return nil
+		return s.runNotify(ctx)
 	}
 	if w.temp {
 		s.rollback(ctx)
@@ -82,6 +82,24 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		s.rollback(ctx) // the empty transaction
 		return err
 	}
+	// The held notifications go into the empty transaction the client's
+	// COMMIT ends, so they are sent once the replicated commit is decided.
+	return s.runNotify(ctx)
+}
+
+// runNotify runs the held LISTEN/UNLISTEN/NOTIFY statements in the open
+// transaction.
+func (s *session) runNotify(ctx context.Context) error {
+	for _, sql := range s.tx.notify {
+		res, err := s.be.Exec(ctx, sql)
+		if err != nil {
+			return err
+		}
+		if res.Err != nil {
+			return res.Err
+		}
+	}
+	s.tx.notify = nil
 	return nil
 }
 

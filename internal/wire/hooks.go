@@ -122,6 +122,14 @@ type Backend interface {
 	HoldReady()
 }
 
+// Completed, returned by SessionHooks.Statement for a KindQuery, answers
+// the query without PostgreSQL: the client receives CommandComplete with
+// Tag and ReadyForQuery with the current transaction status. No
+// ReadyForQuery call follows for it.
+type Completed struct{ Tag string }
+
+func (c *Completed) Error() string { return "wire: answered by the session: " + c.Tag }
+
 // ReadyHolder is an optional interface of SessionHooks, used when a
 // Statement call asked for HoldReady.
 //

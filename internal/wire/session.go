@@ -427,6 +427,19 @@ func (ss *session) clientLoop() error {
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String}
 				if err := ss.callStatement(); err != nil {
+					var c *Completed
+					if errors.As(err, &c) {
+						// Answered by the hooks: nothing reaches PostgreSQL.
+						if err := ss.flushServer(); err != nil {
+							return fmt.Errorf("%w: %w", errBackendLost, err)
+						}
+						if err := ss.waitIdle(ss.ctx); err != nil {
+							return nil
+						}
+						ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
+						ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
+						continue
+					}
 					ss.outstanding.Add(1)
 					ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
 					ss.sendServer(&pgproto3.Sync{})

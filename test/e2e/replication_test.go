@@ -338,3 +338,51 @@ func TestAutocommitWriteInOneExtendedUnit(t *testing.T) {
 		require.Zero(t, c.unreplicated(i))
 	}
 }
+
+// TestNotifyInsideAWritingTransaction: NOTIFY and LISTEN inside a writing
+// transaction work as on PostgreSQL (PostgreSQL refuses to PREPARE them, so
+// Ordo runs them in the transaction's final commit).
+func TestNotifyInsideAWritingTransaction(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	listener := c.connect(0)
+	_, err := listener.Exec(ctx, "LISTEN jobs")
+	require.NoError(t, err)
+	w := c.connect(0).PgConn()
+	run := func(sql string) string {
+		res, err := w.Exec(ctx, sql).ReadAll()
+		require.NoError(t, err, sql)
+		return res[len(res)-1].CommandTag.String()
+	}
+	run("CREATE TABLE jobs (id int PRIMARY KEY)")
+	run("BEGIN")
+	run("INSERT INTO jobs VALUES (1)")
+	require.Equal(t, "NOTIFY", run("NOTIFY jobs, 'job 1'"))
+	require.Equal(t, "LISTEN", run("LISTEN other"))
+	require.Equal(t, byte('T'), w.TxStatus())
+	require.Equal(t, "COMMIT", run("COMMIT"))
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(wctx)
+	require.NoError(t, err)
+	require.Equal(t, "jobs", n.Channel)
+	require.Equal(t, "job 1", n.Payload)
+
+	// A rolled-back transaction notifies nobody.
+	run("BEGIN")
+	run("INSERT INTO jobs VALUES (2)")
+	run("NOTIFY jobs, 'never'")
+	run("ROLLBACK")
+	c.waitConverged()
+	var rows int
+	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT count(*) FROM jobs").Scan(&rows))
+	require.Equal(t, 1, rows)
+	wctx2, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	_, err = listener.WaitForNotification(wctx2)
+	require.Error(t, err, "no notification from a rolled-back transaction")
+	for i := range c.nodes {
+		require.Zero(t, c.unreplicated(i))
+	}
+}
