@@ -411,40 +411,35 @@ func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
 }
 
 func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
-	w.dml = true
-	sc := &scope{parent: parent}
-	w.with(s.WithClause, sc)
-	sc.rels = append(sc.rels, w.relation(s.Relation, sc, true, true))
-	var quals, later []*pg.Node
-	for _, f := range s.FromClause {
-		w.fromItem(f, sc, &quals, &later)
-	}
-	if s.WhereClause != nil {
-		quals = append(quals, s.WhereClause)
-	}
-	w.applyFixes(sc, quals)
-	w.exprs(quals, sc)
-	w.exprs(later, sc)
+	sc := w.changeRows(s.WithClause, s.Relation, s.FromClause, s.WhereClause, parent)
 	w.exprs(s.TargetList, sc)
 	w.exprs(s.ReturningList, sc)
 }
 
 func (w *walker) deleteStmt(s *pg.DeleteStmt, parent *scope) {
+	sc := w.changeRows(s.WithClause, s.Relation, s.UsingClause, s.WhereClause, parent)
+	w.exprs(s.ReturningList, sc)
+}
+
+// changeRows walks what UPDATE and DELETE share: the WITH clause, the
+// target (read and written), the FROM/USING items and the WHERE clause,
+// whose equalities fix the target's keys. It returns the statement's scope.
+func (w *walker) changeRows(with *pg.WithClause, target *pg.RangeVar, from []*pg.Node, where *pg.Node, parent *scope) *scope {
 	w.dml = true
 	sc := &scope{parent: parent}
-	w.with(s.WithClause, sc)
-	sc.rels = append(sc.rels, w.relation(s.Relation, sc, true, true))
+	w.with(with, sc)
+	sc.rels = append(sc.rels, w.relation(target, sc, true, true))
 	var quals, later []*pg.Node
-	for _, f := range s.UsingClause {
+	for _, f := range from {
 		w.fromItem(f, sc, &quals, &later)
 	}
-	if s.WhereClause != nil {
-		quals = append(quals, s.WhereClause)
+	if where != nil {
+		quals = append(quals, where)
 	}
 	w.applyFixes(sc, quals)
 	w.exprs(quals, sc)
 	w.exprs(later, sc)
-	w.exprs(s.ReturningList, sc)
+	return sc
 }
 
 func (w *walker) mergeStmt(s *pg.MergeStmt, parent *scope) {

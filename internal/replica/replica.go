@@ -285,13 +285,16 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 	}
 	defer conn.Close(context.Background())
 	for _, gid := range gids {
-		r.rolledMu.Lock()
-		r.rolledBack[gid] = true
-		r.rolledMu.Unlock()
+		// The delivery loop is blocked in the apply that called us, so it
+		// cannot finish gid meanwhile; only a successful rollback is noted
+		// (otherwise the loop must still COMMIT or ROLLBACK PREPARED it).
 		if _, err := conn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
 			r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
 			continue
 		}
+		r.rolledMu.Lock()
+		r.rolledBack[gid] = true
+		r.rolledMu.Unlock()
 		r.m.bruteForce.Inc()
 	}
 }

@@ -118,13 +118,6 @@ func (h *Hooks) forget(s *session) {
 	h.mu.Unlock()
 }
 
-// Sessions returns the number of open sessions.
-func (h *Hooks) Sessions() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.byPID)
-}
-
 // passThrough is the session of a local (unreplicated) database: nothing
 // is intercepted.
 type passThrough struct{}

@@ -34,10 +34,6 @@ type session struct {
 	// unit is true while a unit of messages (up to Sync, or one Query) is
 	// being processed; the session acts at the first message of a unit.
 	unitStarted bool
-	// atParse: execute runs for a Parse (nothing executes yet);
-	// unitIsQuery: for a simple Query.
-	atParse     bool
-	unitIsQuery bool
 	// pendingErr is the outcome of a commit path run when COMMIT was
 	// parsed; it is returned when that COMMIT executes.
 	pendingErr error
@@ -62,7 +58,7 @@ type txState struct {
 	// them, so they run in the transaction's final local commit instead
 	// (PostgreSQL acts on them at commit anyway).
 	notify []string
-	// isolationSet: a BEGIN asked for another isolation level; the session
+	// fixIsolation: a BEGIN asked for another isolation level; the session
 	// resets it to REPEATABLE READ before the first statement.
 	fixIsolation bool
 	done         bool // terminated; the client's COMMIT ends an empty txn
@@ -81,9 +77,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	switch st.Kind {
 	case wire.KindQuery:
 		s.unitStarted = true
-		s.unitIsQuery = true
-		defer func() { s.unitIsQuery = false }()
-		return s.execute(ctx, s.analyze(st.SQL), nil, true)
+		return s.execute(ctx, s.analyze(st.SQL), nil, at{wire.KindQuery, true})
 	case wire.KindParse:
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
@@ -92,9 +86,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// first message of a unit: later in the unit the backend is not
 		// at a boundary. Other statements act at Bind.
 		if first && isTxnControl(stmts) {
-			s.atParse = true
-			defer func() { s.atParse = false }()
-			return s.execute(ctx, stmts, nil, true)
+			return s.execute(ctx, stmts, nil, at{wire.KindParse, true})
 		}
 		for _, a := range stmts {
 			if a.Kind == analysis.KindRefused {
@@ -125,19 +117,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		for i, p := range st.Params {
 			params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
 		}
-		if isTxnControl(stmts) && !first {
-			// Parsed and acted on earlier in this unit, or a named
-			// statement bound mid-unit.
-			if hasCommit(stmts) && s.pendingErr != nil {
-				err := s.pendingErr
-				s.pendingErr = nil
-				return err
-			}
-			if s.tx.done || !hasCommit(stmts) {
-				return nil
-			}
+		if isTxnControl(stmts) && !first && s.pendingErr == nil && (s.tx.done || !hasCommit(stmts)) {
+			return nil // acted on when parsed earlier in this unit
 		}
-		return s.execute(ctx, stmts, params, first)
+		return s.execute(ctx, stmts, params, at{wire.KindBind, first})
 	case wire.KindCloseStatement:
 		delete(s.stmts, st.Name)
 	}
@@ -218,10 +201,18 @@ func hasCommit(stmts []*analysis.Statement) bool {
 	return false
 }
 
-// execute handles statements about to run. atBoundary says the backend has
-// answered everything before them, so the session may run its own
-// statements first.
-func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, params []analysis.Param, atBoundary bool) error {
+// at says which client message statements arrive with, and whether it is
+// the first of its unit: the backend has then answered everything before
+// it, so the session may run its own statements first.
+type at struct {
+	kind  wire.StatementKind // KindQuery, KindParse or KindBind
+	first bool
+}
+
+// execute handles statements about to run (or, for a Parse, about to be
+// prepared).
+func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, params []analysis.Param, m at) error {
+	atBoundary := m.first
 	updates, control := false, 0
 	for _, a := range stmts {
 		if a.Kind == analysis.KindRefused {
@@ -248,7 +239,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		}
 		switch a.Kind {
 		case analysis.KindTxn:
-			if err := s.txnControl(ctx, a, atBoundary); err != nil {
+			if err := s.txnControl(ctx, a, m); err != nil {
 				return err
 			}
 			continue
@@ -256,7 +247,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			s.setting(a)
 			continue
 		case analysis.KindNotify:
-			if s.be.TxStatus() == 'T' && atBoundary && len(stmts) == 1 && !s.atParse && s.unitIsQuery {
+			if s.be.TxStatus() == 'T' && m.first && len(stmts) == 1 && m.kind == wire.KindQuery {
 				s.tx.notify = append(s.tx.notify, a.SQL)
 				s.unitStarted = false // no ReadyForQuery comes for a completed query
 				return &wire.Completed{Tag: notifyTag(a.Tag)}
@@ -296,14 +287,15 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 }
 
 // txnControl follows BEGIN / COMMIT / ROLLBACK.
-func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBoundary bool) error {
+func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) error {
+	atBoundary, atParse := m.first, m.kind == wire.KindParse
 	switch a.Txn.Op {
 	case analysis.TxnRollback, analysis.TxnBegin:
 		s.pendingErr = nil
 	}
 	switch a.Txn.Op {
 	case analysis.TxnBegin:
-		s.noticeIsolation(a.Txn.Isolation)
+		s.noticeIsolation(a.Txn.Isolation, m)
 		if s.be.TxStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
 			if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
@@ -311,7 +303,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 			}
 		}
 	case analysis.TxnCommit:
-		if err := s.pendingErr; err != nil && !s.atParse {
+		if err := s.pendingErr; err != nil && !atParse {
 			s.pendingErr = nil
 			return err
 		}
@@ -320,7 +312,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 			// reached a statement (it races with the statement's end), the
 			// transaction must not commit, and the client must learn why.
 			s.rollback(ctx)
-			if s.atParse {
+			if atParse {
 				s.pendingErr = errBruteForce
 				return nil
 			}
@@ -336,7 +328,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 		if a.Txn.Chain {
 			return pgErr(codeFeatureNotSupported, "ordo: COMMIT AND CHAIN is not supported")
 		}
-		if s.atParse {
+		if atParse {
 			// Terminate now, while the backend is at a boundary, but a
 			// Parse executes nothing: the outcome goes to the client when
 			// the COMMIT is bound and executed.
@@ -347,7 +339,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 	case analysis.TxnRollback:
 		// PostgreSQL rolls back; the state resets at ReadyForQuery.
 	case analysis.TxnSetTransaction:
-		s.noticeIsolation(a.Txn.Isolation)
+		s.noticeIsolation(a.Txn.Isolation, m)
 		if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
 			s.tx.fixIsolation = true
 		}
@@ -357,8 +349,8 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, atBound
 
 // noticeIsolation tells a client asking for SERIALIZABLE what it gets when
 // the cluster provides snapshot isolation.
-func (s *session) noticeIsolation(level string) {
-	if level == "serializable" && !s.h.cfg.Replica.CertifiesReads() && !s.atParse {
+func (s *session) noticeIsolation(level string, m at) {
+	if level == "serializable" && !s.h.cfg.Replica.CertifiesReads() && m.kind != wire.KindParse {
 		s.be.Notice("ordo: this cluster runs protocol " + s.h.cfg.Replica.Name() +
 			", which provides snapshot isolation, not serializability: write skew between concurrent transactions is possible")
 	}

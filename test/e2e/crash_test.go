@@ -78,6 +78,31 @@ func startProcCluster(t *testing.T, n int, protocol string) *procCluster {
 	return c
 }
 
+// settled reports whether no server holds a prepared transaction and query
+// (one text value) answers the same on every server.
+func (c *procCluster) settled(query string) bool {
+	ctx := context.Background()
+	answers := map[string]bool{}
+	for _, s := range c.pg.Servers {
+		d, err := pgx.Connect(ctx, s.DSN("postgres"))
+		if err != nil {
+			return false
+		}
+		var answer string
+		var prepared int
+		err = d.QueryRow(ctx, query).Scan(&answer)
+		if err == nil {
+			err = d.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared)
+		}
+		d.Close(ctx)
+		if err != nil || prepared > 0 {
+			return false
+		}
+		answers[answer] = true
+	}
+	return len(answers) == 1
+}
+
 // state describes every node for a failure message: row counts, prepared
 // transactions and the tail of the node's log.
 func (c *procCluster) state() string {
@@ -225,23 +250,7 @@ func TestKillNodeMidCommitAndRestart(t *testing.T) {
 
 	// Converged, identical, nothing left prepared, nothing unreplicated.
 	require.Eventually(t, func() bool {
-		sums := map[string]bool{}
-		for i := range c.pg.Servers {
-			d, err := pgx.Connect(ctx, c.pg.Servers[i].DSN("postgres"))
-			if err != nil {
-				return false
-			}
-			var sum string
-			var prepared int
-			_ = d.QueryRow(ctx, "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') FROM ledger t").Scan(&sum)
-			_ = d.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared)
-			d.Close(ctx)
-			if prepared > 0 {
-				return false
-			}
-			sums[sum] = true
-		}
-		return len(sums) == 1
+		return c.settled("SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') FROM ledger t")
 	}, 60*time.Second, 500*time.Millisecond, "nodes did not converge to identical data with no prepared transactions left:\n%s", c.state())
 	for i := range c.procs {
 		require.Zero(t, c.metric(i, "ordo_capture_unreplicated_commits_total"), "node %d", i+1)
@@ -286,22 +295,7 @@ func TestMinorityCannotCommit(t *testing.T) {
 	// The transaction is decided one way everywhere once the majority is
 	// back (its entry or its abort, whichever is delivered first).
 	require.Eventually(t, func() bool {
-		counts := map[int]bool{}
-		for i := range c.pg.Servers {
-			d, err := pgx.Connect(ctx, c.pg.Servers[i].DSN("postgres"))
-			if err != nil {
-				return false
-			}
-			var n, prepared int
-			_ = d.QueryRow(ctx, "SELECT count(*) FROM m").Scan(&n)
-			_ = d.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared)
-			d.Close(ctx)
-			if prepared > 0 {
-				return false
-			}
-			counts[n] = true
-		}
-		return len(counts) == 1
+		return c.settled("SELECT count(*)::text FROM m")
 	}, 60*time.Second, 500*time.Millisecond)
 	_, err = conn.Exec(ctx, "INSERT INTO m VALUES (2)")
 	require.NoError(t, err, "after healing, the node commits again")

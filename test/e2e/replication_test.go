@@ -24,15 +24,15 @@ func sqlstate(err error) string {
 }
 
 // counter sums the samples of a counter of node i whose labels include
-// every label given.
+// every label given; the node must export the counter.
 func (c *cluster) counter(i int, name string, labels map[string]string) float64 {
 	mfs, err := c.nodes[i].Registry().Gather()
 	require.NoError(c.t, err)
-	total := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
+		total := 0.0
 	metrics:
 		for _, m := range mf.GetMetric() {
 			have := map[string]string{}
@@ -46,25 +46,15 @@ func (c *cluster) counter(i int, name string, labels map[string]string) float64 
 			}
 			total += m.GetCounter().GetValue()
 		}
+		return total
 	}
-	return total
+	c.t.Fatalf("node %d exports no %s", i+1, name)
+	return 0
 }
 
 // unreplicated returns ordo_capture_unreplicated_commits_total of node i.
 func (c *cluster) unreplicated(i int) float64 {
-	mfs, err := c.nodes[i].Registry().Gather()
-	require.NoError(c.t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == "ordo_capture_unreplicated_commits_total" {
-			total := 0.0
-			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-			return total
-		}
-	}
-	c.t.Fatalf("node %d has no ordo_capture_unreplicated_commits_total metric", i+1)
-	return 0
+	return c.counter(i, "ordo_capture_unreplicated_commits_total", nil)
 }
 
 func TestWriteThroughOneNodeIsVisibleEverywhere(t *testing.T) {
