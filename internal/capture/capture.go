@@ -358,6 +358,8 @@ func (c *Capture) stream(ctx context.Context, started func()) error {
 	}
 	started()
 	dec := NewDecoder(c.cfg.Limits, func(rel *RelationMsg) ([]string, error) { return primaryKey(ctx, cat, rel.RelID) })
+	dec.Uniques = func(rel *RelationMsg) ([]UniqueIndex, error) { return uniqueIndexes(ctx, cat, rel.RelID) }
+	dec.ForeignKeys = func(rel *RelationMsg) ([]ForeignKeyDesc, error) { return foreignKeys(ctx, cat, rel.RelID) }
 	var confirmed pglogrepl.LSN
 	next := time.Now().Add(c.cfg.StatusInterval)
 	for {
@@ -455,6 +457,57 @@ func (c *Capture) leak(xid uint32, rows int, what string) {
 }
 
 // primaryKey returns the primary key column names of relid in key order.
+// uniqueIndexes returns the unique indexes of relid other than its primary
+// key, key columns in index order (INCLUDE columns are not part of the
+// uniqueness). Invalid indexes count when ready: one left behind by a
+// failed CREATE INDEX CONCURRENTLY still enforces uniqueness.
+func uniqueIndexes(ctx context.Context, conn *pgx.Conn, relid uint32) ([]UniqueIndex, error) {
+	rows, err := conn.Query(ctx, `
+		SELECT c.relname, i.indnullsnotdistinct,
+		  i.indexprs IS NOT NULL OR i.indpred IS NOT NULL,
+		  ARRAY(SELECT a.attname FROM unnest(i.indkey[0:i.indnkeyatts-1]) WITH ORDINALITY AS k(attnum, ord)
+		        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		        ORDER BY k.ord)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = $1 AND i.indisunique AND NOT i.indisprimary AND i.indisready
+		ORDER BY c.relname`, relid)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (UniqueIndex, error) {
+		var u UniqueIndex
+		err := row.Scan(&u.Name, &u.NullsNotDistinct, &u.Opaque, &u.Columns)
+		return u, err
+	})
+}
+
+// foreignKeys returns the foreign keys of relid: the parent, and the child
+// columns ordered as the parent's primary key columns they reference (when
+// they reference the primary key).
+func foreignKeys(ctx context.Context, conn *pgx.Conn, relid uint32) ([]ForeignKeyDesc, error) {
+	rows, err := conn.Query(ctx, `
+		SELECT pn.nspname, pc.relname,
+		  ARRAY(SELECT a.attname FROM unnest(con.conkey, con.confkey) AS k(ch, pa)
+		        JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.ch
+		        ORDER BY array_position(pk.indkey::int2[], k.pa)),
+		  coalesce((SELECT array_agg(x ORDER BY x) FROM unnest(con.confkey) x) =
+		           (SELECT array_agg(x ORDER BY x) FROM unnest(pk.indkey::int2[]) x), false)
+		FROM pg_constraint con
+		JOIN pg_class pc ON pc.oid = con.confrelid
+		JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+		LEFT JOIN pg_index pk ON pk.indrelid = con.confrelid AND pk.indisprimary
+		WHERE con.conrelid = $1 AND con.contype = 'f'
+		ORDER BY con.conname`, relid)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ForeignKeyDesc, error) {
+		var f ForeignKeyDesc
+		err := row.Scan(&f.ParentSchema, &f.ParentTable, &f.Columns, &f.ToPrimaryKey)
+		return f, err
+	})
+}
+
 func primaryKey(ctx context.Context, conn *pgx.Conn, relid uint32) ([]string, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT a.attname

@@ -107,8 +107,13 @@ type KeyOrderFunc func(rel *RelationMsg) ([]string, error)
 type Decoder struct {
 	limits   Limits
 	keyOrder KeyOrderFunc
-	rels     map[uint32]*Table
-	cur      *pending
+	// Uniques, if set, returns the unique indexes (other than the primary
+	// key) of a relation, with column names.
+	Uniques func(rel *RelationMsg) ([]UniqueIndex, error)
+	// ForeignKeys, if set, returns the foreign keys of a relation.
+	ForeignKeys func(rel *RelationMsg) ([]ForeignKeyDesc, error)
+	rels        map[uint32]*Table
+	cur         *pending
 }
 
 type pending struct {
@@ -246,7 +251,65 @@ func (d *Decoder) table(m *RelationMsg) (*Table, error) {
 		t.Columns[i].Key = true
 		t.KeyColumns = append(t.KeyColumns, i)
 	}
+	if d.Uniques != nil {
+		us, err := d.Uniques(m)
+		if err != nil {
+			return nil, fmt.Errorf("capture: unique indexes of %s.%s: %w", ns, m.Name, err)
+		}
+		for _, u := range us {
+			cu := Unique{Name: u.Name, NullsNotDistinct: u.NullsNotDistinct, Opaque: u.Opaque}
+			for _, c := range u.Columns {
+				i, ok := byName[c]
+				if !ok {
+					cu.Opaque = true // a column not published: cannot compute the values
+					break
+				}
+				cu.Columns = append(cu.Columns, i)
+			}
+			if cu.Opaque {
+				cu.Columns = nil
+			}
+			t.Uniques = append(t.Uniques, cu)
+		}
+	}
+	if d.ForeignKeys != nil {
+		fks, err := d.ForeignKeys(m)
+		if err != nil {
+			return nil, fmt.Errorf("capture: foreign keys of %s.%s: %w", ns, m.Name, err)
+		}
+		for _, f := range fks {
+			fk := ForeignKey{ParentSchema: f.ParentSchema, ParentTable: f.ParentTable, ToPrimaryKey: f.ToPrimaryKey}
+			for _, c := range f.Columns {
+				i, ok := byName[c]
+				if !ok {
+					fk.ToPrimaryKey = false // a column not published
+					break
+				}
+				fk.Columns = append(fk.Columns, i)
+			}
+			if !fk.ToPrimaryKey {
+				fk.Columns = nil
+			}
+			t.ForeignKeys = append(t.ForeignKeys, fk)
+		}
+	}
 	return t, nil
+}
+
+// ForeignKeyDesc describes a foreign key as the catalog has it: the child
+// columns in the order of the parent's primary key columns they reference.
+type ForeignKeyDesc struct {
+	ParentSchema, ParentTable string
+	Columns                   []string
+	ToPrimaryKey              bool
+}
+
+// UniqueIndex describes a unique index as the catalog has it.
+type UniqueIndex struct {
+	Name             string
+	Columns          []string
+	NullsNotDistinct bool
+	Opaque           bool // expression or partial index
 }
 
 // change adds one row change to the current transaction. Inserts into a

@@ -55,6 +55,98 @@ type Table struct {
 	Columns []Column
 	// KeyColumns are indexes into Columns of the primary key, in key order.
 	KeyColumns []int
+	// Uniques are the table's other unique indexes, as the origin's
+	// catalog knew them when the relation was decoded.
+	Uniques []Unique
+	// ForeignKeys are the table's foreign keys, likewise.
+	ForeignKeys []ForeignKey
+}
+
+// ForeignKey is a foreign key of a table. A row written with its columns
+// all non-NULL references a parent row, which a concurrent transaction
+// must not delete: the row takes R on the parent's row key (R conflicts
+// with X, the mode of a delete, and not with other references).
+type ForeignKey struct {
+	ParentSchema, ParentTable string
+	// Columns are indexes into Table.Columns, in the order of the parent's
+	// primary key columns they reference.
+	Columns []int
+	// ToPrimaryKey is false when the foreign key references another
+	// unique constraint of the parent: a delete carries only the parent's
+	// primary key, so the reference cannot be named by row; it takes R on
+	// the parent's table key instead (conflicting only with TRUNCATE and
+	// DDL of the parent).
+	ToPrimaryKey bool
+}
+
+// referenceKeys adds to s the R keys of the parent rows an inserted or
+// updated row references.
+func referenceKeys(s *txn.KeySet, r *Row) {
+	for _, fk := range r.Table.ForeignKeys {
+		if !fk.ToPrimaryKey {
+			s.Add(txn.TableKey(fk.ParentSchema, fk.ParentTable), txn.R)
+			continue
+		}
+		vals := make([]string, len(fk.Columns))
+		ok := true
+		for i, c := range fk.Columns {
+			v := r.Values[c]
+			if v.Kind != Text { // NULL: no reference (MATCH SIMPLE); Unchanged: not a new one
+				ok = false
+				break
+			}
+			vals[i] = v.Text
+		}
+		if ok {
+			s.Add(txn.RowKey(fk.ParentSchema, fk.ParentTable, vals...), txn.R)
+		}
+	}
+}
+
+// Unique is a unique index other than the primary key. Two transactions
+// that give two rows the same values of one must not both commit, so its
+// values are a certification key (txn.UniqueKey).
+type Unique struct {
+	Name string
+	// Columns are indexes into Table.Columns, in index order.
+	Columns []int
+	// NullsNotDistinct: NULL values collide too (PostgreSQL 15's NULLS NOT
+	// DISTINCT); otherwise a row with a NULL in the index never collides.
+	NullsNotDistinct bool
+	// Opaque: an expression or partial index, whose values the capture
+	// cannot compute; every written row takes its one index-wide key, so
+	// concurrent writers of the table conflict (conservative).
+	Opaque bool
+}
+
+// uniqueKeys adds to s the unique-index keys of an inserted or updated
+// row: the new values it claims.
+func uniqueKeys(s *txn.KeySet, r *Row) {
+	for _, u := range r.Table.Uniques {
+		if u.Opaque {
+			s.Add(txn.UniqueKey(r.Table.Schema, r.Table.Name, u.Name), txn.X)
+			continue
+		}
+		vals := make([]string, len(u.Columns))
+		ok := true
+		for i, c := range u.Columns {
+			v := r.Values[c]
+			switch {
+			case v.Kind == Unchanged:
+				// A TOASTed value the update left alone: not a new claim.
+				ok = false
+			case v.Kind == Null && !u.NullsNotDistinct:
+				ok = false
+			case v.Kind == Null:
+				vals[i] = `\N` // shared with the text value \N: at worst a false conflict
+			default:
+				vals[i] = v.Text
+			}
+		}
+		if ok {
+			s.Add(txn.UniqueKey(r.Table.Schema, r.Table.Name, u.Name, vals...), txn.X)
+		}
+	}
 }
 
 // TableKey returns the certification key of the whole table.
@@ -143,10 +235,12 @@ type WriteSet struct {
 }
 
 // Keys returns the keys this write set writes, with X mode on row keys
-// (new and old) and table keys of truncated tables, and IX on the table key
-// of every written row. Granule, unique-constraint and foreign-key keys
-// need configuration and catalog knowledge the capture does not have; the
-// termination layer adds them.
+// (new and old), on the unique-index values an inserted or updated row
+// claims (Table.Uniques) and on table keys of truncated tables, R on the
+// parent rows an inserted or updated row references (Table.ForeignKeys),
+// and IX on the table key of every written row. Granule keys need
+// configuration the capture does not have; the termination layer adds
+// them.
 func (ws *WriteSet) Keys() *txn.KeySet {
 	var s txn.KeySet
 	for i := range ws.Rows {
@@ -162,6 +256,10 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 				s.Add(r.OldKey, txn.X)
 			}
 			s.Add(r.Table.TableKey(), txn.IX)
+			if r.Op != OpDelete {
+				uniqueKeys(&s, r)
+				referenceKeys(&s, r)
+			}
 		}
 	}
 	return &s
