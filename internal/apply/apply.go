@@ -39,8 +39,9 @@ type Config struct {
 	// 2s); the attempt is then rolled back and retried.
 	LockTimeout time.Duration
 	// BlockCheck is how long a statement may run before the applier asks
-	// pg_blocking_pids who blocks it, and how often it asks again (default
-	// 20ms).
+	// pg_blocking_pids who blocks it (default 2ms: the whole delivery
+	// loop waits meanwhile). It asks again at doubling intervals, up to
+	// 16 × BlockCheck.
 	BlockCheck time.Duration
 	// OnBlocked is called, from an applier goroutine, with the pids of
 	// local backends (not the applier's own) that block an apply. The
@@ -96,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		cfg.LockTimeout = 2 * time.Second
 	}
 	if cfg.BlockCheck <= 0 {
-		cfg.BlockCheck = 20 * time.Millisecond
+		cfg.BlockCheck = 2 * time.Millisecond
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 30

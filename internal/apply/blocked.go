@@ -8,7 +8,8 @@ import (
 )
 
 // watch starts a goroutine that, while a statement of w runs, asks
-// pg_blocking_pids(w's pid) every BlockCheck. Local backends that block it
+// pg_blocking_pids(w's pid) after BlockCheck, then at doubling intervals
+// up to 16 × BlockCheck. Local backends that block it
 // are passed to OnBlocked (each pid once per statement); an apply
 // connection of a later write set of the same ApplyBatch that blocks it is
 // preempted (its attempt cancelled, to be redone after this one commits).
@@ -20,7 +21,8 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 	go func() {
 		defer wg.Done()
 		reported := map[int]bool{}
-		t := time.NewTimer(a.cfg.BlockCheck)
+		every := a.cfg.BlockCheck
+		t := time.NewTimer(every)
 		defer t.Stop()
 		for {
 			select {
@@ -57,7 +59,8 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 				a.cfg.Logger.Info("apply: local transactions block an apply", "seqno", seqno, "pids", foreign)
 				a.cfg.OnBlocked(foreign)
 			}
-			t.Reset(a.cfg.BlockCheck)
+			every = min(2*every, 16*a.cfg.BlockCheck)
+			t.Reset(every)
 		}
 	}()
 	return func() {

@@ -200,7 +200,8 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 
 	// 6. Clients.
 	hooks = session.New(session.Config{
-		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
+		Registerer: n.reg,
+		NodeID:     cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
 		CommitTimeout: cfg.CommitTimeout, Logger: log, AfterDDL: normalize,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 	})

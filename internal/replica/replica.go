@@ -87,6 +87,13 @@ type Outcome struct {
 	Reason string // why it aborted
 }
 
+// waiter is a local transaction being terminated.
+type waiter struct {
+	ch      chan Outcome
+	writes  map[txn.Key]bool // its write keys
+	decided bool             // its outcome was delivered (guarded by Replica.mu)
+}
+
 // Replica is the replication engine of one node.
 type Replica struct {
 	cfg Config
@@ -97,7 +104,7 @@ type Replica struct {
 	failed atomic.Pointer[error]
 
 	mu       sync.Mutex
-	waiters  map[txn.GID]chan Outcome
+	waiters  map[txn.GID]*waiter
 	prefixCh chan struct{} // closed and replaced whenever prefix moves
 
 	// Owned by the delivery loop.
@@ -128,7 +135,7 @@ func New(cfg Config) (*Replica, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		m:          newMetrics(cfg.Registerer),
-		waiters:    make(map[txn.GID]chan Outcome),
+		waiters:    make(map[txn.GID]*waiter),
 		prefixCh:   make(chan struct{}),
 		cert:       certifier.New(certifier.Config{CheckReads: cfg.Protocol == DBSM, Window: cfg.Window}, cfg.StartAfter),
 		aborted:    make(map[txn.GID]bool),
@@ -214,9 +221,14 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("replica: encode %s: %w", t.GID, err)
 	}
-	ch := make(chan Outcome, 1)
+	w := &waiter{ch: make(chan Outcome, 1), writes: make(map[txn.Key]bool)}
+	for _, k := range t.Keys {
+		if k.Mode&txn.X != 0 {
+			w.writes[k.Key] = true
+		}
+	}
 	r.mu.Lock()
-	r.waiters[t.GID] = ch
+	r.waiters[t.GID] = w
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -228,7 +240,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	select {
-	case o := <-ch:
+	case o := <-w.ch:
 		r.m.commitLatency.Observe(time.Since(began).Seconds())
 		return o, nil
 	case <-ctx.Done():
@@ -271,8 +283,10 @@ func (r *Replica) abortInBackground(gid txn.GID) {
 func (r *Replica) RollbackUndecided(ctx context.Context) {
 	r.mu.Lock()
 	gids := make([]txn.GID, 0, len(r.waiters))
-	for gid := range r.waiters {
-		gids = append(gids, gid)
+	for gid, w := range r.waiters {
+		if !w.decided {
+			gids = append(gids, gid)
+		}
 	}
 	r.mu.Unlock()
 	if len(gids) == 0 {
@@ -451,6 +465,7 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 			return err
 		}
 	} else if out.Commit {
+		r.rollbackConflicting(ctx, decodeKeys(e))
 		if err := r.applyEntry(ctx, seqno, e); err != nil {
 			return err
 		}
@@ -459,12 +474,49 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 		r.cfg.OnDDL(ctx)
 	}
 	r.mu.Lock()
-	ch := r.waiters[gid]
-	r.mu.Unlock()
-	if ch != nil {
-		ch <- out
+	if w := r.waiters[gid]; w != nil {
+		w.decided = true
+		w.ch <- out
 	}
+	r.mu.Unlock()
 	return nil
+}
+
+// rollbackConflicting rolls back, before a remote transaction is applied,
+// this node's undecided prepared transactions that write a key it writes:
+// they hold the row locks the apply needs, and they will fail
+// certification anyway (each took its snapshot before this apply, and the
+// remote transaction is ordered before it). Rolling them back now instead
+// of when the applier finds itself blocked saves the blocker check's
+// delay; should the order commit one after all, finishLocal applies its
+// write set.
+func (r *Replica) rollbackConflicting(ctx context.Context, keys []txn.KeyMode) {
+	var gids []txn.GID
+	r.mu.Lock()
+	for gid, w := range r.waiters {
+		if w.decided {
+			continue
+		}
+		for _, k := range keys {
+			if k.Mode&txn.X != 0 && w.writes[k.Key] {
+				gids = append(gids, gid)
+				break
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, gid := range gids {
+		if _, err := r.conn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
+			// Not prepared yet or any more; the applier's blocker check
+			// remains the safety net.
+			r.log.Debug("early rollback of a conflicting prepared transaction", "gid", gid, "err", err)
+			continue
+		}
+		r.rolledMu.Lock()
+		r.rolledBack[gid] = true
+		r.rolledMu.Unlock()
+		r.m.bruteForce.Inc()
+	}
 }
 
 // finishLocal commits or rolls back one of this node's prepared

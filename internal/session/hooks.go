@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
@@ -42,11 +43,14 @@ type Config struct {
 	// CommitTimeout bounds terminating one transaction (default 30s).
 	CommitTimeout time.Duration
 	Logger        *slog.Logger
+	// Registerer receives the sessions' metrics (nil: not registered).
+	Registerer prometheus.Registerer
 }
 
 // Hooks implements wire.Hooks for a replicating node.
 type Hooks struct {
 	cfg     Config
+	m       *metrics
 	first   uint64
 	counter atomic.Uint64
 
@@ -64,7 +68,7 @@ func New(cfg Config) *Hooks {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Hooks{cfg: cfg, byPID: make(map[uint32]*session)}
+	h := &Hooks{cfg: cfg, m: newMetrics(cfg.Registerer), byPID: make(map[uint32]*session)}
 	// GIDs must never repeat, across restarts too: start the counter at
 	// the clock.
 	h.first = uint64(time.Now().UnixNano())

@@ -5,11 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/txn"
 )
+
+// quickProbe asks whether the open transaction has an xid, and whether
+// the session has a temporary schema (it has none until it creates a
+// temporary table). Without one, it cannot have written a temporary table
+// and the full probe is not needed.
+const quickProbe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL, pg_my_temp_schema() <> 0`
 
 // probe asks PostgreSQL what the open transaction wrote: whether it has an
 // xid, and whether it holds write locks on temporary or permanent
@@ -29,7 +36,17 @@ type written struct {
 }
 
 func (s *session) probe(ctx context.Context) (written, error) {
-	res, err := s.be.Exec(ctx, probe)
+	res, err := s.be.Exec(ctx, quickProbe)
+	if err != nil {
+		return written{}, err
+	}
+	if res.Err == nil && len(res.Rows) == 1 && len(res.Rows[0]) == 2 && (res.Rows[0][0] != "t" || res.Rows[0][1] != "t") {
+		xid := res.Rows[0][0] == "t"
+		return written{xid: xid, permanent: xid}, nil
+	}
+	if res.Err == nil {
+		res, err = s.be.Exec(ctx, probe)
+	}
 	if err != nil {
 		return written{}, err
 	}
@@ -52,6 +69,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 // arrives. On success it leaves an empty transaction open, which the
 // client's COMMIT (sent on after this returns) ends.
 func (s *session) commitExplicit(ctx context.Context) error {
+	t0 := time.Now()
 	w, err := s.probe(ctx)
 	if err != nil {
 		return err
@@ -70,6 +88,7 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		return err
 	}
 	gid := s.h.nextGID()
+	t0 = s.h.m.since(stageProbe, t0)
 	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'; BEGIN")
 	if err != nil {
 		return err
@@ -78,7 +97,7 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		return prepareFailed(res.Err)
 	}
 	s.tx.done = true
-	if err := s.terminate(ctx, gid); err != nil {
+	if err := s.terminate(ctx, gid, s.h.m.since(stagePrepare, t0)); err != nil {
 		s.rollback(ctx) // the empty transaction
 		return err
 	}
@@ -117,6 +136,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	case 'I':
 		return nil // the statement ended the block itself (refused earlier)
 	}
+	t0 := time.Now()
 	w, err := s.probe(ctx)
 	if err != nil {
 		return err
@@ -134,6 +154,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return err
 	}
 	gid := s.h.nextGID()
+	t0 = s.h.m.since(stageProbe, t0)
 	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'")
 	if err != nil {
 		return err
@@ -141,7 +162,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	if res.Err != nil {
 		return prepareFailed(res.Err)
 	}
-	return s.terminate(ctx, gid)
+	return s.terminate(ctx, gid, s.h.m.since(stagePrepare, t0))
 }
 
 // afterDDL runs Config.AfterDDL in a transaction that ran DDL.
@@ -169,7 +190,8 @@ func (s *session) rollback(ctx context.Context) {
 
 // terminate hands the prepared transaction gid to the replica and waits for
 // its outcome. The replica commits or rolls back the prepared transaction.
-func (s *session) terminate(ctx context.Context, gid txn.GID) error {
+// prepared is when PREPARE TRANSACTION returned.
+func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.CommitTimeout)
 	defer cancel()
 	ws, err := s.h.cfg.Capture.Await(ctx, gid)
@@ -180,6 +202,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID) error {
 		}
 		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
 	}
+	captured := s.h.m.since(stageCapture, prepared)
 	t := &replica.Txn{
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,
@@ -200,6 +223,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID) error {
 	}
 	t.Keys = keys.Sorted()
 	out, err := s.h.cfg.Replica.Terminate(ctx, t)
+	s.h.m.since(stageTerminate, captured)
 	if err != nil {
 		if errors.Is(err, replica.ErrInconsistent) {
 			s.abandon(gid)

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,11 @@ var (
 	runs     = flag.Int("runs", 3, "runs per configuration (medians are reported)")
 	duration = flag.Duration("duration", 10*time.Second, "length of one run")
 	scale    = flag.Int("scale", 10, "pgbench scale factor")
+	protos   = flag.String("protocols", "dbsm-si,dbsm", "protocols to measure (comma-separated)")
+	metrics  = flag.Int("metrics-port", 0, "if set, node i serves /metrics on this port + i - 1 (for investigation)")
+	clientsF = flag.String("clients", "1,8", "client counts to measure (comma-separated)")
+	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the Ordo nodes (all in this process) during the cluster runs")
+	verbose  = flag.Bool("v", false, "print pgbench's own report of every run")
 )
 
 func main() {
@@ -69,7 +75,15 @@ func run() error {
 		return err
 	}
 	results := map[string]result{}
-	for _, clients := range []int{1, 8} {
+	var clientCounts []int
+	for _, c := range strings.Split(*clientsF, ",") {
+		n, err := strconv.Atoi(c)
+		if err != nil {
+			return fmt.Errorf("-clients: %w", err)
+		}
+		clientCounts = append(clientCounts, n)
+	}
+	for _, clients := range clientCounts {
 		r, err := measure(pgbench, []string{direct.Servers[0].DSN("postgres")}, clients)
 		if err != nil {
 			return err
@@ -77,7 +91,7 @@ func run() error {
 		results[fmt.Sprintf("direct/%d", clients)] = r
 		fmt.Printf("direct   clients=%d tps=%.1f p50=%.3fms\n", clients, r.tps, r.p50ms)
 	}
-	for _, protocol := range []string{"dbsm-si", "dbsm"} {
+	for _, protocol := range strings.Split(*protos, ",") {
 		// The initial data (a million rows at scale 10, more than one write
 		// set may hold) is loaded into every PostgreSQL server before the
 		// nodes start; pgbench -i generates identical data everywhere.
@@ -85,7 +99,16 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		for _, clients := range []int{1, 8} {
+		if *cpuprof != "" {
+			f, err := os.Create(fmt.Sprintf("%s.%s", *cpuprof, protocol))
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+		}
+		for _, clients := range clientCounts {
 			targets := dsns
 			if clients == 1 {
 				targets = dsns[:1]
@@ -98,7 +121,15 @@ func run() error {
 			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
 			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms\n", protocol, clients, r.tps, r.p50ms)
 		}
+		if *cpuprof != "" {
+			pprof.StopCPUProfile()
+		}
 		stop()
+	}
+	for _, k := range []string{"direct/1", "direct/8", "dbsm/1", "dbsm/8", "dbsm-si/1", "dbsm-si/8"} {
+		if _, ok := results[k]; !ok {
+			return nil // a partial run prints no RESULT line
+		}
 	}
 	ratioSI := results["dbsm-si/8"].tps / results["direct/8"].tps
 	ratioS := results["dbsm/8"].tps / results["direct/8"].tps
@@ -157,6 +188,9 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 				if m == nil {
 					errs = append(errs, fmt.Errorf("pgbench printed no tps:\n%s", out))
 					return
+				}
+				if *verbose {
+					fmt.Fprintf(os.Stderr, "%s\n", out)
 				}
 				v, _ := strconv.ParseFloat(string(m[1]), 64)
 				total += v
@@ -262,6 +296,9 @@ func startCluster(ctx context.Context, protocol string, load func(dsn string) er
 		}
 		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
 			DataDir: filepath.Join(dir, s.Name), Peers: peers, Protocol: protocol}
+		if *metrics != 0 {
+			cfg.MetricsListen = fmt.Sprintf("127.0.0.1:%d", *metrics+i)
+		}
 		cfg.Defaults()
 		n, err := node.Start(ctx, cfg, log)
 		if err != nil {
