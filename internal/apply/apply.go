@@ -207,6 +207,9 @@ func (a *Applier) AppliedPrefix(ctx context.Context) (uint64, error) {
 	return uint64(s), nil
 }
 
+// Workers returns the number of apply connections.
+func (a *Applier) Workers() int { return len(a.workers) }
+
 // Apply applies one write set as seqno on the first worker and commits it,
 // together with its proof row (seqno, gid) in _ordo.applied. A write set
 // whose seqno or gid is already proven is skipped: applied reports false.
@@ -357,6 +360,22 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 			}
 		}
 		stop()
+	}
+	// A small write set applied on its own (no ordering with other
+	// workers, no DDL, no AfterDDL) is one round trip: BEGIN, proof, rows
+	// and COMMIT. An error ends the pipeline before COMMIT; a row count
+	// found wrong afterwards is a divergence that stops the node all the
+	// same.
+	oneTrip := order == nil && len(it.WriteSet.DDL) == 0 && head != nil && len(stmts) <= a.cfg.BatchSize
+	if oneTrip {
+		chunk := append(append(head, stmts...), stmt{sql: "COMMIT", want: -1})
+		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
+			if alreadyProven(err) {
+				return skip()
+			}
+			return false, err
+		}
+		return true, nil
 	}
 	for i := 0; i < len(stmts); i += a.cfg.BatchSize {
 		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]

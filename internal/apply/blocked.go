@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -20,7 +21,12 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		reported := map[int]bool{}
+		// A blocker is reported again if it still blocks a while later: a
+		// session may have been between statements when asked to abort,
+		// and pid 0 stands for every prepared transaction, old or new.
+		reported := map[int]time.Time{}
+		began := time.Now()
+		warned := false
 		every := a.cfg.BlockCheck
 		t := time.NewTimer(every)
 		defer t.Stop()
@@ -48,10 +54,14 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 					ow.mu.Unlock()
 					continue
 				}
-				if !reported[p] {
-					reported[p] = true
+				if last, ok := reported[p]; !ok || p == 0 || time.Since(last) >= 50*time.Millisecond {
+					reported[p] = time.Now()
 					foreign = append(foreign, p)
 				}
+			}
+			if len(pids) > 0 && !warned && time.Since(began) > time.Second {
+				warned = true
+				a.cfg.Logger.Warn("apply: blocked for over a second", "seqno", seqno, "blockers", a.describe(ctx, pids))
 			}
 			if len(foreign) > 0 && a.cfg.OnBlocked != nil {
 				slices.Sort(foreign)
@@ -67,6 +77,25 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 		close(done)
 		wg.Wait()
 	}
+}
+
+// describe says what the backends pids are doing, for the log.
+func (a *Applier) describe(ctx context.Context, pids []int) string {
+	a.monMu.Lock()
+	defer a.monMu.Unlock()
+	if a.monitor == nil {
+		return fmt.Sprint(pids)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var out string
+	err := a.monitor.QueryRow(qctx, `SELECT coalesce(string_agg(format('pid %s (%s, %s): %s', pid, backend_type, state, left(query, 80)), '; '), '')
+		|| CASE WHEN 0 = ANY($1) THEN ' prepared: ' || (SELECT coalesce(string_agg(gid, ','), '') FROM pg_prepared_xacts) ELSE '' END
+		FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&out)
+	if err != nil {
+		return fmt.Sprint(pids, " (", err, ")")
+	}
+	return out
 }
 
 // blockers returns pg_blocking_pids(pid).

@@ -122,7 +122,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	var rep *replica.Replica
 	var hooks *session.Hooks
 	n.applier, err = apply.Open(ctx, apply.Config{
-		DSN: cfg.Postgres, Logger: log, Registerer: n.reg, AfterDDL: normalize,
+		DSN: cfg.Postgres, Logger: log, Registerer: n.reg, AfterDDL: normalize, Workers: cfg.ApplyWorkers,
 		OnBlocked: func(pids []int) { n.bruteForce(rep, hooks, pids) },
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ type metrics struct {
 	commitLatency prometheus.Histogram
 	applyLatency  prometheus.Histogram
 	applied       prometheus.Gauge
+	queue         prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,12 +38,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordo_replica_apply_seconds", Help: "Time to apply one remote transaction.", Buckets: buckets,
 		}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_replica_apply_queue_length",
+			Help: "Delivered entries waiting to be carried out on this node when the delivery loop last took work (its own batch included).",
+		}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_replica_applied_prefix", Help: "The applied prefix: every entry up to this seqno is carried out locally.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -289,6 +290,9 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
+	r.rolledMu.Lock()
+	gids = slices.DeleteFunc(gids, func(g txn.GID) bool { return r.rolledBack[g] })
+	r.rolledMu.Unlock()
 	if len(gids) == 0 {
 		return
 	}
@@ -363,8 +367,18 @@ func (r *Replica) connectLoop(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// maxBatch bounds the deliveries the loop takes at once.
+const maxBatch = 64
+
 // Run is the delivery loop. It returns when ctx ends or the order's
 // delivery channel closes, after the background proposals finish.
+//
+// It takes every delivery already waiting (up to maxBatch) at once and
+// carries them out in order, except that consecutive remote transactions
+// without DDL are applied together (apply.ApplyBatch: in parallel where
+// their rows do not overlap, committed in seqno order). The applied prefix
+// moves past an entry only once it and every entry before it are carried
+// out.
 func (r *Replica) Run(ctx context.Context) error {
 	defer r.bg.Wait()
 	conn, err := r.connectLoop(ctx)
@@ -374,6 +388,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.conn = conn
 	defer func() { r.conn.Close(context.Background()) }()
 	for {
+		var batch []totalorder.Delivery
 		select {
 		case <-ctx.Done():
 			return nil
@@ -381,15 +396,121 @@ func (r *Replica) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if err := r.deliver(ctx, d); err != nil {
-				if ctx.Err() != nil {
-					return nil
+			batch = append(batch, d)
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case d, ok := <-r.cfg.Order.Deliveries():
+				if !ok {
+					break drain
 				}
-				r.fail(err)
-				return err
+				batch = append(batch, d)
+			default:
+				break drain
 			}
 		}
+		r.m.queue.Set(float64(len(batch) + len(r.cfg.Order.Deliveries())))
+		if err := r.deliverBatch(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.fail(err)
+			return err
+		}
 	}
+}
+
+// deliverBatch carries out deliveries in order, applying runs of remote
+// transactions together.
+func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery) error {
+	var run []apply.Item // remote commits not yet applied
+	var runLast uint64
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		began := time.Now()
+		if len(run) == 1 || r.cfg.Applier.Workers() == 1 {
+			for _, it := range run {
+				if _, err := r.cfg.Applier.Apply(ctx, it.Seqno, it.WriteSet); err != nil {
+					return fmt.Errorf("replica: apply %s at seqno %d: %w", it.WriteSet.GID, it.Seqno, err)
+				}
+			}
+		} else if err := r.cfg.Applier.ApplyBatch(ctx, run); err != nil {
+			return fmt.Errorf("replica: apply seqnos %d-%d: %w", run[0].Seqno, runLast, err)
+		}
+		per := time.Since(began).Seconds() / float64(len(run))
+		for range run {
+			r.m.applyLatency.Observe(per)
+		}
+		run = run[:0]
+		r.publish(runLast)
+		return nil
+	}
+	for _, d := range batch {
+		it, kind, err := r.batchable(ctx, d)
+		if err != nil {
+			return err
+		}
+		switch kind {
+		case remoteApply:
+			run = append(run, it)
+			runLast = d.Seqno
+			continue
+		case remoteAbort:
+			if len(run) > 0 {
+				runLast = d.Seqno // published with the run
+			} else {
+				r.publish(d.Seqno)
+			}
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if err := r.deliver(ctx, d); err != nil {
+			return err
+		}
+	}
+	return flush()
+}
+
+// What batchable found.
+const (
+	other       = iota // anything else: carry it out with deliver
+	remoteApply        // a remote transaction that commits: apply the item
+	remoteAbort        // a remote transaction that aborts: nothing to do
+)
+
+// batchable certifies d if it is a transaction from another node without
+// DDL and says whether it is to be applied; anything else is left to
+// deliver, uncertified.
+func (r *Replica) batchable(ctx context.Context, d totalorder.Delivery) (apply.Item, int, error) {
+	if d.Type == totalorder.DeliverySnapshot {
+		return apply.Item{}, other, nil
+	}
+	var e ordov1.Entry
+	if err := proto.Unmarshal(d.Data, &e); err != nil {
+		return apply.Item{}, other, fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
+	}
+	k, ok := e.Kind.(*ordov1.Entry_Txn)
+	if !ok || k.Txn.Origin == r.cfg.NodeID || len(k.Txn.Ddl) > 0 {
+		return apply.Item{}, other, nil
+	}
+	out, err := r.certify(d.Seqno, k.Txn)
+	if err != nil {
+		return apply.Item{}, other, err
+	}
+	if !out.Commit {
+		return apply.Item{}, remoteAbort, nil
+	}
+	ws, err := decodeWriteSet(k.Txn)
+	if err != nil {
+		return apply.Item{}, other, err
+	}
+	r.rollbackConflicting(ctx, decodeKeys(k.Txn))
+	return apply.Item{Seqno: d.Seqno, WriteSet: ws}, remoteApply, nil
 }
 
 func (r *Replica) deliver(ctx context.Context, d totalorder.Delivery) error {
@@ -425,13 +546,14 @@ func (r *Replica) deliver(ctx context.Context, d totalorder.Delivery) error {
 	return nil
 }
 
-func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEntry) error {
+// certify decides a delivered transaction (an AbortEntry delivered before
+// it aborts it) and counts the outcome.
+func (r *Replica) certify(seqno uint64, e *ordov1.TxnEntry) (Outcome, error) {
 	gid := txn.GID(e.Gid)
 	if e.Protocol != r.cfg.Protocol {
-		return fmt.Errorf("replica: entry %d (%s) was proposed under protocol %q, this node runs %q", seqno, gid, e.Protocol, r.cfg.Protocol)
+		return Outcome{}, fmt.Errorf("replica: entry %d (%s) was proposed under protocol %q, this node runs %q", seqno, gid, e.Protocol, r.cfg.Protocol)
 	}
-	var out Outcome
-	out.Seqno = seqno
+	out := Outcome{Seqno: seqno}
 	reason := ""
 	if r.aborted[gid] {
 		delete(r.aborted, gid)
@@ -459,7 +581,15 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 	} else {
 		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort", reason).Inc()
 	}
+	return out, nil
+}
 
+func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEntry) error {
+	gid := txn.GID(e.Gid)
+	out, err := r.certify(seqno, e)
+	if err != nil {
+		return err
+	}
 	if e.Origin == r.cfg.NodeID {
 		if err := r.finishLocal(ctx, seqno, gid, out.Commit, e); err != nil {
 			return err

@@ -49,6 +49,10 @@ type Node struct {
 	// CertificationWindow is how many seqnos certification remembers;
 	// cluster-wide (default 100000).
 	CertificationWindow uint64 `yaml:"certification_window"`
+	// ApplyWorkers is the number of connections that apply other nodes'
+	// transactions, in parallel where their rows do not overlap, committed
+	// in order (default 4).
+	ApplyWorkers int `yaml:"apply_workers"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
 	// LocalDatabases may be connected to through this node without being
@@ -119,6 +123,9 @@ func (n *Node) Defaults() {
 	if n.MaxConnections == 0 {
 		n.MaxConnections = 1000
 	}
+	if n.ApplyWorkers == 0 {
+		n.ApplyWorkers = 4
+	}
 	if n.SequenceStride == 0 {
 		n.SequenceStride = 100
 	}
@@ -165,6 +172,9 @@ func (n *Node) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			bad("peers: %d: %q is not host:port", id, addr)
 		}
+	}
+	if n.ApplyWorkers < 1 || n.ApplyWorkers > 64 {
+		bad("apply_workers: must be between 1 and 64, got %d", n.ApplyWorkers)
 	}
 	if n.SequenceStride <= MaxNodes {
 		bad("sequence_stride: must be larger than the largest node id %d, got %d", MaxNodes, n.SequenceStride)

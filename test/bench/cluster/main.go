@@ -44,6 +44,8 @@ var (
 	metrics  = flag.Int("metrics-port", 0, "if set, node i serves /metrics on this port + i - 1 (for investigation)")
 	clientsF = flag.String("clients", "1,8", "client counts to measure (comma-separated)")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the Ordo nodes (all in this process) during the cluster runs")
+	logFile  = flag.String("log", "", "write the nodes' log to this file (for investigation)")
+	workers  = flag.Int("apply-workers", 0, "apply_workers of every node (0: the default)")
 	verbose  = flag.Bool("v", false, "print pgbench's own report of every run")
 )
 
@@ -287,7 +289,16 @@ func startCluster(ctx context.Context, protocol string, load func(dsn string) er
 		os.RemoveAll(dir)
 	}
 	var dsns []string
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logOut io.Writer = io.Discard
+	if *logFile != "" {
+		f, err := os.Create(*logFile)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		logOut = f
+	}
+	log := slog.New(slog.NewTextHandler(logOut, nil))
 	for i, s := range pg.Servers {
 		listen, err := freeAddr()
 		if err != nil {
@@ -296,6 +307,7 @@ func startCluster(ctx context.Context, protocol string, load func(dsn string) er
 		}
 		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
 			DataDir: filepath.Join(dir, s.Name), Peers: peers, Protocol: protocol}
+		cfg.ApplyWorkers = *workers
 		if *metrics != 0 {
 			cfg.MetricsListen = fmt.Sprintf("127.0.0.1:%d", *metrics+i)
 		}
