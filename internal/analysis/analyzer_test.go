@@ -155,3 +155,24 @@ func TestRefusedTwoPhase(t *testing.T) {
 		t.Error("COMMIT is not refused and does not update")
 	}
 }
+
+func TestSetvalMakesAnUpdate(t *testing.T) {
+	a := New(&swapSource{testCatalog(t)}, Options{})
+	env := NewEnv([]string{"public"})
+	for _, sql := range []string{
+		"SELECT setval('item_seq', 42)",
+		"SELECT pg_catalog.setval('item_seq', (SELECT max(i_id) FROM item), true)",
+	} {
+		st, err := a.Analyze(sql, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st[0].SetsSequence || !st[0].Updates() {
+			t.Fatalf("%s: SetsSequence=%v Updates=%v (kind %v), want both", sql, st[0].SetsSequence, st[0].Updates(), st[0].Kind)
+		}
+	}
+	st, _ := a.Analyze("SELECT nextval('item_seq')", env)
+	if st[0].SetsSequence {
+		t.Fatal("nextval does not set a sequence")
+	}
+}

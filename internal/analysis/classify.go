@@ -413,8 +413,12 @@ func (w *walker) finish() {
 			st.Reason = w.readsAll
 		}
 	}
+	st.SetsSequence = w.setval
 	switch st.Kind {
 	case KindRead:
+		if w.setval && w.opaque == "" {
+			st.Kind = KindWrite // sequence state is replicated at commit
+		}
 		if w.opaque != "" {
 			st.Kind = KindOpaque
 			st.Reason = w.opaque

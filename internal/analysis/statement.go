@@ -153,6 +153,10 @@ type Statement struct {
 	// or references (KindDDL), schema-qualified; certification takes X on
 	// each.
 	DDLTargets []catalog.Name
+	// SetsSequence: the statement calls setval. Sequence changes are not
+	// decoded, so the session replicates the sequences' new state at
+	// commit; such a statement makes an update transaction.
+	SetsSequence bool
 	// NumParams is the highest $n used.
 	NumParams int
 

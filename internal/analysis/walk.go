@@ -23,6 +23,7 @@ type walker struct {
 	locking              bool // FOR UPDATE/SHARE anywhere
 	opaque               string
 	readsAll             string // reason, "" if none
+	setval               bool   // calls pg_catalog.setval
 }
 
 // relRef is one item of a FROM list (or a DML target) visible to column
@@ -477,6 +478,9 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 		full = schema + "." + name
 	}
 	f, ok := w.cat.Func(w.sp, schema, name)
+	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "setval" {
+		w.setval = true
+	}
 	switch {
 	case !ok:
 		w.markUnknown(full + "()")

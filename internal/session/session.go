@@ -53,6 +53,8 @@ type txState struct {
 	reads    txn.ReadSet
 	ddl      []string
 	ddlKeys  []txn.Key
+	// seqBefore: the sequences' positions before the first setval.
+	seqBefore seqState
 	// notify holds LISTEN, UNLISTEN and NOTIFY statements sent inside the
 	// transaction: PostgreSQL refuses to PREPARE a transaction that ran
 	// them, so they run in the transaction's final local commit instead
@@ -102,7 +104,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
-			return s.beforeSnapshot(ctx, true)
+			if err := s.beforeSnapshot(ctx, true); err != nil {
+				return err
+			}
+		}
+		if first && setsSequence(stmts) && s.be.TxStatus() != 'E' {
+			// Parse runs nothing: the positions now are those before the
+			// statement executes, later in this unit.
+			return s.noteSequences(ctx)
 		}
 		return nil
 	case wire.KindBind:
@@ -177,6 +186,15 @@ func notifyTag(parseNode string) string {
 func updates(stmts []*analysis.Statement) bool {
 	for _, a := range stmts {
 		if a.Updates() {
+			return true
+		}
+	}
+	return false
+}
+
+func setsSequence(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.SetsSequence {
 			return true
 		}
 	}
@@ -280,6 +298,15 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		}
 		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
 			return err
+		}
+		if a.SetsSequence && s.tx.seqBefore == nil {
+			if !atBoundary {
+				return pgErr(codeFeatureNotSupported,
+					"ordo: setval pipelined after other statements in one batch cannot be replicated; send it after a Sync")
+			}
+			if err := s.noteSequences(ctx); err != nil {
+				return err
+			}
 		}
 		s.track(a, params)
 	}

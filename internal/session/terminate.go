@@ -70,11 +70,15 @@ func (s *session) probe(ctx context.Context) (written, error) {
 // client's COMMIT (sent on after this returns) ends.
 func (s *session) commitExplicit(ctx context.Context) error {
 	t0 := time.Now()
+	seqs, err := s.sequenceChanges(ctx)
+	if err != nil {
+		return err
+	}
 	w, err := s.probe(ctx)
 	if err != nil {
 		return err
 	}
-	if !w.xid || (w.temp && !w.permanent) {
+	if !seqs && (!w.xid || (w.temp && !w.permanent)) {
 		// Read-only, or wrote only temporary tables: commit locally.
 		s.tx.done = true
 		return s.runNotify(ctx)
@@ -137,11 +141,15 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return nil // the statement ended the block itself (refused earlier)
 	}
 	t0 := time.Now()
+	seqs, err := s.sequenceChanges(ctx)
+	if err != nil {
+		return err
+	}
 	w, err := s.probe(ctx)
 	if err != nil {
 		return err
 	}
-	if !w.xid || (w.temp && !w.permanent) {
+	if !seqs && (!w.xid || (w.temp && !w.permanent)) {
 		_, err := s.be.Exec(ctx, "COMMIT")
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -122,4 +123,59 @@ func TestSequencesNeverCollide(t *testing.T) {
 		require.Equal(t, sum, c.checksum(i, "events"), "node %d differs", i+1)
 	}
 	t.Logf("%d rows inserted through 3 nodes", n)
+}
+
+// TestSetvalMovesEveryNode: rows loaded with explicit ids through one node
+// followed by setval (what a pg_dump restore does) leave every node's
+// sequence above them, so inserts on other nodes do not collide with the
+// loaded rows; setval to a lower value is carried too; each node stays in
+// its own residue class.
+func TestSetvalMovesEveryNode(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	a := c.connect(0)
+	_, err := a.Exec(ctx, "CREATE TABLE loaded (id serial PRIMARY KEY, v text); CREATE SEQUENCE free_seq")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO loaded (id, v) SELECT g, 'x' FROM generate_series(1, 5000) g")
+	require.NoError(t, err)
+	// Autocommit, through the simple protocol, as pg_dump's script has it.
+	_, err = a.Exec(ctx, "SELECT pg_catalog.setval('public.loaded_id_seq', 5000, true)", pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	// In a transaction block, through the extended protocol.
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT setval('free_seq', $1)", 70000)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	c.waitConverged()
+
+	for i := 0; i < 3; i++ {
+		conn := c.connect(i)
+		var id int64
+		require.NoError(t, conn.QueryRow(ctx, "INSERT INTO loaded (v) VALUES ('y') RETURNING id").Scan(&id),
+			"node %d: an insert after the load must not collide with the loaded ids", i+1)
+		require.Greater(t, id, int64(5000), "node %d", i+1)
+		require.EqualValues(t, i+1, id%100, "node %d keeps its residue class", i+1)
+		var v int64
+		require.NoError(t, conn.QueryRow(ctx, "SELECT nextval('free_seq')").Scan(&v))
+		require.Greater(t, v, int64(70000), "node %d: free_seq continues above the setval", i+1)
+		require.EqualValues(t, i+1, v%100, "node %d keeps its residue class", i+1)
+	}
+
+	// setval back down (a reset) is carried too.
+	_, err = c.connect(1).Exec(ctx, "SELECT setval('free_seq', 10)")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		var v int64
+		require.NoError(t, c.connect(i).QueryRow(ctx, "SELECT nextval('free_seq')").Scan(&v))
+		require.Less(t, v, int64(70000), "node %d: the reset reached it", i+1)
+		require.EqualValues(t, i+1, v%100, "node %d keeps its residue class", i+1)
+	}
+	c.waitConverged()
+	sum := c.checksum(0, "loaded")
+	for i := range c.nodes {
+		require.Equal(t, sum, c.checksum(i, "loaded"))
+		require.Zero(t, c.unreplicated(i))
+	}
 }

@@ -1,0 +1,114 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// Sequence changes are not decoded (PostgreSQL 15's logical decoding does
+// not carry them), and nextval is deliberately local (see
+// internal/sequences). setval is different: it says where a sequence
+// continues, typically after rows with explicit ids were loaded (pg_dump
+// ends every table with one), and every node must then continue above that
+// point. So a transaction that calls setval replicates the new positions of
+// the sequences it changed, as statements replayed on every node, followed
+// by the normalization every DDL transaction runs (each node's sequence
+// goes back to its own residue class, above the new position and above
+// every value in the column that owns it).
+
+// seqStateSQL lists every user sequence with its position.
+const seqStateSQL = `SELECT format('%I.%I', n.nspname, c.relname), s.last_value::text
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN LATERAL pg_sequence_last_value(c.oid) AS s(last_value)
+WHERE c.relkind = 'S' AND c.relpersistence = 'p' AND n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo')`
+
+// seqState maps a sequence to its last value ("" before its first use).
+type seqState map[string]string
+
+func (s *session) sequenceState(ctx context.Context) (seqState, error) {
+	res, err := s.be.Exec(ctx, seqStateSQL)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	st := make(seqState, len(res.Rows))
+	for _, r := range res.Rows {
+		if len(r) == 2 {
+			st[r[0]] = r[1]
+		}
+	}
+	return st, nil
+}
+
+// noteSequences records the sequences' positions before the transaction's
+// first setval; the backend must be at a boundary.
+func (s *session) noteSequences(ctx context.Context) error {
+	if s.tx.seqBefore != nil {
+		return nil
+	}
+	st, err := s.sequenceState(ctx)
+	if err != nil {
+		return err
+	}
+	s.tx.seqBefore = st
+	return nil
+}
+
+// sequenceChanges adds the replay of the transaction's sequence changes to
+// its DDL; it reports whether there were any.
+func (s *session) sequenceChanges(ctx context.Context) (bool, error) {
+	if s.tx.seqBefore == nil {
+		return false, nil
+	}
+	after, err := s.sequenceState(ctx)
+	if err != nil {
+		return false, err
+	}
+	replay := sequenceReplay(s.tx.seqBefore, after)
+	s.tx.ddl = append(s.tx.ddl, replay...)
+	return len(replay) > 0, nil
+}
+
+// sequenceReplay returns the statements that carry the sequence changes
+// made since before to the other nodes: a sequence moved back (setval to a
+// lower value) is set exactly; one moved forward (setval, or nextval in
+// the same transaction) is only ever moved forward on the other nodes,
+// which may already be further on. Sequences created or dropped since are
+// DDL, replicated as such.
+func sequenceReplay(before, after seqState) []string {
+	var out []string
+	for name, v := range after {
+		old, ok := before[name]
+		if !ok || old == v || v == "" {
+			continue
+		}
+		nv, err1 := strconv.ParseInt(v, 10, 64)
+		ov, err2 := strconv.ParseInt(old, 10, 64)
+		if err1 != nil {
+			continue
+		}
+		reg := quoteLiteral(name)
+		if old != "" && err2 == nil && nv < ov {
+			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, %d, true)", reg, nv))
+		} else {
+			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, greatest(%d, last_value), true) FROM %s", reg, nv, name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func quoteLiteral(s string) string {
+	b := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			b = append(b, '\'')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '\''))
+}
