@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"sort"
 	"strconv"
@@ -131,6 +132,23 @@ func (w *walker) top(n *pg.Node) {
 		st.Explain = true
 	case *pg.Node_VacuumStmt, *pg.Node_CheckPointStmt, *pg.Node_ClusterStmt, *pg.Node_ReindexStmt, *pg.Node_LoadStmt, *pg.Node_AlterSystemStmt:
 		st.Kind = KindLocal
+	case *pg.Node_CreatedbStmt, *pg.Node_DropdbStmt, *pg.Node_CreateTableSpaceStmt, *pg.Node_DropTableSpaceStmt:
+		// One database per node is replicated; other databases and
+		// tablespaces (directories of this server) are the node's own.
+		st.Kind = KindLocal
+		st.Reason = "databases and tablespaces are created per node; only the configured database is replicated"
+	case *pg.Node_IndexStmt:
+		st.Kind = KindDDL
+		w.ddl(n)
+		if x.IndexStmt.Concurrent {
+			w.withoutConcurrently(n, "CREATE INDEX CONCURRENTLY")
+		}
+	case *pg.Node_DropStmt:
+		st.Kind = KindDDL
+		w.ddl(n)
+		if x.DropStmt.Concurrent {
+			w.withoutConcurrently(n, "DROP INDEX CONCURRENTLY")
+		}
 	case *pg.Node_TruncateStmt:
 		st.Kind = KindDDL
 		w.ddl(n)
@@ -154,6 +172,29 @@ func (w *walker) top(n *pg.Node) {
 		st.Kind = KindDDL
 		w.ddl(n)
 	}
+}
+
+// withoutConcurrently sets Rewrite to the statement without CONCURRENTLY.
+// A concurrent index build cannot run in a transaction block, and every
+// node must build the index at the same point of the total order: Ordo
+// runs it as a plain CREATE (DROP) INDEX inside its replicated
+// transaction, which blocks writes to the table while it runs.
+func (w *walker) withoutConcurrently(n *pg.Node, what string) {
+	c := proto.Clone(n).(*pg.Node)
+	switch x := c.Node.(type) {
+	case *pg.Node_IndexStmt:
+		x.IndexStmt.Concurrent = false
+	case *pg.Node_DropStmt:
+		x.DropStmt.Concurrent = false
+	}
+	sql, err := pg.Deparse(&pg.ParseResult{Stmts: []*pg.RawStmt{{Stmt: c}}})
+	if err != nil {
+		w.st.Kind = KindRefused
+		w.st.Reason = fmt.Sprintf("ordo: %s cannot be replicated here (%v); run it without CONCURRENTLY", what, err)
+		return
+	}
+	w.st.Rewrite = sql
+	w.st.Notice = fmt.Sprintf("ordo: %s runs without CONCURRENTLY, in total order on every node: writes to the table wait until it is done", what)
 }
 
 func (w *walker) ddl(n *pg.Node) {

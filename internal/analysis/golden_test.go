@@ -151,6 +151,12 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		if s.Kind == KindRefused || s.Kind == KindOpaque || s.ReadsAll {
 			fmt.Fprintf(&b, "\n  reason: %s", s.Reason)
 		}
+		if s.Rewrite != "" {
+			fmt.Fprintf(&b, "\n  rewrite: %s", s.Rewrite)
+		}
+		if s.SetsSequence {
+			fmt.Fprintf(&b, "\n  sets-sequence")
+		}
 		if s.Txn != nil {
 			tc := s.Txn
 			fmt.Fprintf(&b, "\n  txn: %s", tc.Op)

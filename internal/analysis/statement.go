@@ -153,6 +153,10 @@ type Statement struct {
 	// or references (KindDDL), schema-qualified; certification takes X on
 	// each.
 	DDLTargets []catalog.Name
+	// Rewrite, if set, is the text to run in place of SQL (a concurrent
+	// index build or drop runs as a plain one), and Notice tells the
+	// client why.
+	Rewrite, Notice string
 	// SetsSequence: the statement calls setval. Sequence changes are not
 	// decoded, so the session replicates the sequences' new state at
 	// commit; such a statement makes an update transaction.

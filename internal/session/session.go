@@ -79,10 +79,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	switch st.Kind {
 	case wire.KindQuery:
 		s.unitStarted = true
-		return s.execute(ctx, s.analyze(st.SQL), nil, at{wire.KindQuery, true})
+		stmts := s.analyze(st.SQL)
+		s.rewrite(st, stmts)
+		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true})
 	case wire.KindParse:
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
+		s.rewrite(st, stmts)
 		s.stmts[st.Name] = stmts
 		// A transaction-control statement acts when it is parsed as the
 		// first message of a unit: later in the unit the backend is not
@@ -134,6 +137,18 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		delete(s.stmts, st.Name)
 	}
 	return nil
+}
+
+// rewrite runs a statement the analysis rewrote (CREATE/DROP INDEX
+// CONCURRENTLY, which cannot run in the transaction Ordo replicates it in)
+// as rewritten, and tells the client. Inside a transaction block
+// PostgreSQL refuses the statement itself, as it would without Ordo.
+func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) {
+	if len(stmts) != 1 || stmts[0].Rewrite == "" || s.be.TxStatus() != 'I' || s.tx.active {
+		return
+	}
+	st.Rewrite = stmts[0].Rewrite
+	s.be.Notice(stmts[0].Notice)
 }
 
 func paramBinary(formats []int16, i int) bool {
@@ -441,7 +456,11 @@ func (s *session) sync(ctx context.Context) error {
 // track adds a statement's reads and DDL to the transaction.
 func (s *session) track(a *analysis.Statement, params []analysis.Param) {
 	if a.Kind == analysis.KindDDL {
-		s.tx.ddl = append(s.tx.ddl, a.SQL)
+		sql := a.SQL
+		if a.Rewrite != "" {
+			sql = a.Rewrite // what ran (inside a block PostgreSQL refused the original)
+		}
+		s.tx.ddl = append(s.tx.ddl, sql)
 		for _, t := range a.DDLTargets {
 			s.tx.ddlKeys = append(s.tx.ddlKeys, txn.TableKey(t.Schema, t.Name))
 		}

@@ -84,6 +84,9 @@ type Statement struct {
 	ParamFormats  []int16  // Bind: 0 text, 1 binary (see the protocol's Bind rules)
 	Params        [][]byte // Bind: nil element = SQL NULL
 	ResultFormats []int16  // Bind
+	// Rewrite may be set by Statement for a Query or a Parse: PostgreSQL
+	// then receives this text in place of SQL.
+	Rewrite string
 }
 
 // Backend is the session's PostgreSQL connection as the hooks see it.

@@ -94,6 +94,7 @@ type session struct {
 	inBytes        int64
 	inMsgs         int64
 	stmt           Statement
+	rewrite        string // Statement.Rewrite of the last hook call
 
 	// Backend goroutine state.
 	backendFatal bool
@@ -426,7 +427,11 @@ func (ss *session) clientLoop() error {
 			ss.syncsSinceExec = 0
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String}
-				if err := ss.callStatement(); err != nil {
+				err := ss.callStatement()
+				if err == nil && ss.rewrite != "" {
+					m.String = ss.rewrite
+				}
+				if err != nil {
 					var c *Completed
 					if errors.As(err, &c) {
 						// Answered by the hooks: nothing reaches PostgreSQL.
@@ -455,6 +460,9 @@ func (ss *session) clientLoop() error {
 				if ss.rejectExtended() {
 					ss.batchOpen = true
 					continue
+				}
+				if ss.rewrite != "" {
+					m.Query = ss.rewrite
 				}
 			}
 			ss.batchOpen = true
@@ -636,6 +644,7 @@ func (ss *session) callStatement() error {
 	err := ss.hooks.Statement(ss.ctx, &ss.stmt)
 	ss.drainEventsLocked()
 	ss.hookMu.Unlock()
+	ss.rewrite = ss.stmt.Rewrite
 	ss.stmt = Statement{}
 	ss.deliverEvents()
 	if err != nil {

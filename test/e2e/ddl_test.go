@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -66,9 +67,21 @@ func TestEveryDDLKindReplicates(t *testing.T) {
 		"DROP VIEW app.happy",
 		"DROP TABLE app.tmp",
 		"DROP INDEX app.person_name",
+		// Cannot run in a transaction block: replicated without
+		// CONCURRENTLY (simple and extended protocol), or local.
+		"CREATE INDEX CONCURRENTLY person_years ON app.person (years)",
+		"extended:CREATE UNIQUE INDEX CONCURRENTLY person_lower_name ON app.person (lower(name))",
+		"DROP INDEX CONCURRENTLY app.person_years",
+		"REINDEX TABLE CONCURRENTLY app.person",
+		"VACUUM ANALYZE app.person",
+		"CREATE DATABASE node_local_db",
 	}
 	for i, sql := range steps {
-		_, err := conns[i%3].Exec(ctx, sql)
+		var args []any
+		if s, ok := strings.CutPrefix(sql, "extended:"); ok {
+			sql, args = s, []any{pgx.QueryExecModeDescribeExec}
+		}
+		_, err := conns[i%3].Exec(ctx, sql, args...)
 		require.NoError(t, err, "step %d through node %d: %s", i, i%3+1, sql)
 		c.waitConverged()
 		fp := c.schemaFingerprint(0)
@@ -81,6 +94,12 @@ func TestEveryDDLKindReplicates(t *testing.T) {
 	_, err := conns[1].Exec(ctx, "CREATE TABLE app.person (id int)")
 	require.Error(t, err)
 	require.Equal(t, "42P07", sqlstate(err), "PostgreSQL's own duplicate_table error: %v", err)
+	// Inside a transaction block PostgreSQL's own refusal stands.
+	tx, err := c.connect(0).Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "CREATE INDEX CONCURRENTLY person_x ON app.person (email)")
+	require.Equal(t, "25001", sqlstate(err), "active_sql_transaction: %v", err)
+	require.NoError(t, tx.Rollback(ctx))
 	for n := range c.nodes {
 		require.Zero(t, c.unreplicated(n))
 	}
