@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -179,7 +180,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	// 5. Replication engine.
 	rep, err = replica.New(replica.Config{
 		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres,
-		Order: n.order, Applier: n.applier, StartAfter: startAfter, Logger: log, Registerer: n.reg,
+		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
 		OnDDL: func(ctx context.Context) {
 			if _, err := cat.Refresh(ctx); err != nil {
 				log.Warn("catalog refresh after DDL", "err", err)
@@ -250,6 +251,8 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /schema", n.serveSchema)
+		mux.HandleFunc("POST /schema/check", n.serveSchemaCheck)
 		n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		n.wg.Add(1)
 		go func() {
@@ -261,6 +264,28 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	}
 	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", cfg.Protocol, "replay_from", startAfter)
 	return n, nil
+}
+
+// serveSchema answers GET /schema: the latest schema comparisons with the
+// other nodes, as JSON.
+func (n *Node) serveSchema(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(n.replica.Schema())
+}
+
+// serveSchemaCheck answers POST /schema/check: every node fingerprints its
+// schema at one position of the order and compares; GET /schema shows the
+// outcome once the fingerprints are delivered.
+func (n *Node) serveSchemaCheck(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	seqno, err := n.replica.RequestSchemaCheck(ctx)
+	if err != nil {
+		http.Error(w, "schema check: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]uint64{"at_seqno": seqno})
 }
 
 // ClientAddr returns the address clients connect to.

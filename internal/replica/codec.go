@@ -58,6 +58,8 @@ func encodeTxn(t *Txn, protocol string) ([]byte, error) {
 	return proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Txn{Txn: e}})
 }
 
+func encodeEntry(e *ordov1.Entry) ([]byte, error) { return proto.Marshal(e) }
+
 func encodeAbort(gid txn.GID) ([]byte, error) {
 	return proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Abort{Abort: &ordov1.AbortEntry{Gid: string(gid)}}})
 }

@@ -11,6 +11,9 @@ type metrics struct {
 	applyLatency  prometheus.Histogram
 	applied       prometheus.Gauge
 	queue         prometheus.Gauge
+
+	schemaMismatches prometheus.Counter
+	schemaConsistent prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,12 +45,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_replica_apply_queue_length",
 			Help: "Delivered entries waiting to be carried out on this node when the delivery loop last took work (its own batch included).",
 		}),
+		schemaMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_schema_mismatches_total",
+			Help: "Other nodes' schema fingerprints that differed from this node's at the same position of the order.",
+		}),
+		schemaConsistent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_schema_consistent",
+			Help: "1 if the latest schema fingerprint of every other node matched this node's, else 0.",
+		}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_replica_applied_prefix", Help: "The applied prefix: every entry up to this seqno is carried out locally.",
 		}),
 	}
+	m.schemaConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent)
 	}
 	return m
 }

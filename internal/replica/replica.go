@@ -18,6 +18,7 @@ import (
 	"github.com/ordo-db/ordo/internal/apply"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/certifier"
+	"github.com/ordo-db/ordo/internal/schemacheck"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
@@ -61,6 +62,10 @@ type Config struct {
 	// StartAfter is the seqno the total order was started after; the
 	// applied prefix starts there.
 	StartAfter uint64
+	// Proven is the last seqno the database proved applied when the node
+	// started: entries up to it are replayed, not carried out anew (no
+	// schema fingerprints are taken for them).
+	Proven uint64
 	// OnDDL is called on the delivery loop after a transaction with DDL
 	// committed, local or remote (to refresh the catalog and normalize
 	// sequences).
@@ -118,6 +123,8 @@ type Replica struct {
 	rolledMu   sync.Mutex
 	rolledBack map[txn.GID]bool
 
+	schema schemaState
+
 	bg sync.WaitGroup
 }
 
@@ -142,6 +149,7 @@ func New(cfg Config) (*Replica, error) {
 		aborted:    make(map[txn.GID]bool),
 		rolledBack: make(map[txn.GID]bool),
 	}
+	r.schema.own = make(map[uint64]schemacheck.Snapshot)
 	r.prefix.Store(cfg.StartAfter)
 	return r, nil
 }
@@ -538,6 +546,16 @@ func (r *Replica) deliver(ctx context.Context, d totalorder.Delivery) error {
 		if err := r.deliverTxn(ctx, d.Seqno, k.Txn); err != nil {
 			return err
 		}
+	case *ordov1.Entry_SchemaCheck:
+		r.cert.Skip(d.Seqno)
+		if d.Seqno > r.cfg.Proven {
+			r.fingerprint(ctx, d.Seqno)
+		}
+	case *ordov1.Entry_Schema:
+		r.cert.Skip(d.Seqno)
+		if k.Schema.Node != r.cfg.NodeID {
+			r.compareSchema(k.Schema)
+		}
 	default:
 		r.cert.Skip(d.Seqno)
 		r.log.Warn("unknown entry kind; skipped", "seqno", d.Seqno)
@@ -600,8 +618,13 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 			return err
 		}
 	}
-	if out.Commit && len(e.Ddl) > 0 && r.cfg.OnDDL != nil {
-		r.cfg.OnDDL(ctx)
+	if out.Commit && len(e.Ddl) > 0 {
+		if r.cfg.OnDDL != nil {
+			r.cfg.OnDDL(ctx)
+		}
+		if seqno > r.cfg.Proven {
+			r.fingerprint(ctx, seqno)
+		}
 	}
 	r.mu.Lock()
 	if w := r.waiters[gid]; w != nil {

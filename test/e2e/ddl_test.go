@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -219,4 +220,44 @@ func TestOnlyTheReplicatedDatabaseIsServed(t *testing.T) {
 	_, err = local.Exec(ctx, "CREATE TABLE scratchpad (id int); INSERT INTO scratchpad VALUES (1)").ReadAll()
 	require.NoError(t, err)
 	require.Zero(t, c.unreplicated(0), "writes to a local database are not replication leaks")
+}
+
+// TestSchemaFingerprintsAreCompared: after every DDL entry each node
+// fingerprints its schema and the others compare at the same position;
+// a schema change made behind Ordo's back on one node is reported by an
+// on-demand check, naming the object that differs.
+func TestSchemaFingerprintsAreCompared(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE fp (id int PRIMARY KEY, v text)")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := range c.nodes {
+		require.Eventually(t, func() bool {
+			st := c.nodes[i].Replica().Schema()
+			if len(st.Peers) != 2 {
+				return false
+			}
+			for _, p := range st.Peers {
+				if !p.Consistent || p.AtSeqno != st.AtSeqno {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 50*time.Millisecond, "node %d compares its schema with both others after the DDL", i+1)
+	}
+
+	// Behind Ordo's back: node 3's PostgreSQL gets a column the others lack.
+	_, err = c.direct(2).Exec(ctx, "ALTER TABLE fp ADD COLUMN sneaky int")
+	require.NoError(t, err)
+	at, err := c.nodes[0].Replica().RequestSchemaCheck(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		p := c.nodes[0].Replica().Schema().Peers[3]
+		return p.AtSeqno == at && !p.Consistent
+	}, 10*time.Second, 50*time.Millisecond, "node 1 finds node 3's schema differs")
+	p := c.nodes[0].Replica().Schema().Peers[3]
+	require.Equal(t, []string{"table public.fp (different definition)"}, p.Differences)
+	require.True(t, c.nodes[0].Replica().Schema().Peers[2].Consistent, "node 2 still matches node 1")
+	require.Positive(t, c.counter(0, "ordo_schema_mismatches_total", nil))
 }

@@ -1,0 +1,78 @@
+package schemacheck
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/sequences"
+)
+
+var pg *pglocal.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var err error
+		pg, err = pglocal.Start(context.Background(), pglocal.Options{N: 2})
+		if err != nil {
+			panic(err)
+		}
+		defer pg.Stop()
+		return m.Run()
+	}())
+}
+
+func TestFingerprintNamesTheObjectsThatDiffer(t *testing.T) {
+	ctx := context.Background()
+	var conns []*pgx.Conn
+	for _, s := range pg.Servers {
+		c, err := pgx.Connect(ctx, s.DSN("postgres"))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close(ctx) })
+		conns = append(conns, c)
+	}
+	schema := `CREATE SCHEMA app;
+		CREATE TYPE app.mood AS ENUM ('ok', 'great');
+		CREATE TABLE app.t (id serial PRIMARY KEY, name text NOT NULL DEFAULT 'x', mood app.mood, CHECK (length(name) < 100));
+		CREATE INDEX t_name ON app.t (name);
+		CREATE VIEW app.v AS SELECT id FROM app.t;
+		CREATE FUNCTION app.f(int) RETURNS int LANGUAGE sql AS 'SELECT $1 + 1';
+		CREATE SEQUENCE app.free;`
+	for i, c := range conns {
+		_, err := c.Exec(ctx, schema)
+		require.NoError(t, err)
+		// Sequences are normalized differently on every node: that is
+		// not a difference.
+		_, err = c.Exec(ctx, sequences.NormalizeSQL(100, i+1))
+		require.NoError(t, err)
+	}
+	a, err := Fingerprint(ctx, conns[0])
+	require.NoError(t, err)
+	b, err := Fingerprint(ctx, conns[1])
+	require.NoError(t, err)
+	require.Equal(t, a.Hash, b.Hash, "identical schemas: %v", Diff(a, b))
+	require.Contains(t, a.Objects, "table app.t")
+	require.Contains(t, a.Objects, "index app.t_name")
+	require.Contains(t, a.Objects, "function app.f(integer)")
+
+	_, err = conns[1].Exec(ctx, `ALTER TABLE app.t ADD COLUMN extra int;
+		DROP INDEX app.t_name;
+		CREATE OR REPLACE FUNCTION app.f(int) RETURNS int LANGUAGE sql AS 'SELECT $1 + 2';
+		ALTER TYPE app.mood ADD VALUE 'meh';
+		CREATE TABLE app.only_b (id int)`)
+	require.NoError(t, err)
+	b, err = Fingerprint(ctx, conns[1])
+	require.NoError(t, err)
+	require.NotEqual(t, a.Hash, b.Hash)
+	require.Equal(t, []Difference{
+		{"function app.f(integer)", "different definition"},
+		{"index app.t_name", "only here"},
+		{"table app.only_b", "missing here"},
+		{"table app.t", "different definition"},
+		{"type app.mood", "different definition"},
+	}, Diff(a, b))
+}
