@@ -97,7 +97,11 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if _, err := conn.Exec(ctx, normalize); err != nil {
 		return nil, fmt.Errorf("node: normalize sequences: %w", err)
 	}
-	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg}
+	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
+		Limits: capture.Limits{MaxRows: cfg.MaxWriteSetRows, MaxBytes: cfg.MaxWriteSetBytes}}
+	// An entry is the write set's values plus its encoding and keys: allow
+	// twice the counted size, and a Raft message one such entry.
+	maxProposal := int(2*cfg.MaxWriteSetBytes) + 16<<20
 	if err := capture.Setup(ctx, capCfg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
@@ -146,7 +150,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if err != nil {
 		return nil, fmt.Errorf("node: listen for peers on %s: %w", cfg.PeerListen, err)
 	}
-	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn}
+	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn, MaxMsgBytes: maxProposal + 16<<20}
 	if cfg.PeerTLS.CertFile != "" {
 		if gcfg.ServerTLS, gcfg.ClientTLS, err = peerTLS(cfg.PeerTLS); err != nil {
 			peerLn.Close()
@@ -167,7 +171,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	}
 	n.order, err = totalorder.Start(totalorder.Config{
 		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr,
-		StartAfter: startAfter, ProposeTimeout: cfg.ProposeTimeout, Registerer: n.reg,
+		StartAfter: startAfter, ProposeTimeout: cfg.ProposeTimeout, Registerer: n.reg, MaxProposalBytes: maxProposal,
 		// Keep the log long enough that a restarted node replays a whole
 		// certification window from it (state transfer does not exist yet).
 		SnapshotEntries: max(1<<20, 4*cfg.CertificationWindow),

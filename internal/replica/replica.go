@@ -35,6 +35,10 @@ const (
 // commit or abort; the node resolves it when the order delivers an outcome.
 var ErrUnknownOutcome = errors.New("replica: commit outcome unknown")
 
+// ErrTooLarge is returned by Terminate when the transaction's entry
+// exceeds what the total order accepts; it was not proposed.
+var ErrTooLarge = errors.New("replica: transaction too large to replicate")
+
 // ErrInconsistent is returned by Terminate once this node has found that
 // its database differs from the others' (an apply that did not match): it
 // stops accepting update transactions rather than diverge silently.
@@ -245,6 +249,9 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		r.mu.Unlock()
 	}()
 	if _, err := r.cfg.Order.Propose(ctx, payload); err != nil {
+		if errors.Is(err, totalorder.ErrTooLarge) {
+			return Outcome{}, fmt.Errorf("%w: %w", ErrTooLarge, err)
+		}
 		r.abortInBackground(t.GID)
 		return Outcome{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}

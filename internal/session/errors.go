@@ -13,6 +13,7 @@ const (
 	codeFeatureNotSupported  = "0A000"
 	codeReadOnly             = "25006"
 	codeInternal             = "XX000"
+	codeProgramLimitExceeded = "54000"
 )
 
 func pgErr(code, format string, args ...any) *pgconn.PgError {

@@ -208,6 +208,9 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		if errors.Is(err, capture.ErrNoPrimaryKey) {
 			return pgErr(codeFeatureNotSupported, "ordo: %v; the transaction was rolled back", err)
 		}
+		if errors.Is(err, capture.ErrTooLarge) {
+			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_rows / max_write_set_bytes on every node)", err)
+		}
 		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
 	}
 	captured := s.h.m.since(stageCapture, prepared)
@@ -236,6 +239,10 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		if errors.Is(err, replica.ErrInconsistent) {
 			s.abandon(gid)
 			return pgErr(codeReadOnly, "ordo: %v", err)
+		}
+		if errors.Is(err, replica.ErrTooLarge) {
+			s.abandon(gid)
+			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_bytes on every node)", err)
 		}
 		return pgErr(codeResolutionUnknown,
 			"ordo: the cluster did not confirm the commit in time (%v); the transaction will be committed everywhere or nowhere, check before retrying", err)

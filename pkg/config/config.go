@@ -53,6 +53,13 @@ type Node struct {
 	// transactions, in parallel where their rows do not overlap, committed
 	// in order (default 4).
 	ApplyWorkers int `yaml:"apply_workers"`
+	// MaxWriteSetRows and MaxWriteSetBytes bound what one update
+	// transaction may write (rows; bytes of values plus 64 per row). A
+	// larger transaction is rolled back with SQLSTATE 54000. Defaults:
+	// 1,000,000 rows, 128 MiB. The write set travels through the total
+	// order in one entry and is held in memory on every node.
+	MaxWriteSetRows  int   `yaml:"max_write_set_rows"`
+	MaxWriteSetBytes int64 `yaml:"max_write_set_bytes"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
 	// LocalDatabases may be connected to through this node without being
@@ -126,6 +133,12 @@ func (n *Node) Defaults() {
 	if n.ApplyWorkers == 0 {
 		n.ApplyWorkers = 4
 	}
+	if n.MaxWriteSetRows == 0 {
+		n.MaxWriteSetRows = 1_000_000
+	}
+	if n.MaxWriteSetBytes == 0 {
+		n.MaxWriteSetBytes = 128 << 20
+	}
 	if n.SequenceStride == 0 {
 		n.SequenceStride = 100
 	}
@@ -172,6 +185,12 @@ func (n *Node) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			bad("peers: %d: %q is not host:port", id, addr)
 		}
+	}
+	if n.MaxWriteSetRows < 1 {
+		bad("max_write_set_rows: must be positive, got %d", n.MaxWriteSetRows)
+	}
+	if n.MaxWriteSetBytes < 1<<20 || n.MaxWriteSetBytes > 1<<30 {
+		bad("max_write_set_bytes: must be between 1 MiB and 1 GiB, got %d", n.MaxWriteSetBytes)
 	}
 	if n.ApplyWorkers < 1 || n.ApplyWorkers > 64 {
 		bad("apply_workers: must be between 1 and 64, got %d", n.ApplyWorkers)

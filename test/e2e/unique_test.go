@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // TestConcurrentDuplicateUniqueValuesOneWins: two nodes each insert a row
@@ -175,5 +177,36 @@ func TestConcurrentParentDeleteAndChildInsert(t *testing.T) {
 		for i := range c.nodes {
 			require.Equal(t, sum, c.checksum(i, tbl), "%s differs on node %d", tbl, i+1)
 		}
+	}
+}
+
+// TestTooLargeTransactionIsRefusedWhole: a transaction beyond the
+// configured write-set limits is rolled back on its node with SQLSTATE
+// 54000 and a message naming the limit; nothing reaches any node, and the
+// cluster goes on. One within the limits commits.
+func TestTooLargeTransactionIsRefusedWhole(t *testing.T) {
+	c := startClusterWith(t, 3, "dbsm-si", func(n *config.Node) {
+		n.MaxWriteSetRows = 1000
+		n.MaxWriteSetBytes = 1 << 20
+	})
+	ctx := context.Background()
+	a := c.connect(0)
+	_, err := a.Exec(ctx, "CREATE TABLE big (id int PRIMARY KEY, pad text)")
+	require.NoError(t, err)
+
+	_, err = a.Exec(ctx, "INSERT INTO big SELECT g, 'x' FROM generate_series(1, 2000) g")
+	require.Equal(t, "54000", sqlstate(err), "too many rows: %v", err)
+	require.ErrorContains(t, err, "max_write_set_rows")
+	_, err = a.Exec(ctx, "INSERT INTO big SELECT g, repeat('x', 4000) FROM generate_series(1, 500) g")
+	require.Equal(t, "54000", sqlstate(err), "too many bytes: %v", err)
+
+	_, err = a.Exec(ctx, "INSERT INTO big SELECT g, 'x' FROM generate_series(1, 900) g")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := range c.nodes {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM big").Scan(&n))
+		require.Equal(t, 900, n, "node %d", i+1)
+		require.Zero(t, c.unreplicated(i))
 	}
 }
