@@ -44,10 +44,11 @@ type Config struct {
 	// 16 × BlockCheck.
 	BlockCheck time.Duration
 	// OnBlocked is called, from an applier goroutine, with the pids of
-	// local backends (not the applier's own) that block an apply. The
+	// local backends (not the applier's own) that block an apply; ddl
+	// tells a DDL statement is blocked (readers block DDL, not rows). The
 	// session layer implements it: cancel or roll back those transactions
 	// (brute-force abort). It must not block for long. May be nil.
-	OnBlocked func(pids []int)
+	OnBlocked func(pids []int, ddl bool)
 	// MaxAttempts bounds the attempts per write set (default 30).
 	MaxAttempts int
 	// BatchSize is the number of statements sent per round trip (default
@@ -352,7 +353,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}
 		// DDL waits for locks like rows do (an ALTER TABLE needs every
 		// local reader of its table gone): watch for blockers too.
-		stop := a.watch(actx, w, it.Seqno, order)
+		stop := a.watch(actx, w, it.Seqno, order, true)
 		for _, ddl := range it.WriteSet.DDL {
 			if _, err := conn.Exec(actx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
 				stop()
@@ -420,7 +421,7 @@ func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk 
 	for i := range chunk {
 		queue(b, &chunk[i])
 	}
-	stop := a.watch(ctx, w, seqno, order)
+	stop := a.watch(ctx, w, seqno, order, false)
 	results, err := w.conn.PgConn().ExecBatch(ctx, b).ReadAll()
 	stop()
 	if err != nil {

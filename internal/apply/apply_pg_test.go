@@ -220,7 +220,7 @@ func TestBruteForceAbort(t *testing.T) {
 	require.NoError(t, local.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&localPID))
 
 	killer := conn(t, replica)
-	e.applier.cfg.OnBlocked = func(pids []int) {
+	e.applier.cfg.OnBlocked = func(pids []int, _ bool) {
 		seen.Store(pids)
 		for _, p := range pids {
 			_, _ = killer.Exec(context.Background(), "SELECT pg_terminate_backend($1)", p)

@@ -15,15 +15,16 @@ import (
 // connection of a later write set of the same ApplyBatch that blocks it is
 // preempted (its attempt cancelled, to be redone after this one commits).
 // The returned function stops and waits for the goroutine.
-func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ordering) func() {
+func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ordering, ddl bool) func() {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		// A blocker is reported again if it still blocks a while later: a
-		// session may have been between statements when asked to abort,
-		// and pid 0 stands for every prepared transaction, old or new.
+		// A backend is reported once per statement (reporting it again
+		// could hit its next transaction, even a read: pg_blocking_pids
+		// may be stale by then), except pid 0, which stands for every
+		// prepared transaction, old or new.
 		reported := map[int]time.Time{}
 		began := time.Now()
 		warned := false
@@ -54,7 +55,7 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 					ow.mu.Unlock()
 					continue
 				}
-				if last, ok := reported[p]; !ok || p == 0 || time.Since(last) >= 50*time.Millisecond {
+				if _, ok := reported[p]; !ok || p == 0 {
 					reported[p] = time.Now()
 					foreign = append(foreign, p)
 				}
@@ -63,11 +64,18 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 				warned = true
 				a.cfg.Logger.Warn("apply: blocked for over a second", "seqno", seqno, "blockers", a.describe(ctx, pids))
 			}
+			if len(foreign) > 0 && order != nil {
+				// A local transaction blocks this write set; it may itself
+				// wait for a lock of a later write set of the batch, which
+				// waits (outside PostgreSQL, where no deadlock detector
+				// sees it) for this one to commit. Preempt every later one.
+				a.preemptAfter(seqno)
+			}
 			if len(foreign) > 0 && a.cfg.OnBlocked != nil {
 				slices.Sort(foreign)
 				a.metrics.blocked.Inc()
 				a.cfg.Logger.Info("apply: local transactions block an apply", "seqno", seqno, "pids", foreign)
-				a.cfg.OnBlocked(foreign)
+				a.cfg.OnBlocked(foreign, ddl)
 			}
 			every = min(2*every, 16*a.cfg.BlockCheck)
 			t.Reset(every)
@@ -116,6 +124,18 @@ func (a *Applier) blockers(ctx context.Context, pid int) ([]int, error) {
 		out[i] = int(p)
 	}
 	return out, nil
+}
+
+// preemptAfter cancels the attempts of the workers applying write sets
+// after seqno; they are redone once the earlier ones committed.
+func (a *Applier) preemptAfter(seqno uint64) {
+	for _, w := range a.workers {
+		w.mu.Lock()
+		if w.preempt != nil && w.seqno > seqno {
+			w.preempt()
+		}
+		w.mu.Unlock()
+	}
 }
 
 func (a *Applier) workerByPID(pid int) *worker {

@@ -456,7 +456,6 @@ func (c *Capture) leak(xid uint32, rows int, what string) {
 	c.cfg.Logger.Warn("capture: unreplicated local commit (a write bypassed Ordo)", "xid", xid, "rows", rows, "what", what)
 }
 
-// primaryKey returns the primary key column names of relid in key order.
 // uniqueIndexes returns the unique indexes of relid other than its primary
 // key, key columns in index order (INCLUDE columns are not part of the
 // uniqueness). Invalid indexes count when ready: one left behind by a
@@ -508,6 +507,7 @@ func foreignKeys(ctx context.Context, conn *pgx.Conn, relid uint32) ([]ForeignKe
 	})
 }
 
+// primaryKey returns the primary key column names of relid in key order.
 func primaryKey(ctx context.Context, conn *pgx.Conn, relid uint32) ([]string, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT a.attname

@@ -128,7 +128,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	var hooks *session.Hooks
 	n.applier, err = apply.Open(ctx, apply.Config{
 		DSN: cfg.Postgres, Logger: log, Registerer: n.reg, AfterDDL: normalize, Workers: cfg.ApplyWorkers,
-		OnBlocked: func(pids []int) { n.bruteForce(rep, hooks, pids) },
+		OnBlocked: func(pids []int, ddl bool) { n.bruteForce(rep, hooks, pids, ddl) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -205,8 +205,8 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 
 	// 6. Clients.
 	hooks = session.New(session.Config{
-		Registerer: n.reg,
-		NodeID:     cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
+		Registerer: n.reg, OnBruteForce: rep.CountBruteForce,
+		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
 		CommitTimeout: cfg.CommitTimeout, Logger: log, AfterDDL: normalize,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 	})
@@ -343,7 +343,7 @@ func (n *Node) Stop() {
 // back by the replica; the transactions of Ordo's sessions fail with 40001
 // (session.Hooks.Abort); other local backends (connected to PostgreSQL
 // directly) are cancelled, or terminated when idle in a transaction.
-func (n *Node) bruteForce(rep *replica.Replica, hooks *session.Hooks, pids []int) {
+func (n *Node) bruteForce(rep *replica.Replica, hooks *session.Hooks, pids []int, ddl bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var others []int
@@ -357,7 +357,7 @@ func (n *Node) bruteForce(rep *replica.Replica, hooks *session.Hooks, pids []int
 		}
 	}
 	if hooks != nil {
-		others = hooks.Abort(others)
+		others = hooks.Abort(others, ddl)
 	}
 	if len(others) == 0 {
 		return

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ordo_replica_transactions_total",
-			Help: "Update transactions terminated, by protocol, origin (local/remote), outcome (commit/abort) and abort reason (certification, too_old, origin_abort).",
+			Help: "Update transactions, by protocol, origin (local/remote), outcome (commit/abort) and abort reason: certification (a conflict), too_old (snapshot before the certification window), origin_abort (the origin gave up waiting, a timeout, and its abort was ordered first), brute_force (a local transaction aborted while it ran because it blocked an apply).",
 		}, []string{"protocol", "origin", "outcome", "reason"}),
 		readKeys: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordo_replica_read_set_keys", Help: "Read keys certified per local transaction (dbsm).",

@@ -289,6 +289,12 @@ func (r *Replica) abortInBackground(gid txn.GID) {
 	}()
 }
 
+// CountBruteForce counts a local transaction aborted by brute force
+// before it reached the order (it blocked an apply while it ran).
+func (r *Replica) CountBruteForce() {
+	r.m.outcomes.WithLabelValues(r.cfg.Protocol, "local", "abort", "brute_force").Inc()
+}
+
 // RollbackUndecided rolls back every prepared transaction of this node
 // whose outcome has not been delivered yet. The applier calls it (through
 // the node's OnBlocked) when a prepared transaction blocks an apply: the
@@ -309,6 +315,7 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 	gids = slices.DeleteFunc(gids, func(g txn.GID) bool { return r.rolledBack[g] })
 	r.rolledMu.Unlock()
 	if len(gids) == 0 {
+		r.log.Debug("a prepared transaction blocks an apply, and this node has no undecided one to roll back")
 		return
 	}
 	conn, err := pgx.Connect(ctx, r.cfg.DSN)

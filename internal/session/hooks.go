@@ -43,6 +43,9 @@ type Config struct {
 	// CommitTimeout bounds terminating one transaction (default 30s).
 	CommitTimeout time.Duration
 	Logger        *slog.Logger
+	// OnBruteForce, if set, is called once per transaction aborted by
+	// Abort (for the metrics).
+	OnBruteForce func()
 	// Registerer receives the sessions' metrics (nil: not registered).
 	Registerer prometheus.Registerer
 }
@@ -148,7 +151,13 @@ var errBruteForce = pgErr(codeSerializationFailure,
 // have the given pids fail with SQLSTATE 40001 (brute-force abort: they
 // block the apply of a transaction that the total order placed first). It
 // returns the pids that belong to no session of this node.
-func (h *Hooks) Abort(pids []int) (unknown []int) {
+//
+// A session outside a transaction holds no lock a row apply needs: it was
+// reported blocking by a transaction that has ended since, and is left
+// alone (its next statement may be a read, and reads never abort). Only a
+// blocked DDL statement (ddl) also cancels statements outside a
+// transaction: readers of its tables.
+func (h *Hooks) Abort(pids []int, ddl bool) (unknown []int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, pid := range pids {
@@ -157,7 +166,14 @@ func (h *Hooks) Abort(pids []int) (unknown []int) {
 			unknown = append(unknown, pid)
 			continue
 		}
-		s.aborted.Store(true)
+		if !ddl && !s.inTxn.Load() {
+			continue
+		}
+		// Asked again while it still blocks (an earlier cancel may have
+		// missed its statement): abort again, but count it once.
+		if s.aborted.CompareAndSwap(false, true) && h.cfg.OnBruteForce != nil {
+			h.cfg.OnBruteForce()
+		}
 		s.be.Abort(errBruteForce)
 	}
 	return unknown

@@ -40,6 +40,9 @@ type session struct {
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
+	// inTxn: a transaction block is open or being opened (read by
+	// Hooks.Abort on another goroutine).
+	inTxn atomic.Bool
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
@@ -338,6 +341,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 	switch a.Txn.Op {
 	case analysis.TxnBegin:
 		s.noticeIsolation(a.Txn.Isolation, m)
+		s.inTxn.Store(true)
 		if s.be.TxStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
 			if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
@@ -423,6 +427,7 @@ func (s *session) wrap(ctx context.Context) error {
 		return res.Err
 	}
 	s.tx = txState{active: true, wrapped: true}
+	s.inTxn.Store(true)
 	s.be.HoldReady()
 	return nil
 }
@@ -492,6 +497,7 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param) {
 // ReadyForQuery implements wire.SessionHooks.
 func (s *session) ReadyForQuery(status byte) {
 	s.unitStarted = false
+	s.inTxn.Store(status != 'I')
 	if status == 'I' {
 		s.tx = txState{}
 		s.aborted.Store(false)

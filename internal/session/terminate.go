@@ -98,6 +98,13 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		return err
 	}
 	if res.Err != nil {
+		// The PREPARE may have succeeded and a later statement of the
+		// string (or a brute-force cancel racing with its end) failed:
+		// never leave the transaction prepared and unknown to the order.
+		s.abandon(gid)
+		if s.aborted.Load() {
+			return errBruteForce
+		}
 		return prepareFailed(res.Err)
 	}
 	s.tx.done = true
@@ -168,6 +175,13 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return err
 	}
 	if res.Err != nil {
+		// The PREPARE may have succeeded and a later statement of the
+		// string (or a brute-force cancel racing with its end) failed:
+		// never leave the transaction prepared and unknown to the order.
+		s.abandon(gid)
+		if s.aborted.Load() {
+			return errBruteForce
+		}
 		return prepareFailed(res.Err)
 	}
 	return s.terminate(ctx, gid, s.h.m.since(stagePrepare, t0))
@@ -214,6 +228,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
 	}
 	captured := s.h.m.since(stageCapture, prepared)
+	s.h.cfg.Logger.Debug("session: write set captured", "gid", gid, "after", captured.Sub(prepared))
 	t := &replica.Txn{
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,

@@ -81,6 +81,10 @@ type session struct {
 	// may hit a later one, whose 57014 is then reported as lateErr.
 	lateCancels atomic.Int32
 	lateErr     atomic.Pointer[pgproto3.ErrorResponse]
+	// abortedTxn: Abort hit the current transaction; any 57014 until it
+	// ends is the abort's (reported as lateErr), however the cancels and
+	// the statements interleaved.
+	abortedTxn atomic.Bool
 	draining    atomic.Bool
 	clientLeft  atomic.Bool // client sent Terminate
 
@@ -551,6 +555,8 @@ func (ss *session) Abort(err error) {
 		return
 	}
 	e := errorResponse(err)
+	ss.lateErr.Store(e)
+	ss.abortedTxn.Store(true)
 	ss.abortErr.Store(e)
 	if ss.outstanding.Load() > 0 {
 		ss.cancelForAbort(e)
@@ -566,6 +572,7 @@ func (ss *session) Abort(err error) {
 func (ss *session) cancelForAbort(e *pgproto3.ErrorResponse) {
 	ss.lateErr.Store(e)
 	ss.lateCancels.Add(1)
+	ss.srv.log.Debug("abort: cancel", "session", ss.id, "pid", ss.backendPID, "late", ss.lateCancels.Load())
 	go func() { _ = ss.cancelBackend() }()
 }
 
@@ -754,8 +761,11 @@ func (ss *session) backendLoop() {
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
 			ss.txStatus.Store(uint32(m.TxStatus))
-			if m.TxStatus == 'I' && ss.abortErr.Load() != nil {
-				ss.abortErr.Store(nil) // the transaction ended without another error
+			if m.TxStatus == 'I' {
+				if ss.abortErr.Load() != nil {
+					ss.abortErr.Store(nil) // the transaction ended without another error
+				}
+				ss.abortedTxn.Store(false)
 			}
 			if ss.hold.Load() && ss.outstanding.Load() <= 1 {
 				// Held for the session goroutine (finishHeld): everything
@@ -821,8 +831,10 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
-			if m.Code == codeQueryCanceled && ss.lateCancels.Load() > 0 {
-				ss.lateCancels.Add(-1)
+			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
+				if ss.lateCancels.Load() > 0 {
+					ss.lateCancels.Add(-1)
+				}
 				if e := ss.abortErr.Swap(nil); e != nil {
 					ss.sendClient(e)
 				} else {
@@ -833,6 +845,9 @@ func (ss *session) backendLoop() {
 			if e := ss.abortErr.Swap(nil); e != nil {
 				ss.sendClient(e)
 				continue
+			}
+			if m.Code == codeQueryCanceled {
+				ss.srv.log.Info("a canceled statement is reported to the client", "session", ss.id, "pid", ss.backendPID, "message", m.Message)
 			}
 			if m.Code == "34000" && ss.nrejects.Load() > 0 {
 				if e := ss.takeRejection(m); e != nil {

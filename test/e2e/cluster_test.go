@@ -90,8 +90,12 @@ func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.
 }
 
 func (c *cluster) logger(i int) *slog.Logger {
-	if os.Getenv("ORDO_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test_node", i+1)
+	if v := os.Getenv("ORDO_TEST_LOG"); v != "" {
+		level := slog.LevelInfo
+		if v == "debug" {
+			level = slog.LevelDebug
+		}
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("test_node", i+1)
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
