@@ -85,8 +85,8 @@ type session struct {
 	// ends is the abort's (reported as lateErr), however the cancels and
 	// the statements interleaved.
 	abortedTxn atomic.Bool
-	draining    atomic.Bool
-	clientLeft  atomic.Bool // client sent Terminate
+	draining   atomic.Bool
+	clientLeft atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
 	established    bool // startup done: idle timeouts apply
