@@ -1,6 +1,6 @@
-// Command ordoctl is Ordo's admin CLI. For now it only reports its version;
-// cluster administration (members, conflict classes, consistency checks)
-// arrives with the admin API.
+// Command ordoctl is Ordo's admin CLI: its version and the cluster-wide
+// schema check. Cluster administration (members, conflict classes) arrives
+// with the admin API.
 package main
 
 import (
@@ -27,6 +27,7 @@ func main() {
 			fmt.Fprintln(cmd.OutOrStdout(), "ordoctl", version.String())
 		},
 	})
+	root.AddCommand(schemaCheckCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ordoctl:", err)
 		os.Exit(1)
