@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +16,15 @@ const (
 	codeInternal             = "XX000"
 	codeProgramLimitExceeded = "54000"
 )
+
+// canceled reports a statement canceled by a CancelRequest (57014). On
+// the session's own statements that is a brute-force abort: Hooks.Abort
+// cancels a session busy in its commit path (its aborted flag may already
+// have been reset by a late ReadyForQuery of an earlier unit).
+func canceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
+}
 
 func pgErr(code, format string, args ...any) *pgconn.PgError {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}

@@ -33,6 +33,9 @@ func (s *session) sequenceState(ctx context.Context) (seqState, error) {
 		return nil, err
 	}
 	if res.Err != nil {
+		if canceled(res.Err) {
+			return nil, errBruteForce
+		}
 		return nil, res.Err
 	}
 	st := make(seqState, len(res.Rows))

@@ -424,6 +424,9 @@ func (s *session) wrap(ctx context.Context) error {
 		return err
 	}
 	if res.Err != nil {
+		if canceled(res.Err) {
+			return errBruteForce // a late cancel of an aborted transaction
+		}
 		return res.Err
 	}
 	s.tx = txState{active: true, wrapped: true}
@@ -444,6 +447,9 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 			return err
 		} else if res.Err != nil {
+			if canceled(res.Err) {
+				return errBruteForce
+			}
 			return res.Err
 		}
 	}

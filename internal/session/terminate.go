@@ -51,7 +51,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, err
 	}
 	if res.Err != nil {
-		if s.aborted.Load() {
+		if s.aborted.Load() || canceled(res.Err) {
 			// A brute-force cancel that arrived late hit the probe.
 			s.rollback(ctx)
 			return written{}, errBruteForce
@@ -102,7 +102,7 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		// string (or a brute-force cancel racing with its end) failed:
 		// never leave the transaction prepared and unknown to the order.
 		s.abandon(gid)
-		if s.aborted.Load() {
+		if s.aborted.Load() || canceled(res.Err) {
 			return errBruteForce
 		}
 		return prepareFailed(res.Err)
@@ -126,6 +126,10 @@ func (s *session) runNotify(ctx context.Context) error {
 			return err
 		}
 		if res.Err != nil {
+			if canceled(res.Err) {
+				s.rollback(ctx)
+				return errBruteForce
+			}
 			return res.Err
 		}
 	}
@@ -179,7 +183,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		// string (or a brute-force cancel racing with its end) failed:
 		// never leave the transaction prepared and unknown to the order.
 		s.abandon(gid)
-		if s.aborted.Load() {
+		if s.aborted.Load() || canceled(res.Err) {
 			return errBruteForce
 		}
 		return prepareFailed(res.Err)
@@ -197,6 +201,9 @@ func (s *session) afterDDL(ctx context.Context) error {
 		return err
 	}
 	if res.Err != nil {
+		if canceled(res.Err) {
+			return errBruteForce
+		}
 		return fmt.Errorf("ordo: after the transaction's DDL (it was rolled back): %w", res.Err)
 	}
 	return nil

@@ -85,8 +85,15 @@ type session struct {
 	// ends is the abort's (reported as lateErr), however the cancels and
 	// the statements interleaved.
 	abortedTxn atomic.Bool
-	draining   atomic.Bool
-	clientLeft atomic.Bool // client sent Terminate
+	// Abort's CancelRequests in flight. Nothing more is sent to PostgreSQL
+	// until they are delivered, so a cancel never lands on a statement
+	// sent after it: PostgreSQL ignores one that arrives while the backend
+	// waits for the next statement.
+	cancelMu        sync.Mutex
+	cancelCond      *sync.Cond
+	cancelsInFlight int
+	draining        atomic.Bool
+	clientLeft      atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
 	established    bool // startup done: idle timeouts apply
@@ -175,6 +182,7 @@ func (ss *session) flushServer() error {
 	if len(ss.sbuf) == 0 {
 		return nil
 	}
+	ss.waitCancels()
 	_, err := ss.server.Write(ss.sbuf)
 	if cap(ss.sbuf) > keepBuf {
 		ss.sbuf = nil
@@ -573,7 +581,39 @@ func (ss *session) cancelForAbort(e *pgproto3.ErrorResponse) {
 	ss.lateErr.Store(e)
 	ss.lateCancels.Add(1)
 	ss.srv.log.Debug("abort: cancel", "session", ss.id, "pid", ss.backendPID, "late", ss.lateCancels.Load())
-	go func() { _ = ss.cancelBackend() }()
+	ss.cancelMu.Lock()
+	ss.cancelsInFlight++
+	ss.cancelMu.Unlock()
+	go func() {
+		_ = ss.cancelBackend()
+		ss.cancelMu.Lock()
+		ss.cancelsInFlight--
+		if ss.cancelsInFlight == 0 && ss.cancelCond != nil {
+			ss.cancelCond.Broadcast()
+		}
+		ss.cancelMu.Unlock()
+	}()
+}
+
+// waitCancels waits until Abort's cancel requests are delivered (each is
+// bounded by the dial timeout).
+func (ss *session) waitCancels() {
+	ss.cancelMu.Lock()
+	defer ss.cancelMu.Unlock()
+	if ss.cancelCond == nil {
+		ss.cancelCond = sync.NewCond(&ss.cancelMu)
+	}
+	for ss.cancelsInFlight > 0 {
+		ss.cancelCond.Wait()
+	}
+}
+
+// cancelsDelivered reports whether no cancel request of Abort is in
+// flight.
+func (ss *session) cancelsDelivered() bool {
+	ss.cancelMu.Lock()
+	defer ss.cancelMu.Unlock()
+	return ss.cancelsInFlight == 0
 }
 
 // abortIdle runs on the session goroutine when Abort interrupted its read:
@@ -790,6 +830,12 @@ func (ss *session) backendLoop() {
 			if n < 0 {
 				ss.outstanding.Add(-n)
 				n = 0
+			}
+			if n == 0 && ss.lateCancels.Load() > 0 && ss.cancelsDelivered() {
+				// Every cancel was delivered before the statements it
+				// could hit were sent, and all of them have answered: a
+				// cancel that missed was ignored by PostgreSQL.
+				ss.lateCancels.Store(0)
 			}
 			if n == 0 {
 				if ss.nrejects.Load() > 0 {
