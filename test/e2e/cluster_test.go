@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +33,27 @@ type cluster struct {
 	dir   string
 }
 
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
+
 // freeAddr returns a free loopback address below the kernel's ephemeral
 // port range, so that a node restarted on it does not find its port taken by
 // some outgoing connection in the meantime.
+//
+// A port is handed out once per test binary: the listener is closed before
+// the node binds it, so without that two calls could return one port.
 func freeAddr(t testing.TB) string {
 	for attempt := 0; attempt < 1000; attempt++ {
 		port := 20000 + rand.IntN(12000)
+		handedMu.Lock()
+		taken := handed[port]
+		handed[port] = true
+		handedMu.Unlock()
+		if taken {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
