@@ -43,6 +43,9 @@ type session struct {
 	// inTxn: a transaction block is open or being opened (read by
 	// Hooks.Abort on another goroutine).
 	inTxn atomic.Bool
+	// heldUnnamed is the NOTIFY, LISTEN or UNLISTEN held in place of the
+	// unnamed prepared statement (see heldNoop).
+	heldUnnamed string
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
@@ -69,6 +72,11 @@ type txState struct {
 	done         bool // terminated; the client's COMMIT ends an empty txn
 }
 
+// heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
+// unnamed statement inside a transaction; the statement itself runs in the
+// transaction's final local commit.
+const heldNoop = "DO $ordo$ BEGIN END $ordo$"
+
 // Statement implements wire.SessionHooks.
 func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	first := !s.unitStarted
@@ -90,6 +98,18 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		stmts := s.analyze(st.SQL)
 		s.rewrite(st, stmts)
 		s.stmts[st.Name] = stmts
+		if st.Name == "" {
+			s.heldUnnamed = ""
+			if len(stmts) == 1 && stmts[0].Kind == analysis.KindNotify && (s.tx.active || s.be.TxStatus() == 'T') {
+				// PostgreSQL refuses to PREPARE a transaction that ran
+				// NOTIFY, LISTEN or UNLISTEN: hold it, and let
+				// PostgreSQL run a no-op in its place (the client sees
+				// the tag DO).
+				s.heldUnnamed = stmts[0].SQL
+				st.Rewrite = heldNoop
+				return nil
+			}
+		}
 		// A transaction-control statement acts when it is parsed as the
 		// first message of a unit: later in the unit the backend is not
 		// at a boundary. Other statements act at Bind.
@@ -122,6 +142,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		return nil
 	case wire.KindBind:
 		s.unitStarted = true
+		if st.Name == "" && s.heldUnnamed != "" {
+			if !s.tx.active && s.be.TxStatus() != 'T' {
+				return pgErr(codeFeatureNotSupported,
+					"ordo: a NOTIFY, LISTEN or UNLISTEN prepared inside a transaction cannot be executed outside it; send it again")
+			}
+			s.tx.notify = append(s.tx.notify, s.heldUnnamed)
+			return nil
+		}
 		stmts := s.stmts[st.Name]
 		if stmts == nil {
 			// Never parsed through this session (PostgreSQL will report an

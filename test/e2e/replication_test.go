@@ -351,6 +351,18 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	require.Equal(t, "jobs", n.Channel)
 	require.Equal(t, "job 1", n.Payload)
 
+	// The same through the extended protocol (the unnamed statement, as
+	// pgjdbc and psycopg send it): held too; PostgreSQL runs a no-op.
+	run("BEGIN")
+	run("INSERT INTO jobs VALUES (3)")
+	ext := w.ExecParams(ctx, "NOTIFY jobs, 'job 3'", nil, nil, nil, nil).Read()
+	require.NoError(t, ext.Err)
+	require.Equal(t, byte('T'), w.TxStatus())
+	require.Equal(t, "COMMIT", run("COMMIT"))
+	n, err = listener.WaitForNotification(wctx)
+	require.NoError(t, err)
+	require.Equal(t, "job 3", n.Payload)
+
 	// A rolled-back transaction notifies nobody.
 	run("BEGIN")
 	run("INSERT INTO jobs VALUES (2)")
@@ -359,7 +371,7 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	c.waitConverged()
 	var rows int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT count(*) FROM jobs").Scan(&rows))
-	require.Equal(t, 1, rows)
+	require.Equal(t, 2, rows)
 	wctx2, cancel2 := context.WithTimeout(ctx, time.Second)
 	defer cancel2()
 	_, err = listener.WaitForNotification(wctx2)
