@@ -567,12 +567,46 @@ func (ss *session) Abort(err error) {
 	ss.abortedTxn.Store(true)
 	ss.abortErr.Store(e)
 	if ss.outstanding.Load() > 0 {
-		ss.cancelForAbort(e)
+		// A statement that blocks an apply waits on a lock, for long. If
+		// the reply comes within abortGrace the backend was not running
+		// one (a Parse, say, which a cancel would fail for nothing): roll
+		// the transaction back as an idle one instead. Nothing more is
+		// sent to PostgreSQL meanwhile (the cancel counts as in flight).
+		ss.cancelMu.Lock()
+		ss.cancelsInFlight++
+		ss.cancelMu.Unlock()
+		go func() {
+			defer ss.cancelDone()
+			deadline := time.Now().Add(abortGrace)
+			for ss.outstanding.Load() > 0 && time.Now().Before(deadline) {
+				time.Sleep(abortGrace / 10)
+			}
+			if ss.outstanding.Load() > 0 {
+				ss.cancelForAbort(e)
+				return
+			}
+			ss.interrupt.Store(true)
+			_ = ss.rawClient.SetReadDeadline(time.Now())
+		}()
 		return
 	}
 	// Idle in a transaction: wake the session goroutine from its read.
 	ss.interrupt.Store(true)
 	_ = ss.rawClient.SetReadDeadline(time.Now())
+}
+
+// abortGrace is how long Abort waits for a running statement to answer
+// before cancelling it.
+const abortGrace = 5 * time.Millisecond
+
+// cancelDone ends one cancel in flight.
+func (ss *session) cancelDone() {
+	ss.cancelMu.Lock()
+	ss.cancelsInFlight--
+	if ss.cancelsInFlight == 0 && ss.cancelCond != nil {
+		ss.cancelCond.Broadcast()
+	}
+	ss.cancelMu.Unlock()
 }
 
 // cancelForAbort cancels the running statement for Abort; its 57014 error,
@@ -586,12 +620,7 @@ func (ss *session) cancelForAbort(e *pgproto3.ErrorResponse) {
 	ss.cancelMu.Unlock()
 	go func() {
 		_ = ss.cancelBackend()
-		ss.cancelMu.Lock()
-		ss.cancelsInFlight--
-		if ss.cancelsInFlight == 0 && ss.cancelCond != nil {
-			ss.cancelCond.Broadcast()
-		}
-		ss.cancelMu.Unlock()
+		ss.cancelDone()
 	}()
 }
 
