@@ -65,37 +65,37 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t"}, nil
 }
 
-// commitExplicit terminates the client's open transaction when its COMMIT
-// arrives. On success it leaves an empty transaction open, which the
-// client's COMMIT (sent on after this returns) ends.
-func (s *session) commitExplicit(ctx context.Context) error {
+// prepare decides how the open transaction ends and, if it must be
+// replicated, prepares it as a new gid, with then appended to the PREPARE
+// (in the same round trip). replicate is false when it should commit
+// locally (read-only, or only temporary tables written; nothing is done
+// then). what names the transaction in errors.
+func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, replicate bool, prepared time.Time, err error) {
 	t0 := time.Now()
 	seqs, err := s.sequenceChanges(ctx)
 	if err != nil {
-		return err
+		return "", false, t0, err
 	}
 	w, err := s.probe(ctx)
 	if err != nil {
-		return err
+		return "", false, t0, err
 	}
 	if !seqs && (!w.xid || (w.temp && !w.permanent)) {
-		// Read-only, or wrote only temporary tables: commit locally.
-		s.tx.done = true
-		return s.runNotify(ctx)
+		return "", false, t0, nil
 	}
 	if w.temp {
 		s.rollback(ctx)
-		return pgErr(codeFeatureNotSupported, "ordo: a transaction that writes both temporary and replicated tables cannot be replicated; it was rolled back")
+		return "", false, t0, pgErr(codeFeatureNotSupported, "ordo: a %s that writes both temporary and replicated tables cannot be replicated; it was rolled back", what)
 	}
 	if err := s.afterDDL(ctx); err != nil {
 		s.rollback(ctx)
-		return err
+		return "", false, t0, err
 	}
-	gid := s.h.nextGID()
+	gid = s.h.nextGID()
 	t0 = s.h.m.since(stageProbe, t0)
-	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'; BEGIN")
+	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'"+then)
 	if err != nil {
-		return err
+		return "", false, t0, err
 	}
 	if res.Err != nil {
 		// The PREPARE may have succeeded and a later statement of the
@@ -103,12 +103,26 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		// never leave the transaction prepared and unknown to the order.
 		s.abandon(gid)
 		if s.aborted.Load() || canceled(res.Err) {
-			return errBruteForce
+			return "", false, t0, errBruteForce
 		}
-		return prepareFailed(res.Err)
+		return "", false, t0, prepareFailed(res.Err)
+	}
+	return gid, true, s.h.m.since(stagePrepare, t0), nil
+}
+
+// commitExplicit terminates the client's open transaction when its COMMIT
+// arrives. On success it leaves an empty transaction open, which the
+// client's COMMIT (sent on after this returns) ends.
+func (s *session) commitExplicit(ctx context.Context) error {
+	gid, replicate, prepared, err := s.prepare(ctx, "; BEGIN", "transaction")
+	if err != nil {
+		return err
 	}
 	s.tx.done = true
-	if err := s.terminate(ctx, gid, s.h.m.since(stagePrepare, t0)); err != nil {
+	if !replicate {
+		return s.runNotify(ctx) // commits locally with the client's COMMIT
+	}
+	if err := s.terminate(ctx, gid, prepared); err != nil {
 		s.rollback(ctx) // the empty transaction
 		return err
 	}
@@ -151,44 +165,15 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	case 'I':
 		return nil // the statement ended the block itself (refused earlier)
 	}
-	t0 := time.Now()
-	seqs, err := s.sequenceChanges(ctx)
+	gid, replicate, prepared, err := s.prepare(ctx, "", "statement")
 	if err != nil {
 		return err
 	}
-	w, err := s.probe(ctx)
-	if err != nil {
-		return err
-	}
-	if !seqs && (!w.xid || (w.temp && !w.permanent)) {
+	if !replicate {
 		_, err := s.be.Exec(ctx, "COMMIT")
 		return err
 	}
-	if w.temp {
-		s.rollback(ctx)
-		return pgErr(codeFeatureNotSupported, "ordo: a statement that writes both temporary and replicated tables cannot be replicated; it was rolled back")
-	}
-	if err := s.afterDDL(ctx); err != nil {
-		s.rollback(ctx)
-		return err
-	}
-	gid := s.h.nextGID()
-	t0 = s.h.m.since(stageProbe, t0)
-	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'")
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		// The PREPARE may have succeeded and a later statement of the
-		// string (or a brute-force cancel racing with its end) failed:
-		// never leave the transaction prepared and unknown to the order.
-		s.abandon(gid)
-		if s.aborted.Load() || canceled(res.Err) {
-			return errBruteForce
-		}
-		return prepareFailed(res.Err)
-	}
-	return s.terminate(ctx, gid, s.h.m.since(stagePrepare, t0))
+	return s.terminate(ctx, gid, prepared)
 }
 
 // afterDDL runs Config.AfterDDL in a transaction that ran DDL.

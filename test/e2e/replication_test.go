@@ -107,31 +107,9 @@ func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
 	c.waitConverged()
 
 	for round := 0; round < 5; round++ {
-		ta, err := a.Begin(ctx)
-		require.NoError(t, err)
-		tb, err := b.Begin(ctx)
-		require.NoError(t, err)
-		_, err = ta.Exec(ctx, "UPDATE acct SET bal = bal + 1 WHERE id = 1")
-		require.NoError(t, err)
-		_, err = tb.Exec(ctx, "UPDATE acct SET bal = bal + 10 WHERE id = 1")
-		require.NoError(t, err)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for i, tx := range []pgx.Tx{ta, tb} {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = tx.Commit(ctx) }()
-		}
-		wg.Wait()
-		committed := 0
-		for _, err := range errs {
-			if err == nil {
-				committed++
-			} else {
-				require.Equal(t, "40001", sqlstate(err), "the loser must get 40001, got %v", err)
-			}
-		}
-		require.Equal(t, 1, committed, "round %d: exactly one of two conflicting transactions commits (errors %v)", round, errs)
-		c.waitConverged()
+		committed := c.commitConcurrently(fmt.Sprintf("round %d", round), a, b,
+			"UPDATE acct SET bal = bal + 1 WHERE id = 1", "UPDATE acct SET bal = bal + 10 WHERE id = 1")
+		require.Equal(t, 1, committed, "round %d: exactly one of two conflicting transactions commits", round)
 	}
 	sum := c.checksum(0, "acct")
 	for i := range c.nodes {

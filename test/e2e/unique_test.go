@@ -12,6 +12,40 @@ import (
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
+// commitConcurrently runs sqlA on a and sqlB on b, each in its own
+// transaction, commits both at once, and returns how many committed; a
+// loser must have got 40001. It waits for the cluster to converge.
+func (c *cluster) commitConcurrently(what string, a, b *pgx.Conn, sqlA, sqlB string) int {
+	t := c.t
+	t.Helper()
+	ctx := context.Background()
+	ta, err := a.Begin(ctx)
+	require.NoError(t, err)
+	tb, err := b.Begin(ctx)
+	require.NoError(t, err)
+	_, err = ta.Exec(ctx, sqlA)
+	require.NoError(t, err, what)
+	_, err = tb.Exec(ctx, sqlB)
+	require.NoError(t, err, what)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, tx := range []pgx.Tx{ta, tb} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = tx.Commit(ctx) }()
+	}
+	wg.Wait()
+	committed := 0
+	for _, err := range errs {
+		if err == nil {
+			committed++
+		} else {
+			require.Equal(t, "40001", sqlstate(err), "%s: the loser must get 40001, got %v", what, err)
+		}
+	}
+	c.waitConverged()
+	return committed
+}
+
 // TestConcurrentDuplicateUniqueValuesOneWins: two nodes each insert a row
 // with the same value of a unique column at the same time. The rows have
 // different primary keys, so only the unique index's key (certified like a
@@ -33,36 +67,7 @@ func TestConcurrentDuplicateUniqueValuesOneWins(t *testing.T) {
 	require.NoError(t, err)
 	c.waitConverged()
 
-	// race runs the two statements in concurrent transactions on nodes A
-	// and B and returns how many committed; the loser must see 40001.
-	race := func(round string, sqlA, sqlB string) int {
-		t.Helper()
-		ta, err := a.Begin(ctx)
-		require.NoError(t, err)
-		tb, err := b.Begin(ctx)
-		require.NoError(t, err)
-		_, err = ta.Exec(ctx, sqlA)
-		require.NoError(t, err, round)
-		_, err = tb.Exec(ctx, sqlB)
-		require.NoError(t, err, round)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for i, tx := range []pgx.Tx{ta, tb} {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = tx.Commit(ctx) }()
-		}
-		wg.Wait()
-		committed := 0
-		for _, err := range errs {
-			if err == nil {
-				committed++
-			} else {
-				require.Equal(t, "40001", sqlstate(err), "%s: the loser must get 40001, got %v", round, err)
-			}
-		}
-		c.waitConverged()
-		return committed
-	}
+	race := func(round, sqlA, sqlB string) int { return c.commitConcurrently(round, a, b, sqlA, sqlB) }
 
 	for r := 0; r < 4; r++ {
 		email := fmt.Sprintf("u%d@example.com", r)
@@ -131,33 +136,7 @@ func TestConcurrentParentDeleteAndChildInsert(t *testing.T) {
 	require.NoError(t, err)
 	c.waitConverged()
 
-	commitBoth := func(sqlA, sqlB string) (committed int) {
-		t.Helper()
-		ta, err := a.Begin(ctx)
-		require.NoError(t, err)
-		tb, err := b.Begin(ctx)
-		require.NoError(t, err)
-		_, err = ta.Exec(ctx, sqlA)
-		require.NoError(t, err)
-		_, err = tb.Exec(ctx, sqlB)
-		require.NoError(t, err)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for i, tx := range []pgx.Tx{ta, tb} {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = tx.Commit(ctx) }()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err == nil {
-				committed++
-			} else {
-				require.Equal(t, "40001", sqlstate(err), "got %v", err)
-			}
-		}
-		c.waitConverged()
-		return committed
-	}
+	commitBoth := func(sqlA, sqlB string) int { return c.commitConcurrently(sqlA+" / "+sqlB, a, b, sqlA, sqlB) }
 	for r := 1; r <= 4; r++ {
 		n := commitBoth(fmt.Sprintf("DELETE FROM parent WHERE tenant = 1 AND id = %d", r),
 			fmt.Sprintf("INSERT INTO child VALUES (%d, %d, 1)", r, r))
