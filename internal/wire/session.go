@@ -92,6 +92,7 @@ type session struct {
 	cancelMu        sync.Mutex
 	cancelCond      *sync.Cond
 	cancelsInFlight int
+	cancelsPending  atomic.Int32 // cancelsInFlight, read without the lock
 	draining        atomic.Bool
 	clientLeft      atomic.Bool // client sent Terminate
 
@@ -572,9 +573,7 @@ func (ss *session) Abort(err error) {
 		// one (a Parse, say, which a cancel would fail for nothing): roll
 		// the transaction back as an idle one instead. Nothing more is
 		// sent to PostgreSQL meanwhile (the cancel counts as in flight).
-		ss.cancelMu.Lock()
-		ss.cancelsInFlight++
-		ss.cancelMu.Unlock()
+		ss.cancelStarted()
 		go func() {
 			defer ss.cancelDone()
 			deadline := time.Now().Add(abortGrace)
@@ -599,10 +598,19 @@ func (ss *session) Abort(err error) {
 // before cancelling it.
 const abortGrace = 5 * time.Millisecond
 
+// cancelStarted counts one cancel in flight.
+func (ss *session) cancelStarted() {
+	ss.cancelMu.Lock()
+	ss.cancelsInFlight++
+	ss.cancelsPending.Store(int32(ss.cancelsInFlight))
+	ss.cancelMu.Unlock()
+}
+
 // cancelDone ends one cancel in flight.
 func (ss *session) cancelDone() {
 	ss.cancelMu.Lock()
 	ss.cancelsInFlight--
+	ss.cancelsPending.Store(int32(ss.cancelsInFlight))
 	if ss.cancelsInFlight == 0 && ss.cancelCond != nil {
 		ss.cancelCond.Broadcast()
 	}
@@ -615,9 +623,7 @@ func (ss *session) cancelForAbort(e *pgproto3.ErrorResponse) {
 	ss.lateErr.Store(e)
 	ss.lateCancels.Add(1)
 	ss.srv.log.Debug("abort: cancel", "session", ss.id, "pid", ss.backendPID, "late", ss.lateCancels.Load())
-	ss.cancelMu.Lock()
-	ss.cancelsInFlight++
-	ss.cancelMu.Unlock()
+	ss.cancelStarted()
 	go func() {
 		_ = ss.cancelBackend()
 		ss.cancelDone()
@@ -627,6 +633,9 @@ func (ss *session) cancelForAbort(e *pgproto3.ErrorResponse) {
 // waitCancels waits until Abort's cancel requests are delivered (each is
 // bounded by the dial timeout).
 func (ss *session) waitCancels() {
+	if ss.cancelsPending.Load() == 0 {
+		return // the hot path: no abort in progress
+	}
 	ss.cancelMu.Lock()
 	defer ss.cancelMu.Unlock()
 	if ss.cancelCond == nil {
@@ -639,11 +648,7 @@ func (ss *session) waitCancels() {
 
 // cancelsDelivered reports whether no cancel request of Abort is in
 // flight.
-func (ss *session) cancelsDelivered() bool {
-	ss.cancelMu.Lock()
-	defer ss.cancelMu.Unlock()
-	return ss.cancelsInFlight == 0
-}
+func (ss *session) cancelsDelivered() bool { return ss.cancelsPending.Load() == 0 }
 
 // abortIdle runs on the session goroutine when Abort interrupted its read:
 // it rolls back the idle transaction, releasing its locks, and leaves a
