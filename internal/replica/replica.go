@@ -129,6 +129,11 @@ type Replica struct {
 
 	schema schemaState
 
+	// bfConn is RollbackUndecided's connection (called often under
+	// contention: one connection, not one per call).
+	bfMu   sync.Mutex
+	bfConn *pgx.Conn
+
 	bg sync.WaitGroup
 }
 
@@ -318,18 +323,29 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 		r.log.Debug("a prepared transaction blocks an apply, and this node has no undecided one to roll back")
 		return
 	}
-	conn, err := pgx.Connect(ctx, r.cfg.DSN)
-	if err != nil {
-		r.log.Warn("brute-force rollback: connect", "err", err)
-		return
+	r.bfMu.Lock()
+	defer r.bfMu.Unlock()
+	if r.bfConn == nil || r.bfConn.IsClosed() {
+		conn, err := pgx.Connect(ctx, r.cfg.DSN)
+		if err != nil {
+			r.log.Warn("brute-force rollback: connect", "err", err)
+			return
+		}
+		r.bfConn = conn
 	}
-	defer conn.Close(context.Background())
 	for _, gid := range gids {
 		// The delivery loop is blocked in the apply that called us, so it
 		// cannot finish gid meanwhile; only a successful rollback is noted
 		// (otherwise the loop must still COMMIT or ROLLBACK PREPARED it).
-		if _, err := conn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
-			r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
+		if _, err := r.bfConn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "42704" {
+				// Already gone: its session gave up on it, or it was
+				// never prepared under this name.
+				r.log.Debug("brute-force rollback: no such prepared transaction", "gid", gid)
+			} else {
+				r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
+			}
 			continue
 		}
 		r.rolledMu.Lock()
@@ -408,7 +424,15 @@ func (r *Replica) Run(ctx context.Context) error {
 		return err
 	}
 	r.conn = conn
-	defer func() { r.conn.Close(context.Background()) }()
+	defer func() {
+		r.conn.Close(context.Background())
+		r.bfMu.Lock()
+		if r.bfConn != nil {
+			r.bfConn.Close(context.Background())
+			r.bfConn = nil
+		}
+		r.bfMu.Unlock()
+	}()
 	for {
 		var batch []totalorder.Delivery
 		select {
