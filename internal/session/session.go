@@ -43,6 +43,10 @@ type session struct {
 	// inTxn: a transaction block is open or being opened (read by
 	// Hooks.Abort on another goroutine).
 	inTxn atomic.Bool
+	// rejectNext: the next statement (Bind or Query) other than ROLLBACK
+	// fails with the brute-force error (set when an aborted transaction
+	// was ended early to let a Parse through).
+	rejectNext bool
 	// heldUnnamed is the NOTIFY, LISTEN or UNLISTEN held in place of the
 	// unnamed prepared statement (see heldNoop).
 	heldUnnamed string
@@ -86,6 +90,28 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if err := s.sync(ctx); err != nil {
 			return err
 		}
+	}
+	if s.rejectNext && (st.Kind == wire.KindQuery || st.Kind == wire.KindBind) {
+		// The transaction was aborted by brute force and rolled back to
+		// let a Parse through (see below): its client must learn it at
+		// its next statement, unless that is its ROLLBACK.
+		s.rejectNext = false
+		stmts := s.stmts[st.Name]
+		if st.Kind == wire.KindQuery {
+			stmts = s.analyze(st.SQL)
+		}
+		if len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn || stmts[0].Txn.Op != analysis.TxnRollback {
+			return errBruteForce
+		}
+	}
+	if first && st.Kind == wire.KindParse && s.aborted.Load() && s.be.TxStatus() == 'E' {
+		// Aborted by brute force while idle: the transaction is failed,
+		// and PostgreSQL would refuse to parse anything in it (drivers
+		// such as pgbench prepare lazily, mid-transaction). End it so the
+		// Parse succeeds; the next statement fails instead.
+		s.rollback(ctx)
+		s.tx = txState{}
+		s.rejectNext = true
 	}
 	switch st.Kind {
 	case wire.KindQuery:
