@@ -25,7 +25,7 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 		// could hit its next transaction, even a read: pg_blocking_pids
 		// may be stale by then), except pid 0, which stands for every
 		// prepared transaction, old or new.
-		reported := map[int]time.Time{}
+		reported := map[int]bool{}
 		began := time.Now()
 		warned := false
 		every := a.cfg.BlockCheck
@@ -55,8 +55,8 @@ func (a *Applier) watch(ctx context.Context, w *worker, seqno uint64, order *ord
 					ow.mu.Unlock()
 					continue
 				}
-				if _, ok := reported[p]; !ok || p == 0 {
-					reported[p] = time.Now()
+				if !reported[p] || p == 0 {
+					reported[p] = true
 					foreign = append(foreign, p)
 				}
 			}

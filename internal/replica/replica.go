@@ -495,7 +495,14 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		return nil
 	}
 	for _, d := range batch {
-		it, kind, err := r.batchable(ctx, d)
+		if d.Type == totalorder.DeliverySnapshot {
+			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
+		}
+		var e ordov1.Entry
+		if err := proto.Unmarshal(d.Data, &e); err != nil {
+			return fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
+		}
+		it, kind, err := r.batchable(ctx, d.Seqno, &e)
 		if err != nil {
 			return err
 		}
@@ -515,7 +522,7 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if err := flush(); err != nil {
 			return err
 		}
-		if err := r.deliver(ctx, d); err != nil {
+		if err := r.deliver(ctx, d.Seqno, &e); err != nil {
 			return err
 		}
 	}
@@ -532,19 +539,12 @@ const (
 // batchable certifies d if it is a transaction from another node without
 // DDL and says whether it is to be applied; anything else is left to
 // deliver, uncertified.
-func (r *Replica) batchable(ctx context.Context, d totalorder.Delivery) (apply.Item, int, error) {
-	if d.Type == totalorder.DeliverySnapshot {
-		return apply.Item{}, other, nil
-	}
-	var e ordov1.Entry
-	if err := proto.Unmarshal(d.Data, &e); err != nil {
-		return apply.Item{}, other, fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
-	}
+func (r *Replica) batchable(ctx context.Context, seqno uint64, e *ordov1.Entry) (apply.Item, int, error) {
 	k, ok := e.Kind.(*ordov1.Entry_Txn)
 	if !ok || k.Txn.Origin == r.cfg.NodeID || len(k.Txn.Ddl) > 0 {
 		return apply.Item{}, other, nil
 	}
-	out, err := r.certify(d.Seqno, k.Txn)
+	out, err := r.certify(seqno, k.Txn)
 	if err != nil {
 		return apply.Item{}, other, err
 	}
@@ -556,49 +556,43 @@ func (r *Replica) batchable(ctx context.Context, d totalorder.Delivery) (apply.I
 		return apply.Item{}, other, err
 	}
 	r.rollbackConflicting(ctx, decodeKeys(k.Txn))
-	return apply.Item{Seqno: d.Seqno, WriteSet: ws}, remoteApply, nil
+	return apply.Item{Seqno: seqno, WriteSet: ws}, remoteApply, nil
 }
 
-func (r *Replica) deliver(ctx context.Context, d totalorder.Delivery) error {
-	if d.Type == totalorder.DeliverySnapshot {
-		return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
-	}
-	var e ordov1.Entry
-	if err := proto.Unmarshal(d.Data, &e); err != nil {
-		return fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
-	}
+// deliver carries out the decoded entry at seqno.
+func (r *Replica) deliver(ctx context.Context, seqno uint64, e *ordov1.Entry) error {
 	switch k := e.Kind.(type) {
 	case *ordov1.Entry_Abort:
 		gid := txn.GID(k.Abort.Gid)
 		r.aborted[gid] = true
-		r.cert.Skip(d.Seqno)
+		r.cert.Skip(seqno)
 		// The origin's transaction is rolled back when its TxnEntry is
 		// delivered, or now if it never will be: the origin proposed the
 		// abort because it gave up, so nothing else will decide it.
 		if gid.Node() == r.cfg.NodeID {
-			if err := r.finishLocal(ctx, d.Seqno, gid, false, nil); err != nil {
+			if err := r.finishLocal(ctx, seqno, gid, false, nil); err != nil {
 				return err
 			}
 		}
 	case *ordov1.Entry_Txn:
-		if err := r.deliverTxn(ctx, d.Seqno, k.Txn); err != nil {
+		if err := r.deliverTxn(ctx, seqno, k.Txn); err != nil {
 			return err
 		}
 	case *ordov1.Entry_SchemaCheck:
-		r.cert.Skip(d.Seqno)
-		if d.Seqno > r.cfg.Proven {
-			r.fingerprint(ctx, d.Seqno)
+		r.cert.Skip(seqno)
+		if seqno > r.cfg.Proven {
+			r.fingerprint(ctx, seqno)
 		}
 	case *ordov1.Entry_Schema:
-		r.cert.Skip(d.Seqno)
+		r.cert.Skip(seqno)
 		if k.Schema.Node != r.cfg.NodeID {
 			r.compareSchema(k.Schema)
 		}
 	default:
-		r.cert.Skip(d.Seqno)
-		r.log.Warn("unknown entry kind; skipped", "seqno", d.Seqno)
+		r.cert.Skip(seqno)
+		r.log.Warn("unknown entry kind; skipped", "seqno", seqno)
 	}
-	r.publish(d.Seqno)
+	r.publish(seqno)
 	return nil
 }
 
