@@ -30,8 +30,10 @@ var errStopping = errors.New("stopping")
 //     calls Advance and does no I/O itself.
 //  2. runAppend takes every MsgStorageAppend queued, writes them to the log
 //     (a received snapshot first), fsyncs once if any of them carries
-//     response messages (group commit), updates the in-memory log, hands a
-//     received snapshot to the apply goroutine, and only then delivers the
+//     entries, a snapshot, or a new term or vote (group commit; a new
+//     commit index alone is kept in memory, as in etcd's MustSync),
+//     updates the in-memory log, hands a received snapshot to the apply
+//     goroutine, and only then delivers the
 //     responses: to this node's raft (recvc) or to peers (transport). So no
 //     vote or append acknowledgement leaves before the state behind it is
 //     durable.
@@ -253,7 +255,15 @@ func (n *Node) runAppend() {
 	var (
 		batch []raftpb.Message
 		ups   []storage.Update
+		// durable is the hard state last fsynced, last the newest one
+		// handed to Save. A change of the commit index alone needs no
+		// fsync before the responses go out (etcd's MustSync): a
+		// follower acknowledging an empty append (the leader telling it
+		// the new commit index) would otherwise fsync once more per entry.
+		durable, last raftpb.HardState
 	)
+	durable, _, _ = n.st.Raft().InitialState()
+	last = durable
 	for {
 		batch = batch[:0]
 		select {
@@ -280,19 +290,25 @@ func (n *Node) runAppend() {
 		sync := false
 		for i := range batch {
 			m := &batch[i]
-			ups = append(ups, storage.Update{
-				HardState: raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit},
-				Entries:   m.Entries,
-				Snapshot:  m.Snapshot,
-			})
-			sync = sync || len(m.Responses) > 0
+			hs := raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+			ups = append(ups, storage.Update{HardState: hs, Entries: m.Entries, Snapshot: m.Snapshot})
+			if len(m.Entries) > 0 || (m.Snapshot != nil && !raft.IsEmptySnap(*m.Snapshot)) ||
+				(!raft.IsEmptyHardState(hs) && (hs.Term != durable.Term || hs.Vote != durable.Vote)) {
+				sync = true
+			}
+			if !raft.IsEmptyHardState(hs) {
+				last = hs
+			}
 		}
 		start := time.Now()
 		if err := n.st.Save(sync, ups...); err != nil {
 			n.fail(err)
 			return
 		}
-		n.m.logSync.Observe(time.Since(start).Seconds())
+		if sync {
+			durable = last
+			n.m.logSync.Observe(time.Since(start).Seconds())
+		}
 		var remote []raftpb.Message
 		for i := range batch {
 			m := &batch[i]

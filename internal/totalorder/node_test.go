@@ -3,11 +3,13 @@ package totalorder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"go.uber.org/goleak"
@@ -314,4 +316,47 @@ func TestProposalsSurviveLeaderCrash(t *testing.T) {
 		retries += testutil.ToFloat64(tn.m.proposalRetries)
 	}
 	t.Logf("proposals lost with the leader and proposed again: %v", retries)
+}
+
+// TestOneFsyncPerAppend: a follower fsyncs once per append that carries
+// entries, not again when the leader only tells it the new commit index
+// (which it must acknowledge, but need not make durable first). The
+// follower proposes, as a client's node does, and waits for each commit.
+func TestOneFsyncPerAppend(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	var follower uint64
+	for id := range c.nodes {
+		if id != lead {
+			follower = id
+			break
+		}
+	}
+	h := c.node(follower).m.logSync
+	count := func() uint64 {
+		var m dto.Metric
+		if err := h.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	// one proposal at a time, so no two share an append
+	before := count()
+	const n = 50
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := c.node(follower).Propose(ctx, []byte(fmt.Sprintf("p%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	// the last commit index reaches the follower after the last proposal returns
+	time.Sleep(200 * time.Millisecond)
+	got := count() - before
+	t.Logf("follower fsyncs: %d for %d entries", got, n)
+	if got < n || got > n+n/5 {
+		t.Fatalf("follower fsynced %d times for %d sequential entries, want about one per entry", got, n)
+	}
 }
