@@ -161,6 +161,7 @@ func (n *Node) run() {
 				if old := n.leader.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead && rd.SoftState.Lead != 0 {
 					n.m.leaderChanges.Inc()
 				}
+				n.m.isLeader.Set(map[bool]float64{true: 1}[rd.SoftState.Lead == n.id])
 			}
 			if !raft.IsEmptyHardState(rd.HardState) {
 				n.m.term.Set(float64(rd.HardState.Term))

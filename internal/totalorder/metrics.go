@@ -9,6 +9,7 @@ type metrics struct {
 	proposalRetries  prometheus.Counter
 	commitLatency    prometheus.Histogram
 	leaderChanges    prometheus.Counter
+	isLeader         prometheus.Gauge
 	term             prometheus.Gauge
 	applied          prometheus.Gauge
 	committed        prometheus.Gauge
@@ -32,6 +33,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16)}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_totalorder_leader_changes_total", Help: "Leader changes seen by this node."}),
+		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_totalorder_is_leader", Help: "1 while this node is the Raft leader."}),
 		term: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_totalorder_term", Help: "Current Raft term."}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -51,7 +54,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.proposalRetries, m.commitLatency,
-			m.leaderChanges, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
+			m.leaderChanges, m.isLeader, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
 			if err := r.Register(c); err != nil {
 				return nil, err
 			}

@@ -75,6 +75,12 @@ func TestLeaderCrashReelection(t *testing.T) {
 	if newLead == lead {
 		t.Fatalf("leader %d stopped but still leader", lead)
 	}
+	for _, id := range rest {
+		want := map[bool]float64{true: 1}[id == newLead]
+		if got := testutil.ToFloat64(c.node(id).m.isLeader); got != want {
+			t.Errorf("node %d: ordo_totalorder_is_leader = %v, want %v (leader %d)", id, got, want, newLead)
+		}
+	}
 	for p, s := range c.proposeRetry(rest, 2, 20, "after") {
 		all[p] = s
 	}
