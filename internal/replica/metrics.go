@@ -16,6 +16,18 @@ type metrics struct {
 	schemaConsistent prometheus.Gauge
 }
 
+// initOutcomes exports every outcome series of protocol at 0, so rates and
+// alerts see each from the start.
+func (m *metrics) initOutcomes(protocol string) {
+	for _, origin := range []string{"local", "remote"} {
+		m.outcomes.WithLabelValues(protocol, origin, "commit", "")
+		for _, reason := range []string{"certification", "too_old", "origin_abort"} {
+			m.outcomes.WithLabelValues(protocol, origin, "abort", reason)
+		}
+	}
+	m.outcomes.WithLabelValues(protocol, "local", "abort", "brute_force")
+}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs … 13s
 	m := &metrics{

@@ -158,6 +158,7 @@ func New(cfg Config) (*Replica, error) {
 		aborted:    make(map[txn.GID]bool),
 		rolledBack: make(map[txn.GID]bool),
 	}
+	r.m.initOutcomes(cfg.Protocol)
 	r.schema.own = make(map[uint64]schemacheck.Snapshot)
 	r.prefix.Store(cfg.StartAfter)
 	return r, nil

@@ -26,6 +26,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18), // 50µs … 6.5s
 		}, []string{"stage"}),
 	}
+	for _, stage := range []string{stageProbe, stagePrepare, stageCapture, stageTerminate} {
+		m.stages.WithLabelValues(stage) // exported from the start
+	}
 	if reg != nil {
 		reg.MustRegister(m.stages)
 	}

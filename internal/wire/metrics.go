@@ -36,6 +36,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_wire_cancel_requests_total", Help: "CancelRequests received."}),
 	}
+	// Every label value starts at 0, so rates and alerts see each series
+	// from the start rather than once the first event happens.
+	for _, reason := range []string{"protocol", "tls", "tls_required", "shutdown", "max_conns"} {
+		m.connsRejected.WithLabelValues(reason)
+	}
+	for _, kind := range []string{"protocol", "backend", "auth", "hook"} {
+		m.errors.WithLabelValues(kind)
+	}
 	if reg != nil {
 		reg.MustRegister(m.connsActive, m.connsTotal, m.connsRejected, m.bytesIn, m.bytesOut,
 			m.messagesIn, m.messagesOut, m.errors, m.cancels)

@@ -1,0 +1,314 @@
+package deployments
+
+// These tests keep the deployment files consistent with the code. Which
+// metrics they use is checked against a real node's /metrics in test/e2e
+// (TestDeploymentsUseRealMetrics).
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ordo-db/ordo/pkg/config"
+)
+
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestComposeNodeConfigsAreValid loads every node configuration the
+// compose file mounts with Ordo's own loader, and checks the cluster they
+// describe: ids, peers and protocol agree, and each node talks to its own
+// PostgreSQL service.
+func TestComposeNodeConfigsAreValid(t *testing.T) {
+	var compose struct {
+		Services map[string]struct {
+			Volumes   []string       `yaml:"volumes"`
+			DependsOn map[string]any `yaml:"depends_on"`
+			Command   any            `yaml:"command"`
+		} `yaml:"services"`
+		Postgres struct {
+			Command string `yaml:"command"`
+		} `yaml:"x-postgres"`
+	}
+	readYAML(t, "compose/docker-compose.yml", &compose)
+	nodes := map[uint32]*config.Node{}
+	for name, svc := range compose.Services {
+		for _, v := range svc.Volumes {
+			src, dst, _ := strings.Cut(v, ":")
+			if strings.HasPrefix(src, ".") {
+				if _, err := os.Stat(filepath.Join("compose", src)); err != nil {
+					t.Errorf("service %s mounts %s, which does not exist: %v", name, src, err)
+				}
+			}
+			if !strings.HasPrefix(dst, "/etc/ordo/node.yaml") {
+				continue
+			}
+			n, err := config.Load(filepath.Join("compose", src))
+			if err != nil {
+				t.Errorf("service %s: %v", name, err)
+				continue
+			}
+			if want := "ordo" + itoa(n.ID); name != want {
+				t.Errorf("service %s runs node id %d (want service %s)", name, n.ID, want)
+			}
+			pg := "pg" + itoa(n.ID)
+			if !strings.Contains(n.Postgres, "@"+pg+":") {
+				t.Errorf("node %d connects to %s, not its own server %s", n.ID, n.Postgres, pg)
+			}
+			if _, ok := svc.DependsOn[pg]; !ok {
+				t.Errorf("service %s does not wait for %s", name, pg)
+			}
+			nodes[n.ID] = n
+		}
+	}
+	if len(nodes) != 3 {
+		t.Fatalf("compose runs %d nodes, want 3", len(nodes))
+	}
+	for id, n := range nodes {
+		if len(n.Peers) != len(nodes) || n.Protocol != nodes[1].Protocol {
+			t.Errorf("node %d: peers %v, protocol %s disagree with node 1", id, n.Peers, n.Protocol)
+		}
+		for pid, addr := range n.Peers {
+			if addr != nodes[1].Peers[pid] {
+				t.Errorf("node %d names peer %d %s, node 1 names it %s", id, pid, addr, nodes[1].Peers[pid])
+			}
+		}
+	}
+	// the settings docs/configuration.md asks of every PostgreSQL server
+	for _, setting := range []string{"wal_level=logical", "max_prepared_transactions=", "max_replication_slots=", "max_wal_senders="} {
+		if !strings.Contains(compose.Postgres.Command, setting) {
+			t.Errorf("the compose PostgreSQL servers are not started with %s", setting)
+		}
+	}
+}
+
+func itoa(id uint32) string {
+	return string(rune('0' + id)) // ids 1…9 here
+}
+
+// TestPrometheusConfigs checks both scrape configurations: they load the
+// alert rules, scrape three nodes with a node label, and the rules parse.
+func TestPrometheusConfigs(t *testing.T) {
+	for _, path := range []string{"prometheus/prometheus.yml", "compose/prometheus.yml"} {
+		var cfg struct {
+			RuleFiles     []string `yaml:"rule_files"`
+			ScrapeConfigs []struct {
+				JobName       string `yaml:"job_name"`
+				StaticConfigs []struct {
+					Targets []string          `yaml:"targets"`
+					Labels  map[string]string `yaml:"labels"`
+				} `yaml:"static_configs"`
+			} `yaml:"scrape_configs"`
+		}
+		readYAML(t, path, &cfg)
+		if len(cfg.RuleFiles) != 1 || cfg.RuleFiles[0] != "ordo-alerts.yml" {
+			t.Errorf("%s: rule_files %v, want [ordo-alerts.yml]", path, cfg.RuleFiles)
+		}
+		if len(cfg.ScrapeConfigs) != 1 || cfg.ScrapeConfigs[0].JobName != "ordo" || len(cfg.ScrapeConfigs[0].StaticConfigs) != 3 {
+			t.Fatalf("%s: want one job \"ordo\" with three targets", path)
+		}
+		for i, sc := range cfg.ScrapeConfigs[0].StaticConfigs {
+			if len(sc.Targets) != 1 || sc.Labels["node"] != itoa(uint32(i+1)) {
+				t.Errorf("%s: target %d: %v %v, want one target labelled node=%d", path, i+1, sc.Targets, sc.Labels, i+1)
+			}
+		}
+	}
+	for _, r := range AlertRules(t) {
+		if r.Alert == "" || r.Expr == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+			t.Errorf("alert rule %+v lacks a name, expr, severity or summary", r)
+		}
+		if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") {
+			t.Errorf("alert %s: unbalanced parentheses in %s", r.Alert, r.Expr)
+		}
+	}
+}
+
+// Rule is one alerting rule of prometheus/ordo-alerts.yml.
+type Rule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// AlertRules reads the alert rules.
+func AlertRules(t *testing.T) []Rule {
+	var f struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []Rule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	readYAML(t, "prometheus/ordo-alerts.yml", &f)
+	var rules []Rule
+	for _, g := range f.Groups {
+		rules = append(rules, g.Rules...)
+	}
+	if len(rules) == 0 {
+		t.Fatal("no alert rules")
+	}
+	return rules
+}
+
+// TestGrafanaDashboard checks the dashboard's structure: every panel uses
+// the provisioned data source, ids are unique, panels do not overlap, and
+// every query is a non-empty PromQL expression over ordo_ metrics.
+func TestGrafanaDashboard(t *testing.T) {
+	var ds struct {
+		Datasources []struct {
+			UID string `yaml:"uid"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, "grafana/provisioning/datasources/prometheus.yml", &ds)
+	var prov struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, "grafana/provisioning/dashboards/ordo.yml", &prov)
+	if len(ds.Datasources) != 1 || len(prov.Providers) != 1 {
+		t.Fatal("want one data source and one dashboard provider")
+	}
+	b, err := os.ReadFile("grafana/dashboards/ordo.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		UID    string  `json:"uid"`
+		Panels []Panel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UID == "" || len(d.Panels) < 10 {
+		t.Fatalf("dashboard uid %q with %d panels", d.UID, len(d.Panels))
+	}
+	ids := map[int]bool{}
+	type cell struct{ x, y int }
+	taken := map[cell]int{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d used twice", p.ID)
+		}
+		ids[p.ID] = true
+		for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+			for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+				if other, ok := taken[cell{x, y}]; ok {
+					t.Errorf("panel %q overlaps panel id %d at %d,%d", p.Title, other, x, y)
+				}
+				taken[cell{x, y}] = p.ID
+			}
+		}
+		if p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q is wider than the grid", p.Title)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource.UID != ds.Datasources[0].UID {
+			t.Errorf("panel %q uses data source %q, not the provisioned %q", p.Title, p.Datasource.UID, ds.Datasources[0].UID)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			if len(MetricNames(q.Expr)) == 0 || strings.Count(q.Expr, "(") != strings.Count(q.Expr, ")") {
+				t.Errorf("panel %q: query %q uses no ordo_ metric or is unbalanced", p.Title, q.Expr)
+			}
+		}
+	}
+}
+
+// Panel is the part of a Grafana panel the tests read.
+type Panel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	GridPos struct{ X, Y, W, H int } `json:"gridPos"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// TestKubernetesManifest renders the node configuration of each pod the
+// way the init container does and loads it with Ordo's own loader, and
+// checks the pod's PostgreSQL settings and the objects the manifest names.
+func TestKubernetesManifest(t *testing.T) {
+	b, err := os.ReadFile("kubernetes/ordo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	kinds := map[string]map[string]any{}
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatal(err)
+		}
+		name := doc["metadata"].(map[string]any)["name"].(string)
+		kinds[doc["kind"].(string)+"/"+name] = doc
+	}
+	for _, want := range []string{"Secret/ordo-postgres", "ConfigMap/ordo-config", "Service/ordo-peers", "Service/ordo", "StatefulSet/ordo"} {
+		if kinds[want] == nil {
+			t.Errorf("the manifest has no %s", want)
+		}
+	}
+	cm := kinds["ConfigMap/ordo-config"]
+	tmpl := cm["data"].(map[string]any)["node.yaml.in"].(string)
+	sts := kinds["StatefulSet/ordo"]
+	spec := sts["spec"].(map[string]any)
+	replicas := spec["replicas"].(int)
+	service := spec["serviceName"].(string)
+	for ordinal := 0; ordinal < replicas; ordinal++ {
+		path := filepath.Join(t.TempDir(), "node.yaml")
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(tmpl, "@ID@", itoa(uint32(ordinal+1)))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n, err := config.Load(path)
+		if err != nil {
+			t.Fatalf("pod ordo-%d: %v", ordinal, err)
+		}
+		if len(n.Peers) != replicas {
+			t.Errorf("pod ordo-%d names %d peers for %d replicas", ordinal, len(n.Peers), replicas)
+		}
+		if want := "ordo-" + itoa(uint32(ordinal)) + "." + service + ":7001"; n.Peers[n.ID] != want {
+			t.Errorf("pod ordo-%d (node %d) is peer %s, want %s", ordinal, n.ID, n.Peers[n.ID], want)
+		}
+	}
+	pod := spec["template"].(map[string]any)["spec"].(map[string]any)
+	var pgArgs string
+	for _, c := range pod["containers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] == "postgres" {
+			for _, a := range c["args"].([]any) {
+				pgArgs += a.(string) + " "
+			}
+		}
+	}
+	for _, setting := range []string{"wal_level=logical", "max_prepared_transactions=", "max_replication_slots=", "max_wal_senders="} {
+		if !strings.Contains(pgArgs, setting) {
+			t.Errorf("the pod's PostgreSQL is not started with %s", setting)
+		}
+	}
+}
