@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +88,10 @@ type worker struct {
 	mu      sync.Mutex
 	preempt context.CancelFunc
 	seqno   uint64
+	// prepared names the statements prepared on conn, by SQL text; named
+	// counts the names ever given (none is reused).
+	prepared map[string]string
+	named    uint64
 }
 
 // Open connects the applier's connections. Run Bootstrap first.
@@ -150,7 +155,7 @@ func (a *Applier) connect(ctx context.Context, w *worker) error {
 		conn.Close(context.Background())
 		return fmt.Errorf("apply: set up connection: %w", err)
 	}
-	w.conn, w.pid = conn, int(conn.PgConn().PID())
+	w.conn, w.pid, w.prepared = conn, int(conn.PgConn().PID()), make(map[string]string)
 	a.pidMu.Lock()
 	a.pids[w.pid] = w
 	a.pidMu.Unlock()
@@ -315,6 +320,9 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}()
 	}
 	conn := w.conn
+	// Statements are prepared (once per connection) unless the write set
+	// changes the schema they would be prepared against.
+	prep := len(it.WriteSet.DDL) == 0
 	// BEGIN and the proof row travel with the first statements, in one
 	// round trip: a write set already proven fails on the proof's unique
 	// keys (seqno, gid) before any of its rows is applied.
@@ -337,7 +345,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		return false, nil
 	}
 	if len(it.WriteSet.DDL) > 0 || len(stmts) == 0 {
-		if err := a.execChunk(actx, w, it.Seqno, head, order); err != nil {
+		if err := a.execChunk(actx, w, it.Seqno, head, order, prep); err != nil {
 			if alreadyProven(err) {
 				return skip()
 			}
@@ -370,7 +378,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 	oneTrip := order == nil && len(it.WriteSet.DDL) == 0 && head != nil && len(stmts) <= a.cfg.BatchSize
 	if oneTrip {
 		chunk := append(append(head, stmts...), stmt{sql: "COMMIT", want: -1})
-		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
+		if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
 			if alreadyProven(err) {
 				return skip()
 			}
@@ -383,7 +391,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		if head != nil {
 			chunk = append(head, chunk...)
 			head = nil
-			if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
+			if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
 				if alreadyProven(err) {
 					return skip()
 				}
@@ -391,7 +399,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 			}
 			continue
 		}
-		if err := a.execChunk(actx, w, it.Seqno, chunk, order); err != nil {
+		if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
 			return false, err
 		}
 	}
@@ -416,10 +424,20 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 
 // execChunk sends statements in one round trip and checks each affected
 // the rows it must, while a watcher reports blockers.
-func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk []stmt, order *ordering) error {
+func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk []stmt, order *ordering, prepare bool) error {
+	if prepare {
+		if err := w.prepareAll(ctx, chunk); err != nil {
+			return err
+		}
+	}
 	b := &pgconn.Batch{}
 	for i := range chunk {
-		queue(b, &chunk[i])
+		s := &chunk[i]
+		if name, ok := w.prepared[s.sql]; ok && prepare && len(s.params) > 0 {
+			b.ExecPrepared(name, s.params, nil, nil)
+		} else {
+			queue(b, s)
+		}
 	}
 	stop := a.watch(ctx, w, seqno, order, false)
 	results, err := w.conn.PgConn().ExecBatch(ctx, b).ReadAll()
@@ -437,4 +455,82 @@ func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk 
 		}
 	}
 	return nil
+}
+
+// maxPrepared bounds the statements a worker keeps prepared (a variable
+// for tests).
+var maxPrepared = 500
+
+// prepareAll prepares on the worker's connection every statement of chunk
+// with parameters not prepared yet (one round trip each, once per statement
+// text: applies repeat a few shapes per table, and PostgreSQL then parses
+// and plans each once instead of for every row). A worker holding more
+// than maxPrepared forgets them all first, before any name is handed out
+// for the chunk. Parameter types are inferred when a statement is prepared
+// and stay fixed, so every DDL forgets them too (Forget).
+func (w *worker) prepareAll(ctx context.Context, chunk []stmt) error {
+	missing := func() []string {
+		var todo []string
+		for i := range chunk {
+			if sql := chunk[i].sql; len(chunk[i].params) > 0 && w.prepared[sql] == "" && !slices.Contains(todo, sql) {
+				todo = append(todo, sql)
+			}
+		}
+		return todo
+	}
+	todo := missing()
+	if len(todo) == 0 {
+		return nil
+	}
+	if len(w.prepared)+len(todo) > maxPrepared {
+		if err := w.forget(ctx); err != nil {
+			return err
+		}
+		todo = missing()
+		if len(todo) > maxPrepared {
+			return nil // a chunk of more shapes than that runs unprepared
+		}
+	}
+	for _, sql := range todo {
+		w.named++
+		name := "ordo_apply_" + strconv.FormatUint(w.named, 10)
+		if _, err := w.conn.PgConn().Prepare(ctx, name, sql, nil); err != nil {
+			return fmt.Errorf("apply: prepare %s: %w", sql, err)
+		}
+		w.prepared[sql] = name
+	}
+	return nil
+}
+
+// forget deallocates the worker's prepared statements.
+func (w *worker) forget(ctx context.Context) error {
+	if len(w.prepared) == 0 {
+		return nil
+	}
+	// Only ours: DEALLOCATE ALL would also drop pgx's own statement cache.
+	var b strings.Builder
+	for _, name := range w.prepared {
+		b.WriteString("DEALLOCATE " + name + ";")
+	}
+	if _, err := w.conn.PgConn().Exec(ctx, b.String()).ReadAll(); err != nil {
+		return fmt.Errorf("apply: deallocate: %w", err)
+	}
+	clear(w.prepared)
+	return nil
+}
+
+// Forget drops every statement the workers have prepared. The delivery
+// loop calls it after each committed DDL, local or remote: a statement's
+// parameter types were fixed when it was prepared, against the old schema.
+// A connection that cannot forget is closed (the next apply reconnects).
+func (a *Applier) Forget(ctx context.Context) {
+	for _, w := range a.workers {
+		if w.conn == nil || w.conn.IsClosed() {
+			continue
+		}
+		if err := w.forget(ctx); err != nil {
+			a.cfg.Logger.Warn("apply: closing a connection whose prepared statements could not be dropped", "err", err)
+			w.conn.Close(context.Background())
+		}
+	}
 }

@@ -296,3 +296,31 @@ func TestParallelApplyOrdered(t *testing.T) {
 		require.Equal(t, int64(items[i].Seqno), seqs[i])
 	}
 }
+
+// TestPreparedStatements: a worker prepares each statement shape once,
+// forgets its statements when it holds maxPrepared of them and when told
+// to (after DDL), and applies exactly all the while.
+func TestPreparedStatements(t *testing.T) {
+	defer func(n int) { maxPrepared = n }(maxPrepared)
+	maxPrepared = 3
+	e := setup(t, Config{})
+	w := e.applier.workers[0]
+	e.replicate(t, "INSERT INTO comp VALUES (700, 1, 'a')")
+	require.Len(t, w.prepared, 2, "the proof row and the insert")
+	e.replicate(t, "INSERT INTO comp VALUES (701, 1, 'b')")
+	require.Len(t, w.prepared, 2, "the same shapes again")
+	e.replicate(t, "UPDATE comp SET v = 'c' WHERE b = 700")
+	require.Len(t, w.prepared, 3)
+	e.replicate(t, "DELETE FROM comp WHERE b = 701") // a fourth shape: the three are forgotten first
+	require.Len(t, w.prepared, 2, "the proof row and the delete")
+	var n int
+	require.NoError(t, w.conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'ordo_apply_%'").Scan(&n))
+	require.Equal(t, 2, n, "forgotten statements are deallocated")
+	e.replicate(t, "INSERT INTO comp VALUES (702, 1, 'e'), (703, 1, 'f')", "UPDATE comp SET v = 'g' WHERE b = 702",
+		"DELETE FROM comp WHERE b = 703") // four shapes at once: more than maxPrepared, applied unprepared
+	requireSame(t, e)
+	e.applier.Forget(context.Background())
+	require.Empty(t, w.prepared)
+	e.replicate(t, "UPDATE comp SET v = 'd' WHERE b = 700")
+	requireSame(t, e)
+}

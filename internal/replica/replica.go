@@ -652,6 +652,7 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 		}
 	}
 	if out.Commit && len(e.Ddl) > 0 {
+		r.cfg.Applier.Forget(ctx)
 		if r.cfg.OnDDL != nil {
 			r.cfg.OnDDL(ctx)
 		}

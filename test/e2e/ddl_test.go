@@ -261,3 +261,32 @@ func TestSchemaFingerprintsAreCompared(t *testing.T) {
 	require.True(t, c.nodes[0].Replica().Schema().Peers[2].Consistent, "node 2 still matches node 1")
 	require.Positive(t, c.counter(0, "ordo_schema_mismatches_total", nil))
 }
+
+// TestAppliesFollowColumnTypeChanges: the appliers prepare their
+// statements, whose parameter types PostgreSQL fixes when it prepares them.
+// A column whose type changes (int to text here, the other way round next)
+// must not be written with the old types by a remote node's applier.
+func TestAppliesFollowColumnTypeChanges(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a := c.connect(0)
+	for _, sql := range []string{
+		"CREATE TABLE morph (k int PRIMARY KEY, v int)",
+		"INSERT INTO morph VALUES (1, 1)",
+		"UPDATE morph SET v = 2 WHERE k = 1",
+		"ALTER TABLE morph ALTER COLUMN v TYPE text",
+		"INSERT INTO morph VALUES (2, 'two')",
+		"UPDATE morph SET v = 'deux' WHERE k = 1",
+		"ALTER TABLE morph ALTER COLUMN v TYPE numeric USING length(v)",
+		"INSERT INTO morph VALUES (3, 3.5)",
+		"UPDATE morph SET v = 4.25 WHERE k = 2",
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		require.NoError(t, c.nodes[i].Replica().Err(), "node %d", i+1)
+		require.Equal(t, c.checksum(0, "morph"), c.checksum(i, "morph"), "node %d", i+1)
+	}
+}
