@@ -108,8 +108,17 @@ func TestKillAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "CREATE TABLE survives (id int primary key); INSERT INTO survives VALUES (1)")
 	require.NoError(t, err)
+	procs := descendants(s.cmd.Process.Pid)
+	require.NotEmpty(t, procs, "the backend and the auxiliary processes")
 	s.Kill()
 	require.False(t, s.Running())
+	// Every process is gone when Kill returns, the open session's backend
+	// included (it leads its own process group), so nothing answers.
+	for _, pid := range procs {
+		require.False(t, alive(pid), "process %d outlived Kill", pid)
+	}
+	_, err = conn.Exec(ctx, "SELECT 1")
+	require.Error(t, err, "a backend answered after Kill")
 	require.NoError(t, s.Restart(ctx))
 	conn, err = pgx.Connect(ctx, s.DSN("postgres"))
 	require.NoError(t, err)

@@ -311,13 +311,77 @@ func (s *Server) stop(grace time.Duration) error {
 }
 
 // Kill stops the server abruptly, as a crash would: SIGKILL to the
-// postmaster and every backend (they share its process group). Restart
-// brings it back on the same port and data directory, through crash recovery.
+// postmaster and every process it started, and it returns once they are
+// all gone. (Each backend is the leader of its own process group, so a
+// signal to the postmaster's group alone would leave them serving their
+// clients until they notice the postmaster's death.) Restart brings the
+// server back on the same port and data directory, through crash recovery.
 func (s *Server) Kill() {
-	if s.cmd != nil && s.Running() {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.exited
+	if s.cmd == nil || !s.Running() {
+		return
 	}
+	procs := descendants(s.cmd.Process.Pid)
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-s.exited
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range procs {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// descendants returns the pids of every process below pid, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentOf(child); ok {
+			children[ppid] = append(children[ppid], child)
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// parentOf reads a process's parent pid from /proc/<pid>/stat.
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
+}
+
+// alive reports whether pid still runs (a zombie does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
 // Stop shuts the server down cleanly (fast shutdown).
