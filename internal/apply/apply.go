@@ -289,8 +289,11 @@ func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) 
 		}
 		last = err
 		if w.conn != nil && !w.conn.IsClosed() {
+			// The next attempt prepares its statements afresh, in case
+			// one of them was what failed (prepared against a schema that
+			// changed without a DDL entry telling us).
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if _, rerr := w.conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+			if _, rerr := w.conn.Exec(rctx, "ROLLBACK"); rerr != nil || w.forget(rctx) != nil {
 				w.conn.Close(context.Background())
 			}
 			cancel()
