@@ -428,8 +428,11 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 // execChunk sends statements in one round trip and checks each affected
 // the rows it must, while a watcher reports blockers.
 func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk []stmt, order *ordering, prepare bool) error {
+	// Preparing takes the tables' locks too: the watcher covers it.
+	stop := a.watch(ctx, w, seqno, order, false)
 	if prepare {
 		if err := w.prepareAll(ctx, chunk); err != nil {
+			stop()
 			return err
 		}
 	}
@@ -442,7 +445,6 @@ func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk 
 			queue(b, s)
 		}
 	}
-	stop := a.watch(ctx, w, seqno, order, false)
 	results, err := w.conn.PgConn().ExecBatch(ctx, b).ReadAll()
 	stop()
 	if err != nil {
