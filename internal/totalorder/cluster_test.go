@@ -107,7 +107,7 @@ func (c *testCluster) start(id uint64, after uint64, join bool) *testNode {
 		l   net.Listener
 		err error
 	)
-	for i := 0; i < 50; i++ { // the port may take a moment to be free again
+	for i := 0; i < 250; i++ { // the port may take a moment to be free again (or be some other socket's ephemeral port for a while)
 		if l, err = net.Listen("tcp", c.addrs[id]); err == nil {
 			break
 		}
