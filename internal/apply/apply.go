@@ -439,7 +439,7 @@ func (a *Applier) execChunk(ctx context.Context, w *worker, seqno uint64, chunk 
 	b := &pgconn.Batch{}
 	for i := range chunk {
 		s := &chunk[i]
-		if name, ok := w.prepared[s.sql]; ok && prepare && len(s.params) > 0 {
+		if name, ok := w.prepared[s.sql]; prepare && ok {
 			b.ExecPrepared(name, s.params, nil, nil)
 		} else {
 			queue(b, s)

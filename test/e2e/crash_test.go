@@ -172,14 +172,25 @@ func (c *procCluster) dsn(i int) string {
 	return fmt.Sprintf("postgres://ordo:ordo@%s/postgres?sslmode=disable&connect_timeout=5", c.listen[i])
 }
 
-// metric reads one counter from node i's /metrics.
-func (c *procCluster) metric(i int, name string) float64 {
+// scrape returns the lines of node i's /metrics.
+func (c *procCluster) scrape(i int) []string {
 	resp, err := http.Get("http://" + c.metrics[i] + "/metrics")
 	require.NoError(c.t, err)
 	defer resp.Body.Close()
+	var lines []string
 	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+		lines = append(lines, sc.Text())
+	}
+	require.NoError(c.t, sc.Err())
+	return lines
+}
+
+// metric reads one counter from node i's /metrics.
+func (c *procCluster) metric(i int, name string) float64 {
+	for _, line := range c.scrape(i) {
+		f := strings.Fields(line)
 		if len(f) == 2 && f[0] == name {
 			v, err := strconv.ParseFloat(f[1], 64)
 			require.NoError(c.t, err)

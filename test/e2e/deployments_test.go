@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -32,19 +30,13 @@ func TestDeploymentsUseRealMetrics(t *testing.T) {
 	used := deployments.UsedMetrics()
 	require.NotEmpty(t, used)
 	for i := range c.metrics {
-		resp, err := http.Get("http://" + c.metrics[i] + "/metrics")
-		require.NoError(t, err)
 		have := map[string]bool{}
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
+		for _, line := range c.scrape(i) {
 			// "# TYPE name kind" names every family, even one without samples
-			if f := strings.Fields(sc.Text()); len(f) == 4 && f[1] == "TYPE" {
+			if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" {
 				have[f[2]] = true
 			}
 		}
-		resp.Body.Close()
-		require.NoError(t, sc.Err())
 		for _, name := range used {
 			if !have[name] {
 				t.Errorf("node %d does not export %s, which deployments/ uses", i+1, name)
