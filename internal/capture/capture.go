@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -41,8 +42,11 @@ type Config struct {
 	Publication string
 	// Limits bound one write set.
 	Limits Limits
-	// AwaitTimeout bounds Await (default 10s).
+	// AwaitTimeout: Await gives up once the stream has received nothing
+	// from PostgreSQL for this long (default 10s); a large write set that
+	// keeps arriving is waited for, up to AwaitLimit (default 10 min).
 	AwaitTimeout time.Duration
+	AwaitLimit   time.Duration
 	// StatusInterval is the period of standby status updates (default 1s).
 	StatusInterval time.Duration
 	// MaxUnclaimed bounds the decoded write sets kept for an Await that has
@@ -70,6 +74,9 @@ func (c *Config) defaults() error {
 	if c.AwaitTimeout <= 0 {
 		c.AwaitTimeout = 10 * time.Second
 	}
+	if c.AwaitLimit <= 0 {
+		c.AwaitLimit = 10 * time.Minute
+	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = time.Second
 	}
@@ -91,6 +98,9 @@ type Capture struct {
 	metrics *metrics
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// received is when the stream last received a message (UnixNano).
+	received atomic.Int64
 
 	mu        sync.Mutex
 	waits     map[txn.GID]*waiter
@@ -242,15 +252,28 @@ func (c *Capture) Await(ctx context.Context, gid txn.GID) (*WriteSet, error) {
 	}
 	w := c.waiterLocked(gid)
 	c.mu.Unlock()
+	began := time.Now()
 	t := time.NewTimer(c.cfg.AwaitTimeout)
 	defer t.Stop()
 	var err error
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-t.C:
-		err = fmt.Errorf("%w: gid %s after %s", ErrAwaitTimeout, gid, c.cfg.AwaitTimeout)
+wait:
+	for {
+		select {
+		case <-w.done:
+			break wait
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		case <-t.C:
+			idle := time.Since(time.Unix(0, c.received.Load()))
+			waited := time.Since(began)
+			if idle < c.cfg.AwaitTimeout && waited < c.cfg.AwaitLimit {
+				t.Reset(min(c.cfg.AwaitTimeout-idle, c.cfg.AwaitLimit-waited))
+				continue
+			}
+			err = fmt.Errorf("%w: gid %s after %s (the stream's last message: %s ago)", ErrAwaitTimeout, gid, waited.Round(time.Millisecond), idle.Round(time.Millisecond))
+			break wait
+		}
 	}
 	c.mu.Lock()
 	if c.waits[gid] == w {
@@ -380,6 +403,7 @@ func (c *Capture) stream(ctx context.Context, started func()) error {
 			}
 			return fmt.Errorf("capture: receive: %w", err)
 		}
+		c.received.Store(time.Now().UnixNano())
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(msg.Data) == 0 {

@@ -99,6 +99,10 @@ func referenceKeys(s *txn.KeySet, r *Row) {
 		}
 		if ok {
 			s.Add(txn.RowKey(fk.ParentSchema, fk.ParentTable, vals...), txn.R)
+			// R on the parent's table too, so a transaction holding X on
+			// the whole parent table (TRUNCATE, DDL, escalated keys)
+			// conflicts with the reference.
+			s.Add(txn.TableKey(fk.ParentSchema, fk.ParentTable), txn.R)
 		}
 	}
 }

@@ -232,3 +232,39 @@ func TestDeterminism(t *testing.T) {
 		}
 	}
 }
+
+// TestEscalatedWritesKeepEveryConflict: a transaction whose row keys of a
+// table were escalated to X on the table (txn.KeySet.Escalate) conflicts
+// with every concurrent write of a row of that table and every concurrent
+// reference to one, in either order, and with nothing else.
+func TestEscalatedWritesKeepEveryConflict(t *testing.T) {
+	escalated := func(tbl string, ids ...int) []txn.KeyMode {
+		var s txn.KeySet
+		for _, km := range write(tbl, ids...) {
+			s.Add(km.Key, km.Mode)
+		}
+		require.Equal(t, []txn.Key{table(tbl)}, s.Escalate(len(ids)-1))
+		return s.Sorted()
+	}
+	child := append(write("child", 1), txn.KeyMode{Key: row("parent", 5), Mode: txn.R}, txn.KeyMode{Key: table("parent"), Mode: txn.R})
+	for name, other := range map[string][]txn.KeyMode{
+		"row write":        write("a", 999),
+		"parent reference": child,
+	} {
+		tbl := "a"
+		if name == "parent reference" {
+			tbl = "parent"
+		}
+		c := New(Config{}, 0)
+		require.True(t, c.Certify(1, &Request{Keys: other}).Commit)
+		require.False(t, c.Certify(2, &Request{Keys: escalated(tbl, 1, 2, 3)}).Commit, "%s, then the escalated transaction", name)
+
+		c = New(Config{}, 0)
+		require.True(t, c.Certify(1, &Request{Keys: escalated(tbl, 1, 2, 3)}).Commit)
+		require.False(t, c.Certify(2, &Request{Keys: other}).Commit, "the escalated transaction, then a %s", name)
+		require.True(t, c.Certify(3, &Request{SnapshotSeqno: 1, Keys: other}).Commit, "not concurrent")
+	}
+	c := New(Config{}, 0)
+	require.True(t, c.Certify(1, &Request{Keys: escalated("a", 1, 2, 3)}).Commit)
+	require.True(t, c.Certify(2, &Request{Keys: write("b", 1)}).Commit, "another table")
+}

@@ -99,9 +99,11 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	}
 	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
 		Limits: capture.Limits{MaxRows: cfg.MaxWriteSetRows, MaxBytes: cfg.MaxWriteSetBytes}}
-	// An entry is the write set's values plus its encoding and keys: allow
-	// twice the counted size, and a Raft message one such entry.
-	maxProposal := int(2*cfg.MaxWriteSetBytes) + 16<<20
+	// A transaction's rows travel in entries of about MaxEntryBytes; its
+	// last entry also holds its keys and DDL (and a single row may be
+	// larger than MaxEntryBytes): allow twice that plus 64 MiB per entry,
+	// and a Raft message one such entry.
+	maxProposal := int(2*cfg.MaxEntryBytes) + 64<<20
 	if err := capture.Setup(ctx, capCfg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
@@ -183,7 +185,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 
 	// 5. Replication engine.
 	rep, err = replica.New(replica.Config{
-		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres,
+		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout,
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
 		OnDDL: func(ctx context.Context) {
 			if _, err := cat.Refresh(ctx); err != nil {
@@ -207,7 +209,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	hooks = session.New(session.Config{
 		Registerer: n.reg, OnBruteForce: rep.CountBruteForce,
 		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
-		CommitTimeout: cfg.CommitTimeout, Logger: log, AfterDDL: normalize,
+		Logger: log, AfterDDL: normalize, KeyEscalationRows: cfg.KeyEscalationRows,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 	})
 	n.hooks = hooks

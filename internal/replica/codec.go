@@ -2,7 +2,9 @@ package replica
 
 import (
 	"fmt"
+	"math"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ordo-db/ordo/internal/capture"
@@ -10,8 +12,14 @@ import (
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
-// encodeTxn builds the total-order payload of a transaction to terminate.
-func encodeTxn(t *Txn, protocol string) ([]byte, error) {
+// encodeTxn encodes a transaction to terminate and returns the payload of
+// its TxnEntry. When that entry would be larger than maxEntry bytes (<= 0:
+// no limit), the rows are cut into FragmentEntry payloads of about
+// maxEntry bytes, handed to fragment in order as they are encoded (so only
+// one is in memory at a time) before the TxnEntry is built with the keys,
+// the DDL and the last rows. An error from fragment stops the encoding and
+// is returned.
+func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []byte) error) ([]byte, error) {
 	e := &ordov1.TxnEntry{
 		Gid:           string(t.GID),
 		Origin:        t.Origin,
@@ -27,35 +35,124 @@ func encodeTxn(t *Txn, protocol string) ([]byte, error) {
 			Column: km.Key.Column, Value: km.Key.Value, Mode: uint32(km.Mode),
 		})
 	}
-	if ws := t.WriteSet; ws != nil {
-		tables := map[*capture.Table]uint32{}
-		for i := range ws.Rows {
-			r := &ws.Rows[i]
-			ti, ok := tables[r.Table]
-			if !ok {
-				ti = uint32(len(e.Tables))
-				tables[r.Table] = ti
-				td := &ordov1.Table{Schema: r.Table.Schema, Name: r.Table.Name}
-				for _, c := range r.Table.Columns {
-					td.Columns = append(td.Columns, c.Name)
-					td.TypeOids = append(td.TypeOids, c.TypeOID)
-				}
-				for _, k := range r.Table.KeyColumns {
-					td.KeyColumns = append(td.KeyColumns, uint32(k))
-				}
-				e.Tables = append(e.Tables, td)
+	whole := &ordov1.Entry{Kind: &ordov1.Entry_Txn{Txn: e}}
+	var rows []capture.Row
+	if t.WriteSet != nil {
+		rows = t.WriteSet.Rows
+	}
+	if maxEntry <= 0 {
+		p := packer{budget: math.MaxInt}
+		for i := range rows {
+			p.add(&rows[i])
+		}
+		e.Tables, e.Rows = p.cur.tables, p.cur.rows
+		return proto.Marshal(whole)
+	}
+	// Leave room in each fragment for its envelope (gid, index, tags); the
+	// TxnEntry's own fields are counted when its rows are chosen.
+	p := packer{budget: max(maxEntry-len(t.GID)-64, 1)}
+	n := uint32(0)
+	emit := func(pc piece) error {
+		b, err := proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Fragment{Fragment: &ordov1.FragmentEntry{
+			Gid: string(t.GID), Index: n, Tables: pc.tables, Rows: pc.rows,
+		}}})
+		if err != nil {
+			return err
+		}
+		n++
+		return fragment(b)
+	}
+	for i := range rows {
+		if full, ok := p.add(&rows[i]); ok {
+			if err := emit(full); err != nil {
+				return nil, err
 			}
-			rc := &ordov1.RowChange{
-				Op: uint32(r.Op), Table: ti, OldKey: r.OldValues,
-				TruncateGroup: uint32(r.TruncateGroup), Cascade: r.Cascade, RestartIdentity: r.RestartIdentity,
-			}
-			for _, v := range r.Values {
-				rc.Values = append(rc.Values, &ordov1.Value{Kind: uint32(v.Kind), Text: v.Text})
-			}
-			e.Rows = append(e.Rows, rc)
 		}
 	}
-	return proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Txn{Txn: e}})
+	last := p.cur
+	if proto.Size(whole)+last.size > maxEntry && len(last.rows) > 0 {
+		// The keys and DDL leave no room for the last rows.
+		if err := emit(last); err != nil {
+			return nil, err
+		}
+		last = piece{}
+	}
+	e.Tables, e.Rows, e.Fragments = last.tables, last.rows, n
+	return proto.Marshal(whole)
+}
+
+// piece is a run of consecutive rows with the tables they write, indexed
+// from 0 within the piece; size is its encoded size within an entry.
+type piece struct {
+	tables []*ordov1.Table
+	rows   []*ordov1.RowChange
+	size   int
+}
+
+// packer cuts rows into pieces of at most budget encoded bytes; a single
+// row larger than budget is a piece of its own.
+type packer struct {
+	budget int
+	cur    piece
+	local  map[*capture.Table]uint32
+}
+
+// add encodes r into the current piece, first closing the current piece
+// and returning it (ok) if r does not fit in it.
+func (p *packer) add(r *capture.Row) (full piece, ok bool) {
+	field := func(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+	rc := &ordov1.RowChange{
+		Op: uint32(r.Op), OldKey: r.OldValues,
+		TruncateGroup: uint32(r.TruncateGroup), Cascade: r.Cascade, RestartIdentity: r.RestartIdentity,
+	}
+	for _, v := range r.Values {
+		rc.Values = append(rc.Values, &ordov1.Value{Kind: uint32(v.Kind), Text: v.Text})
+	}
+	var td *ordov1.Table
+	cost := func() int {
+		ti, known := p.local[r.Table]
+		if !known {
+			ti = uint32(len(p.cur.tables))
+		}
+		rc.Table = ti
+		c := field(proto.Size(rc))
+		if !known {
+			td = tableDesc(r.Table)
+			c += field(proto.Size(td))
+		} else {
+			td = nil
+		}
+		return c
+	}
+	c := cost()
+	if len(p.cur.rows) > 0 && p.cur.size+c > p.budget {
+		full, ok = p.cur, true
+		p.cur, p.local = piece{}, nil
+		c = cost()
+	}
+	if td != nil {
+		if p.local == nil {
+			p.local = map[*capture.Table]uint32{}
+		}
+		p.local[r.Table] = uint32(len(p.cur.tables))
+		p.cur.tables = append(p.cur.tables, td)
+	}
+	p.cur.rows = append(p.cur.rows, rc)
+	p.cur.size += c
+	return full, ok
+}
+
+// tableDesc describes a written table for the entry.
+func tableDesc(t *capture.Table) *ordov1.Table {
+	td := &ordov1.Table{Schema: t.Schema, Name: t.Name}
+	for _, c := range t.Columns {
+		td.Columns = append(td.Columns, c.Name)
+		td.TypeOids = append(td.TypeOids, c.TypeOID)
+	}
+	for _, k := range t.KeyColumns {
+		td.KeyColumns = append(td.KeyColumns, uint32(k))
+	}
+	return td
 }
 
 func encodeEntry(e *ordov1.Entry) ([]byte, error) { return proto.Marshal(e) }
@@ -76,12 +173,40 @@ func decodeKeys(e *ordov1.TxnEntry) []txn.KeyMode {
 	return out
 }
 
-// decodeWriteSet rebuilds the write set of a delivered transaction.
-func decodeWriteSet(e *ordov1.TxnEntry) (*capture.WriteSet, error) {
-	tables := make([]*capture.Table, len(e.Tables))
-	for i, td := range e.Tables {
+// decodeWriteSet rebuilds the write set of a delivered transaction: the
+// rows of its fragments, in order, then its own.
+func decodeWriteSet(e *ordov1.TxnEntry, frags ...*ordov1.FragmentEntry) (*capture.WriteSet, error) {
+	return decodeFragmented(e, len(frags), func(i int) (*ordov1.FragmentEntry, error) { return frags[i], nil })
+}
+
+// decodeFragmented rebuilds the write set of e and its n fragments, asking
+// frag for each in turn (so each can be decoded and dropped before the
+// next).
+func decodeFragmented(e *ordov1.TxnEntry, n int, frag func(i int) (*ordov1.FragmentEntry, error)) (*capture.WriteSet, error) {
+	ws := &capture.WriteSet{GID: txn.GID(e.Gid)}
+	seen := map[string]*capture.Table{} // one *capture.Table per table, across pieces
+	for i := range n {
+		f, err := frag(i)
+		if err != nil {
+			return nil, err
+		}
+		if ws.Rows, err = decodeRows(e.Gid, f.Tables, f.Rows, seen, ws.Rows); err != nil {
+			return nil, fmt.Errorf("fragment %d: %w", f.Index, err)
+		}
+	}
+	var err error
+	if ws.Rows, err = decodeRows(e.Gid, e.Tables, e.Rows, seen, ws.Rows); err != nil {
+		return nil, err
+	}
+	return ws, nil
+}
+
+// decodeRows appends the decoded rows of one entry or fragment to out.
+func decodeRows(gid string, tds []*ordov1.Table, rows []*ordov1.RowChange, seen map[string]*capture.Table, out []capture.Row) ([]capture.Row, error) {
+	tables := make([]*capture.Table, len(tds))
+	for i, td := range tds {
 		if len(td.TypeOids) != len(td.Columns) {
-			return nil, fmt.Errorf("replica: entry %s: table %s.%s: %d columns, %d types", e.Gid, td.Schema, td.Name, len(td.Columns), len(td.TypeOids))
+			return nil, fmt.Errorf("replica: entry %s: table %s.%s: %d columns, %d types", gid, td.Schema, td.Name, len(td.Columns), len(td.TypeOids))
 		}
 		t := &capture.Table{Schema: td.Schema, Name: td.Name}
 		for j, c := range td.Columns {
@@ -89,73 +214,90 @@ func decodeWriteSet(e *ordov1.TxnEntry) (*capture.WriteSet, error) {
 		}
 		for _, k := range td.KeyColumns {
 			if int(k) >= len(t.Columns) {
-				return nil, fmt.Errorf("replica: entry %s: table %s: key column %d out of range", e.Gid, t, k)
+				return nil, fmt.Errorf("replica: entry %s: table %s: key column %d out of range", gid, t, k)
 			}
 			t.KeyColumns = append(t.KeyColumns, int(k))
 			t.Columns[k].Key = true
 		}
+		sig := fmt.Sprintf("%q.%q %q %v %v", t.Schema, t.Name, td.Columns, td.TypeOids, td.KeyColumns)
+		if prev, ok := seen[sig]; ok {
+			t = prev
+		} else {
+			seen[sig] = t
+		}
 		tables[i] = t
 	}
-	ws := &capture.WriteSet{GID: txn.GID(e.Gid), Rows: make([]capture.Row, len(e.Rows))}
-	for i, rc := range e.Rows {
-		if int(rc.Table) >= len(tables) {
-			return nil, fmt.Errorf("replica: entry %s: row %d: table %d out of range", e.Gid, i, rc.Table)
+	for i, rc := range rows {
+		r, err := decodeRow(gid, i, tables, rc)
+		if err != nil {
+			return nil, err
 		}
-		t := tables[rc.Table]
-		r := capture.Row{
-			Op: capture.Op(rc.Op), Table: t, OldValues: rc.OldKey,
-			TruncateGroup: int(rc.TruncateGroup), Cascade: rc.Cascade, RestartIdentity: rc.RestartIdentity,
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// decodeRow decodes the i-th row change of an entry.
+func decodeRow(gid string, i int, tables []*capture.Table, rc *ordov1.RowChange) (capture.Row, error) {
+	bad := func(format string, args ...any) (capture.Row, error) {
+		return capture.Row{}, fmt.Errorf("replica: entry %s: row %d: %s", gid, i, fmt.Sprintf(format, args...))
+	}
+	if int(rc.Table) >= len(tables) {
+		return bad("table %d out of range", rc.Table)
+	}
+	t := tables[rc.Table]
+	r := capture.Row{
+		Op: capture.Op(rc.Op), Table: t, OldValues: rc.OldKey,
+		TruncateGroup: int(rc.TruncateGroup), Cascade: rc.Cascade, RestartIdentity: rc.RestartIdentity,
+	}
+	if len(rc.Values) > 0 {
+		if len(rc.Values) != len(t.Columns) {
+			return bad("%d values for %d columns", len(rc.Values), len(t.Columns))
 		}
-		if len(rc.Values) > 0 {
-			if len(rc.Values) != len(t.Columns) {
-				return nil, fmt.Errorf("replica: entry %s: row %d: %d values for %d columns", e.Gid, i, len(rc.Values), len(t.Columns))
-			}
-			r.Values = make([]capture.Value, len(rc.Values))
-			for j, v := range rc.Values {
-				r.Values[j] = capture.Value{Kind: capture.ValueKind(v.Kind), Text: v.Text}
-			}
+		r.Values = make([]capture.Value, len(rc.Values))
+		for j, v := range rc.Values {
+			r.Values[j] = capture.Value{Kind: capture.ValueKind(v.Kind), Text: v.Text}
 		}
-		switch r.Op {
-		case capture.OpTruncate:
-			r.Key = t.TableKey()
-		case capture.OpInsert, capture.OpUpdate, capture.OpDelete:
-			if len(t.KeyColumns) == 0 {
-				if r.Op != capture.OpInsert {
-					return nil, fmt.Errorf("replica: entry %s: row %d: %s of %s, which has no primary key", e.Gid, i, r.Op, t)
-				}
-				if r.Values == nil {
-					return nil, fmt.Errorf("replica: entry %s: row %d: insert without values", e.Gid, i)
-				}
-				break // no row key
-			}
-			if r.Op == capture.OpDelete {
-				if len(r.OldValues) != len(t.KeyColumns) {
-					return nil, fmt.Errorf("replica: entry %s: row %d: delete without its key", e.Gid, i)
-				}
-				r.Key = txn.RowKey(t.Schema, t.Name, r.OldValues...)
-				break
+	}
+	switch r.Op {
+	case capture.OpTruncate:
+		r.Key = t.TableKey()
+	case capture.OpInsert, capture.OpUpdate, capture.OpDelete:
+		if len(t.KeyColumns) == 0 {
+			if r.Op != capture.OpInsert {
+				return bad("%s of %s, which has no primary key", r.Op, t)
 			}
 			if r.Values == nil {
-				return nil, fmt.Errorf("replica: entry %s: row %d: %s without values", e.Gid, i, r.Op)
+				return bad("insert without values")
 			}
-			key := make([]string, len(t.KeyColumns))
-			for j, c := range t.KeyColumns {
-				if r.Values[c].Kind != capture.Text {
-					return nil, fmt.Errorf("replica: entry %s: row %d: key column %s has no value", e.Gid, i, t.Columns[c].Name)
-				}
-				key[j] = r.Values[c].Text
-			}
-			r.Key = txn.RowKey(t.Schema, t.Name, key...)
-			if r.OldValues != nil {
-				if len(r.OldValues) != len(t.KeyColumns) {
-					return nil, fmt.Errorf("replica: entry %s: row %d: old key of the wrong length", e.Gid, i)
-				}
-				r.OldKey = txn.RowKey(t.Schema, t.Name, r.OldValues...)
-			}
-		default:
-			return nil, fmt.Errorf("replica: entry %s: row %d: unknown op %d", e.Gid, i, rc.Op)
+			break // no row key
 		}
-		ws.Rows[i] = r
+		if r.Op == capture.OpDelete {
+			if len(r.OldValues) != len(t.KeyColumns) {
+				return bad("delete without its key")
+			}
+			r.Key = txn.RowKey(t.Schema, t.Name, r.OldValues...)
+			break
+		}
+		if r.Values == nil {
+			return bad("%s without values", r.Op)
+		}
+		key := make([]string, len(t.KeyColumns))
+		for j, c := range t.KeyColumns {
+			if r.Values[c].Kind != capture.Text {
+				return bad("key column %s has no value", t.Columns[c].Name)
+			}
+			key[j] = r.Values[c].Text
+		}
+		r.Key = txn.RowKey(t.Schema, t.Name, key...)
+		if r.OldValues != nil {
+			if len(r.OldValues) != len(t.KeyColumns) {
+				return bad("old key of the wrong length")
+			}
+			r.OldKey = txn.RowKey(t.Schema, t.Name, r.OldValues...)
+		}
+	default:
+		return bad("unknown op %d", rc.Op)
 	}
-	return ws, nil
+	return r, nil
 }

@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +12,16 @@ import (
 	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
+
+// encodeAll returns every payload of t, the TxnEntry last.
+func encodeAll(t *Txn, protocol string, maxEntry int) ([][]byte, error) {
+	var out [][]byte
+	final, err := encodeTxn(t, protocol, maxEntry, func(b []byte) error { out = append(out, b); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return append(out, final), nil
+}
 
 func TestTxnEntryRoundTrip(t *testing.T) {
 	acct := &capture.Table{Schema: "public", Name: "acct",
@@ -26,10 +38,11 @@ func TestTxnEntryRoundTrip(t *testing.T) {
 	}}
 	in := &Txn{GID: ws.GID, Origin: 2, SnapshotSeqno: 41, WriteSet: ws, DDL: []string{"ALTER TABLE acct ADD doc text"}, SearchPath: `"$user", public`,
 		Keys: ws.Keys().Sorted()}
-	b, err := encodeTxn(in, DBSM)
+	bs, err := encodeAll(in, DBSM, 1<<20)
 	require.NoError(t, err)
+	require.Len(t, bs, 1, "a small transaction is one entry")
 	var e ordov1.Entry
-	require.NoError(t, proto.Unmarshal(b, &e))
+	require.NoError(t, proto.Unmarshal(bs[0], &e))
 	te := e.GetTxn()
 	require.NotNil(t, te)
 	require.Equal(t, in.Keys, decodeKeys(te))
@@ -48,6 +61,101 @@ func TestTxnEntryRoundTrip(t *testing.T) {
 		require.Equal(t, w.Key, g.Key, "row %d", i)
 		require.Equal(t, w.OldKey, g.OldKey, "row %d", i)
 	}
+}
+
+// TestLargeTxnSplitsIntoFragments: a write set larger than the entry size
+// travels as fragments of at most that size (a row larger than it alone),
+// then the TxnEntry with the keys and the last rows; decoding the pieces in
+// order gives back every row, with one table description per table.
+func TestLargeTxnSplitsIntoFragments(t *testing.T) {
+	acct := &capture.Table{Schema: "public", Name: "acct",
+		Columns: []capture.Column{{Name: "id", TypeOID: 23, Key: true}, {Name: "pad", TypeOID: 25}}, KeyColumns: []int{0}}
+	log := &capture.Table{Schema: "public", Name: "log", Columns: []capture.Column{{Name: "line", TypeOID: 25}}}
+	ws := &capture.WriteSet{GID: "ordo_1_9"}
+	for i := range 500 {
+		id := strconv.Itoa(i)
+		ws.Rows = append(ws.Rows, capture.Row{Op: capture.OpInsert, Table: acct, Key: txn.RowKey("public", "acct", id),
+			Values: []capture.Value{{Kind: capture.Text, Text: id}, {Kind: capture.Text, Text: strings.Repeat("p", i%50)}}})
+		if i%7 == 0 {
+			ws.Rows = append(ws.Rows, capture.Row{Op: capture.OpInsert, Table: log, Values: []capture.Value{{Kind: capture.Text, Text: "line " + id}}})
+		}
+	}
+	huge := strings.Repeat("h", 5000) // larger than an entry
+	ws.Rows = append(ws.Rows, capture.Row{Op: capture.OpInsert, Table: log, Values: []capture.Value{{Kind: capture.Text, Text: huge}}})
+	in := &Txn{GID: ws.GID, Origin: 1, SnapshotSeqno: 3, WriteSet: ws, Keys: ws.Keys().Sorted()}
+	const maxEntry = 4000
+
+	bs, err := encodeAll(in, DBSMSI, maxEntry)
+	require.NoError(t, err)
+	require.Greater(t, len(bs), 5)
+	var frags []*ordov1.FragmentEntry
+	for i, b := range bs[:len(bs)-1] {
+		var e ordov1.Entry
+		require.NoError(t, proto.Unmarshal(b, &e))
+		f := e.GetFragment()
+		require.NotNil(t, f, "payload %d", i)
+		require.Equal(t, uint32(i), f.Index)
+		require.Equal(t, string(ws.GID), f.Gid)
+		if len(f.Rows) > 1 {
+			require.LessOrEqual(t, len(b), maxEntry, "fragment %d: %d rows %d tables, proto %d", i, len(f.Rows), len(f.Tables), proto.Size(f))
+		}
+		frags = append(frags, f)
+	}
+	var e ordov1.Entry
+	require.NoError(t, proto.Unmarshal(bs[len(bs)-1], &e))
+	te := e.GetTxn()
+	require.NotNil(t, te, "the last payload ends the transaction")
+	require.Equal(t, uint32(len(frags)), te.Fragments)
+	require.Equal(t, in.Keys, decodeKeys(te))
+
+	got, err := decodeWriteSet(te, frags...)
+	require.NoError(t, err)
+	require.Len(t, got.Rows, len(ws.Rows))
+	tables := map[string]*capture.Table{}
+	for i := range ws.Rows {
+		w, g := ws.Rows[i], got.Rows[i]
+		require.Equal(t, w.Values, g.Values, "row %d", i)
+		require.Equal(t, w.Key, g.Key, "row %d", i)
+		require.Equal(t, *w.Table, *g.Table, "row %d", i)
+		if prev, ok := tables[g.Table.Name]; ok {
+			require.Same(t, prev, g.Table, "row %d: one description per table", i)
+		}
+		tables[g.Table.Name] = g.Table
+	}
+}
+
+// TestFragmentsDecideByTheSequenceOnly: a TxnEntry with fragments commits
+// only with every fragment delivered in order and the first within the
+// certification window; an AbortEntry or the window forgets them.
+func TestFragmentsDecideByTheSequenceOnly(t *testing.T) {
+	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Window: 10})
+	require.NoError(t, err)
+	frag := func(gid string, i uint32) *ordov1.FragmentEntry { return &ordov1.FragmentEntry{Gid: gid, Index: i} }
+
+	r.holdFragment(1, frag("ordo_2_1", 0), make([]byte, 10))
+	r.holdFragment(2, frag("ordo_2_1", 1), make([]byte, 10))
+	require.True(t, r.fragmentsComplete(3, "ordo_2_1", 2))
+	require.False(t, r.fragmentsComplete(3, "ordo_2_1", 3), "one missing")
+	require.True(t, r.fragmentsComplete(11, "ordo_2_1", 2), "first fragment exactly a window before")
+	require.False(t, r.fragmentsComplete(12, "ordo_2_1", 2), "first fragment out of the window")
+	require.Equal(t, 20, r.fragMem)
+
+	r.holdFragment(4, frag("ordo_3_1", 1), nil) // fragment 0 never delivered
+	require.False(t, r.fragmentsComplete(5, "ordo_3_1", 1))
+	r.holdFragment(5, frag("ordo_3_2", 0), nil)
+	r.holdFragment(6, frag("ordo_3_2", 0), nil) // delivered twice
+	require.False(t, r.fragmentsComplete(7, "ordo_3_2", 2))
+
+	r.aborted["ordo_2_9"] = true
+	r.holdFragment(7, frag("ordo_2_9", 0), make([]byte, 5))
+	require.Nil(t, r.frags["ordo_2_9"], "a fragment delivered after its abort is not kept")
+
+	r.expireFragments(12)
+	require.Nil(t, r.frags["ordo_2_1"], "expired")
+	require.NotNil(t, r.frags["ordo_3_1"])
+	require.Equal(t, 0, r.fragMem)
+	require.Nil(t, r.dropFragments("ordo_2_1"))
+	require.False(t, r.fragmentsComplete(12, "ordo_2_1", 2), "forgotten fragments cannot commit")
 }
 
 func TestDecodeRejectsMalformedEntries(t *testing.T) {

@@ -11,6 +11,8 @@ type metrics struct {
 	applyLatency  prometheus.Histogram
 	applied       prometheus.Gauge
 	queue         prometheus.Gauge
+	fragments     prometheus.Counter
+	fragmentBytes prometheus.Gauge
 
 	schemaMismatches prometheus.Counter
 	schemaConsistent prometheus.Gauge
@@ -65,13 +67,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_schema_consistent",
 			Help: "1 if the latest schema fingerprint of every other node matched this node's, else 0.",
 		}),
+		fragments: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_replica_fragments_proposed_total",
+			Help: "Fragments this node proposed for its transactions too large for one entry (max_entry_bytes).",
+		}),
+		fragmentBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_replica_fragment_bytes",
+			Help: "Bytes of delivered fragments held until their transaction's outcome is delivered.",
+		}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_replica_applied_prefix", Help: "The applied prefix: every entry up to this seqno is carried out locally.",
 		}),
 	}
 	m.schemaConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.fragments, m.fragmentBytes)
 	}
 	return m
 }

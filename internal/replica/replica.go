@@ -39,6 +39,11 @@ var ErrUnknownOutcome = errors.New("replica: commit outcome unknown")
 // exceeds what the total order accepts; it was not proposed.
 var ErrTooLarge = errors.New("replica: transaction too large to replicate")
 
+// ErrNotReplicated is returned by Terminate when a fragment of a
+// transaction too large for one entry could not be proposed: the
+// transaction cannot commit, and its abort is being ordered.
+var ErrNotReplicated = errors.New("replica: the transaction could not be replicated")
+
 // ErrInconsistent is returned by Terminate once this node has found that
 // its database differs from the others' (an apply that did not match): it
 // stops accepting update transactions rather than diverge silently.
@@ -59,6 +64,12 @@ type Config struct {
 	Protocol string // DBSM or DBSMSI
 	// Window is the certification window (seqnos); cluster-wide.
 	Window uint64
+	// CommitTimeout bounds each proposal of a transaction and the wait
+	// for its outcome (default 30s).
+	CommitTimeout time.Duration
+	// MaxEntryBytes is the size above which a transaction's rows are
+	// split over fragments (0: never split).
+	MaxEntryBytes int
 	// DSN of the local PostgreSQL, superuser.
 	DSN     string
 	Order   Orderer
@@ -121,6 +132,8 @@ type Replica struct {
 	cert    *certifier.Certifier
 	conn    *pgx.Conn
 	aborted map[txn.GID]bool // AbortEntry delivered before the TxnEntry
+	frags   map[txn.GID]*fragments
+	fragMem int // bytes held in frags
 	// rolledBack holds local prepared transactions rolled back early
 	// because they blocked an apply (brute force); if the order later
 	// commits one, the loop applies its write set instead.
@@ -145,6 +158,9 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Window == 0 {
 		cfg.Window = 100000
 	}
+	if cfg.CommitTimeout <= 0 {
+		cfg.CommitTimeout = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -156,6 +172,7 @@ func New(cfg Config) (*Replica, error) {
 		prefixCh:   make(chan struct{}),
 		cert:       certifier.New(certifier.Config{CheckReads: cfg.Protocol == DBSM, Window: cfg.Window}, cfg.StartAfter),
 		aborted:    make(map[txn.GID]bool),
+		frags:      make(map[txn.GID]*fragments),
 		rolledBack: make(map[txn.GID]bool),
 	}
 	r.m.initOutcomes(cfg.Protocol)
@@ -236,10 +253,6 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		}
 		r.m.readKeys.Observe(float64(reads))
 	}
-	payload, err := encodeTxn(t, r.cfg.Protocol)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("replica: encode %s: %w", t.GID, err)
-	}
 	w := &waiter{ch: make(chan Outcome, 1), writes: make(map[txn.Key]bool)}
 	for _, k := range t.Keys {
 		if k.Mode&txn.X != 0 {
@@ -254,8 +267,42 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		delete(r.waiters, t.GID)
 		r.mu.Unlock()
 	}()
+	// Fragments first, if the transaction is too large for one entry.
+	// Without its TxnEntry it cannot commit: should a fragment fail, its
+	// abort is ordered so every node forgets the fragments it holds.
+	proposed := 0
+	var fragErr error
+	payload, err := encodeTxn(t, r.cfg.Protocol, r.cfg.MaxEntryBytes, func(payload []byte) error {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
+		defer cancel()
+		if _, err := r.cfg.Order.Propose(pctx, payload); err != nil {
+			fragErr = fmt.Errorf("fragment %d: %w", proposed+1, err)
+			return fragErr
+		}
+		proposed++
+		r.m.fragments.Inc()
+		return nil
+	})
+	if err != nil {
+		if proposed > 0 || fragErr != nil {
+			r.abortInBackground(t.GID)
+		}
+		switch {
+		case fragErr == nil:
+			return Outcome{}, fmt.Errorf("replica: encode %s: %w", t.GID, err)
+		case errors.Is(err, totalorder.ErrTooLarge):
+			return Outcome{}, fmt.Errorf("%w: %w", ErrTooLarge, err)
+		default:
+			return Outcome{}, fmt.Errorf("%w: %w", ErrNotReplicated, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
+	defer cancel()
 	if _, err := r.cfg.Order.Propose(ctx, payload); err != nil {
 		if errors.Is(err, totalorder.ErrTooLarge) {
+			if proposed > 0 {
+				r.abortInBackground(t.GID)
+			}
 			return Outcome{}, fmt.Errorf("%w: %w", ErrTooLarge, err)
 		}
 		r.abortInBackground(t.GID)
@@ -503,7 +550,10 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if err := proto.Unmarshal(d.Data, &e); err != nil {
 			return fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
 		}
-		it, kind, err := r.batchable(ctx, d.Seqno, &e)
+		if len(r.frags) > 0 {
+			r.expireFragments(d.Seqno)
+		}
+		it, kind, err := r.batchable(ctx, d.Seqno, &e, d.Data)
 		if err != nil {
 			return err
 		}
@@ -512,7 +562,7 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 			run = append(run, it)
 			runLast = d.Seqno
 			continue
-		case remoteAbort:
+		case nothing:
 			if len(run) > 0 {
 				runLast = d.Seqno // published with the run
 			} else {
@@ -534,15 +584,21 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 const (
 	other       = iota // anything else: carry it out with deliver
 	remoteApply        // a remote transaction that commits: apply the item
-	remoteAbort        // a remote transaction that aborts: nothing to do
+	nothing            // a remote transaction that aborts, or a fragment: nothing to carry out
 )
 
 // batchable certifies d if it is a transaction from another node without
-// DDL and says whether it is to be applied; anything else is left to
-// deliver, uncertified.
-func (r *Replica) batchable(ctx context.Context, seqno uint64, e *ordov1.Entry) (apply.Item, int, error) {
+// DDL or fragments and says whether it is to be applied, and holds d if it
+// is a fragment; anything else is left to deliver, uncertified. data is
+// d's payload.
+func (r *Replica) batchable(ctx context.Context, seqno uint64, e *ordov1.Entry, data []byte) (apply.Item, int, error) {
+	if f := e.GetFragment(); f != nil {
+		r.cert.Skip(seqno)
+		r.holdFragment(seqno, f, data)
+		return apply.Item{}, nothing, nil
+	}
 	k, ok := e.Kind.(*ordov1.Entry_Txn)
-	if !ok || k.Txn.Origin == r.cfg.NodeID || len(k.Txn.Ddl) > 0 {
+	if !ok || k.Txn.Origin == r.cfg.NodeID || len(k.Txn.Ddl) > 0 || k.Txn.Fragments > 0 {
 		return apply.Item{}, other, nil
 	}
 	out, err := r.certify(seqno, k.Txn)
@@ -550,7 +606,7 @@ func (r *Replica) batchable(ctx context.Context, seqno uint64, e *ordov1.Entry) 
 		return apply.Item{}, other, err
 	}
 	if !out.Commit {
-		return apply.Item{}, remoteAbort, nil
+		return apply.Item{}, nothing, nil
 	}
 	ws, err := decodeWriteSet(k.Txn)
 	if err != nil {
@@ -566,12 +622,13 @@ func (r *Replica) deliver(ctx context.Context, seqno uint64, e *ordov1.Entry) er
 	case *ordov1.Entry_Abort:
 		gid := txn.GID(k.Abort.Gid)
 		r.aborted[gid] = true
+		r.dropFragments(gid)
 		r.cert.Skip(seqno)
 		// The origin's transaction is rolled back when its TxnEntry is
 		// delivered, or now if it never will be: the origin proposed the
 		// abort because it gave up, so nothing else will decide it.
 		if gid.Node() == r.cfg.NodeID {
-			if err := r.finishLocal(ctx, seqno, gid, false, nil); err != nil {
+			if err := r.finishLocal(ctx, seqno, gid, false, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -611,6 +668,10 @@ func (r *Replica) certify(seqno uint64, e *ordov1.TxnEntry) (Outcome, error) {
 		r.cert.Skip(seqno)
 		out.Reason = "aborted by its origin"
 		reason = "origin_abort"
+	} else if e.Fragments > 0 && !r.fragmentsComplete(seqno, gid, e.Fragments) {
+		r.cert.Skip(seqno)
+		out.Reason = "its fragments were not all delivered within the certification window"
+		reason = "too_old"
 	} else {
 		d := r.cert.Certify(seqno, &certifier.Request{SnapshotSeqno: e.SnapshotSeqno, Keys: decodeKeys(e), ReadAll: e.ReadAll})
 		out.Commit = d.Commit
@@ -641,13 +702,17 @@ func (r *Replica) deliverTxn(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 	if err != nil {
 		return err
 	}
+	var frags *fragments
+	if e.Fragments > 0 {
+		frags = r.dropFragments(gid)
+	}
 	if e.Origin == r.cfg.NodeID {
-		if err := r.finishLocal(ctx, seqno, gid, out.Commit, e); err != nil {
+		if err := r.finishLocal(ctx, seqno, gid, out.Commit, e, frags); err != nil {
 			return err
 		}
 	} else if out.Commit {
 		r.rollbackConflicting(ctx, decodeKeys(e))
-		if err := r.applyEntry(ctx, seqno, e); err != nil {
+		if err := r.applyEntry(ctx, seqno, e, frags); err != nil {
 			return err
 		}
 	}
@@ -708,7 +773,7 @@ func (r *Replica) rollbackConflicting(ctx context.Context, keys []txn.KeyMode) {
 
 // finishLocal commits or rolls back one of this node's prepared
 // transactions.
-func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, commit bool, e *ordov1.TxnEntry) error {
+func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, commit bool, e *ordov1.TxnEntry, frags *fragments) error {
 	r.rolledMu.Lock()
 	rolled := r.rolledBack[gid]
 	delete(r.rolledBack, gid)
@@ -717,7 +782,7 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 		if commit && e != nil {
 			// Rolled back early to let an earlier apply through; the order
 			// committed it after all: apply its rows like a remote one.
-			return r.applyEntry(ctx, seqno, e)
+			return r.applyEntry(ctx, seqno, e, frags)
 		}
 		return nil
 	}
@@ -749,11 +814,11 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 	}
 }
 
-// applyEntry applies a committed remote transaction.
-func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEntry) error {
-	ws, err := decodeWriteSet(e)
+// applyEntry applies a committed remote transaction with its fragments.
+func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEntry, frags *fragments) error {
+	ws, err := frags.writeSet(e)
 	if err != nil {
-		return err
+		return fmt.Errorf("replica: %s at seqno %d: %w", e.Gid, seqno, err)
 	}
 	ws.DDL, ws.SearchPath = e.Ddl, e.SearchPath
 	began := time.Now()

@@ -40,9 +40,11 @@ type Config struct {
 	// AfterDDL runs in a transaction with DDL before it is prepared
 	// (sequence normalization).
 	AfterDDL string
-	// CommitTimeout bounds terminating one transaction (default 30s).
-	CommitTimeout time.Duration
-	Logger        *slog.Logger
+	// KeyEscalationRows: more finer keys of one table than this in a
+	// write set are certified as X on the table, and a read set of more
+	// keys than this is certified as reads of its tables (0: never).
+	KeyEscalationRows int
+	Logger            *slog.Logger
 	// OnBruteForce, if set, is called once per transaction aborted by
 	// Abort (for the metrics).
 	OnBruteForce func()
@@ -65,9 +67,6 @@ var _ wire.Hooks = (*Hooks)(nil)
 
 // New returns the hooks of one node.
 func New(cfg Config) *Hooks {
-	if cfg.CommitTimeout == 0 {
-		cfg.CommitTimeout = 30 * time.Second
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -549,6 +549,7 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param) {
 		s.tx.reads.AddAll()
 		return
 	}
+	s.tx.reads.SetLimit(s.h.cfg.KeyEscalationRows)
 	for _, k := range fp.Reads {
 		s.tx.reads.Add(k)
 	}

@@ -205,9 +205,11 @@ func (s *session) rollback(ctx context.Context) {
 // terminate hands the prepared transaction gid to the replica and waits for
 // its outcome. The replica commits or rolls back the prepared transaction.
 // prepared is when PREPARE TRANSACTION returned.
+//
+// Neither waits for a fixed time: the capture waits while PostgreSQL keeps
+// sending (a large write set takes a while to decode), and the replica
+// bounds each proposal and the wait for the outcome by commit_timeout.
 func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time) error {
-	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.CommitTimeout)
-	defer cancel()
 	ws, err := s.h.cfg.Capture.Await(ctx, gid)
 	if err != nil {
 		s.abandon(gid)
@@ -239,6 +241,9 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	for _, k := range s.tx.reads.Keys() {
 		keys.Add(k, txn.S)
 	}
+	if esc := keys.Escalate(s.h.cfg.KeyEscalationRows); len(esc) > 0 {
+		s.h.cfg.Logger.Debug("session: write keys escalated to whole tables", "gid", gid, "tables", esc)
+	}
 	t.Keys = keys.Sorted()
 	out, err := s.h.cfg.Replica.Terminate(ctx, t)
 	s.h.m.since(stageTerminate, captured)
@@ -249,7 +254,11 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		}
 		if errors.Is(err, replica.ErrTooLarge) {
 			s.abandon(gid)
-			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_bytes on every node)", err)
+			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_entry_bytes on every node)", err)
+		}
+		if errors.Is(err, replica.ErrNotReplicated) {
+			s.abandon(gid)
+			return pgErr(codeSerializationFailure, "ordo: %v; the transaction was rolled back, retry it", err)
 		}
 		return pgErr(codeResolutionUnknown,
 			"ordo: the cluster did not confirm the commit in time (%v); the transaction will be committed everywhere or nowhere, check before retrying", err)

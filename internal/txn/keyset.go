@@ -38,6 +38,46 @@ func (s *KeySet) Sorted() []KeyMode {
 	return out
 }
 
+// Escalate replaces, in every table with more than perTable row, granule
+// or unique keys held in a recorded mode (X, IX, R: writes and
+// references), all of its finer keys (reads included) by X on the table
+// key, and returns the table keys it escalated (perTable <= 0: never).
+// Reads alone never escalate here (ReadSet has its own limit). It loses
+// no conflict: X on a table conflicts with every mode recorded on it
+// (txn.Conflicts), every write of a row records IX on its table, every
+// reference to a parent row records R on the parent's table, and a finer
+// key is checked against an X on its table.
+func (s *KeySet) Escalate(perTable int) []Key {
+	if perTable <= 0 || len(s.m) <= perTable {
+		return nil
+	}
+	count := map[Key]int{}
+	for k, m := range s.m {
+		if k.Level != LevelTable && m&Recorded != 0 {
+			count[k.TableKey()]++
+		}
+	}
+	var out []Key
+	for tk, n := range count {
+		if n > perTable {
+			out = append(out, tk)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	for k := range s.m {
+		if k.Level != LevelTable && count[k.TableKey()] > perTable {
+			delete(s.m, k)
+		}
+	}
+	for _, tk := range out {
+		s.m[tk] |= X
+	}
+	return out
+}
+
 // ReadSet accumulates the S keys a transaction read. It never loses a read:
 // when it grows past its limit, row and granule keys of the largest tables
 // are replaced by their table keys, and All marks a read of everything.
@@ -54,6 +94,10 @@ type ReadSet struct {
 // NewReadSet returns a read set that escalates to table keys once it holds
 // more than limit keys (limit <= 0: never).
 func NewReadSet(limit int) *ReadSet { return &ReadSet{limit: limit} }
+
+// SetLimit sets the number of keys beyond which the set escalates to table
+// keys (limit <= 0: never); it takes effect at the next Add.
+func (r *ReadSet) SetLimit(limit int) { r.limit = limit }
 
 // AddAll records a read of everything (a read the analyzer could not
 // attribute to tables).

@@ -163,3 +163,36 @@ func TestClassRef(t *testing.T) {
 		t.Fatal("String")
 	}
 }
+
+func TestKeySetEscalate(t *testing.T) {
+	var s KeySet
+	s.Add(TableKey("s", "a"), IX)
+	for _, id := range []string{"1", "2", "3", "4"} {
+		s.Add(RowKey("s", "a", id), X)
+	}
+	s.Add(UniqueKey("s", "a", "a_email_key", "x@y"), X)
+	s.Add(RowKey("s", "p", "7"), R)
+	s.Add(RowKey("s", "a", "9"), S)
+	s.Add(RowKey("s", "b", "1"), X|S)
+	s.Add(RowKey("s", "b", "2"), S)
+	s.Add(RowKey("s", "b", "3"), S)
+	s.Add(RowKey("s", "b", "4"), S)
+	if got := s.Escalate(0); got != nil || s.Len() != 12 {
+		t.Fatalf("limit 0 must not escalate: %v", got)
+	}
+	got := s.Escalate(2)
+	if len(got) != 1 || got[0] != TableKey("s", "a") {
+		t.Fatalf("escalated %v, want s.a only (s.b has one write and three reads)", got)
+	}
+	want := []KeyMode{
+		{TableKey("s", "a"), IX | X},
+		{RowKey("s", "b", "1"), X | S},
+		{RowKey("s", "b", "2"), S},
+		{RowKey("s", "b", "3"), S},
+		{RowKey("s", "b", "4"), S},
+		{RowKey("s", "p", "7"), R},
+	}
+	if g := s.Sorted(); fmt.Sprint(g) != fmt.Sprint(want) {
+		t.Fatalf("after escalation:\n got %v\nwant %v", g, want)
+	}
+}

@@ -59,10 +59,23 @@ type Node struct {
 	// MaxWriteSetRows and MaxWriteSetBytes bound what one update
 	// transaction may write (rows; bytes of values plus 64 per row). A
 	// larger transaction is rolled back with SQLSTATE 54000. Defaults:
-	// 1,000,000 rows, 128 MiB. The write set travels through the total
-	// order in one entry and is held in memory on every node.
+	// 5,000,000 rows, 1 GiB. The write set is held in memory by its
+	// origin while it is replicated, and by every other node while it is
+	// applied.
 	MaxWriteSetRows  int   `yaml:"max_write_set_rows"`
 	MaxWriteSetBytes int64 `yaml:"max_write_set_bytes"`
+	// MaxEntryBytes: a transaction whose entry in the total order would be
+	// larger is replicated as fragments of about this size, followed by
+	// the entry that ends it (default 8 MiB, 64 KiB … 256 MiB). Large
+	// entries hold up the Raft messages queued behind them.
+	MaxEntryBytes int64 `yaml:"max_entry_bytes"`
+	// KeyEscalationRows: a transaction that writes more rows (or unique
+	// values, or references to parent rows) of one table than this is
+	// certified as writing the whole table, which keeps certification's
+	// memory bounded but conflicts with every concurrent write of that
+	// table; under dbsm, a transaction that reads more rows by key than
+	// this is certified as reading their whole tables (default 10000).
+	KeyEscalationRows int `yaml:"key_escalation_rows"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
 	// LocalDatabases may be connected to through this node without being
@@ -137,10 +150,16 @@ func (n *Node) Defaults() {
 		n.ApplyWorkers = 1
 	}
 	if n.MaxWriteSetRows == 0 {
-		n.MaxWriteSetRows = 1_000_000
+		n.MaxWriteSetRows = 5_000_000
 	}
 	if n.MaxWriteSetBytes == 0 {
-		n.MaxWriteSetBytes = 128 << 20
+		n.MaxWriteSetBytes = 1 << 30
+	}
+	if n.MaxEntryBytes == 0 {
+		n.MaxEntryBytes = 8 << 20
+	}
+	if n.KeyEscalationRows == 0 {
+		n.KeyEscalationRows = 10000
 	}
 	if n.SequenceStride == 0 {
 		n.SequenceStride = 100
@@ -192,8 +211,14 @@ func (n *Node) Validate() error {
 	if n.MaxWriteSetRows < 1 {
 		bad("max_write_set_rows: must be positive, got %d", n.MaxWriteSetRows)
 	}
-	if n.MaxWriteSetBytes < 1<<20 || n.MaxWriteSetBytes > 1<<30 {
-		bad("max_write_set_bytes: must be between 1 MiB and 1 GiB, got %d", n.MaxWriteSetBytes)
+	if n.MaxWriteSetBytes < 1<<20 || n.MaxWriteSetBytes > 16<<30 {
+		bad("max_write_set_bytes: must be between 1 MiB and 16 GiB, got %d", n.MaxWriteSetBytes)
+	}
+	if n.MaxEntryBytes < 64<<10 || n.MaxEntryBytes > 256<<20 {
+		bad("max_entry_bytes: must be between 64 KiB and 256 MiB, got %d", n.MaxEntryBytes)
+	}
+	if n.KeyEscalationRows < 1 {
+		bad("key_escalation_rows: must be positive, got %d", n.KeyEscalationRows)
 	}
 	if n.ApplyWorkers < 1 || n.ApplyWorkers > 64 {
 		bad("apply_workers: must be between 1 and 64, got %d", n.ApplyWorkers)

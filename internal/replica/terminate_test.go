@@ -1,0 +1,90 @@
+package replica
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/totalorder"
+	"github.com/ordo-db/ordo/internal/txn"
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
+)
+
+// failingOrder accepts proposals until failAt (counted from 1), then fails
+// that one with err; it records what it accepted. A fake is enough here:
+// the test is of Terminate's own logic, not of the total order.
+type failingOrder struct {
+	mu       sync.Mutex
+	failAt   int
+	err      error
+	n        int
+	accepted []*ordov1.Entry
+}
+
+func (o *failingOrder) Propose(ctx context.Context, payload []byte) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n++
+	if o.n == o.failAt {
+		return 0, o.err
+	}
+	var e ordov1.Entry
+	if err := proto.Unmarshal(payload, &e); err != nil {
+		return 0, err
+	}
+	o.accepted = append(o.accepted, &e)
+	return uint64(o.n), nil
+}
+func (o *failingOrder) Deliveries() <-chan totalorder.Delivery        { return nil }
+func (o *failingOrder) MarkApplied(uint64)                            {}
+func (o *failingOrder) ReadIndex(ctx context.Context) (uint64, error) { return 0, nil }
+
+// TestFailedFragmentAbortsTheTransaction: when a fragment cannot be
+// proposed, Terminate stops (no TxnEntry is proposed, so the transaction
+// cannot commit), says so (ErrNotReplicated, or ErrTooLarge for an entry
+// the order refuses), and orders the transaction's abort so every node
+// forgets the fragments already delivered.
+func TestFailedFragmentAbortsTheTransaction(t *testing.T) {
+	tbl := &capture.Table{Schema: "public", Name: "t",
+		Columns: []capture.Column{{Name: "id", TypeOID: 23, Key: true}, {Name: "pad", TypeOID: 25}}, KeyColumns: []int{0}}
+	ws := &capture.WriteSet{GID: "ordo_1_5"}
+	for i := range 200 {
+		id := strconv.Itoa(i)
+		ws.Rows = append(ws.Rows, capture.Row{Op: capture.OpInsert, Table: tbl, Key: txn.RowKey("public", "t", id),
+			Values: []capture.Value{{Kind: capture.Text, Text: id}, {Kind: capture.Text, Text: strings.Repeat("x", 100)}}})
+	}
+	for name, tc := range map[string]struct {
+		err  error
+		want error
+	}{
+		"no quorum": {totalorder.ErrNoQuorum, ErrNotReplicated},
+		"too large": {totalorder.ErrTooLarge, ErrTooLarge},
+	} {
+		order := &failingOrder{failAt: 3, err: tc.err}
+		r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order, MaxEntryBytes: 2000})
+		require.NoError(t, err)
+		_, err = r.Terminate(context.Background(), &Txn{GID: ws.GID, Origin: 1, WriteSet: ws, Keys: ws.Keys().Sorted()})
+		require.ErrorIs(t, err, tc.want, name)
+		require.NotErrorIs(t, err, ErrUnknownOutcome, "%s: the outcome is known: it cannot commit", name)
+		r.bg.Wait()
+		var kinds []string
+		for _, e := range order.accepted {
+			switch {
+			case e.GetFragment() != nil:
+				kinds = append(kinds, "fragment")
+			case e.GetAbort() != nil:
+				require.Equal(t, string(ws.GID), e.GetAbort().Gid)
+				kinds = append(kinds, "abort")
+			default:
+				kinds = append(kinds, "other")
+			}
+		}
+		require.Equal(t, []string{"fragment", "fragment", "abort"}, kinds, name)
+	}
+}
