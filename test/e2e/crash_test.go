@@ -42,7 +42,9 @@ func buildOrdo(t *testing.T) string {
 	return bin
 }
 
-func startProcCluster(t *testing.T, n int, protocol string) *procCluster {
+// startProcCluster starts n `ordo start` processes; extra lines are added
+// to every node's configuration file.
+func startProcCluster(t *testing.T, n int, protocol string, extra ...string) *procCluster {
 	pg, err := pglocal.Start(context.Background(), pglocal.Options{N: n})
 	require.NoError(t, err)
 	c := &procCluster{t: t, bin: buildOrdo(t), pg: pg, dir: t.TempDir(), procs: make([]*exec.Cmd, n)}
@@ -69,6 +71,9 @@ func startProcCluster(t *testing.T, n int, protocol string) *procCluster {
 			i+1, c.listen[i], peers[i], c.metrics[i], pg.Servers[i].DSN("postgres"), filepath.Join(c.dir, fmt.Sprint("node", i+1)), protocol)
 		for j, p := range peers {
 			fmt.Fprintf(&b, "  %d: %s\n", j+1, p)
+		}
+		for _, line := range extra {
+			b.WriteString(line + "\n")
 		}
 		require.NoError(t, os.WriteFile(c.config(i), []byte(b.String()), 0o600))
 	}

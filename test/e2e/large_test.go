@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ordo-db/ordo/pkg/config"
@@ -130,4 +132,87 @@ func TestReadSetsEscalateToTables(t *testing.T) {
 	for i := 1; i < len(c.nodes); i++ {
 		require.Equal(t, c.checksum(0, "audit"), c.checksum(i, "audit"), "node %d", i+1)
 	}
+}
+
+// TestKillDuringFragments: SIGKILL in the middle of a transaction that
+// travels as hundreds of fragments. A node that only receives them is
+// killed first: the origin goes on with the other node, commits, and the
+// restarted node replays the fragments from its log and applies the whole
+// transaction. Then the origin itself is killed mid-fragments: its client
+// gets a connection error, the restarted origin orders the abort of its
+// leftover prepared transaction, and no node applies any of it or holds
+// its fragments. Every node ends identical with nothing prepared.
+func TestKillDuringFragments(t *testing.T) {
+	c := startProcCluster(t, 3, "dbsm-si", "max_entry_bytes: 65536")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE ledger (id int PRIMARY KEY, batch int, pad text)")
+	require.NoError(t, err)
+	conn.Close(ctx)
+
+	// insert runs one large transaction through node 0 in the background.
+	insert := func(batch int) chan error {
+		done := make(chan error, 1)
+		go func() {
+			cn, err := pgx.Connect(ctx, c.dsn(0))
+			if err != nil {
+				done <- err
+				return
+			}
+			defer cn.Close(ctx)
+			_, err = cn.Exec(ctx, fmt.Sprintf(`INSERT INTO ledger SELECT g + %d, %d, repeat(md5(g::text), 3)
+				FROM generate_series(1, 100000) g`, batch*1000000, batch))
+			done <- err
+		}()
+		return done
+	}
+	// midFragments waits until node i holds fragments.
+	midFragments := func(i int, done chan error) {
+		deadline := time.Now().Add(60 * time.Second)
+		for c.metric(i, "ordo_replica_fragment_bytes") == 0 {
+			select {
+			case err := <-done:
+				t.Fatalf("the transaction ended before node %d held any fragment: %v", i+1, err)
+			default:
+			}
+			require.True(t, time.Now().Before(deadline), "node %d never held fragments:\n%s", i+1, c.state())
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	countEverywhere := "SELECT count(*) || ':' || coalesce(md5(string_agg(id::text, ',' ORDER BY id)), '') FROM ledger"
+
+	// A receiver dies mid-fragments: the transaction commits without it,
+	// and it catches up from its log.
+	done := insert(1)
+	midFragments(2, done)
+	c.kill(2)
+	require.NoError(t, <-done, "the origin commits with one node down")
+	c.start(2)
+	require.Eventually(t, func() bool { return c.settled(countEverywhere) }, 90*time.Second, 500*time.Millisecond,
+		"nodes did not converge after the receiver's restart:\n%s", c.state())
+	for i := range c.procs {
+		require.Zero(t, c.metric(i, "ordo_replica_fragment_bytes"), "node %d holds fragments", i+1)
+	}
+
+	// The origin dies mid-fragments: nowhere.
+	done = insert(2)
+	midFragments(1, done)
+	c.kill(0)
+	err = <-done
+	require.Error(t, err, "the client of a killed node gets an error")
+	c.start(0)
+	require.Eventually(t, func() bool { return c.settled(countEverywhere) }, 90*time.Second, 500*time.Millisecond,
+		"nodes did not converge after the origin's restart:\n%s", c.state())
+	for i := range c.procs {
+		require.Zero(t, c.metric(i, "ordo_replica_fragment_bytes"), "node %d still holds the dead transaction's fragments", i+1)
+		require.Zero(t, c.metric(i, "ordo_capture_unreplicated_commits_total"), "node %d", i+1)
+	}
+	d, err := pgx.Connect(ctx, c.pg.Servers[1].DSN("postgres"))
+	require.NoError(t, err)
+	defer d.Close(ctx)
+	var first, second int
+	require.NoError(t, d.QueryRow(ctx, "SELECT count(*) FILTER (WHERE batch = 1), count(*) FILTER (WHERE batch = 2) FROM ledger").Scan(&first, &second))
+	require.Equal(t, 100000, first, "the first transaction, whole")
+	require.Zero(t, second, "the killed origin's transaction, nowhere")
 }
