@@ -382,6 +382,7 @@ func (n *Node) applyMsg(m raftpb.Message) error {
 func (n *Node) deliver(d Delivery) error {
 	select {
 	case n.deliverc <- d:
+		n.m.delivered.Set(float64(d.Seqno))
 		return nil
 	case <-n.stopc:
 		return errStopping

@@ -12,6 +12,7 @@ type metrics struct {
 	isLeader         prometheus.Gauge
 	term             prometheus.Gauge
 	applied          prometheus.Gauge
+	delivered        prometheus.Gauge
 	committed        prometheus.Gauge
 	snapshotsMade    prometheus.Counter
 	snapshotsRecv    prometheus.Counter
@@ -39,6 +40,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Name: "ordo_totalorder_term", Help: "Current Raft term."}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_totalorder_applied_index", Help: "Last Raft index applied (delivered) by this node."}),
+		delivered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_totalorder_delivered_seqno", Help: "Seqno of the last entry handed to the consumer (the replica); with the consumer's applied prefix, its backlog."}),
 		committed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_totalorder_committed_index", Help: "Last Raft index known committed."}),
 		snapshotsMade: prometheus.NewCounter(prometheus.CounterOpts{
@@ -54,7 +57,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.proposalRetries, m.commitLatency,
-			m.leaderChanges, m.isLeader, m.term, m.applied, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
+			m.leaderChanges, m.isLeader, m.term, m.applied, m.delivered, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
 			if err := r.Register(c); err != nil {
 				return nil, err
 			}

@@ -218,6 +218,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliverySnapshot, Data: snap.Data}
 	}
 	n.tr.SetApplied(cfg.StartAfter)
+	n.m.delivered.Set(float64(cfg.StartAfter))
 	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()

@@ -81,6 +81,26 @@ func TestLeaderCrashReelection(t *testing.T) {
 			t.Errorf("node %d: ordo_totalorder_is_leader = %v, want %v (leader %d)", id, got, want, newLead)
 		}
 	}
+	// The new leader's first entry (empty, of its term) is committed and
+	// applied but never delivered: a consumer's backlog must be counted
+	// from the last delivered seqno (the dashboard's "behind the order"),
+	// not from the committed index, which stays ahead of it.
+	for _, id := range rest {
+		n := c.node(id)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := n.deliveries()
+			applied, committed := testutil.ToFloat64(n.m.applied), testutil.ToFloat64(n.m.committed)
+			delivered := testutil.ToFloat64(n.m.delivered)
+			if len(got) > 0 && applied == committed && delivered == float64(got[len(got)-1].Seqno) && delivered < committed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: applied %v committed %v delivered %v, last delivery %+v", id, applied, committed, delivered, got[max(0, len(got)-1):])
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	for p, s := range c.proposeRetry(rest, 2, 20, "after") {
 		all[p] = s
 	}
