@@ -6,8 +6,10 @@ package deployments
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -310,5 +312,80 @@ func TestKubernetesManifest(t *testing.T) {
 		if !strings.Contains(pgArgs, setting) {
 			t.Errorf("the pod's PostgreSQL is not started with %s", setting)
 		}
+	}
+
+	// The Raft log volume is writable by the image's user: the pod's
+	// fsGroup and the ordo container's user are the Dockerfile's uid/gid.
+	docker, err := os.ReadFile("docker/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`--uid (\d+) --gid (\d+)`).FindStringSubmatch(string(docker))
+	if m == nil {
+		t.Fatal("the Dockerfile does not create its user with a fixed --uid and --gid")
+	}
+	sc, _ := pod["securityContext"].(map[string]any)
+	if sc == nil || fmt.Sprint(sc["fsGroup"]) != m[2] {
+		t.Errorf("pod securityContext %v: want fsGroup %s", sc, m[2])
+	}
+	for _, c := range pod["containers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] != "ordo" {
+			continue
+		}
+		csc, _ := c["securityContext"].(map[string]any)
+		if csc == nil || fmt.Sprint(csc["runAsUser"]) != m[1] || fmt.Sprint(csc["runAsGroup"]) != m[2] {
+			t.Errorf("ordo container securityContext %v: want runAsUser %s, runAsGroup %s", csc, m[1], m[2])
+		}
+	}
+	// Scraped once per pod, not also through the client Service.
+	if ann, _ := kinds["Service/ordo"]["metadata"].(map[string]any)["annotations"].(map[string]any); ann["prometheus.io/scrape"] != nil {
+		t.Error("the client Service is annotated for scraping: every node would be scraped twice")
+	}
+	podAnn, _ := spec["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if podAnn["prometheus.io/scrape"] != "true" {
+		t.Error("the pods are not annotated for scraping")
+	}
+}
+
+// TestKubernetesScrapeConfig: the Kubernetes scrape job keeps the Ordo
+// pods' metrics port and gives each target the node label the dashboard
+// groups by.
+func TestKubernetesScrapeConfig(t *testing.T) {
+	var cfg struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName      string `yaml:"job_name"`
+			KubernetesSD []struct {
+				Role string `yaml:"role"`
+			} `yaml:"kubernetes_sd_configs"`
+			Relabel []struct {
+				SourceLabels []string `yaml:"source_labels"`
+				Regex        string   `yaml:"regex"`
+				Action       string   `yaml:"action"`
+				TargetLabel  string   `yaml:"target_label"`
+			} `yaml:"relabel_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "prometheus/kubernetes.yml", &cfg)
+	if len(cfg.RuleFiles) != 1 || cfg.RuleFiles[0] != "ordo-alerts.yml" {
+		t.Errorf("rule_files %v, want [ordo-alerts.yml]", cfg.RuleFiles)
+	}
+	if len(cfg.ScrapeConfigs) != 1 || cfg.ScrapeConfigs[0].JobName != "ordo" || len(cfg.ScrapeConfigs[0].KubernetesSD) != 1 || cfg.ScrapeConfigs[0].KubernetesSD[0].Role != "pod" {
+		t.Fatalf("want one job \"ordo\" discovering pods: %+v", cfg.ScrapeConfigs)
+	}
+	var keepsApp, keepsPort, labelsNode bool
+	for _, r := range cfg.ScrapeConfigs[0].Relabel {
+		switch {
+		case r.Action == "keep" && len(r.SourceLabels) > 0 && r.SourceLabels[0] == "__meta_kubernetes_pod_label_app" && strings.HasPrefix(r.Regex, "ordo;"):
+			keepsApp = true
+		case r.Action == "keep" && len(r.SourceLabels) == 1 && r.SourceLabels[0] == "__meta_kubernetes_pod_container_port_name" && r.Regex == "metrics":
+			keepsPort = true
+		case r.TargetLabel == "node" && len(r.SourceLabels) == 1 && r.SourceLabels[0] == "__meta_kubernetes_pod_name":
+			labelsNode = true
+		}
+	}
+	if !keepsApp || !keepsPort || !labelsNode {
+		t.Errorf("relabeling: keeps app=ordo %v, keeps the metrics port %v, labels node %v", keepsApp, keepsPort, labelsNode)
 	}
 }

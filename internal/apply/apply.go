@@ -527,15 +527,18 @@ func (w *worker) forget(ctx context.Context) error {
 // Forget drops every statement the workers have prepared. The delivery
 // loop calls it after each committed DDL, local or remote: a statement's
 // parameter types were fixed when it was prepared, against the old schema.
-// A connection that cannot forget is closed (the next apply reconnects).
+// A connection that cannot forget is replaced by a new one.
 func (a *Applier) Forget(ctx context.Context) {
 	for _, w := range a.workers {
 		if w.conn == nil || w.conn.IsClosed() {
 			continue
 		}
 		if err := w.forget(ctx); err != nil {
-			a.cfg.Logger.Warn("apply: closing a connection whose prepared statements could not be dropped", "err", err)
-			w.conn.Close(context.Background())
+			a.cfg.Logger.Warn("apply: reconnecting: the connection's prepared statements could not be dropped", "err", err)
+			if err := a.connect(ctx, w); err != nil {
+				// The next apply finds the connection closed and retries.
+				a.cfg.Logger.Warn("apply: reconnect", "err", err)
+			}
 		}
 	}
 }

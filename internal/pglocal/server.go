@@ -320,8 +320,15 @@ func (s *Server) Kill() {
 	if s.cmd == nil || !s.Running() {
 		return
 	}
-	procs := descendants(s.cmd.Process.Pid)
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	// Stop the postmaster first, so it cannot start a backend between the
+	// scan of its children and the kill.
+	pm := s.cmd.Process.Pid
+	_ = syscall.Kill(pm, syscall.SIGSTOP)
+	for deadline := time.Now().Add(time.Second); !stopped(pm) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	procs := descendants(pm)
+	_ = syscall.Kill(-pm, syscall.SIGKILL)
 	for _, pid := range procs {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -372,6 +379,17 @@ func parentOf(pid int) (int, bool) {
 	}
 	ppid, err := strconv.Atoi(f[1])
 	return ppid, err == nil
+}
+
+// stopped reports whether pid is stopped by a signal (state T), or gone.
+func stopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	return i < 0 || len(f) == 0 || f[0] == "T" || f[0] == "Z" || f[0] == "X"
 }
 
 // alive reports whether pid still runs (a zombie does not).

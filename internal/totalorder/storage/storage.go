@@ -210,9 +210,13 @@ type Update struct {
 // holding every update and one fdatasync for it (group commit), then the
 // in-memory storage. When Save returns nil after a sync, messages
 // that depend on these updates may be sent. Without sync (raft needs no
-// durability: only the commit index changed) nothing is written; the hard
-// state reaches the disk with the next synced Save. Entries and snapshots
-// are always synced.
+// durability: only the commit index changed) nothing is written: that
+// commit index reaches the disk only with the next synced Save that
+// carries a hard state (a term or vote change, or a commit index change
+// that comes with entries), so after a restart the on-disk commit index
+// may lag. That is safe: raft relearns it from the leader, and nothing is
+// delivered twice (delivery starts after the consumer's proven prefix).
+// Entries and snapshots are always synced.
 func (s *Storage) Save(sync bool, ups ...Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,9 +240,9 @@ func (s *Storage) Save(sync bool, ups ...Update) error {
 			states = append(states, pendingState{hs: hsp, ents: u.Entries})
 		}
 	}
-	// Without sync only the commit index changed: it is kept in memory and
-	// written with the next synced record, so every record on disk was
-	// followed by an fsync and only the last one can be torn.
+	// Without sync only the commit index changed: it is kept in memory
+	// (see above), so every record on disk was followed by an fsync and
+	// only the last one can be torn.
 	if len(states) > 0 && sync {
 		if err := s.wal.write(states); err != nil {
 			return fmt.Errorf("storage: %w", err)
