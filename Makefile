@@ -6,7 +6,7 @@ PKGS  := ./...
 # The default suite must stay well under CI's limit on a 2-core machine.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build demo test check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster clean
+.PHONY: all build demo test check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean
 
 all: build
 
@@ -59,6 +59,11 @@ bench-capture:
 bench-cluster:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster $(BENCH_FLAGS)
+
+## bench-load: pgbench -i -s 10 directly and through one node (a 1,000,000-row transaction).
+bench-load:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/cluster -load $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin .tools

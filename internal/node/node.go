@@ -100,10 +100,12 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
 		Limits: capture.Limits{MaxRows: cfg.MaxWriteSetRows, MaxBytes: cfg.MaxWriteSetBytes}}
 	// A transaction's rows travel in entries of about MaxEntryBytes; its
-	// last entry also holds its keys and DDL (and a single row may be
-	// larger than MaxEntryBytes): allow twice that plus 64 MiB per entry,
-	// and a Raft message one such entry.
-	maxProposal := int(2*cfg.MaxEntryBytes) + 64<<20
+	// last entry also holds its keys and DDL, and a single row may be as
+	// large as the whole write set allows: an entry may be the larger of
+	// twice MaxEntryBytes and MaxWriteSetBytes, plus 64 MiB. The transport
+	// carries one such entry per message (batches of smaller ones stay
+	// under half of it).
+	maxProposal := int(max(2*cfg.MaxEntryBytes, cfg.MaxWriteSetBytes)) + 64<<20
 	if err := capture.Setup(ctx, capCfg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}

@@ -146,9 +146,14 @@ func TestFragmentsDecideByTheSequenceOnly(t *testing.T) {
 	r.holdFragment(6, frag("ordo_3_2", 0), nil) // delivered twice
 	require.False(t, r.fragmentsComplete(7, "ordo_3_2", 2))
 
-	r.aborted["ordo_2_9"] = true
+	r.aborted["ordo_2_9"] = 6
 	r.holdFragment(7, frag("ordo_2_9", 0), make([]byte, 5))
 	require.Nil(t, r.frags["ordo_2_9"], "a fragment delivered after its abort is not kept")
+
+	r.expireAborts(16)
+	require.Contains(t, r.aborted, txn.GID("ordo_2_9"), "an abort is remembered for a window")
+	r.expireAborts(17)
+	require.NotContains(t, r.aborted, txn.GID("ordo_2_9"))
 
 	r.expireFragments(12)
 	require.Nil(t, r.frags["ordo_2_1"], "expired")

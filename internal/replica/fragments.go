@@ -30,7 +30,7 @@ type fragments struct {
 // holdFragment keeps a delivered fragment (delivery loop only).
 func (r *Replica) holdFragment(seqno uint64, f *ordov1.FragmentEntry, payload []byte) {
 	gid := txn.GID(f.Gid)
-	if r.aborted[gid] {
+	if _, ok := r.aborted[gid]; ok {
 		return // its abort was ordered first: nothing will use it
 	}
 	fs := r.frags[gid]

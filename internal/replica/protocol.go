@@ -48,10 +48,21 @@ type Protocol interface {
 	Terminate(ctx context.Context, t *Txn) (Outcome, error)
 }
 
+// Preparer is the optional capability of a protocol that wants to hear of
+// a prepared transaction before its write set is decoded: the session
+// calls Prepared right after PREPARE TRANSACTION and the returned func
+// once it is done with the transaction (see Replica.Prepared).
+type Preparer interface {
+	Prepared(gid txn.GID) (forget func())
+}
+
 // ClassScheduler is the optional capability of a conservative protocol
 // (cons): transactions wait for their conflict classes before they run.
 type ClassScheduler interface {
 	Begin(ctx context.Context, gid txn.GID, classes []txn.ClassRef) error
 }
 
-var _ Protocol = (*Replica)(nil)
+var (
+	_ Protocol = (*Replica)(nil)
+	_ Preparer = (*Replica)(nil)
+)

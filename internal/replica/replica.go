@@ -131,7 +131,7 @@ type Replica struct {
 	// Owned by the delivery loop.
 	cert    *certifier.Certifier
 	conn    *pgx.Conn
-	aborted map[txn.GID]bool // AbortEntry delivered before the TxnEntry
+	aborted map[txn.GID]uint64 // AbortEntry delivered before the TxnEntry: its seqno
 	frags   map[txn.GID]*fragments
 	fragMem int // bytes held in frags
 	// rolledBack holds local prepared transactions rolled back early
@@ -171,7 +171,7 @@ func New(cfg Config) (*Replica, error) {
 		waiters:    make(map[txn.GID]*waiter),
 		prefixCh:   make(chan struct{}),
 		cert:       certifier.New(certifier.Config{CheckReads: cfg.Protocol == DBSM, Window: cfg.Window}, cfg.StartAfter),
-		aborted:    make(map[txn.GID]bool),
+		aborted:    make(map[txn.GID]uint64),
 		frags:      make(map[txn.GID]*fragments),
 		rolledBack: make(map[txn.GID]bool),
 	}
@@ -253,14 +253,19 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		}
 		r.m.readKeys.Observe(float64(reads))
 	}
-	w := &waiter{ch: make(chan Outcome, 1), writes: make(map[txn.Key]bool)}
+	writes := make(map[txn.Key]bool)
 	for _, k := range t.Keys {
 		if k.Mode&txn.X != 0 {
-			w.writes[k.Key] = true
+			writes[k.Key] = true
 		}
 	}
 	r.mu.Lock()
-	r.waiters[t.GID] = w
+	w := r.waiters[t.GID] // registered by Prepared, or not
+	if w == nil {
+		w = &waiter{ch: make(chan Outcome, 1)}
+		r.waiters[t.GID] = w
+	}
+	w.writes = writes
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -289,7 +294,9 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		}
 		switch {
 		case fragErr == nil:
-			return Outcome{}, fmt.Errorf("replica: encode %s: %w", t.GID, err)
+			// Nothing decides a transaction that was never proposed whole:
+			// the session rolls it back.
+			return Outcome{}, fmt.Errorf("%w: encode %s: %w", ErrNotReplicated, t.GID, err)
 		case errors.Is(err, totalorder.ErrTooLarge):
 			return Outcome{}, fmt.Errorf("%w: %w", ErrTooLarge, err)
 		default:
@@ -315,6 +322,31 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	case <-ctx.Done():
 		r.abortInBackground(t.GID)
 		return Outcome{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// Prepared registers gid, just prepared, as undecided before its write set
+// is decoded (which can take a while for a large transaction), so that an
+// apply it blocks meanwhile can roll it back (RollbackUndecided); should
+// the order then commit it, the delivery loop applies its rows instead.
+// The returned func forgets gid unless Terminate was called for it.
+func (r *Replica) Prepared(gid txn.GID) (forget func()) {
+	w := &waiter{ch: make(chan Outcome, 1)}
+	r.mu.Lock()
+	r.waiters[gid] = w
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		unused := r.waiters[gid] == w && w.writes == nil
+		if unused {
+			delete(r.waiters, gid)
+		}
+		r.mu.Unlock()
+		if unused { // never proposed: nothing will finish it
+			r.rolledMu.Lock()
+			delete(r.rolledBack, gid)
+			r.rolledMu.Unlock()
+		}
 	}
 }
 
@@ -553,6 +585,9 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if len(r.frags) > 0 {
 			r.expireFragments(d.Seqno)
 		}
+		if len(r.aborted) > 0 && d.Seqno%1024 == 0 {
+			r.expireAborts(d.Seqno)
+		}
 		it, kind, err := r.batchable(ctx, d.Seqno, &e, d.Data)
 		if err != nil {
 			return err
@@ -621,7 +656,7 @@ func (r *Replica) deliver(ctx context.Context, seqno uint64, e *ordov1.Entry) er
 	switch k := e.Kind.(type) {
 	case *ordov1.Entry_Abort:
 		gid := txn.GID(k.Abort.Gid)
-		r.aborted[gid] = true
+		r.aborted[gid] = seqno
 		r.dropFragments(gid)
 		r.cert.Skip(seqno)
 		// The origin's transaction is rolled back when its TxnEntry is
@@ -654,6 +689,17 @@ func (r *Replica) deliver(ctx context.Context, seqno uint64, e *ordov1.Entry) er
 	return nil
 }
 
+// expireAborts forgets the aborts of gids whose TxnEntry never came within
+// a certification window: should it come now, its snapshot (taken before
+// the abort was proposed) is too old anyway, so the decision is the same.
+func (r *Replica) expireAborts(seqno uint64) {
+	for gid, at := range r.aborted {
+		if seqno-at > r.cfg.Window {
+			delete(r.aborted, gid)
+		}
+	}
+}
+
 // certify decides a delivered transaction (an AbortEntry delivered before
 // it aborts it) and counts the outcome.
 func (r *Replica) certify(seqno uint64, e *ordov1.TxnEntry) (Outcome, error) {
@@ -663,7 +709,7 @@ func (r *Replica) certify(seqno uint64, e *ordov1.TxnEntry) (Outcome, error) {
 	}
 	out := Outcome{Seqno: seqno}
 	reason := ""
-	if r.aborted[gid] {
+	if _, ok := r.aborted[gid]; ok {
 		delete(r.aborted, gid)
 		r.cert.Skip(seqno)
 		out.Reason = "aborted by its origin"

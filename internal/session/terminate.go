@@ -210,6 +210,9 @@ func (s *session) rollback(ctx context.Context) {
 // sending (a large write set takes a while to decode), and the replica
 // bounds each proposal and the wait for the outcome by commit_timeout.
 func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time) error {
+	if p, ok := s.h.cfg.Replica.(replica.Preparer); ok {
+		defer p.Prepared(gid)()
+	}
 	ws, err := s.h.cfg.Capture.Await(ctx, gid)
 	if err != nil {
 		s.abandon(gid)

@@ -157,12 +157,15 @@ func Start(cfg Config) (_ *Node, err error) {
 		logger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
 	}
 	rc := &raft.Config{
-		ID:                        cfg.ID,
-		ElectionTick:              cfg.ElectionTicks,
-		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   st.Raft(),
-		MaxSizePerMsg:             1 << 20,
-		MaxInflightMsgs:           256,
+		ID:              cfg.ID,
+		ElectionTick:    cfg.ElectionTicks,
+		HeartbeatTick:   cfg.HeartbeatTicks,
+		Storage:         st.Raft(),
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		// Bounds what waits in the transport for one peer when entries are
+		// large (fragments of big transactions): 256 of them could be GBs.
+		MaxInflightBytes:          128 << 20,
 		MaxUncommittedEntriesSize: 1 << 30,
 		AsyncStorageWrites:        true,
 		CheckQuorum:               true,

@@ -41,7 +41,9 @@ func (s *KeySet) Sorted() []KeyMode {
 // Escalate replaces, in every table with more than perTable row, granule
 // or unique keys held in a recorded mode (X, IX, R: writes and
 // references), all of its finer keys (reads included) by X on the table
-// key, and returns the table keys it escalated (perTable <= 0: never).
+// key, and returns the table keys it escalated (perTable <= 0: never). If
+// the tables under the limit still hold more than 10*perTable such keys
+// together, all of them are escalated too.
 // Reads alone never escalate here (ReadSet has its own limit). It loses
 // no conflict: X on a table conflicts with every mode recorded on it
 // (txn.Conflicts), every write of a row records IX on its table, every
@@ -57,9 +59,19 @@ func (s *KeySet) Escalate(perTable int) []Key {
 			count[k.TableKey()]++
 		}
 	}
+	// Tables over the limit; and if the rest still hold more than ten
+	// times the limit between them (a transaction touching many tables a
+	// little), every table with finer keys, so the keys of one
+	// transaction stay bounded whatever it touched.
+	total := 0
+	for _, n := range count {
+		if n <= perTable {
+			total += n
+		}
+	}
 	var out []Key
 	for tk, n := range count {
-		if n > perTable {
+		if n > perTable || total > 10*perTable {
 			out = append(out, tk)
 		}
 	}
@@ -67,8 +79,12 @@ func (s *KeySet) Escalate(perTable int) []Key {
 		return nil
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	esc := make(map[Key]bool, len(out))
+	for _, tk := range out {
+		esc[tk] = true
+	}
 	for k := range s.m {
-		if k.Level != LevelTable && count[k.TableKey()] > perTable {
+		if k.Level != LevelTable && esc[k.TableKey()] {
 			delete(s.m, k)
 		}
 	}

@@ -196,3 +196,20 @@ func TestKeySetEscalate(t *testing.T) {
 		t.Fatalf("after escalation:\n got %v\nwant %v", g, want)
 	}
 }
+
+func TestKeySetEscalateManyTables(t *testing.T) {
+	var s KeySet
+	for table := range 12 {
+		for id := range 2 {
+			s.Add(RowKey("s", fmt.Sprint("t", table), fmt.Sprint(id)), X)
+		}
+	}
+	s.Add(RowKey("s", "r", "1"), S)
+	// 24 write keys in 12 tables of 2: none over 2, but over 10*2 together.
+	if got := s.Escalate(2); len(got) != 12 {
+		t.Fatalf("escalated %v, want all 12 tables", got)
+	}
+	if s.Len() != 13 || s.Mode(TableKey("s", "t3")) != X || s.Mode(RowKey("s", "r", "1")) != S {
+		t.Fatalf("after escalation: %v", s.Sorted())
+	}
+}

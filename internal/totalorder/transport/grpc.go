@@ -308,6 +308,11 @@ func (p *peer) run() {
 		idle        = time.NewTicker(p.t.cfg.IdleApplied)
 	)
 	defer idle.Stop()
+	// A batch stays well under the message limit: a message that would
+	// take it over is carried to the next batch (a single message larger
+	// than that goes alone).
+	limit := p.t.cfg.MaxMsgBytes / 2
+	var carry *outMsg
 	closeStream := func() {
 		if scancel != nil {
 			scancel()
@@ -318,23 +323,42 @@ func (p *peer) run() {
 	backoff := time.Time{}
 	for {
 		batch = batch[:0]
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-p.q:
+		size := 0
+		take := func(m outMsg) bool {
+			if len(batch) > 0 && size+len(m.raw) > limit {
+				carry = &m
+				return false
+			}
 			batch = append(batch, m)
-		drain:
-			for len(batch) < cap(batch) {
+			size += len(m.raw)
+			return true
+		}
+		drain := func() {
+			for len(batch) < cap(batch) && carry == nil {
 				select {
 				case m := <-p.q:
-					batch = append(batch, m)
+					take(m)
 				default:
-					break drain
+					return
 				}
 			}
-		case <-idle.C:
-			if p.t.applied.Load() == lastApplied {
-				continue
+		}
+		if carry != nil {
+			m := *carry
+			carry = nil
+			take(m)
+			drain()
+		} else {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-p.q:
+				take(m)
+				drain()
+			case <-idle.C:
+				if p.t.applied.Load() == lastApplied {
+					continue
+				}
 			}
 		}
 		if stream == nil {

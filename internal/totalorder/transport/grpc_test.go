@@ -104,6 +104,48 @@ func TestOrderedDeliveryAndApplied(t *testing.T) {
 	waitFor(t, "applied report", func() bool { h2.mu.Lock(); defer h2.mu.Unlock(); return h2.applied[1] == 42 })
 }
 
+// TestBatchesStayUnderTheMessageLimit: many large messages queued at once
+// (a follower catching up on big entries) travel in batches under
+// MaxMsgBytes, all of them, in order; a batch of every queued message
+// would exceed the limit and be refused again and again.
+func TestBatchesStayUnderTheMessageLimit(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h2 := newHandler()
+	start := func(id uint64, h Handler) *GRPC {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewGRPC(GRPCConfig{ID: id, Listener: l, IdleApplied: 10 * time.Millisecond, MaxMsgBytes: 256 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Start(h); err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	t1, t2 := start(1, newHandler()), start(2, h2)
+	defer t2.Stop()
+	defer t1.Stop()
+	const n = 40
+	var ms []raftpb.Message
+	for i := 1; i <= n; i++ {
+		ms = append(ms, raftpb.Message{Type: raftpb.MsgApp, From: 1, To: 2, Index: uint64(i),
+			Entries: []raftpb.Entry{{Index: uint64(i), Data: make([]byte, 50<<10)}}})
+	}
+	t1.AddPeer(2, t2.Addr())
+	t1.Send(ms) // queued at once: one drain sees them all
+	waitFor(t, "every message", func() bool { return h2.count() == n })
+	h2.mu.Lock()
+	defer h2.mu.Unlock()
+	for i, m := range h2.got {
+		if m.Index != uint64(i+1) {
+			t.Fatalf("message %d has index %d", i, m.Index)
+		}
+	}
+}
+
 func TestRemovedSenderIsTold(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	h1, h2 := newHandler(), newHandler()

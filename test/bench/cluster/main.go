@@ -10,6 +10,16 @@
 // failures are retried by pgbench (--max-tries), as an application would.
 // Every server gets the same initial data from pgbench -i before the
 // cluster starts.
+//
+// With -load (`make bench-load`) it measures a bulk load instead: pgbench
+// -i -s <scale> into one PostgreSQL directly, and through one node of a
+// fresh cluster (one transaction of scale × 100,000 rows, replicated as
+// fragments), until every node has the data; it ends with
+//
+//	RESULT load_s_direct=<n> load_s_ordo=<n> load_s_everywhere=<n> load_ratio=<n> peak_rss_mb=<n>
+//
+// where load_ratio is load_s_everywhere / load_s_direct and peak_rss_mb is
+// the peak resident memory of this process (the three nodes).
 package main
 
 import (
@@ -47,6 +57,7 @@ var (
 	logFile  = flag.String("log", "", "write the nodes' log to this file (for investigation)")
 	workers  = flag.Int("apply-workers", 0, "apply_workers of every node (0: the default)")
 	verbose  = flag.Bool("v", false, "print pgbench's own report of every run")
+	loadMode = flag.Bool("load", false, "measure pgbench -i through the cluster instead (see the package comment)")
 )
 
 func main() {
@@ -73,6 +84,9 @@ func run() error {
 		return err
 	}
 	defer direct.Stop()
+	if *loadMode {
+		return runLoad(ctx, pgbench, direct.Servers[0].DSN("postgres"))
+	}
 	if err := initPgbench(pgbench, direct.Servers[0].DSN("postgres")); err != nil {
 		return err
 	}
@@ -97,7 +111,7 @@ func run() error {
 		// The initial data (a million rows at scale 10, more than one write
 		// set may hold) is loaded into every PostgreSQL server before the
 		// nodes start; pgbench -i generates identical data everywhere.
-		dsns, stop, err := startCluster(ctx, protocol, func(dsn string) error { return initPgbench(pgbench, dsn) })
+		dsns, _, stop, err := startCluster(ctx, protocol, func(dsn string) error { return initPgbench(pgbench, dsn) })
 		if err != nil {
 			return err
 		}
@@ -258,43 +272,46 @@ func freeAddr() (string, error) {
 }
 
 // startCluster starts 3 PostgreSQL servers and 3 Ordo nodes in this process.
-func startCluster(ctx context.Context, protocol string, load func(dsn string) error) ([]string, func(), error) {
+// startCluster starts three PostgreSQL servers, runs load on each, then
+// starts a node in front of each; it returns the nodes' DSNs and the
+// servers'.
+func startCluster(ctx context.Context, protocol string, load func(dsn string) error) (dsns, servers []string, stop func(), err error) {
 	pg, err := pglocal.Start(ctx, pglocal.Options{N: 3, Fsync: true})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, s := range pg.Servers {
 		if err := load(s.DSN("postgres")); err != nil {
 			pg.Stop()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
+		servers = append(servers, s.DSN("postgres"))
 	}
 	dir, err := os.MkdirTemp("", "ordo-bench-nodes-")
 	if err != nil {
 		pg.Stop()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	peers := map[uint32]string{}
 	for i := 1; i <= 3; i++ {
 		if peers[uint32(i)], err = freeAddr(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	var nodes []*node.Node
-	stop := func() {
+	stop = func() {
 		for _, n := range nodes {
 			n.Stop()
 		}
 		pg.Stop()
 		os.RemoveAll(dir)
 	}
-	var dsns []string
 	var logOut io.Writer = io.Discard
 	if *logFile != "" {
 		f, err := os.Create(*logFile)
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		logOut = f
 	}
@@ -303,7 +320,7 @@ func startCluster(ctx context.Context, protocol string, load func(dsn string) er
 		listen, err := freeAddr()
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
 			DataDir: filepath.Join(dir, s.Name), Peers: peers, Protocol: protocol}
@@ -315,10 +332,68 @@ func startCluster(ctx context.Context, protocol string, load func(dsn string) er
 		n, err := node.Start(ctx, cfg, log)
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		nodes = append(nodes, n)
 		dsns = append(dsns, fmt.Sprintf("postgres://ordo:ordo@%s/postgres?sslmode=disable", n.ClientAddr()))
 	}
-	return dsns, stop, nil
+	return dsns, servers, stop, nil
+}
+
+// runLoad is -load: pgbench -i directly, then through node 1 of a fresh
+// dbsm-si cluster, waiting until every server has all the rows and the
+// primary keys pgbench creates.
+func runLoad(ctx context.Context, pgbench, direct string) error {
+	t0 := time.Now()
+	if err := initPgbench(pgbench, direct); err != nil {
+		return err
+	}
+	tDirect := time.Since(t0).Seconds()
+	fmt.Printf("direct   pgbench -i -s %d: %.2f s\n", *scale, tDirect)
+
+	dsns, servers, stop, err := startCluster(ctx, "dbsm-si", func(string) error { return nil })
+	if err != nil {
+		return err
+	}
+	defer stop()
+	t0 = time.Now()
+	if err := initPgbench(pgbench, dsns[0]); err != nil {
+		return err
+	}
+	tOrdo := time.Since(t0).Seconds()
+	fmt.Printf("ordo     pgbench -i -s %d through node 1: %.2f s\n", *scale, tOrdo)
+	want := *scale * 100000
+	for i, dsn := range servers {
+		for {
+			out, _ := exec.Command("psql", "-Atc", "SELECT (SELECT count(*) FROM pgbench_accounts) || ' ' || "+
+				"(SELECT count(*) FROM pg_indexes WHERE indexname = 'pgbench_accounts_pkey')", dsn).Output()
+			if strings.TrimSpace(string(out)) == fmt.Sprintf("%d 1", want) {
+				break
+			}
+			if time.Since(t0) > 30*time.Minute {
+				return fmt.Errorf("node %d did not get the %d rows within 30 minutes (it has: %q)", i+1, want, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	tAll := time.Since(t0).Seconds()
+	fmt.Printf("ordo     every node has the data: %.2f s\n", tAll)
+	fmt.Printf("RESULT load_s_direct=%.2f load_s_ordo=%.2f load_s_everywhere=%.2f load_ratio=%.2f peak_rss_mb=%d\n",
+		tDirect, tOrdo, tAll, tAll/tDirect, peakRSSMB())
+	return nil
+}
+
+// peakRSSMB reads this process's peak resident memory (VmHWM), in MiB.
+func peakRSSMB() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return -1
 }
