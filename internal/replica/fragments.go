@@ -16,10 +16,11 @@ import (
 //
 // Whether a TxnEntry with fragments may commit depends only on the
 // delivered sequence: every fragment 0..n-1 delivered in order, the first
-// no more than a certification window before the TxnEntry. A node that
-// replays the order from a window before its proven prefix sees every
-// fragment such a TxnEntry needs; one whose first fragment is older than
-// that aborts on every node anyway, since its snapshot is older still.
+// no more than a certification window before the TxnEntry. A restarted
+// node takes the outcomes up to its proven prefix from its proof rows
+// (proofs.go); after it, it has replayed every fragment a TxnEntry that
+// can still commit needs: one whose first fragment is older than where the
+// replay started is more than a window old and aborts on every node.
 type fragments struct {
 	first  uint64   // seqno of the first fragment delivered
 	broken bool     // a fragment was missing or out of order

@@ -134,6 +134,12 @@ type Replica struct {
 	aborted map[txn.GID]uint64 // AbortEntry delivered before the TxnEntry: its seqno
 	frags   map[txn.GID]*fragments
 	fragMem int // bytes held in frags
+	// proven holds the seqnos up to cfg.Proven that committed here
+	// (proofs.go); proofs the local commits whose proof row is not
+	// written yet; trimmed the seqno of the last trim of old proofs.
+	proven  map[uint64]bool
+	proofs  []proof
+	trimmed uint64
 	// rolledBack holds local prepared transactions rolled back early
 	// because they blocked an apply (brute force); if the order later
 	// commits one, the loop applies its write set instead.
@@ -504,6 +510,10 @@ func (r *Replica) Run(ctx context.Context) error {
 		return err
 	}
 	r.conn = conn
+	if err := r.loadProven(ctx); err != nil {
+		conn.Close(context.Background())
+		return err
+	}
 	defer func() {
 		r.conn.Close(context.Background())
 		r.bfMu.Lock()
@@ -555,6 +565,9 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	flush := func() error {
 		if len(run) == 0 {
 			return nil
+		}
+		if err := r.flushProofs(ctx); err != nil {
+			return err
 		}
 		began := time.Now()
 		if len(run) == 1 || r.cfg.Applier.Workers() == 1 {
@@ -612,7 +625,10 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 			return err
 		}
 	}
-	return flush()
+	if err := flush(); err != nil {
+		return err
+	}
+	return r.flushProofs(ctx)
 }
 
 // What batchable found.
@@ -640,7 +656,7 @@ func (r *Replica) batchable(ctx context.Context, seqno uint64, e *ordov1.Entry, 
 	if err != nil {
 		return apply.Item{}, other, err
 	}
-	if !out.Commit {
+	if !out.Commit || seqno <= r.cfg.Proven { // a replayed commit is applied already
 		return apply.Item{}, nothing, nil
 	}
 	ws, err := decodeWriteSet(k.Txn)
@@ -708,6 +724,16 @@ func (r *Replica) certify(seqno uint64, e *ordov1.TxnEntry) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("replica: entry %d (%s) was proposed under protocol %q, this node runs %q", seqno, gid, e.Protocol, r.cfg.Protocol)
 	}
 	out := Outcome{Seqno: seqno}
+	if decided, commit := r.replayed(seqno); decided {
+		delete(r.aborted, gid)
+		if out.Commit = commit; commit {
+			r.cert.Record(seqno, decodeKeys(e))
+		} else {
+			r.cert.Skip(seqno)
+			out.Reason = "aborted before this node restarted"
+		}
+		return out, nil
+	}
 	reason := ""
 	if _, ok := r.aborted[gid]; ok {
 		delete(r.aborted, gid)
@@ -838,13 +864,16 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 	}
 	for attempt := 0; ; attempt++ {
 		_, err := r.conn.Exec(ctx, stmt)
-		if err == nil {
-			return nil
-		}
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
+		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "42704" {
 			// Not prepared (any more): already finished before a restart,
-			// or the origin never got as far as PREPARE.
+			// or the origin never got as far as PREPARE (a rollback).
+			err = nil
+		}
+		if err == nil {
+			if commit {
+				r.proofs = append(r.proofs, proof{seqno, gid})
+			}
 			return nil
 		}
 		if ctx.Err() != nil || attempt == 20 {
@@ -862,6 +891,12 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 
 // applyEntry applies a committed remote transaction with its fragments.
 func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEntry, frags *fragments) error {
+	if seqno <= r.cfg.Proven {
+		return nil // replayed: it committed, so its proof row says it is applied
+	}
+	if err := r.flushProofs(ctx); err != nil {
+		return err
+	}
 	ws, err := frags.writeSet(e)
 	if err != nil {
 		return fmt.Errorf("replica: %s at seqno %d: %w", e.Gid, seqno, err)

@@ -1,0 +1,110 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Decisions survive a restart in _ordo.applied. A remote transaction's
+// apply inserts its proof row (seqno, gid) in the same PostgreSQL
+// transaction as its rows; a local transaction's proof row is inserted by
+// the delivery loop after its COMMIT PREPARED, always before the next
+// apply commits (proofs become durable in seqno order, even without
+// waiting for their WAL flush). So for every seqno up to the largest proof
+// (the proven prefix), a proof row exists exactly if the transaction
+// committed here, which every node decided alike.
+//
+// A restarted node replays a certification window before its proven
+// prefix to rebuild the certifier. It must not certify those entries anew:
+// an entry whose snapshot is older than where the replay starts would be
+// found too old although it committed, its keys would be missing from the
+// index, and a later transaction conflicting with it could commit on this
+// node alone. Up to the proven prefix, the loop records the outcomes the
+// proof rows give instead.
+
+// proof is a committed local transaction whose proof row is not written
+// yet.
+type proof struct {
+	seqno uint64
+	gid   txn.GID
+}
+
+// loadProven reads which seqnos in (StartAfter, Proven] committed here.
+func (r *Replica) loadProven(ctx context.Context) error {
+	r.proven = make(map[uint64]bool)
+	if r.cfg.Proven <= r.cfg.StartAfter {
+		return nil
+	}
+	rows, err := r.conn.Query(ctx, "SELECT seqno FROM _ordo.applied WHERE seqno > $1 AND seqno <= $2",
+		int64(r.cfg.StartAfter), int64(r.cfg.Proven))
+	if err != nil {
+		return fmt.Errorf("replica: read the decisions before the restart: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return fmt.Errorf("replica: read the decisions before the restart: %w", err)
+		}
+		r.proven[uint64(s)] = true
+	}
+	return rows.Err()
+}
+
+// replayed reports whether seqno was decided before the restart and, if
+// so, whether it committed.
+func (r *Replica) replayed(seqno uint64) (decided, commit bool) {
+	if seqno > r.cfg.Proven {
+		return false, false
+	}
+	commit = r.proven[seqno]
+	delete(r.proven, seqno)
+	return true, commit
+}
+
+// flushProofs writes the proof rows of the local transactions committed
+// since the last flush, and every certification window forgets proof rows
+// older than two windows (nothing replays that far back). It retries like
+// finishLocal: a proof row that never gets written would make a restarted
+// node take a committed transaction for an aborted one.
+func (r *Replica) flushProofs(ctx context.Context) error {
+	if len(r.proofs) == 0 {
+		return nil
+	}
+	seqnos := make([]int64, len(r.proofs))
+	gids := make([]string, len(r.proofs))
+	for i, p := range r.proofs {
+		seqnos[i], gids[i] = int64(p.seqno), string(p.gid)
+	}
+	last := r.proofs[len(r.proofs)-1].seqno
+	sql := `INSERT INTO _ordo.applied (seqno, gid) SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING`
+	args := []any{seqnos, gids}
+	if w := r.cfg.Window; last/w != r.trimmed/w && last > 2*w {
+		sql = `WITH forgotten AS (DELETE FROM _ordo.applied WHERE seqno <= $3) ` + sql
+		args = append(args, int64(last-2*w))
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := r.conn.Exec(ctx, sql, args...)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || attempt == 20 {
+			return fmt.Errorf("replica: write the proof rows of local commits up to seqno %d: %w", last, err)
+		}
+		r.log.Warn("writing proof rows failed; retrying", "err", err)
+		if r.conn.IsClosed() {
+			if c, cerr := r.connectLoop(ctx); cerr == nil {
+				r.conn = c
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(args) == 3 {
+		r.trimmed = last
+	}
+	r.proofs = r.proofs[:0]
+	return nil
+}
