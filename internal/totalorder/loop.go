@@ -382,6 +382,7 @@ func (n *Node) applyMsg(m raftpb.Message) error {
 func (n *Node) deliver(d Delivery) error {
 	select {
 	case n.deliverc <- d:
+		n.lastDelivered.Store(d.Seqno)
 		n.m.delivered.Set(float64(d.Seqno))
 		return nil
 	case <-n.stopc:
@@ -395,7 +396,7 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	if idx <= n.applied {
 		return nil
 	}
-	n.applied, n.snapIndex, n.compacted = idx, idx, idx
+	n.snapIndex, n.compacted = idx, idx
 	// Waiting proposals are not released here: one of them may be inside
 	// the snapshot. They end by timeout (unknown outcome).
 	n.appliedTerm = max(n.appliedTerm, s.Metadata.Term)
@@ -406,6 +407,7 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 			return err
 		}
 	}
+	n.setApplied(idx)
 	n.m.applied.Set(float64(idx))
 	return nil
 }
@@ -496,12 +498,12 @@ func (n *Node) apply(e *raftpb.Entry) error {
 			n.mu.Unlock()
 		}
 		if selfRemoved {
-			n.applied = e.Index
+			n.setApplied(e.Index)
 			n.fail(ErrRemoved)
 			return nil
 		}
 	}
-	n.applied = e.Index
+	n.setApplied(e.Index)
 	n.m.applied.Set(float64(e.Index))
 	return nil
 }

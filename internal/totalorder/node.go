@@ -75,6 +75,16 @@ type Node struct {
 	removed     map[uint64]bool
 	members     map[uint64]bool
 
+	// What ReadIndex waits for: the applied index (entries handed to the
+	// consumer or skipped) and the last seqno handed to the consumer,
+	// published by the apply goroutine; seenCh is closed and replaced
+	// when appliedIdx moves while a ReadIndex waits (readWaiting > 0).
+	appliedIdx    atomic.Uint64
+	lastDelivered atomic.Uint64
+	readWaiting   atomic.Int32
+	seenMu        sync.Mutex
+	seenCh        chan struct{}
+
 	// owned by the apply goroutine
 	applied     uint64
 	appliedTerm uint64 // term of the last applied entry
@@ -148,6 +158,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.snapIndex = snap.Metadata.Index
 	n.compacted = snap.Metadata.Index
 	n.applied = snap.Metadata.Index
+	n.appliedIdx.Store(snap.Metadata.Index)
+	n.lastDelivered.Store(max(cfg.StartAfter, snap.Metadata.Index))
+	n.seenCh = make(chan struct{})
 	n.confHist = []confAt{{index: snap.Metadata.Index, cs: cs}}
 	n.setMembers(cs)
 	n.durable.Store(cfg.StartAfter)
@@ -480,7 +493,9 @@ func (n *Node) timeoutErr(ctx context.Context) error {
 }
 
 // ReadIndex returns a linearizable read index: every entry committed before
-// the call has a seqno <= the result. The caller waits until its applied
+// the call has a seqno <= the result, and the result is a seqno this node
+// has delivered (or StartAfter), so the consumer's applied prefix reaches
+// it without waiting for another entry. The caller waits until its applied
 // prefix reaches it before reading. Errors as for Propose.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	select {
@@ -513,7 +528,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 		select {
 		case idx := <-ch:
 			t.Stop()
-			return idx, nil
+			return n.deliveredThrough(ctx, idx)
 		case <-t.C:
 		case <-tctx.Done():
 			t.Stop()
@@ -525,6 +540,46 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 			t.Stop()
 			return 0, n.unavailable()
 		}
+	}
+}
+
+// deliveredThrough waits until this node has applied the Raft log up to
+// idx and returns the last seqno it has handed to the consumer by then.
+// Entries that are never delivered (a new leader's empty entry, membership
+// changes) may follow the last delivered one: a consumer waiting for idx
+// itself would wait for the next delivery, however long that takes.
+func (n *Node) deliveredThrough(ctx context.Context, idx uint64) (uint64, error) {
+	n.readWaiting.Add(1)
+	defer n.readWaiting.Add(-1)
+	for {
+		n.seenMu.Lock()
+		ch := n.seenCh
+		n.seenMu.Unlock()
+		if n.appliedIdx.Load() >= idx {
+			return n.lastDelivered.Load(), nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, n.timeoutErr(ctx)
+		case <-n.stopc:
+			return 0, ErrStopped
+		case <-n.removedc:
+			return 0, n.unavailable()
+		}
+	}
+}
+
+// setApplied records that the Raft log is applied up to idx (apply
+// goroutine only).
+func (n *Node) setApplied(idx uint64) {
+	n.applied = idx
+	n.appliedIdx.Store(idx)
+	if n.readWaiting.Load() > 0 {
+		n.seenMu.Lock()
+		close(n.seenCh)
+		n.seenCh = make(chan struct{})
+		n.seenMu.Unlock()
 	}
 }
 

@@ -93,6 +93,15 @@ func TestLeaderCrashReelection(t *testing.T) {
 			applied, committed := testutil.ToFloat64(n.m.applied), testutil.ToFloat64(n.m.committed)
 			delivered := testutil.ToFloat64(n.m.delivered)
 			if len(got) > 0 && applied == committed && delivered == float64(got[len(got)-1].Seqno) && delivered < committed {
+				// A read index is a seqno the consumer has been handed,
+				// not the empty entry it would wait for forever.
+				idx, err := n.ReadIndex(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if idx != got[len(got)-1].Seqno {
+					t.Fatalf("node %d: read index %d, want the last delivered seqno %d (committed %v)", id, idx, got[len(got)-1].Seqno, committed)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
