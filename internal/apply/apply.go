@@ -389,21 +389,38 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}
 		return true, nil
 	}
-	for i := 0; i < len(stmts); i += a.cfg.BatchSize {
-		chunk := stmts[i:min(i+a.cfg.BatchSize, len(stmts))]
-		if head != nil {
-			chunk = append(head, chunk...)
-			head = nil
-			if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
-				if alreadyProven(err) {
-					return skip()
+	for _, seg := range segments(stmts) {
+		if seg.copy {
+			if head != nil {
+				if err := a.execChunk(actx, w, it.Seqno, head, order, prep); err != nil {
+					if alreadyProven(err) {
+						return skip()
+					}
+					return false, err
 				}
+				head = nil
+			}
+			if err := a.copyRows(actx, w, it.Seqno, seg.stmts, order); err != nil {
 				return false, err
 			}
 			continue
 		}
-		if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
-			return false, err
+		for i := 0; i < len(seg.stmts); i += a.cfg.BatchSize {
+			chunk := seg.stmts[i:min(i+a.cfg.BatchSize, len(seg.stmts))]
+			if head != nil {
+				chunk = append(head, chunk...)
+				head = nil
+				if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
+					if alreadyProven(err) {
+						return skip()
+					}
+					return false, err
+				}
+				continue
+			}
+			if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
+				return false, err
+			}
 		}
 	}
 	if len(it.WriteSet.DDL) > 0 && a.cfg.AfterDDL != "" {

@@ -324,3 +324,44 @@ func TestPreparedStatements(t *testing.T) {
 	e.replicate(t, "UPDATE comp SET v = 'd' WHERE b = 700")
 	requireSame(t, e)
 }
+
+// TestCopyApply: long runs of inserts into one table are applied with COPY
+// and land exactly as the statements would have put them: tabs, newlines,
+// backslashes, a lone "\." and the text "\N" in values, NULLs, arrays and
+// JSON, every type of the kinds table.
+func TestCopyApply(t *testing.T) {
+	defer func(n int) { copyMinRows = n }(copyMinRows)
+	copyMinRows = 3
+	e := setup(t, Config{})
+	it := e.replicate(t,
+		`INSERT INTO kinds (id, n, f, r, arr, tarr, j, jb, b, ts, d, iv, u, flag, nul) VALUES
+		 (101, 1.5, 0.1, 1, '{1,NULL}', E'{"tab\there","back\\\\slash","new\nline",NULL}', E'{"k": "a\\tb"}', E'{"k": "\\\\."}',
+		  '\x5c2e0a', '2024-03-01 12:00+00', '2024-02-29', '1 day', NULL, true, E'\\.'),
+		 (102, NULL, 'Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, E'line1\nline2\r\n\\N'),
+		 (103, 0, -0.0, 'NaN', '{}', '{}', '[]', '{}', '', '-infinity', '2000-01-01', '0', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', false, '\N'),
+		 (104, 2, 2, 2, '{2}', '{"x"}', '2', '2', '\x00', '2024-01-01', '2024-01-01', '2 days', NULL, NULL, E'\t')`,
+		`INSERT INTO comp SELECT g, g, E'v\t' || g || E'\\' FROM generate_series(1000, 1010) g`)
+	segs := 0
+	stmts, err := statements(it.WriteSet)
+	require.NoError(t, err)
+	for _, s := range segments(stmts) {
+		if s.copy {
+			segs++
+		}
+	}
+	require.Equal(t, 2, segs, "both runs went through COPY")
+	requireSame(t, e)
+}
+
+func TestSegments(t *testing.T) {
+	defer func(n int) { copyMinRows = n }(copyMinRows)
+	copyMinRows = 3
+	ins := func(sql string) stmt { return stmt{sql: sql, row: &capture.Row{Op: capture.OpInsert}} }
+	upd := stmt{sql: "u", row: &capture.Row{Op: capture.OpUpdate}}
+	in := []stmt{ins("a"), ins("a"), upd, ins("a"), ins("a"), ins("a"), ins("b"), ins("b"), upd, upd, upd, ins("c"), ins("c"), ins("c"), ins("c")}
+	var got []string
+	for _, s := range segments(in) {
+		got = append(got, fmt.Sprintf("%v:%d", s.copy, len(s.stmts)))
+	}
+	require.Equal(t, []string{"false:3", "true:3", "false:5", "true:4"}, got)
+}
