@@ -301,3 +301,27 @@ func decodeRow(gid string, i int, tables []*capture.Table, rc *ordov1.RowChange)
 	}
 	return r, nil
 }
+
+// fromNewerVersion reports whether e, or the entry inside it, has fields
+// this version does not know (proto3 keeps them as unknown fields).
+func fromNewerVersion(e *ordov1.Entry) bool {
+	if len(e.ProtoReflect().GetUnknown()) > 0 {
+		return true
+	}
+	var inner proto.Message
+	switch k := e.Kind.(type) {
+	case *ordov1.Entry_Txn:
+		inner = k.Txn
+	case *ordov1.Entry_Fragment:
+		inner = k.Fragment
+	case *ordov1.Entry_Abort:
+		inner = k.Abort
+	case *ordov1.Entry_Schema:
+		inner = k.Schema
+	case *ordov1.Entry_SchemaCheck:
+		inner = k.SchemaCheck
+	case nil:
+		return true // an entry with no kind this version knows
+	}
+	return inner != nil && len(inner.ProtoReflect().GetUnknown()) > 0
+}

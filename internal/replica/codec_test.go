@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ordo-db/ordo/internal/capture"
@@ -176,4 +177,28 @@ func TestDecodeRejectsMalformedEntries(t *testing.T) {
 		_, err := decodeWriteSet(e)
 		require.Error(t, err, name)
 	}
+}
+
+// TestEntriesFromANewerVersionAreRecognised: a kind of entry or a field
+// this version does not know is detected (the delivery loop then stops
+// rather than carry out part of what the entry means).
+func TestEntriesFromANewerVersionAreRecognised(t *testing.T) {
+	known, err := proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Txn{Txn: &ordov1.TxnEntry{Gid: "ordo_1_1"}}})
+	require.NoError(t, err)
+	decode := func(b []byte) *ordov1.Entry {
+		var e ordov1.Entry
+		require.NoError(t, proto.Unmarshal(b, &e))
+		return &e
+	}
+	require.False(t, fromNewerVersion(decode(known)))
+	newKind := protowire.AppendTag(nil, 99, protowire.BytesType)
+	newKind = protowire.AppendBytes(newKind, []byte{})
+	require.True(t, fromNewerVersion(decode(newKind)), "an unknown kind")
+	inner := protowire.AppendTag(nil, 1, protowire.BytesType)
+	inner = protowire.AppendString(inner, "ordo_1_1")
+	inner = protowire.AppendTag(inner, 77, protowire.VarintType)
+	inner = protowire.AppendVarint(inner, 3)
+	newField := protowire.AppendTag(nil, 1, protowire.BytesType)
+	newField = protowire.AppendBytes(newField, inner)
+	require.True(t, fromNewerVersion(decode(newField)), "an unknown field of a TxnEntry")
 }

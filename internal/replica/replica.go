@@ -595,6 +595,11 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if err := proto.Unmarshal(d.Data, &e); err != nil {
 			return fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
 		}
+		if fromNewerVersion(&e) {
+			// Carrying it out without what this version does not know
+			// (a new kind of entry, a new field) could diverge: stop.
+			return fmt.Errorf("replica: entry %d holds fields this version of Ordo does not know: a newer node wrote it; upgrade this node", d.Seqno)
+		}
 		if len(r.frags) > 0 {
 			r.expireFragments(d.Seqno)
 		}
@@ -698,8 +703,7 @@ func (r *Replica) deliver(ctx context.Context, seqno uint64, e *ordov1.Entry) er
 			r.compareSchema(k.Schema)
 		}
 	default:
-		r.cert.Skip(seqno)
-		r.log.Warn("unknown entry kind; skipped", "seqno", seqno)
+		return fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
 	}
 	r.publish(seqno)
 	return nil
