@@ -206,9 +206,10 @@ func (s *session) rollback(ctx context.Context) {
 // its outcome. The replica commits or rolls back the prepared transaction.
 // prepared is when PREPARE TRANSACTION returned.
 //
-// Neither waits for a fixed time: the capture waits while PostgreSQL keeps
-// sending (a large write set takes a while to decode), and the replica
-// bounds each proposal and the wait for the outcome by commit_timeout.
+// No fixed deadline covers the whole: the capture waits as long as
+// PostgreSQL keeps sending (a large write set takes a while to decode),
+// and the replica bounds each proposal, and the wait for the outcome, by
+// commit_timeout.
 func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time) error {
 	if p, ok := s.h.cfg.Replica.(replica.Preparer); ok {
 		defer p.Prepared(gid)()
