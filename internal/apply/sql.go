@@ -30,13 +30,14 @@ func quoteCol(c string) string { return pgx.Identifier{c}.Sanitize() }
 // truncate rows of one TRUNCATE become one statement.
 func statements(ws *capture.WriteSet) ([]stmt, error) {
 	out := make([]stmt, 0, len(ws.Rows))
+	inserts := map[*capture.Table]string{}
 	for i := 0; i < len(ws.Rows); i++ {
 		r := &ws.Rows[i]
 		var s stmt
 		var err error
 		switch r.Op {
 		case capture.OpInsert:
-			s, err = insertStmt(r)
+			s, err = insertStmt(r, inserts)
 		case capture.OpUpdate:
 			s, err = updateStmt(r)
 		case capture.OpDelete:
@@ -77,36 +78,46 @@ func param(v capture.Value) []byte {
 	return []byte(v.Text)
 }
 
-func insertStmt(r *capture.Row) (stmt, error) {
+// insertStmt returns the INSERT of r. cache holds the statement text per
+// table (an insert names every column, so the text depends on the table
+// alone; a bulk load has a million rows of one table).
+func insertStmt(r *capture.Row, cache map[*capture.Table]string) (stmt, error) {
 	t := r.Table
 	if len(r.Values) != len(t.Columns) {
 		return stmt{}, fmt.Errorf("apply: insert into %s: %d values for %d columns", t, len(r.Values), len(t.Columns))
 	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO ")
-	b.WriteString(quoteTable(t))
-	b.WriteString(" (")
 	params := make([][]byte, 0, len(t.Columns))
 	for i, c := range t.Columns {
 		if r.Values[i].Kind == capture.Unchanged {
 			return stmt{}, fmt.Errorf("apply: insert into %s: column %s has no value", t, c.Name)
 		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(quoteCol(c.Name))
 		params = append(params, param(r.Values[i]))
 	}
-	b.WriteString(") VALUES (")
-	for i := range params {
-		if i > 0 {
-			b.WriteString(", ")
+	sql, ok := cache[t]
+	if !ok {
+		var b strings.Builder
+		b.WriteString("INSERT INTO ")
+		b.WriteString(quoteTable(t))
+		b.WriteString(" (")
+		for i, c := range t.Columns {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(quoteCol(c.Name))
 		}
-		b.WriteByte('$')
-		b.WriteString(strconv.Itoa(i + 1))
+		b.WriteString(") VALUES (")
+		for i := range params {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(i + 1))
+		}
+		b.WriteString(")")
+		sql = b.String()
+		cache[t] = sql
 	}
-	b.WriteString(")")
-	return stmt{sql: b.String(), params: params, want: 1, row: r}, nil
+	return stmt{sql: sql, params: params, want: 1, row: r}, nil
 }
 
 // where appends " WHERE k1 = $n AND …" for the row's key values.

@@ -176,14 +176,18 @@ func decodeKeys(e *ordov1.TxnEntry) []txn.KeyMode {
 // decodeWriteSet rebuilds the write set of a delivered transaction: the
 // rows of its fragments, in order, then its own.
 func decodeWriteSet(e *ordov1.TxnEntry, frags ...*ordov1.FragmentEntry) (*capture.WriteSet, error) {
-	return decodeFragmented(e, len(frags), func(i int) (*ordov1.FragmentEntry, error) { return frags[i], nil })
+	rows := 0
+	for _, f := range frags {
+		rows += len(f.Rows)
+	}
+	return decodeFragmented(e, len(frags), rows, func(i int) (*ordov1.FragmentEntry, error) { return frags[i], nil })
 }
 
-// decodeFragmented rebuilds the write set of e and its n fragments, asking
-// frag for each in turn (so each can be decoded and dropped before the
-// next).
-func decodeFragmented(e *ordov1.TxnEntry, n int, frag func(i int) (*ordov1.FragmentEntry, error)) (*capture.WriteSet, error) {
-	ws := &capture.WriteSet{GID: txn.GID(e.Gid)}
+// decodeFragmented rebuilds the write set of e and its n fragments of
+// fragRows rows in all, asking frag for each in turn (so each can be
+// decoded and dropped before the next).
+func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*ordov1.FragmentEntry, error)) (*capture.WriteSet, error) {
+	ws := &capture.WriteSet{GID: txn.GID(e.Gid), Rows: make([]capture.Row, 0, fragRows+len(e.Rows))}
 	seen := map[string]*capture.Table{} // one *capture.Table per table, across pieces
 	for i := range n {
 		f, err := frag(i)

@@ -26,6 +26,7 @@ type fragments struct {
 	broken bool     // a fragment was missing or out of order
 	data   [][]byte // the fragments' entry payloads, in order
 	bytes  int
+	rows   int // rows in the fragments
 }
 
 // holdFragment keeps a delivered fragment (delivery loop only).
@@ -44,6 +45,7 @@ func (r *Replica) holdFragment(seqno uint64, f *ordov1.FragmentEntry, payload []
 	}
 	fs.data = append(fs.data, payload)
 	fs.bytes += len(payload)
+	fs.rows += len(f.Rows)
 	r.fragMem += len(payload)
 	r.m.fragmentBytes.Set(float64(r.fragMem))
 }
@@ -89,7 +91,7 @@ func (fs *fragments) writeSet(e *ordov1.TxnEntry) (*capture.WriteSet, error) {
 	if fs == nil {
 		return decodeWriteSet(e)
 	}
-	return decodeFragmented(e, len(fs.data), func(i int) (*ordov1.FragmentEntry, error) {
+	return decodeFragmented(e, len(fs.data), fs.rows, func(i int) (*ordov1.FragmentEntry, error) {
 		var en ordov1.Entry
 		if err := proto.Unmarshal(fs.data[i], &en); err != nil {
 			return nil, fmt.Errorf("replica: fragment %d: %w", i, err)

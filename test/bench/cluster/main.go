@@ -356,6 +356,16 @@ func runLoad(ctx context.Context, pgbench, direct string) error {
 		return err
 	}
 	defer stop()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	t0 = time.Now()
 	if err := initPgbench(pgbench, dsns[0]); err != nil {
 		return err
