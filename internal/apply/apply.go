@@ -28,6 +28,11 @@ var ErrDiverged = errors.New("apply: replica diverged")
 // lock_timeout).
 var ErrGiveUp = errors.New("apply: too many failed attempts")
 
+// ErrPostgresRestarted is returned when PostgreSQL restarted since the
+// applier first connected: applies it acknowledged without flushing them
+// may be lost, so the node must restart and replay rather than go on.
+var ErrPostgresRestarted = errors.New("apply: PostgreSQL restarted under the applier; restart the node so it replays from what the database proves")
+
 // Config configures an Applier.
 type Config struct {
 	// DSN is an ordinary connection string of the node's PostgreSQL for a
@@ -74,6 +79,8 @@ type Applier struct {
 
 	pidMu sync.Mutex
 	pids  map[int]*worker // backend pid -> worker
+	// pgStarted is when PostgreSQL started, as the first connection saw it.
+	pgStarted time.Time
 
 	monMu   sync.Mutex
 	monitor *pgx.Conn // asks pg_blocking_pids
@@ -149,11 +156,26 @@ func (a *Applier) connect(ctx context.Context, w *worker) error {
 	// from the durable total-order log, so waiting for its WAL flush buys
 	// nothing.
 	setup := fmt.Sprintf("SET session_replication_role = replica; SET lock_timeout = %d; SET synchronous_commit = off; "+
-		"SET DateStyle = 'ISO, MDY'; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3",
+		"SET DateStyle = 'ISO, MDY'; SET IntervalStyle = postgres; SET TimeZone = 'UTC'; SET extra_float_digits = 3; "+
+		// Values arrive as pgoutput sent them, in the database's encoding:
+		// pass them through unconverted (a role's client_encoding could
+		// otherwise reinterpret them).
+		"SELECT set_config('client_encoding', current_setting('server_encoding'), false)",
 		a.cfg.LockTimeout.Milliseconds())
 	if _, err := conn.Exec(ctx, setup); err != nil {
 		conn.Close(context.Background())
 		return fmt.Errorf("apply: set up connection: %w", err)
+	}
+	var started time.Time
+	if err := conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("apply: set up connection: %w", err)
+	}
+	if a.pgStarted.IsZero() {
+		a.pgStarted = started
+	} else if !started.Equal(a.pgStarted) {
+		conn.Close(context.Background())
+		return fmt.Errorf("%w (it started at %s, not %s)", ErrPostgresRestarted, started.Format(time.RFC3339), a.pgStarted.Format(time.RFC3339))
 	}
 	w.conn, w.pid, w.prepared = conn, int(conn.PgConn().PID()), make(map[string]string)
 	a.pidMu.Lock()
@@ -271,6 +293,9 @@ func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) 
 			}
 			if w.conn == nil || w.conn.IsClosed() {
 				if err := a.connect(ctx, w); err != nil {
+					if errors.Is(err, ErrPostgresRestarted) {
+						return false, err
+					}
 					last = err
 					time.Sleep(100 * time.Millisecond)
 					continue

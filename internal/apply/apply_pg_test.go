@@ -56,9 +56,10 @@ CREATE TRIGGER parent_audit AFTER INSERT OR UPDATE ON parent FOR EACH ROW EXECUT
 CREATE TABLE trunc_p (id int PRIMARY KEY);
 CREATE TABLE trunc_c (id int PRIMARY KEY, p int REFERENCES trunc_p);
 CREATE TABLE comp (b int, a int, v text, PRIMARY KEY (b, a));
+CREATE TABLE ident (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text);
 `
 
-var tables = []string{"parent", "child_c", "child_n", "kinds", "big", "audit", "trunc_p", "trunc_c", "comp"}
+var tables = []string{"ident", "parent", "child_c", "child_n", "kinds", "big", "audit", "trunc_p", "trunc_c", "comp"}
 
 type env struct {
 	cap     *capture.Capture
@@ -364,4 +365,17 @@ func TestSegments(t *testing.T) {
 		got = append(got, fmt.Sprintf("%v:%d", s.copy, len(s.stmts)))
 	}
 	require.Equal(t, []string{"false:3", "true:3", "false:5", "true:4"}, got)
+}
+
+// TestIdentityAlwaysColumns: rows of a table with a GENERATED ALWAYS
+// identity column are applied with the origin's values, one statement at a
+// time and by COPY.
+func TestIdentityAlwaysColumns(t *testing.T) {
+	e := setup(t, Config{})
+	e.replicate(t, "INSERT INTO ident (v) VALUES ('a'), ('b')")
+	defer func(n int) { copyMinRows = n }(copyMinRows)
+	copyMinRows = 3
+	e.replicate(t, "INSERT INTO ident (v) SELECT 'c' || g FROM generate_series(1, 5) g")
+	requireSame(t, e)
+	require.Contains(t, dump(t, e.b, "ident"), "(7,c5)")
 }

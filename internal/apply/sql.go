@@ -105,7 +105,10 @@ func insertStmt(r *capture.Row, cache map[*capture.Table]string) (stmt, error) {
 			}
 			b.WriteString(quoteCol(c.Name))
 		}
-		b.WriteString(") VALUES (")
+		// The origin's value of a GENERATED ALWAYS identity column is
+		// what must be stored (the plain INSERT would be refused);
+		// PostgreSQL accepts the clause on any table.
+		b.WriteString(") OVERRIDING SYSTEM VALUE VALUES (")
 		for i := range params {
 			if i > 0 {
 				b.WriteString(", ")

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/txn"
@@ -306,26 +307,57 @@ func decodeRow(gid string, i int, tables []*capture.Table, rc *ordov1.RowChange)
 	return r, nil
 }
 
-// fromNewerVersion reports whether e, or the entry inside it, has fields
-// this version does not know (proto3 keeps them as unknown fields).
+// fromNewerVersion reports whether e holds anything this version does
+// not know: unknown fields at any depth (proto3 keeps them), an entry of no
+// known kind, or key levels, key modes, value kinds or row operations
+// beyond this version's.
 func fromNewerVersion(e *ordov1.Entry) bool {
-	if len(e.ProtoReflect().GetUnknown()) > 0 {
+	if e.Kind == nil || hasUnknown(e.ProtoReflect()) {
 		return true
 	}
-	var inner proto.Message
+	var rows []*ordov1.RowChange
 	switch k := e.Kind.(type) {
 	case *ordov1.Entry_Txn:
-		inner = k.Txn
+		for _, key := range k.Txn.Keys {
+			if key.Level < uint32(txn.LevelTable) || key.Level > uint32(txn.LevelUnique) || txn.Mode(key.Mode)&^(txn.S|txn.IX|txn.X|txn.R) != 0 {
+				return true
+			}
+		}
+		rows = k.Txn.Rows
 	case *ordov1.Entry_Fragment:
-		inner = k.Fragment
-	case *ordov1.Entry_Abort:
-		inner = k.Abort
-	case *ordov1.Entry_Schema:
-		inner = k.Schema
-	case *ordov1.Entry_SchemaCheck:
-		inner = k.SchemaCheck
-	case nil:
-		return true // an entry with no kind this version knows
+		rows = k.Fragment.Rows
 	}
-	return inner != nil && len(inner.ProtoReflect().GetUnknown()) > 0
+	for _, rc := range rows {
+		if rc.Op < uint32(capture.OpInsert) || rc.Op > uint32(capture.OpTruncate) {
+			return true
+		}
+		for _, v := range rc.Values {
+			if v.Kind < uint32(capture.Null) || v.Kind > uint32(capture.Unchanged) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasUnknown reports whether m or any message inside it has unknown fields.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil:
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = hasUnknown(l.Get(i).Message())
+			}
+		case !fd.IsMap():
+			found = hasUnknown(v.Message())
+		}
+		return !found
+	})
+	return found
 }

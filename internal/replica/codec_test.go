@@ -201,4 +201,20 @@ func TestEntriesFromANewerVersionAreRecognised(t *testing.T) {
 	newField := protowire.AppendTag(nil, 1, protowire.BytesType)
 	newField = protowire.AppendBytes(newField, inner)
 	require.True(t, fromNewerVersion(decode(newField)), "an unknown field of a TxnEntry")
+
+	deep := &ordov1.Entry{Kind: &ordov1.Entry_Txn{Txn: &ordov1.TxnEntry{Gid: "ordo_1_1",
+		Keys: []*ordov1.Key{{Level: 3, Schema: "s", Table: "t", Value: "1", Mode: uint32(txn.X)}},
+		Rows: []*ordov1.RowChange{{Op: 1, Values: []*ordov1.Value{{Kind: 2, Text: "1"}}}}}}}
+	require.False(t, fromNewerVersion(deep))
+	deep.GetTxn().Rows[0].Values[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+	require.True(t, fromNewerVersion(deep), "an unknown field of a value inside a row")
+	deep.GetTxn().Rows[0].Values[0].ProtoReflect().SetUnknown(nil)
+	deep.GetTxn().Keys[0].Mode = 1 << 6
+	require.True(t, fromNewerVersion(deep), "a key mode this version does not know")
+	deep.GetTxn().Keys[0].Mode = uint32(txn.X)
+	deep.GetTxn().Rows[0].Values[0].Kind = 4
+	require.True(t, fromNewerVersion(deep), "a value kind this version does not know")
+	deep.GetTxn().Rows[0].Values[0].Kind = 2
+	deep.GetTxn().Rows[0].Op = 5
+	require.True(t, fromNewerVersion(deep), "a row operation this version does not know")
 }

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,10 +67,9 @@ func (r *Replica) replayed(seqno uint64) (decided, commit bool) {
 }
 
 // flushProofs writes the proof rows of the local transactions committed
-// since the last flush, and every certification window forgets proof rows
-// older than two windows (nothing replays that far back). It retries like
-// finishLocal: a proof row that never gets written would make a restarted
-// node take a committed transaction for an aborted one.
+// since the last flush. It retries like finishLocal: a proof row that never
+// gets written would make a restarted node take a committed transaction
+// for an aborted one.
 func (r *Replica) flushProofs(ctx context.Context) error {
 	if len(r.proofs) == 0 {
 		return nil
@@ -80,31 +80,50 @@ func (r *Replica) flushProofs(ctx context.Context) error {
 		seqnos[i], gids[i] = int64(p.seqno), string(p.gid)
 	}
 	last := r.proofs[len(r.proofs)-1].seqno
-	sql := `INSERT INTO _ordo.applied (seqno, gid) SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING`
-	args := []any{seqnos, gids}
-	if w := r.cfg.Window; last/w != r.trimmed/w && last > 2*w {
-		sql = `WITH forgotten AS (DELETE FROM _ordo.applied WHERE seqno <= $3) ` + sql
-		args = append(args, int64(last-2*w))
+	err := r.execRetrying(ctx, fmt.Sprintf("write the proof rows of local commits up to seqno %d", last),
+		`INSERT INTO _ordo.applied (seqno, gid) SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING`, seqnos, gids)
+	if err != nil {
+		return err
 	}
+	r.proofs = r.proofs[:0]
+	return nil
+}
+
+// trimProofs forgets, once per certification window, the proof rows older
+// than two windows: nothing replays that far back.
+func (r *Replica) trimProofs(ctx context.Context, seqno uint64) error {
+	w := r.cfg.Window
+	if seqno/w == r.trimmed/w || seqno <= 2*w {
+		return nil
+	}
+	if err := r.execRetrying(ctx, "forget old proof rows", `DELETE FROM _ordo.applied WHERE seqno <= $1`, int64(seqno-2*w)); err != nil {
+		return err
+	}
+	r.trimmed = seqno
+	return nil
+}
+
+// execRetrying runs sql on the loop's connection, reconnecting and
+// retrying like finishLocal.
+func (r *Replica) execRetrying(ctx context.Context, what, sql string, args ...any) error {
 	for attempt := 0; ; attempt++ {
 		_, err := r.conn.Exec(ctx, sql, args...)
 		if err == nil {
-			break
+			return nil
 		}
 		if ctx.Err() != nil || attempt == 20 {
-			return fmt.Errorf("replica: write the proof rows of local commits up to seqno %d: %w", last, err)
+			return fmt.Errorf("replica: %s: %w", what, err)
 		}
-		r.log.Warn("writing proof rows failed; retrying", "err", err)
+		r.log.Warn("replica: retrying", "what", what, "err", err)
 		if r.conn.IsClosed() {
-			if c, cerr := r.connectLoop(ctx); cerr == nil {
+			c, cerr := r.connectLoop(ctx)
+			if errors.Is(cerr, ErrPostgresRestarted) {
+				return cerr
+			}
+			if cerr == nil {
 				r.conn = c
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if len(args) == 3 {
-		r.trimmed = last
-	}
-	r.proofs = r.proofs[:0]
-	return nil
 }

@@ -44,6 +44,12 @@ var ErrTooLarge = errors.New("replica: transaction too large to replicate")
 // transaction cannot commit, and its abort is being ordered.
 var ErrNotReplicated = errors.New("replica: the transaction could not be replicated")
 
+// ErrPostgresRestarted is returned when the local PostgreSQL restarted
+// under a running node: the applies and commits it acknowledged without
+// flushing them may be lost, so the node must restart and replay from what
+// the database proves rather than carry on.
+var ErrPostgresRestarted = errors.New("replica: PostgreSQL restarted under this node; restart the node so it replays from what the database proves")
+
 // ErrInconsistent is returned by Terminate once this node has found that
 // its database differs from the others' (an apply that did not match): it
 // stops accepting update transactions rather than diverge silently.
@@ -134,6 +140,8 @@ type Replica struct {
 	aborted map[txn.GID]uint64 // AbortEntry delivered before the TxnEntry: its seqno
 	frags   map[txn.GID]*fragments
 	fragMem int // bytes held in frags
+	// pgStarted is when the local PostgreSQL started (connectLoop).
+	pgStarted time.Time
 	// proven holds the seqnos up to cfg.Proven that committed here
 	// (proofs.go); proofs the local commits whose proof row is not
 	// written yet; trimmed the seqno of the last trim of old proofs.
@@ -297,6 +305,8 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if err != nil {
 		if proposed > 0 || fragErr != nil {
 			r.abortInBackground(t.GID)
+		} else {
+			r.forgetRolledBack(t.GID) // never proposed: nothing will finish it
 		}
 		switch {
 		case fragErr == nil:
@@ -315,6 +325,8 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		if errors.Is(err, totalorder.ErrTooLarge) {
 			if proposed > 0 {
 				r.abortInBackground(t.GID)
+			} else {
+				r.forgetRolledBack(t.GID)
 			}
 			return Outcome{}, fmt.Errorf("%w: %w", ErrTooLarge, err)
 		}
@@ -349,11 +361,15 @@ func (r *Replica) Prepared(gid txn.GID) (forget func()) {
 		}
 		r.mu.Unlock()
 		if unused { // never proposed: nothing will finish it
-			r.rolledMu.Lock()
-			delete(r.rolledBack, gid)
-			r.rolledMu.Unlock()
+			r.forgetRolledBack(gid)
 		}
 	}
+}
+
+func (r *Replica) forgetRolledBack(gid txn.GID) {
+	r.rolledMu.Lock()
+	delete(r.rolledBack, gid)
+	r.rolledMu.Unlock()
 }
 
 // abortInBackground proposes an AbortEntry for gid until one is committed.
@@ -487,6 +503,17 @@ func (r *Replica) connectLoop(ctx context.Context) (*pgx.Conn, error) {
 	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("replica: %w", err)
+	}
+	var started time.Time
+	if err := conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	if r.pgStarted.IsZero() {
+		r.pgStarted = started
+	} else if !started.Equal(r.pgStarted) {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("%w (it started at %s, not %s)", ErrPostgresRestarted, started.Format(time.RFC3339), r.pgStarted.Format(time.RFC3339))
 	}
 	return conn, nil
 }
@@ -633,7 +660,10 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	if err := flush(); err != nil {
 		return err
 	}
-	return r.flushProofs(ctx)
+	if err := r.flushProofs(ctx); err != nil {
+		return err
+	}
+	return r.trimProofs(ctx, batch[len(batch)-1].Seqno)
 }
 
 // What batchable found.
@@ -885,7 +915,11 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 		}
 		r.log.Warn("finishing a prepared transaction failed; retrying", "gid", gid, "err", err)
 		if r.conn.IsClosed() {
-			if c, cerr := r.connectLoop(ctx); cerr == nil {
+			c, cerr := r.connectLoop(ctx)
+			if errors.Is(cerr, ErrPostgresRestarted) {
+				return cerr
+			}
+			if cerr == nil {
 				r.conn = c
 			}
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +72,33 @@ func TestRestartedNodeCertifiesLikeTheOthers(t *testing.T) {
 	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT min(seqno), max(seqno) FROM _ordo.applied").Scan(&oldest, &newest))
 	require.Greater(t, oldest, int64(1), "old proof rows are forgotten")
 	require.LessOrEqual(t, newest-oldest, int64(3*window))
+}
+
+// TestPostgresRestartUnderANodeStopsIt: a node whose PostgreSQL crashed
+// and came back while the node ran does not carry on (the applies and
+// commits PostgreSQL acknowledged without flushing may be gone): it stops
+// with an error that says so, and once restarted it replays and converges.
+func TestPostgresRestartUnderANodeStopsIt(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	a := c.connect(0)
+	_, err := a.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO t SELECT generate_series(1, 10)")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	c.pg.Servers[2].Kill()
+	require.NoError(t, c.pg.Servers[2].Restart(ctx))
+	_, err = a.Exec(ctx, "INSERT INTO t VALUES (11)")
+	require.NoError(t, err, "the other two nodes go on")
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err = c.nodes[2].Wait(wctx)
+	require.ErrorContains(t, err, "PostgreSQL restarted", "node 3 must stop")
+
+	c.nodes[2].Stop()
+	c.startNode(2)
+	c.waitConverged()
+	require.Equal(t, c.checksum(0, "t"), c.checksum(2, "t"))
 }
