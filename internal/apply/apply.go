@@ -425,7 +425,7 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 				}
 				head = nil
 			}
-			if err := a.copyRows(actx, w, it.Seqno, seg.stmts, order); err != nil {
+			if _, err := a.copyRows(actx, w, it.Seqno, seg.stmts, order, prep); err != nil {
 				return false, err
 			}
 			continue

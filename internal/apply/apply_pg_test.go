@@ -352,6 +352,39 @@ func TestCopyApply(t *testing.T) {
 	}
 	require.Equal(t, 2, segs, "both runs went through COPY")
 	requireSame(t, e)
+
+	// A statement trigger that fires in replica mode: the rows are
+	// inserted one statement at a time, so it fires once per row as on a
+	// run of INSERTs.
+	ctx := context.Background()
+	for _, c := range []*pgx.Conn{e.a, e.b} {
+		mustExec(t, c, `CREATE TABLE fired (n int);
+			CREATE FUNCTION count_fired() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO fired VALUES (1); RETURN NULL; END $$;
+			CREATE TRIGGER comp_fired AFTER INSERT ON comp FOR EACH STATEMENT EXECUTE FUNCTION count_fired();
+			ALTER TABLE comp ENABLE ALWAYS TRIGGER comp_fired`)
+	}
+	defer func() {
+		for _, c := range []*pgx.Conn{e.a, e.b} {
+			mustExec(t, c, "DROP TRIGGER comp_fired ON comp; DROP FUNCTION count_fired(); DROP TABLE fired")
+		}
+	}()
+	w := e.applier.workers[0]
+	mustExec(t, w.conn, "BEGIN")
+	defer func() { _, _ = w.conn.Exec(context.Background(), "ROLLBACK") }() // before the DROPs above, even on failure
+	var rows []capture.Row
+	tbl := it.WriteSet.Rows[len(it.WriteSet.Rows)-1].Table
+	for i := range 4 {
+		rows = append(rows, capture.Row{Op: capture.OpInsert, Table: tbl, Values: []capture.Value{
+			{Kind: capture.Text, Text: fmt.Sprint(5000 + i)}, {Kind: capture.Text, Text: "1"}, {Kind: capture.Null}}})
+	}
+	stmts, err = statements(&capture.WriteSet{GID: "t", Rows: rows})
+	require.NoError(t, err)
+	copied, err := e.applier.copyRows(ctx, w, 0, stmts, nil, false)
+	require.NoError(t, err)
+	require.False(t, copied, "a table whose trigger fires in replica mode is not copied")
+	var fired int
+	require.NoError(t, w.conn.QueryRow(ctx, "SELECT count(*) FROM fired").Scan(&fired))
+	require.Equal(t, 4, fired, "once per row, as with one INSERT per row")
 }
 
 func TestSegments(t *testing.T) {

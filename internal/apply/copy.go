@@ -52,9 +52,26 @@ func segments(stmts []stmt) []segment {
 
 // copyRows applies a run of inserts into one table with COPY FROM STDIN
 // (text format) on w, in the open transaction, under the lock watcher, and
-// checks that every row went in.
-func (a *Applier) copyRows(ctx context.Context, w *worker, seqno uint64, run []stmt, order *ordering) error {
+// checks that every row went in. A table with triggers or rules that fire
+// in replica mode (enabled ALWAYS or REPLICA) gets the statements instead:
+// COPY fires a statement trigger once for the whole run and no rules.
+// copied reports which was done.
+func (a *Applier) copyRows(ctx context.Context, w *worker, seqno uint64, run []stmt, order *ordering, prep bool) (copied bool, err error) {
 	t := run[0].row.Table
+	var fires bool
+	if err := w.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal AND tgenabled IN ('A', 'R'))
+		OR EXISTS (SELECT 1 FROM pg_rewrite WHERE ev_class = $1::regclass AND rulename <> '_RETURN' AND ev_enabled IN ('A', 'R'))`,
+		quoteTable(t)).Scan(&fires); err != nil {
+		return false, fmt.Errorf("apply: triggers of %s: %w", t, err)
+	}
+	if fires {
+		for i := 0; i < len(run); i += a.cfg.BatchSize {
+			if err := a.execChunk(ctx, w, seqno, run[i:min(i+a.cfg.BatchSize, len(run))], order, prep); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
+	}
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = quoteCol(c.Name)
@@ -78,12 +95,12 @@ func (a *Applier) copyRows(ctx context.Context, w *worker, seqno uint64, run []s
 	tag, err := w.conn.PgConn().CopyFrom(ctx, &buf, sql)
 	stop()
 	if err != nil {
-		return fmt.Errorf("apply: copy %d rows into %s: %w", len(run), t, err)
+		return false, fmt.Errorf("apply: copy %d rows into %s: %w", len(run), t, err)
 	}
 	if tag.RowsAffected() != int64(len(run)) {
-		return fmt.Errorf("%w: copy into %s took %d rows, want %d", ErrDiverged, t, tag.RowsAffected(), len(run))
+		return false, fmt.Errorf("%w: copy into %s took %d rows, want %d", ErrDiverged, t, tag.RowsAffected(), len(run))
 	}
-	return nil
+	return true, nil
 }
 
 // copyEscape writes s as a value of COPY's text format.
