@@ -684,10 +684,14 @@ func (ss *session) HoldReady() { ss.hold.Store(true) }
 // STDIN, it returns at once and runs again after the client's CopyDone or
 // CopyFail. It runs on the session goroutine.
 func (ss *session) finishHeld() error {
+	// Cleared before the unit (or the client's CopyDone) reaches
+	// PostgreSQL: cleared after, it could erase the CopyInResponse the
+	// backend goroutine had already seen, and the session would wait for
+	// the end of a COPY whose data it no longer reads from the client.
+	ss.holdCopyIn.Store(false)
 	if err := ss.flushServer(); err != nil {
 		return fmt.Errorf("%w: %w", errBackendLost, err)
 	}
-	ss.holdCopyIn.Store(false)
 	if err := ss.waitIdleOrCopyIn(ss.ctx); err != nil {
 		if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
 			return nil
