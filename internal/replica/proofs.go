@@ -67,7 +67,7 @@ func (r *Replica) replayed(seqno uint64) (decided, commit bool) {
 }
 
 // flushProofs writes the proof rows of the local transactions committed
-// since the last flush. It retries like finishLocal: a proof row that never
+// since the last flush, retrying (execRetrying): a proof row that never
 // gets written would make a restarted node take a committed transaction
 // for an aborted one.
 func (r *Replica) flushProofs(ctx context.Context) error {
@@ -80,7 +80,7 @@ func (r *Replica) flushProofs(ctx context.Context) error {
 		seqnos[i], gids[i] = int64(p.seqno), string(p.gid)
 	}
 	last := r.proofs[len(r.proofs)-1].seqno
-	err := r.execRetrying(ctx, fmt.Sprintf("write the proof rows of local commits up to seqno %d", last),
+	err := r.execRetrying(ctx, fmt.Sprintf("write the proof rows of local commits up to seqno %d", last), nil,
 		`INSERT INTO _ordo.applied (seqno, gid) SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING`, seqnos, gids)
 	if err != nil {
 		return err
@@ -96,19 +96,21 @@ func (r *Replica) trimProofs(ctx context.Context, seqno uint64) error {
 	if seqno/w == r.trimmed/w || seqno <= 2*w {
 		return nil
 	}
-	if err := r.execRetrying(ctx, "forget old proof rows", `DELETE FROM _ordo.applied WHERE seqno <= $1`, int64(seqno-2*w)); err != nil {
+	if err := r.execRetrying(ctx, "forget old proof rows", nil, `DELETE FROM _ordo.applied WHERE seqno <= $1`, int64(seqno-2*w)); err != nil {
 		return err
 	}
 	r.trimmed = seqno
 	return nil
 }
 
-// execRetrying runs sql on the loop's connection, reconnecting and
-// retrying like finishLocal.
-func (r *Replica) execRetrying(ctx context.Context, what, sql string, args ...any) error {
+// execRetrying runs sql on the delivery loop's connection, reconnecting
+// and retrying for about two seconds; an error for which done reports true
+// counts as success (done may be nil). It gives up at once if PostgreSQL
+// restarted under the node.
+func (r *Replica) execRetrying(ctx context.Context, what string, done func(error) bool, sql string, args ...any) error {
 	for attempt := 0; ; attempt++ {
 		_, err := r.conn.Exec(ctx, sql, args...)
-		if err == nil {
+		if err == nil || (done != nil && done(err)) {
 			return nil
 		}
 		if ctx.Err() != nil || attempt == 20 {

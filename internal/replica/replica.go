@@ -896,35 +896,19 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 	if commit {
 		stmt = "COMMIT PREPARED '" + string(gid) + "'"
 	}
-	for attempt := 0; ; attempt++ {
-		_, err := r.conn.Exec(ctx, stmt)
+	// Not prepared (any more): already finished before a restart, or the
+	// origin never got as far as PREPARE (a rollback).
+	notPrepared := func(err error) bool {
 		var pgErr *pgconn.PgError
-		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "42704" {
-			// Not prepared (any more): already finished before a restart,
-			// or the origin never got as far as PREPARE (a rollback).
-			err = nil
-		}
-		if err == nil {
-			if commit {
-				r.proofs = append(r.proofs, proof{seqno, gid})
-			}
-			return nil
-		}
-		if ctx.Err() != nil || attempt == 20 {
-			return fmt.Errorf("replica: %s: %w", stmt, err)
-		}
-		r.log.Warn("finishing a prepared transaction failed; retrying", "gid", gid, "err", err)
-		if r.conn.IsClosed() {
-			c, cerr := r.connectLoop(ctx)
-			if errors.Is(cerr, ErrPostgresRestarted) {
-				return cerr
-			}
-			if cerr == nil {
-				r.conn = c
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+		return errors.As(err, &pgErr) && pgErr.Code == "42704"
 	}
+	if err := r.execRetrying(ctx, stmt, notPrepared, stmt); err != nil {
+		return err
+	}
+	if commit {
+		r.proofs = append(r.proofs, proof{seqno, gid})
+	}
+	return nil
 }
 
 // applyEntry applies a committed remote transaction with its fragments.
