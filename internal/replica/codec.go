@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/txn"
@@ -308,56 +307,63 @@ func decodeRow(gid string, i int, tables []*capture.Table, rc *ordov1.RowChange)
 }
 
 // fromNewerVersion reports whether e holds anything this version does
-// not know: unknown fields at any depth (proto3 keeps them), an entry of no
-// known kind, or key levels, key modes, value kinds or row operations
-// beyond this version's.
+// not know: unknown fields (proto3 keeps them) in any of its messages, an
+// entry of no known kind, or key levels, key modes, value kinds or row
+// operations beyond this version's. It runs for every delivered entry, so
+// it looks at the concrete messages directly rather than through
+// reflection's field walk.
 func fromNewerVersion(e *ordov1.Entry) bool {
-	if e.Kind == nil || hasUnknown(e.ProtoReflect()) {
+	unknown := func(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
+	if e.Kind == nil || unknown(e) {
 		return true
 	}
+	var tables []*ordov1.Table
 	var rows []*ordov1.RowChange
 	switch k := e.Kind.(type) {
 	case *ordov1.Entry_Txn:
+		if unknown(k.Txn) {
+			return true
+		}
 		for _, key := range k.Txn.Keys {
-			if key.Level < uint32(txn.LevelTable) || key.Level > uint32(txn.LevelUnique) || txn.Mode(key.Mode)&^(txn.S|txn.IX|txn.X|txn.R) != 0 {
+			if unknown(key) || key.Level < uint32(txn.LevelTable) || key.Level > uint32(txn.LevelUnique) ||
+				txn.Mode(key.Mode)&^(txn.S|txn.IX|txn.X|txn.R) != 0 {
 				return true
 			}
 		}
-		rows = k.Txn.Rows
+		tables, rows = k.Txn.Tables, k.Txn.Rows
 	case *ordov1.Entry_Fragment:
-		rows = k.Fragment.Rows
+		if unknown(k.Fragment) {
+			return true
+		}
+		tables, rows = k.Fragment.Tables, k.Fragment.Rows
+	case *ordov1.Entry_Abort:
+		return unknown(k.Abort)
+	case *ordov1.Entry_SchemaCheck:
+		return unknown(k.SchemaCheck)
+	case *ordov1.Entry_Schema:
+		if unknown(k.Schema) {
+			return true
+		}
+		for _, o := range k.Schema.Objects {
+			if unknown(o) {
+				return true
+			}
+		}
+	}
+	for _, t := range tables {
+		if unknown(t) {
+			return true
+		}
 	}
 	for _, rc := range rows {
-		if rc.Op < uint32(capture.OpInsert) || rc.Op > uint32(capture.OpTruncate) {
+		if unknown(rc) || rc.Op < uint32(capture.OpInsert) || rc.Op > uint32(capture.OpTruncate) {
 			return true
 		}
 		for _, v := range rc.Values {
-			if v.Kind < uint32(capture.Null) || v.Kind > uint32(capture.Unchanged) {
+			if unknown(v) || v.Kind < uint32(capture.Null) || v.Kind > uint32(capture.Unchanged) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// hasUnknown reports whether m or any message inside it has unknown fields.
-func hasUnknown(m protoreflect.Message) bool {
-	if len(m.GetUnknown()) > 0 {
-		return true
-	}
-	found := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.Message() == nil:
-		case fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len() && !found; i++ {
-				found = hasUnknown(l.Get(i).Message())
-			}
-		case !fd.IsMap():
-			found = hasUnknown(v.Message())
-		}
-		return !found
-	})
-	return found
 }

@@ -12,19 +12,6 @@ import (
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
-// gauge returns the value of an unlabelled gauge of node i.
-func (c *cluster) gauge(i int, name string) float64 {
-	mfs, err := c.nodes[i].Registry().Gather()
-	require.NoError(c.t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	c.t.Fatalf("node %d exports no gauge %s", i+1, name)
-	return 0
-}
-
 // TestLargeTransactionsTravelInFragments: with max_entry_bytes at 64 KiB,
 // transactions of a few MB are replicated as dozens of fragments and land
 // whole, once, on every node. Their keys are escalated to whole tables
@@ -77,7 +64,7 @@ func TestLargeTransactionsTravelInFragments(t *testing.T) {
 		require.NoError(t, c.direct(i).QueryRow(ctx,
 			"SELECT count(*) FROM child LEFT JOIN parent p ON p.id = child.parent_id WHERE p.id IS NULL").Scan(&orphans))
 		require.Zero(t, orphans, "node %d", i+1)
-		require.Zero(t, c.gauge(i, "ordo_replica_fragment_bytes"), "node %d still holds fragments", i+1)
+		require.Zero(t, c.counter(i, "ordo_replica_fragment_bytes", nil), "node %d still holds fragments", i+1)
 		require.Zero(t, c.unreplicated(i), "node %d", i+1)
 	}
 	for _, tbl := range []string{"big", "parent", "child"} {

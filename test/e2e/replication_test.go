@@ -23,8 +23,8 @@ func sqlstate(err error) string {
 	return ""
 }
 
-// counter sums the samples of a counter of node i whose labels include
-// every label given; the node must export the counter.
+// counter sums the samples of a counter (or gauge) of node i whose labels
+// include every label given; the node must export it.
 func (c *cluster) counter(i int, name string, labels map[string]string) float64 {
 	mfs, err := c.nodes[i].Registry().Gather()
 	require.NoError(c.t, err)
@@ -44,7 +44,7 @@ func (c *cluster) counter(i int, name string, labels map[string]string) float64 
 					continue metrics
 				}
 			}
-			total += m.GetCounter().GetValue()
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 		return total
 	}
