@@ -3,11 +3,13 @@ module github.com/ordo-db/ordo
 go 1.26.8
 
 require (
+	github.com/cockroachdb/datadriven v1.0.2
 	github.com/jackc/pglogrepl v0.0.0-20240307033717-828fbfe908e9
 	github.com/jackc/pgx/v5 v5.7.2
 	github.com/pganalyze/pg_query_go/v6 v6.1.0
 	github.com/pressly/goose/v3 v3.21.1
 	github.com/prometheus/client_golang v1.21.0
+	github.com/prometheus/client_model v0.6.1
 	github.com/spf13/cobra v1.9.1
 	github.com/stretchr/testify v1.10.0
 	go.etcd.io/raft/v3 v3.6.0
@@ -33,7 +35,6 @@ require (
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
-	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/sethvargo/go-retry v0.2.4 // indirect

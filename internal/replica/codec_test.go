@@ -125,45 +125,6 @@ func TestLargeTxnSplitsIntoFragments(t *testing.T) {
 	}
 }
 
-// TestFragmentsDecideByTheSequenceOnly: a TxnEntry with fragments commits
-// only with every fragment delivered in order and the first within the
-// certification window; an AbortEntry or the window forgets them.
-func TestFragmentsDecideByTheSequenceOnly(t *testing.T) {
-	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Window: 10})
-	require.NoError(t, err)
-	frag := func(gid string, i uint32) *ordov1.FragmentEntry { return &ordov1.FragmentEntry{Gid: gid, Index: i} }
-
-	r.holdFragment(1, frag("ordo_2_1", 0), make([]byte, 10))
-	r.holdFragment(2, frag("ordo_2_1", 1), make([]byte, 10))
-	require.True(t, r.fragmentsComplete(3, "ordo_2_1", 2))
-	require.False(t, r.fragmentsComplete(3, "ordo_2_1", 3), "one missing")
-	require.True(t, r.fragmentsComplete(11, "ordo_2_1", 2), "first fragment exactly a window before")
-	require.False(t, r.fragmentsComplete(12, "ordo_2_1", 2), "first fragment out of the window")
-	require.Equal(t, 20, r.fragMem)
-
-	r.holdFragment(4, frag("ordo_3_1", 1), nil) // fragment 0 never delivered
-	require.False(t, r.fragmentsComplete(5, "ordo_3_1", 1))
-	r.holdFragment(5, frag("ordo_3_2", 0), nil)
-	r.holdFragment(6, frag("ordo_3_2", 0), nil) // delivered twice
-	require.False(t, r.fragmentsComplete(7, "ordo_3_2", 2))
-
-	r.aborted["ordo_2_9"] = 6
-	r.holdFragment(7, frag("ordo_2_9", 0), make([]byte, 5))
-	require.Nil(t, r.frags["ordo_2_9"], "a fragment delivered after its abort is not kept")
-
-	r.expireAborts(16)
-	require.Contains(t, r.aborted, txn.GID("ordo_2_9"), "an abort is remembered for a window")
-	r.expireAborts(17)
-	require.NotContains(t, r.aborted, txn.GID("ordo_2_9"))
-
-	r.expireFragments(12)
-	require.Nil(t, r.frags["ordo_2_1"], "expired")
-	require.NotNil(t, r.frags["ordo_3_1"])
-	require.Equal(t, 0, r.fragMem)
-	require.Nil(t, r.dropFragments("ordo_2_1"))
-	require.False(t, r.fragmentsComplete(12, "ordo_2_1", 2), "forgotten fragments cannot commit")
-}
-
 func TestDecodeRejectsMalformedEntries(t *testing.T) {
 	for name, e := range map[string]*ordov1.TxnEntry{
 		"table out of range": {Gid: "g", Rows: []*ordov1.RowChange{{Op: 1, Table: 3}}},

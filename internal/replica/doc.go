@@ -1,13 +1,22 @@
-// Package replica is the replication engine of one node for the DBSM
-// protocols (dbsm, dbsm-si): it terminates the node's own update
-// transactions through the total order and applies everyone's outcomes to
-// the local PostgreSQL in delivery order.
+// Package replica is the delivery engine of one node: it terminates the
+// node's own update transactions through the total order and carries out
+// everyone's outcomes on the local PostgreSQL in delivery order. What is
+// decided, and in which commit order, is not its business: a decider
+// (internal/termination/dbsm for dbsm and dbsm-si) says so; the engine
+// does every side effect (DESIGN.md "Engine and deciders").
 //
 // Layers and files:
 //   - replica.go: Replica, Terminate (the origin's side: propose, wait for
-//     the outcome) and the delivery loop (every node's side: certify, then
-//     COMMIT/ROLLBACK PREPARED the node's own transactions and apply the
-//     others').
+//     the outcome), brute-force rollbacks, leftovers after a restart, the
+//     loop's connection.
+//   - loop.go: the delivery loop (every node's side): decode each entry,
+//     step the decider, carry out its decisions (COMMIT/ROLLBACK PREPARED
+//     the node's own transactions, apply the others'), publish the
+//     applied prefix.
+//   - fragments.go: the payloads of fragments held until their
+//     transaction is decided.
+//   - proofs.go: proof rows, and the outcomes a restarted node replays.
+//   - schema.go: schema fingerprints and their comparison.
 //   - codec.go: the total-order payload (pkg/api/ordo/v1 Entry) to and from
 //     capture write sets and txn keys.
 //
@@ -21,20 +30,24 @@
 //     the background until one outcome is delivered (the first outcome
 //     delivered wins), and tell the client the outcome is unknown.
 //
-// The delivery loop, for each delivered entry at seqno s, in order:
+// The delivery loop, for each delivered entry at seqno s, in order (the
+// termination.Decider contract):
 //
-//  1. Decide: an AbortEntry marks its gid aborted; a TxnEntry whose gid is
-//     marked aborts, otherwise the certifier decides.
-//  2. Carry out: the origin runs COMMIT PREPARED or ROLLBACK PREPARED on
-//     its own connection; every other node applies a committed write set
-//     with its proof row (apply.Applier), or records the seqno for an
-//     aborted one.
-//  3. Publish: the applied prefix becomes s (sessions read it as their
-//     snapshot_seqno), the total order is told s is applied, and the waiter,
-//     if any, gets the outcome.
+//  1. Decode: the entry, with the outcome the proof rows give if the node
+//     decided it before a restart; a transaction's entry is kept until it
+//     is decided.
+//  2. Step the decider; forget the fragments it says expired, hold the
+//     fragment it says to hold.
+//  3. Carry out each decision in order: the origin runs COMMIT PREPARED or
+//     ROLLBACK PREPARED on its own connection; every other node applies a
+//     committed write set with its proof row (apply.Applier), runs of them
+//     together; the waiter, if any, gets the outcome.
+//  4. Publish: the applied prefix becomes the decider's settled seqno once
+//     everything up to it is carried out (sessions read it as their
+//     snapshot_seqno), and the total order is told it is applied.
 //
 // Goroutines: Run is the delivery loop, the only goroutine that touches the
-// certifier and the loop's PostgreSQL connection. Terminate runs on session
+// decider and the loop's PostgreSQL connection. Terminate runs on session
 // goroutines; waiters are guarded by a mutex. Background abort proposals
 // are tracked and finished by Run's return.
 //

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
@@ -47,7 +48,7 @@ func (o *failingOrder) ReadIndex(ctx context.Context) (uint64, error) { return 0
 
 // TestFailedFragmentAbortsTheTransaction: when a fragment cannot be
 // proposed, Terminate stops (no TxnEntry is proposed, so the transaction
-// cannot commit), says so (ErrNotReplicated, or ErrTooLarge for an entry
+// cannot commit), says so (termination.ErrNotReplicated, or termination.ErrTooLarge for an entry
 // the order refuses), and orders the transaction's abort so every node
 // forgets the fragments already delivered.
 func TestFailedFragmentAbortsTheTransaction(t *testing.T) {
@@ -63,15 +64,15 @@ func TestFailedFragmentAbortsTheTransaction(t *testing.T) {
 		err  error
 		want error
 	}{
-		"no quorum": {totalorder.ErrNoQuorum, ErrNotReplicated},
-		"too large": {totalorder.ErrTooLarge, ErrTooLarge},
+		"no quorum": {totalorder.ErrNoQuorum, termination.ErrNotReplicated},
+		"too large": {totalorder.ErrTooLarge, termination.ErrTooLarge},
 	} {
 		order := &failingOrder{failAt: 3, err: tc.err}
 		r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order, MaxEntryBytes: 2000})
 		require.NoError(t, err)
 		_, err = r.Terminate(context.Background(), &Txn{GID: ws.GID, Origin: 1, WriteSet: ws, Keys: ws.Keys().Sorted()})
 		require.ErrorIs(t, err, tc.want, name)
-		require.NotErrorIs(t, err, ErrUnknownOutcome, "%s: the outcome is known: it cannot commit", name)
+		require.NotErrorIs(t, err, termination.ErrUnknownOutcome, "%s: the outcome is known: it cannot commit", name)
 		r.bg.Wait()
 		var kinds []string
 		for _, e := range order.accepted {

@@ -14,7 +14,7 @@ import (
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
-	"github.com/ordo-db/ordo/internal/replica"
+	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
 	"github.com/ordo-db/ordo/internal/wire"
 )
@@ -28,7 +28,7 @@ type WriteSets interface {
 // Config configures Hooks.
 type Config struct {
 	NodeID   uint32
-	Replica  replica.Protocol
+	Replica  termination.Protocol
 	Capture  WriteSets
 	Analyzer *analysis.Analyzer
 	// Catalog is refreshed after a transaction with DDL commits.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ordo-db/ordo/internal/capture"
-	"github.com/ordo-db/ordo/internal/replica"
+	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
 )
 
@@ -211,7 +211,7 @@ func (s *session) rollback(ctx context.Context) {
 // and the replica bounds each proposal, and the wait for the outcome, by
 // commit_timeout.
 func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time) error {
-	if p, ok := s.h.cfg.Replica.(replica.Preparer); ok {
+	if p, ok := s.h.cfg.Replica.(termination.Preparer); ok {
 		defer p.Prepared(gid)()
 	}
 	ws, err := s.h.cfg.Capture.Await(ctx, gid)
@@ -227,7 +227,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	}
 	captured := s.h.m.since(stageCapture, prepared)
 	s.h.cfg.Logger.Debug("session: write set captured", "gid", gid, "after", captured.Sub(prepared))
-	t := &replica.Txn{
+	t := &termination.Txn{
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,
 		SnapshotSeqno: s.tx.snapSeq,
@@ -252,15 +252,15 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	out, err := s.h.cfg.Replica.Terminate(ctx, t)
 	s.h.m.since(stageTerminate, captured)
 	if err != nil {
-		if errors.Is(err, replica.ErrInconsistent) {
+		if errors.Is(err, termination.ErrInconsistent) {
 			s.abandon(gid)
 			return pgErr(codeReadOnly, "ordo: %v", err)
 		}
-		if errors.Is(err, replica.ErrTooLarge) {
+		if errors.Is(err, termination.ErrTooLarge) {
 			s.abandon(gid)
 			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_entry_bytes on every node)", err)
 		}
-		if errors.Is(err, replica.ErrNotReplicated) {
+		if errors.Is(err, termination.ErrNotReplicated) {
 			s.abandon(gid)
 			return pgErr(codeSerializationFailure, "ordo: %v; the transaction was rolled back, retry it", err)
 		}

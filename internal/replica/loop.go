@@ -1,0 +1,421 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/termination"
+	"github.com/ordo-db/ordo/internal/totalorder"
+	"github.com/ordo-db/ordo/internal/txn"
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
+)
+
+// maxBatch bounds the deliveries the loop takes at once.
+const maxBatch = 64
+
+// Run is the delivery loop. It returns when ctx ends or the order's
+// delivery channel closes, after the background proposals finish.
+//
+// It takes every delivery already waiting (up to maxBatch) at once and
+// carries them out in order, except that consecutive remote transactions
+// without DDL are applied together (apply.ApplyBatch: in parallel where
+// their rows do not overlap, committed in seqno order). The applied prefix
+// moves past an entry only once it and every entry before it are decided
+// and carried out.
+func (r *Replica) Run(ctx context.Context) error {
+	defer r.bg.Wait()
+	conn, err := r.connectLoop(ctx)
+	if err != nil {
+		return err
+	}
+	r.conn = conn
+	if err := r.loadProven(ctx); err != nil {
+		conn.Close(context.Background())
+		return err
+	}
+	defer func() {
+		r.conn.Close(context.Background())
+		r.bfMu.Lock()
+		if r.bfConn != nil {
+			r.bfConn.Close(context.Background())
+			r.bfConn = nil
+		}
+		r.bfMu.Unlock()
+	}()
+	for {
+		var batch []totalorder.Delivery
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-r.cfg.Order.Deliveries():
+			if !ok {
+				return nil
+			}
+			batch = append(batch, d)
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case d, ok := <-r.cfg.Order.Deliveries():
+				if !ok {
+					break drain
+				}
+				batch = append(batch, d)
+			default:
+				break drain
+			}
+		}
+		r.m.queue.Set(float64(len(batch) + len(r.cfg.Order.Deliveries())))
+		if err := r.deliverBatch(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.fail(err)
+			return err
+		}
+	}
+}
+
+// run is a run of committed remote transactions without DDL or fragments,
+// applied together (apply.ApplyBatch) before anything else is carried out.
+type run struct {
+	items []apply.Item
+	last  uint64 // the prefix to publish once the run is applied
+}
+
+// deliverBatch steps the decider through deliveries in order and carries
+// out its decisions, applying runs of remote transactions together.
+func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery) error {
+	var rn run
+	for _, d := range batch {
+		if d.Type == totalorder.DeliverySnapshot {
+			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
+		}
+		var e ordov1.Entry
+		if err := proto.Unmarshal(d.Data, &e); err != nil {
+			return fmt.Errorf("replica: entry %d: %w", d.Seqno, err)
+		}
+		if fromNewerVersion(&e) {
+			// Carrying it out without what this version does not know
+			// (a new kind of entry, a new field) could diverge: stop.
+			return fmt.Errorf("replica: entry %d holds fields this version of Ordo does not know: a newer node wrote it; upgrade this node", d.Seqno)
+		}
+		ent, err := r.decode(d.Seqno, &e)
+		if err != nil {
+			return err
+		}
+		st, err := r.dec.Step(&ent)
+		if err != nil {
+			return fmt.Errorf("replica: %w", err)
+		}
+		for _, gid := range st.Expired {
+			if fs := r.dropFragments(gid); fs != nil {
+				r.log.Warn("fragments of a transaction whose end was never ordered are forgotten", "gid", gid, "first_seqno", fs.first, "fragments", len(fs.data))
+			}
+		}
+		if st.Hold {
+			r.holdFragment(d.Seqno, e.GetFragment(), d.Data)
+		}
+		for _, dec := range st.Decisions {
+			if err := r.carryOut(ctx, d.Seqno, dec, &rn); err != nil {
+				return err
+			}
+		}
+		if err := r.deliverOther(ctx, d.Seqno, &e, &rn); err != nil {
+			return err
+		}
+		if settled := r.dec.Settled(); len(rn.items) > 0 {
+			rn.last = settled // published with the run
+		} else {
+			r.publish(settled)
+		}
+	}
+	if err := r.flush(ctx, &rn); err != nil {
+		return err
+	}
+	if err := r.flushProofs(ctx); err != nil {
+		return err
+	}
+	return r.trimProofs(ctx, batch[len(batch)-1].Seqno)
+}
+
+// decode turns the entry delivered at seqno into what the decider needs,
+// and keeps a transaction's entry until it is decided.
+func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, error) {
+	ent := termination.Entry{Seqno: seqno}
+	switch k := e.Kind.(type) {
+	case *ordov1.Entry_Txn:
+		t := k.Txn
+		ent.Kind, ent.GID, ent.Origin, ent.Protocol = termination.KindTxn, txn.GID(t.Gid), t.Origin, t.Protocol
+		ent.SnapshotSeqno, ent.Keys, ent.ReadAll, ent.Fragments = t.SnapshotSeqno, decodeKeys(t), t.ReadAll, t.Fragments
+		if decided, commit := r.replayed(seqno); decided {
+			ent.Replayed = termination.ReplayAbort
+			if commit {
+				ent.Replayed = termination.ReplayCommit
+			}
+		}
+		r.pending[seqno] = t
+	case *ordov1.Entry_Abort:
+		ent.Kind, ent.GID = termination.KindAbort, txn.GID(k.Abort.Gid)
+	case *ordov1.Entry_Fragment:
+		ent.Kind, ent.GID, ent.Index = termination.KindFragment, txn.GID(k.Fragment.Gid), k.Fragment.Index
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema:
+		ent.Kind = termination.KindOther
+	default:
+		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
+	}
+	return ent, nil
+}
+
+// carryOut does what one decision asks, at the delivery of seqno: commit
+// or roll back the node's own prepared transaction, apply another node's
+// committed rows (appended to rn when they can be applied in a run), then
+// answer the waiting session.
+func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.Decision, rn *run) error {
+	if dec.Seqno == 0 {
+		// Aborted before its TxnEntry: the origin gave up on it. Its
+		// fragments are of no use, and the origin's transaction is rolled
+		// back now, as nothing else will decide it if its TxnEntry never
+		// comes.
+		r.dropFragments(dec.GID)
+		if dec.Origin == r.cfg.NodeID {
+			if err := r.flush(ctx, rn); err != nil {
+				return err
+			}
+			return r.finishLocal(ctx, seqno, dec.GID, false, nil, nil)
+		}
+		return nil
+	}
+	e := r.pending[dec.Seqno]
+	if e == nil {
+		return fmt.Errorf("replica: the decider decided seqno %d (%s), which is not a delivered transaction", dec.Seqno, dec.GID)
+	}
+	delete(r.pending, dec.Seqno)
+	r.count(dec)
+	local := e.Origin == r.cfg.NodeID
+	if !local && len(e.Ddl) == 0 && e.Fragments == 0 {
+		// The common case: batched with the remote transactions around it.
+		if !dec.Commit || dec.Seqno <= r.cfg.Proven { // a replayed commit is applied already
+			return nil
+		}
+		ws, err := decodeWriteSet(e)
+		if err != nil {
+			return err
+		}
+		r.rollbackConflicting(ctx, decodeKeys(e))
+		rn.items = append(rn.items, apply.Item{Seqno: dec.Seqno, WriteSet: ws})
+		return nil
+	}
+	if err := r.flush(ctx, rn); err != nil {
+		return err
+	}
+	return r.carryOutTxn(ctx, dec, e)
+}
+
+// carryOutTxn carries out a decided transaction that is the node's own,
+// has DDL or has fragments.
+func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *ordov1.TxnEntry) error {
+	var frags *fragments
+	if e.Fragments > 0 {
+		frags = r.dropFragments(dec.GID)
+	}
+	if e.Origin == r.cfg.NodeID {
+		if err := r.finishLocal(ctx, dec.Seqno, dec.GID, dec.Commit, e, frags); err != nil {
+			return err
+		}
+	} else if dec.Commit {
+		r.rollbackConflicting(ctx, decodeKeys(e))
+		if err := r.applyEntry(ctx, dec.Seqno, e, frags); err != nil {
+			return err
+		}
+	}
+	if dec.Commit && len(e.Ddl) > 0 {
+		r.cfg.Applier.Forget(ctx)
+		if r.cfg.OnDDL != nil {
+			r.cfg.OnDDL(ctx)
+		}
+		if dec.Seqno > r.cfg.Proven {
+			r.fingerprint(ctx, dec.Seqno)
+		}
+	}
+	r.mu.Lock()
+	if w := r.waiters[dec.GID]; w != nil {
+		w.decided = true
+		w.ch <- Outcome{Commit: dec.Commit, Seqno: dec.Seqno, Reason: dec.Reason}
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// count counts a decided transaction (not one decided before a restart).
+func (r *Replica) count(dec termination.Decision) {
+	if dec.Cause == termination.CauseReplayed {
+		return
+	}
+	origin := "remote"
+	if dec.Origin == r.cfg.NodeID {
+		origin = "local"
+	}
+	if dec.Commit {
+		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "commit", "").Inc()
+	} else {
+		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort", string(dec.Cause)).Inc()
+	}
+}
+
+// deliverOther carries out an entry no decider decides on.
+func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entry, rn *run) error {
+	switch k := e.Kind.(type) {
+	case *ordov1.Entry_SchemaCheck:
+		if err := r.flush(ctx, rn); err != nil {
+			return err
+		}
+		if seqno > r.cfg.Proven {
+			r.fingerprint(ctx, seqno)
+		}
+	case *ordov1.Entry_Schema:
+		if err := r.flush(ctx, rn); err != nil {
+			return err
+		}
+		if k.Schema.Node != r.cfg.NodeID {
+			r.compareSchema(k.Schema)
+		}
+	}
+	return nil
+}
+
+// flush applies the run of remote transactions rn holds and publishes the
+// prefix it covers.
+func (r *Replica) flush(ctx context.Context, rn *run) error {
+	if len(rn.items) == 0 {
+		return nil
+	}
+	if err := r.flushProofs(ctx); err != nil {
+		return err
+	}
+	began := time.Now()
+	if len(rn.items) == 1 || r.cfg.Applier.Workers() == 1 {
+		for _, it := range rn.items {
+			if _, err := r.cfg.Applier.Apply(ctx, it.Seqno, it.WriteSet); err != nil {
+				return fmt.Errorf("replica: apply %s at seqno %d: %w", it.WriteSet.GID, it.Seqno, err)
+			}
+		}
+	} else if err := r.cfg.Applier.ApplyBatch(ctx, rn.items); err != nil {
+		return fmt.Errorf("replica: apply seqnos %d-%d: %w", rn.items[0].Seqno, rn.items[len(rn.items)-1].Seqno, err)
+	}
+	per := time.Since(began).Seconds() / float64(len(rn.items))
+	for range rn.items {
+		r.m.applyLatency.Observe(per)
+	}
+	rn.items = rn.items[:0]
+	r.publish(rn.last)
+	return nil
+}
+
+// rollbackConflicting rolls back, before a remote transaction is applied,
+// this node's undecided prepared transactions that write a key it writes:
+// they hold the row locks the apply needs, and they will fail
+// certification anyway (each took its snapshot before this apply, and the
+// remote transaction is ordered before it). Rolling them back now instead
+// of when the applier finds itself blocked saves the blocker check's
+// delay; should the order commit one after all, finishLocal applies its
+// write set.
+func (r *Replica) rollbackConflicting(ctx context.Context, keys []txn.KeyMode) {
+	var gids []txn.GID
+	r.mu.Lock()
+	for gid, w := range r.waiters {
+		if w.decided {
+			continue
+		}
+		for _, k := range keys {
+			if k.Mode&txn.X != 0 && w.writes[k.Key] {
+				gids = append(gids, gid)
+				break
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, gid := range gids {
+		if _, err := r.conn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
+			// Not prepared yet or any more; the applier's blocker check
+			// remains the safety net.
+			r.log.Debug("early rollback of a conflicting prepared transaction", "gid", gid, "err", err)
+			continue
+		}
+		r.rolledMu.Lock()
+		r.rolledBack[gid] = true
+		r.rolledMu.Unlock()
+		r.m.bruteForce.Inc()
+	}
+}
+
+// finishLocal commits or rolls back one of this node's prepared
+// transactions.
+func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, commit bool, e *ordov1.TxnEntry, frags *fragments) error {
+	r.rolledMu.Lock()
+	rolled := r.rolledBack[gid]
+	delete(r.rolledBack, gid)
+	r.rolledMu.Unlock()
+	if rolled {
+		if commit && e != nil {
+			// Rolled back early to let an earlier apply through; the order
+			// committed it after all: apply its rows like a remote one.
+			return r.applyEntry(ctx, seqno, e, frags)
+		}
+		return nil
+	}
+	stmt := "ROLLBACK PREPARED '" + string(gid) + "'"
+	if commit {
+		stmt = "COMMIT PREPARED '" + string(gid) + "'"
+	}
+	// Not prepared (any more): already finished before a restart, or the
+	// origin never got as far as PREPARE (a rollback).
+	notPrepared := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "42704"
+	}
+	if err := r.execRetrying(ctx, stmt, notPrepared, stmt); err != nil {
+		return err
+	}
+	if commit {
+		r.proofs = append(r.proofs, proof{seqno, gid})
+	}
+	return nil
+}
+
+// applyEntry applies a committed remote transaction with its fragments.
+func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEntry, frags *fragments) error {
+	if seqno <= r.cfg.Proven {
+		return nil // replayed: it committed, so its proof row says it is applied
+	}
+	if err := r.flushProofs(ctx); err != nil {
+		return err
+	}
+	ws, err := frags.writeSet(e)
+	if err != nil {
+		return fmt.Errorf("replica: %s at seqno %d: %w", e.Gid, seqno, err)
+	}
+	ws.DDL, ws.SearchPath = e.Ddl, e.SearchPath
+	began := time.Now()
+	if _, err := r.cfg.Applier.Apply(ctx, seqno, ws); err != nil {
+		return fmt.Errorf("replica: apply %s at seqno %d: %w", e.Gid, seqno, err)
+	}
+	r.m.applyLatency.Observe(time.Since(began).Seconds())
+	return nil
+}
+
+func (r *Replica) publish(seqno uint64) {
+	r.prefix.Store(seqno)
+	r.cfg.Order.MarkApplied(seqno)
+	r.mu.Lock()
+	close(r.prefixCh)
+	r.prefixCh = make(chan struct{})
+	r.mu.Unlock()
+	r.m.applied.Set(float64(seqno))
+}

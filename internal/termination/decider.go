@@ -1,0 +1,126 @@
+package termination
+
+import "github.com/ordo-db/ordo/internal/txn"
+
+// Decider is the deterministic heart of a termination protocol: fed the
+// delivered sequence one entry at a time, it says which transactions are
+// decided, how, and in what commit order. The delivery engine
+// (internal/replica) owns every side effect and drives a decider the way
+// etcd's raft core is driven by its caller:
+//
+//  1. Decode the entry delivered at seqno s into an Entry (with, for a
+//     transaction a restarted node already decided, the outcome its proof
+//     rows give).
+//  2. Step(entry): the decider updates its state and returns a Step.
+//  3. Forget the payloads of Step.Expired; keep the entry's payload if
+//     Step.Hold.
+//  4. Carry out Step.Decisions in the order given: COMMIT PREPARED or
+//     ROLLBACK PREPARED for the node's own transactions, applies for the
+//     others'; then answer the waiting sessions.
+//  5. Publish min(s, Settled()) as the applied prefix once everything up
+//     to it is carried out.
+//
+// Step must be deterministic: two deciders of the same protocol fed the
+// same entries return the same Steps, whatever node they run on, whatever
+// the time. A decider never blocks and never does I/O; it is not safe for
+// concurrent use (the engine's delivery loop is its only caller).
+type Decider interface {
+	// Step feeds the entry delivered at e.Seqno. Entries arrive in
+	// seqno order, each once. An error means the node cannot decide
+	// like the others (an entry of another protocol): it must stop.
+	Step(e *Entry) (Step, error)
+	// Settled returns the largest seqno s such that every entry up to s
+	// is decided and its decision was returned by Step.
+	Settled() uint64
+}
+
+// Kind is what a delivered entry is, as far as deciders care.
+type Kind uint8
+
+// Kinds of delivered entries.
+const (
+	// KindTxn is a transaction's keys and rows (its TxnEntry).
+	KindTxn Kind = iota + 1
+	// KindAbort says the transaction's origin gave up on it (AbortEntry):
+	// the first outcome delivered wins.
+	KindAbort
+	// KindFragment is part of the rows of a transaction too large for
+	// one entry; its TxnEntry follows.
+	KindFragment
+	// KindOther is an entry no protocol decides on (schema checks).
+	KindOther
+)
+
+// Replay is the outcome a restarted node's proof rows give for an entry
+// it decided before it restarted.
+type Replay uint8
+
+// Replay outcomes.
+const (
+	ReplayNone   Replay = iota // not decided before a restart: decide it
+	ReplayCommit               // it committed here before the restart
+	ReplayAbort                // it aborted before the restart
+)
+
+// Entry is a delivered entry, decoded, as a decider sees it: no rows, only
+// what decisions depend on.
+type Entry struct {
+	Seqno uint64
+	Kind  Kind
+	GID   txn.GID
+	// KindTxn only.
+	Origin        uint32
+	Protocol      string
+	SnapshotSeqno uint64
+	Keys          []txn.KeyMode
+	ReadAll       bool
+	Fragments     uint32 // fragments delivered before it
+	// Replayed, when not ReplayNone, is the outcome the node's proof rows
+	// give: the decider takes it instead of deciding anew, and updates
+	// its state as if it had decided so.
+	Replayed Replay
+	// KindFragment only: its index among the transaction's fragments.
+	Index uint32
+}
+
+// Step is what a decider made of one entry.
+type Step struct {
+	// Decisions, in commit order.
+	Decisions []Decision
+	// Hold: the entry is a fragment whose transaction may still commit:
+	// the engine keeps its payload until the transaction is decided.
+	Hold bool
+	// Expired lists transactions whose held fragments can no longer be
+	// used (their TxnEntry, if it ever comes, aborts): the engine forgets
+	// them.
+	Expired []txn.GID
+}
+
+// Decision is the fate of one transaction.
+type Decision struct {
+	GID    txn.GID
+	Origin uint32
+	// Seqno is the transaction's place in the commit order, the seqno of
+	// its TxnEntry; 0 for an abort decided before the TxnEntry was
+	// delivered (its origin's AbortEntry came first): the engine rolls
+	// back the origin's prepared transaction and forgets its fragments,
+	// and the TxnEntry, should it come, is decided abort again.
+	Seqno  uint64
+	Commit bool
+	// Reason says why it aborted, for the client.
+	Reason string
+	// Cause names the rule that decided an abort, for metrics.
+	Cause Cause
+}
+
+// Cause names the rule that decided a transaction's abort.
+type Cause string
+
+// Causes of aborts.
+const (
+	CauseNone          Cause = ""              // it committed
+	CauseCertification Cause = "certification" // a conflict with a transaction not in its snapshot
+	CauseTooOld        Cause = "too_old"       // its snapshot, or its first fragment, is older than the certification window
+	CauseOriginAbort   Cause = "origin_abort"  // its origin gave up, and its abort was ordered first
+	CauseReplayed      Cause = "replayed"      // decided before this node restarted (not counted again)
+)

@@ -1,0 +1,30 @@
+package termination
+
+import "errors"
+
+// ErrUnknownOutcome is returned by Protocol.Terminate when the proposal
+// could not be confirmed (no quorum, timeout, shutdown): the transaction
+// may still commit or abort; the node resolves it when the order delivers
+// an outcome.
+var ErrUnknownOutcome = errors.New("replica: commit outcome unknown")
+
+// ErrTooLarge is returned by Protocol.Terminate when the transaction's
+// entry exceeds what the total order accepts; it was not proposed.
+var ErrTooLarge = errors.New("replica: transaction too large to replicate")
+
+// ErrNotReplicated is returned by Protocol.Terminate when a fragment of a
+// transaction too large for one entry could not be proposed: the
+// transaction cannot commit, and its abort is being ordered.
+var ErrNotReplicated = errors.New("replica: the transaction could not be replicated")
+
+// ErrInconsistent is returned by Protocol.Terminate once the node has
+// found that its database differs from the others' (an apply that did not
+// match): it stops accepting update transactions rather than diverge
+// silently.
+var ErrInconsistent = errors.New("replica: node is inconsistent and refuses updates")
+
+// ErrPostgresRestarted is returned by the engine when the local
+// PostgreSQL restarted under a running node: the applies and commits it
+// acknowledged without flushing them may be lost, so the node must
+// restart and replay from what the database proves rather than carry on.
+var ErrPostgresRestarted = errors.New("replica: PostgreSQL restarted under this node; restart the node so it replays from what the database proves")

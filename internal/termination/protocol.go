@@ -1,0 +1,79 @@
+package termination
+
+import (
+	"context"
+
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Protocol names, as node.yaml spells them and entries carry them.
+const (
+	DBSM   = "dbsm"
+	DBSMSI = "dbsm-si"
+)
+
+// Protocol is a termination protocol as a session sees it. The delivery
+// engine (internal/replica) implements it for every protocol; the
+// protocols differ only in their decider.
+//
+// Contract:
+//
+//  1. A session calls Terminate once per update transaction, after
+//     PREPARE TRANSACTION t.GID succeeded and its write set was decoded.
+//     Terminate returns the outcome once the protocol has decided it; the
+//     protocol, not the session, runs COMMIT PREPARED or ROLLBACK PREPARED,
+//     in delivery order with every other transaction.
+//  2. An error from Terminate means the outcome is not known to the
+//     session (ErrUnknownOutcome), the transaction was never replicated
+//     and the session must roll it back (ErrTooLarge, ErrNotReplicated),
+//     or the node refuses updates (ErrInconsistent); for an unknown
+//     outcome the protocol still resolves the prepared transaction the
+//     same way on every node.
+//  3. CertifiesReads tells the session whether to collect S keys for
+//     t.Keys. Under dbsm they travel in the proposal; under pgr they stay
+//     at the origin, which alone certifies (the keys still go to
+//     Terminate).
+//  4. AppliedPrefix is read before a transaction's first snapshot-taking
+//     statement (snapshot_seqno); SyncRead waits for the cluster's latest
+//     commits to be applied locally.
+type Protocol interface {
+	Name() string
+	CertifiesReads() bool
+	AppliedPrefix() uint64
+	SyncRead(ctx context.Context) error
+	Terminate(ctx context.Context, t *Txn) (Outcome, error)
+}
+
+// Preparer is the optional capability of a protocol that wants to hear of
+// a prepared transaction before its write set is decoded: the session
+// calls Prepared right after PREPARE TRANSACTION and the returned func
+// once it is done with the transaction.
+type Preparer interface {
+	Prepared(gid txn.GID) (forget func())
+}
+
+// ClassScheduler is the optional capability of a conservative protocol
+// (cons): transactions wait for their conflict classes before they run.
+type ClassScheduler interface {
+	Begin(ctx context.Context, gid txn.GID, classes []txn.ClassRef) error
+}
+
+// Txn is a prepared transaction to terminate.
+type Txn struct {
+	GID           txn.GID
+	Origin        uint32
+	SnapshotSeqno uint64
+	Keys          []txn.KeyMode
+	ReadAll       bool
+	WriteSet      *capture.WriteSet
+	DDL           []string
+	SearchPath    string
+}
+
+// Outcome is the fate of a terminated transaction.
+type Outcome struct {
+	Commit bool
+	Seqno  uint64
+	Reason string // why it aborted
+}
