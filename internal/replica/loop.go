@@ -2,11 +2,9 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ordo-db/ordo/internal/apply"
@@ -36,6 +34,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	r.conn = conn
 	if err := r.loadProven(ctx); err != nil {
+		conn.Close(context.Background())
+		return err
+	}
+	if err := r.loadRolledBack(ctx); err != nil {
 		conn.Close(context.Background())
 		return err
 	}
@@ -318,68 +320,39 @@ func (r *Replica) flush(ctx context.Context, rn *run) error {
 	return nil
 }
 
-// rollbackConflicting rolls back, before a remote transaction is applied,
-// this node's undecided prepared transactions that write a key it writes:
-// they hold the row locks the apply needs, and they will fail
-// certification anyway (each took its snapshot before this apply, and the
-// remote transaction is ordered before it). Rolling them back now instead
-// of when the applier finds itself blocked saves the blocker check's
-// delay; should the order commit one after all, finishLocal applies its
-// write set.
-func (r *Replica) rollbackConflicting(ctx context.Context, keys []txn.KeyMode) {
-	var gids []txn.GID
-	r.mu.Lock()
-	for gid, w := range r.waiters {
-		if w.decided {
-			continue
-		}
-		for _, k := range keys {
-			if k.Mode&txn.X != 0 && w.writes[k.Key] {
-				gids = append(gids, gid)
-				break
-			}
-		}
-	}
-	r.mu.Unlock()
-	for _, gid := range gids {
-		if _, err := r.conn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
-			// Not prepared yet or any more; the applier's blocker check
-			// remains the safety net.
-			r.log.Debug("early rollback of a conflicting prepared transaction", "gid", gid, "err", err)
-			continue
-		}
-		r.rolledMu.Lock()
-		r.rolledBack[gid] = true
-		r.rolledMu.Unlock()
-		r.m.bruteForce.Inc()
-	}
-}
-
 // finishLocal commits or rolls back one of this node's prepared
 // transactions.
 func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, commit bool, e *ordov1.TxnEntry, frags *fragments) error {
-	r.rolledMu.Lock()
-	rolled := r.rolledBack[gid]
-	delete(r.rolledBack, gid)
-	r.rolledMu.Unlock()
-	if rolled {
-		if commit && e != nil {
-			// Rolled back early to let an earlier apply through; the order
-			// committed it after all: apply its rows like a remote one.
-			return r.applyEntry(ctx, seqno, e, frags)
+	lit := quoteGID(gid)
+	if r.takeDecided(gid) {
+		// Rolled back early to let an earlier apply through (still
+		// prepared if this process died between the record and the
+		// rollback). Should the order have committed it after all, its
+		// rows are applied like a remote transaction's.
+		rollback := "ROLLBACK PREPARED " + lit
+		if err := r.execRetrying(ctx, rollback, notPrepared, rollback); err != nil {
+			return err
 		}
+		if commit && e != nil {
+			if err := r.applyEntry(ctx, seqno, e, frags); err != nil {
+				return err
+			}
+		}
+		if err := r.execRetrying(ctx, "withdraw the early rollback of "+string(gid), nil, "DELETE FROM _ordo.rolled_back WHERE gid = $1", string(gid)); err != nil {
+			return err
+		}
+		r.rolledMu.Lock()
+		delete(r.rolledBack, gid)
+		r.rolledMu.Unlock()
 		return nil
 	}
-	stmt := "ROLLBACK PREPARED '" + string(gid) + "'"
+	stmt := "ROLLBACK PREPARED " + lit
 	if commit {
-		stmt = "COMMIT PREPARED '" + string(gid) + "'"
+		stmt = "COMMIT PREPARED " + lit
 	}
-	// Not prepared (any more): already finished before a restart, or the
-	// origin never got as far as PREPARE (a rollback).
-	notPrepared := func(err error) bool {
-		var pgErr *pgconn.PgError
-		return errors.As(err, &pgErr) && pgErr.Code == "42704"
-	}
+	// Not prepared (any more): finished before a restart (an early
+	// rollback would have been recorded), or the origin never got as far
+	// as PREPARE (a rollback).
 	if err := r.execRetrying(ctx, stmt, notPrepared, stmt); err != nil {
 		return err
 	}
@@ -410,9 +383,15 @@ func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 	return nil
 }
 
+// publish makes seqno the applied prefix, unless the node replays entries
+// below its proven prefix (which the prefix already covers), and tells the
+// total order seqno is carried out.
 func (r *Replica) publish(seqno uint64) {
-	r.prefix.Store(seqno)
 	r.cfg.Order.MarkApplied(seqno)
+	if seqno <= r.prefix.Load() {
+		return
+	}
+	r.prefix.Store(seqno)
 	r.mu.Lock()
 	close(r.prefixCh)
 	r.prefixCh = make(chan struct{})

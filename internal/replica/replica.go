@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/apply"
@@ -115,10 +113,14 @@ type Replica struct {
 	proofs  []proof
 	trimmed uint64
 	// rolledBack holds local prepared transactions rolled back early
-	// because they blocked an apply (brute force); if the order later
-	// commits one, the loop applies its write set instead.
+	// because they blocked an apply (brute force), as _ordo.rolled_back
+	// records them durably; if the order later commits one, the loop
+	// applies its write set instead. orphans holds this node's prepared
+	// transactions that no session waits for and the order has not
+	// decided (bruteforce.go).
 	rolledMu   sync.Mutex
 	rolledBack map[txn.GID]bool
+	orphans    map[txn.GID]bool
 
 	schema schemaState
 
@@ -155,10 +157,15 @@ func New(cfg Config) (*Replica, error) {
 		pending:    make(map[uint64]*ordov1.TxnEntry),
 		frags:      make(map[txn.GID]*fragments),
 		rolledBack: make(map[txn.GID]bool),
+		orphans:    make(map[txn.GID]bool),
 	}
 	r.m.initOutcomes(cfg.Protocol)
 	r.schema.own = make(map[uint64]schemacheck.Snapshot)
-	r.prefix.Store(cfg.StartAfter)
+	// Everything up to the proven prefix is in the database already: a
+	// snapshot taken while the node replays up to it is that recent (a
+	// snapshot_seqno of StartAfter would make the first transactions after
+	// a restart abort for conflicts they did not have).
+	r.prefix.Store(max(cfg.StartAfter, cfg.Proven))
 	return r, nil
 }
 
@@ -333,15 +340,15 @@ func (r *Replica) Prepared(gid txn.GID) (forget func()) {
 	}
 }
 
-func (r *Replica) forgetRolledBack(gid txn.GID) {
-	r.rolledMu.Lock()
-	delete(r.rolledBack, gid)
-	r.rolledMu.Unlock()
-}
-
 // abortInBackground proposes an AbortEntry for gid until one is committed.
 // Whichever of the transaction and the abort is delivered first decides.
+//
+// Until the order decides gid, it is an orphan: an apply it blocks rolls it
+// back (RollbackUndecided).
 func (r *Replica) abortInBackground(gid txn.GID) {
+	r.rolledMu.Lock()
+	r.orphans[gid] = true
+	r.rolledMu.Unlock()
 	payload, err := encodeAbort(gid)
 	if err != nil {
 		r.log.Error("encode abort", "gid", gid, "err", err)
@@ -367,61 +374,6 @@ func (r *Replica) abortInBackground(gid txn.GID) {
 // before it reached the order (it blocked an apply while it ran).
 func (r *Replica) CountBruteForce() {
 	r.m.outcomes.WithLabelValues(r.cfg.Protocol, "local", "abort", "brute_force").Inc()
-}
-
-// RollbackUndecided rolls back every prepared transaction of this node
-// whose outcome has not been delivered yet. The applier calls it (through
-// the node's OnBlocked) when a prepared transaction blocks an apply: the
-// apply was delivered first, so every undecided local transaction is
-// ordered after it. Should the order later commit one of them, the
-// delivery loop applies its write set instead of COMMIT PREPARED, so
-// rolling back a non-conflicting one is harmless.
-func (r *Replica) RollbackUndecided(ctx context.Context) {
-	r.mu.Lock()
-	gids := make([]txn.GID, 0, len(r.waiters))
-	for gid, w := range r.waiters {
-		if !w.decided {
-			gids = append(gids, gid)
-		}
-	}
-	r.mu.Unlock()
-	r.rolledMu.Lock()
-	gids = slices.DeleteFunc(gids, func(g txn.GID) bool { return r.rolledBack[g] })
-	r.rolledMu.Unlock()
-	if len(gids) == 0 {
-		r.log.Debug("a prepared transaction blocks an apply, and this node has no undecided one to roll back")
-		return
-	}
-	r.bfMu.Lock()
-	defer r.bfMu.Unlock()
-	if r.bfConn == nil || r.bfConn.IsClosed() {
-		conn, err := pgx.Connect(ctx, r.cfg.DSN)
-		if err != nil {
-			r.log.Warn("brute-force rollback: connect", "err", err)
-			return
-		}
-		r.bfConn = conn
-	}
-	for _, gid := range gids {
-		// The delivery loop is blocked in the apply that called us, so it
-		// cannot finish gid meanwhile; only a successful rollback is noted
-		// (otherwise the loop must still COMMIT or ROLLBACK PREPARED it).
-		if _, err := r.bfConn.Exec(ctx, "ROLLBACK PREPARED '"+string(gid)+"'"); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "42704" {
-				// Already gone: its session gave up on it, or it was
-				// never prepared under this name.
-				r.log.Debug("brute-force rollback: no such prepared transaction", "gid", gid)
-			} else {
-				r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
-			}
-			continue
-		}
-		r.rolledMu.Lock()
-		r.rolledBack[gid] = true
-		r.rolledMu.Unlock()
-		r.m.bruteForce.Inc()
-	}
 }
 
 // ResolveLeftovers aborts this node's prepared transactions left over from

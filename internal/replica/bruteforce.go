@@ -1,0 +1,214 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Every prepared transaction of this node has an owner until the order
+// decides it: the session waiting for its outcome (Replica.waiters), or,
+// once none waits, the orphan set (its outcome became unknown, or it was
+// left over from before a restart: abortInBackground and loadOrphans put
+// it there; the delivery loop takes it out when it carries out a decision
+// on it).
+//
+// Any of them may block an apply: the apply was delivered first, so each
+// is ordered after it and is rolled back early ("brute force"). The early
+// rollback is recorded in _ordo.rolled_back, durably, before it is done:
+// should the order then commit the transaction, the loop applies its write
+// set like a remote one instead of COMMIT PREPARED, even after a crash of
+// this process in between (a COMMIT PREPARED that finds nothing prepared
+// would otherwise be taken for one done before the crash, and the rows
+// would be missing here only). The record goes once the decision is
+// carried out.
+
+// loadRolledBack reads the early rollbacks recorded before a restart and
+// this node's prepared transactions left over from before it (delivery
+// loop, before the first delivery).
+func (r *Replica) loadRolledBack(ctx context.Context) error {
+	rows, err := r.conn.Query(ctx, "SELECT gid FROM _ordo.rolled_back")
+	if err != nil {
+		return fmt.Errorf("replica: read early rollbacks: %w", err)
+	}
+	rolled, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("replica: read early rollbacks: %w", err)
+	}
+	rows, err = r.conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+	if err != nil {
+		return fmt.Errorf("replica: list prepared transactions: %w", err)
+	}
+	prepared, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("replica: list prepared transactions: %w", err)
+	}
+	r.rolledMu.Lock()
+	defer r.rolledMu.Unlock()
+	for _, g := range rolled {
+		r.rolledBack[txn.GID(g)] = true
+	}
+	for _, g := range prepared {
+		if node, _, err := txn.ParseGID(g); err == nil && node == r.cfg.NodeID {
+			r.orphans[txn.GID(g)] = true
+		}
+	}
+	if len(rolled)+len(r.orphans) > 0 {
+		r.log.Info("prepared transactions of this node wait for the order's decision", "prepared", len(r.orphans), "rolled_back_early", len(rolled))
+	}
+	return nil
+}
+
+// RollbackUndecided rolls back every prepared transaction of this node
+// whose outcome has not been delivered yet. The applier calls it (through
+// the node's OnBlocked) when a prepared transaction blocks an apply: the
+// apply was delivered first, so every undecided local transaction is
+// ordered after it. Should the order later commit one of them, the
+// delivery loop applies its write set instead of COMMIT PREPARED, so
+// rolling back a non-conflicting one is harmless.
+func (r *Replica) RollbackUndecided(ctx context.Context) {
+	r.mu.Lock()
+	gids := make([]txn.GID, 0, len(r.waiters))
+	for gid, w := range r.waiters {
+		if !w.decided {
+			gids = append(gids, gid)
+		}
+	}
+	r.mu.Unlock()
+	r.rolledMu.Lock()
+	for gid := range r.orphans {
+		if !slices.Contains(gids, gid) {
+			gids = append(gids, gid)
+		}
+	}
+	gids = slices.DeleteFunc(gids, func(g txn.GID) bool { return r.rolledBack[g] })
+	r.rolledMu.Unlock()
+	if len(gids) == 0 {
+		r.log.Debug("a prepared transaction blocks an apply, and this node has no undecided one to roll back")
+		return
+	}
+	slices.Sort(gids)
+	r.bfMu.Lock()
+	defer r.bfMu.Unlock()
+	if r.bfConn == nil || r.bfConn.IsClosed() {
+		conn, err := pgx.Connect(ctx, r.cfg.DSN)
+		if err != nil {
+			r.log.Warn("brute-force rollback: connect", "err", err)
+			return
+		}
+		r.bfConn = conn
+	}
+	for _, gid := range gids {
+		// The delivery loop is blocked in the apply that called us, so it
+		// cannot finish gid meanwhile.
+		if err := r.rollBackEarly(ctx, r.bfConn, gid); err != nil {
+			r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
+		}
+	}
+}
+
+// rollBackEarly records, durably, that gid is rolled back before the order
+// decided it, then rolls it back, on conn. If gid is not prepared (any
+// more: its session gave up on it, or it was decided meanwhile), the
+// record is withdrawn and gid forgotten.
+func (r *Replica) rollBackEarly(ctx context.Context, conn *pgx.Conn, gid txn.GID) error {
+	lit := quoteGID(gid)
+	if _, err := conn.Exec(ctx, "BEGIN; SET LOCAL synchronous_commit = on; INSERT INTO _ordo.rolled_back (gid) VALUES ("+lit+") ON CONFLICT DO NOTHING; COMMIT"); err != nil {
+		return fmt.Errorf("record the early rollback: %w", err)
+	}
+	r.rolledMu.Lock()
+	r.rolledBack[gid] = true
+	r.rolledMu.Unlock()
+	if _, err := conn.Exec(ctx, "ROLLBACK PREPARED "+lit); err != nil {
+		if !notPrepared(err) {
+			return err // recorded: the loop rolls it back, or applies it, when decided
+		}
+		r.log.Debug("brute-force rollback: no such prepared transaction", "gid", gid)
+		r.rolledMu.Lock()
+		delete(r.rolledBack, gid)
+		delete(r.orphans, gid)
+		r.rolledMu.Unlock()
+		if _, err := conn.Exec(ctx, "DELETE FROM _ordo.rolled_back WHERE gid = "+lit); err != nil {
+			r.log.Debug("brute-force rollback: withdraw the record", "gid", gid, "err", err)
+		}
+		return nil
+	}
+	r.m.bruteForce.Inc()
+	return nil
+}
+
+// forgetRolledBack forgets gid, never proposed: nothing will decide it.
+func (r *Replica) forgetRolledBack(gid txn.GID) {
+	r.rolledMu.Lock()
+	delete(r.rolledBack, gid)
+	delete(r.orphans, gid)
+	r.rolledMu.Unlock()
+}
+
+// takeDecided takes gid, whose decision the delivery loop is carrying out, out
+// of the orphans and says whether it was rolled back early.
+func (r *Replica) takeDecided(gid txn.GID) (rolledBack bool) {
+	r.rolledMu.Lock()
+	defer r.rolledMu.Unlock()
+	delete(r.orphans, gid)
+	return r.rolledBack[gid]
+}
+
+// notPrepared reports whether err says the prepared transaction does not
+// exist (42704).
+func notPrepared(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42704"
+}
+
+// quoteGID returns gid as an SQL string literal.
+func quoteGID(gid txn.GID) string {
+	return "'" + strings.ReplaceAll(string(gid), "'", "''") + "'"
+}
+
+// rollbackConflicting rolls back, before a remote transaction is applied,
+// this node's undecided prepared transactions that write a key it writes:
+// they hold the row locks the apply needs, and they will fail
+// certification anyway (each took its snapshot before this apply, and the
+// remote transaction is ordered before it). Rolling them back now instead
+// of when the applier finds itself blocked saves the blocker check's
+// delay; should the order commit one after all, finishLocal applies its
+// write set.
+func (r *Replica) rollbackConflicting(ctx context.Context, keys []txn.KeyMode) {
+	var gids []txn.GID
+	r.mu.Lock()
+	for gid, w := range r.waiters {
+		if w.decided {
+			continue
+		}
+		for _, k := range keys {
+			if k.Mode&txn.X != 0 && w.writes[k.Key] {
+				gids = append(gids, gid)
+				break
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, gid := range gids {
+		if r.isRolledBack(gid) {
+			continue
+		}
+		if err := r.rollBackEarly(ctx, r.conn, gid); err != nil {
+			// The applier's blocker check remains the safety net.
+			r.log.Debug("early rollback of a conflicting prepared transaction", "gid", gid, "err", err)
+		}
+	}
+}
+
+func (r *Replica) isRolledBack(gid txn.GID) bool {
+	r.rolledMu.Lock()
+	defer r.rolledMu.Unlock()
+	return r.rolledBack[gid]
+}
