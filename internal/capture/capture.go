@@ -467,7 +467,7 @@ func (c *Capture) handle(ev Event) uint64 {
 	case Committed:
 		if ev.Apply {
 			c.metrics.applies.Inc()
-		} else {
+		} else if ev.Rows > 0 { // none: Ordo's own bookkeeping
 			c.leak(ev.XID, ev.Rows, "commit")
 		}
 		return ev.EndLSN

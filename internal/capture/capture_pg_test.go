@@ -178,6 +178,11 @@ func TestLeakDetector(t *testing.T) {
 	exec(t, conn, "COMMIT PREPARED '"+string(gid)+"'")
 	require.Eventually(t, func() bool { return counter(t, reg, "ordo_capture_applies_total") == 1 }, 10*time.Second, 20*time.Millisecond)
 
+	// Nor is Ordo's own bookkeeping (an early rollback's record).
+	exec(t, conn, "CREATE TABLE IF NOT EXISTS _ordo.rolled_back (gid text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())")
+	exec(t, conn, "INSERT INTO _ordo.rolled_back (gid) VALUES ('ordo_1_9')")
+	exec(t, conn, "DELETE FROM _ordo.rolled_back")
+
 	// A write sneaked directly into PostgreSQL is.
 	exec(t, conn, "INSERT INTO leak VALUES (3)")
 	require.Eventually(t, func() bool { return counter(t, reg, "ordo_capture_unreplicated_commits_total") == 1 }, 10*time.Second, 20*time.Millisecond)

@@ -19,9 +19,11 @@ const OrdoSchema = "_ordo"
 const AppliedTable = "applied"
 
 // Bookkeeping reports whether schema.table is one of Ordo's node-local
-// bookkeeping tables, never replicated.
+// bookkeeping tables (every table of OrdoSchema: proof rows, early
+// rollbacks), never replicated; a transaction that writes one is Ordo's
+// own, never a leak.
 func Bookkeeping(schema, table string) bool {
-	return schema == OrdoSchema && table == AppliedTable
+	return schema == OrdoSchema
 }
 
 // ErrTooLarge is returned (through Capture.Await) for a prepared
@@ -80,9 +82,10 @@ type RollbackPrepared struct {
 }
 
 // Committed reports a plain (not prepared) commit of a transaction that
-// wrote replicated tables. Apply is true when it wrote a row into
-// _ordo.applied, i.e. it is an apply of a decided write set; otherwise it is
-// a write that bypassed Ordo (a leak).
+// wrote replicated tables. Apply is true when it wrote a row of
+// _ordo.applied, i.e. it is an apply of a decided write set; otherwise, if
+// it wrote rows (Rows > 0, bookkeeping rows not counted), it is a write
+// that bypassed Ordo (a leak).
 type Committed struct {
 	XID    uint32
 	Apply  bool
@@ -328,7 +331,7 @@ func (d *Decoder) change(relID uint32, insert bool, build func(*Table) (Row, err
 		return fmt.Errorf("%w: row change of unknown relation %d", ErrProtocol, relID)
 	}
 	if Bookkeeping(t.Schema, t.Name) {
-		p.apply = true
+		p.apply = p.apply || t.Name == AppliedTable
 		return nil
 	}
 	p.rows++
