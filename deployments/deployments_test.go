@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
@@ -29,10 +31,31 @@ func readYAML(t *testing.T, path string, into any) {
 	}
 }
 
+// requirePeerTLS fails unless node n authenticates its peers with its own
+// certificate: every node a deployment runs listens for peers on a
+// non-loopback address, where plaintext Raft lets anyone write to every
+// database.
+func requirePeerTLS(t *testing.T, where string, n *config.Node) {
+	t.Helper()
+	pt := n.PeerTLS
+	if pt.CertFile == "" || pt.KeyFile == "" || pt.CAFile == "" || n.Insecure {
+		t.Errorf("%s: node %d has no peer TLS (peer_tls %+v, insecure %v): every shipped node configuration must use mutual TLS between nodes", where, n.ID, pt, n.Insecure)
+		return
+	}
+	cert, key := certs.NodeFiles(uint64(n.ID))
+	if filepath.Base(pt.CertFile) != cert || filepath.Base(pt.KeyFile) != key {
+		t.Errorf("%s: node %d uses %s and %s, not its own %s and %s", where, n.ID, pt.CertFile, pt.KeyFile, cert, key)
+	}
+	if filepath.Dir(pt.CertFile) != filepath.Dir(pt.KeyFile) || filepath.Dir(pt.CertFile) != filepath.Dir(pt.CAFile) {
+		t.Errorf("%s: node %d's peer TLS files are not in one directory", where, n.ID)
+	}
+}
+
 // TestComposeNodeConfigsAreValid loads every node configuration the
-// compose file mounts with Ordo's own loader, and checks the cluster they
-// describe: ids, peers and protocol agree, and each node talks to its own
-// PostgreSQL service.
+// compose file mounts with Ordo's own loader (config.Parse: the files it
+// names are in the containers), and checks the cluster they describe: ids,
+// peers and protocol agree, each node talks to its own PostgreSQL service,
+// and each has peer TLS from its own volume, filled by the certs service.
 func TestComposeNodeConfigsAreValid(t *testing.T) {
 	var compose struct {
 		Services map[string]struct {
@@ -57,10 +80,23 @@ func TestComposeNodeConfigsAreValid(t *testing.T) {
 			if !strings.HasPrefix(dst, "/etc/ordo/node.yaml") {
 				continue
 			}
-			n, err := config.Load(filepath.Join("compose", src))
+			n, err := config.Parse(filepath.Join("compose", src))
 			if err != nil {
 				t.Errorf("service %s: %v", name, err)
 				continue
+			}
+			requirePeerTLS(t, "compose service "+name, n)
+			certVolume := ""
+			for _, v := range svc.Volumes {
+				if parts := strings.Split(v, ":"); len(parts) >= 2 && parts[1] == filepath.Dir(n.PeerTLS.CertFile) {
+					certVolume = parts[0]
+				}
+			}
+			if certVolume == "" || !slices.Contains(compose.Services["certs"].Volumes, certVolume+":/certs"+itoa(n.ID)) {
+				t.Errorf("service %s: its peer TLS directory is not the volume the certs service fills for node %d", name, n.ID)
+			}
+			if _, ok := svc.DependsOn["certs"]; !ok {
+				t.Errorf("service %s does not wait for the certs service", name)
 			}
 			if want := "ordo" + itoa(n.ID); name != want {
 				t.Errorf("service %s runs node id %d (want service %s)", name, n.ID, want)
@@ -92,6 +128,12 @@ func TestComposeNodeConfigsAreValid(t *testing.T) {
 	for _, setting := range []string{"wal_level=logical", "max_prepared_transactions=", "max_replication_slots=", "max_wal_senders="} {
 		if !strings.Contains(compose.Postgres.Command, setting) {
 			t.Errorf("the compose PostgreSQL servers are not started with %s", setting)
+		}
+	}
+	script := fmt.Sprint(compose.Services["certs"].Command)
+	for _, want := range []string{"ordo cert create-ca --dir /ca", "ordo cert create-node --dir /ca --id $$i", "for i in 1 2 3", "/ca/node-$$i.key /certs$$i/", "chown -R 10001:10001"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the certs service's script does not run %q: %s", want, script)
 		}
 	}
 }
@@ -282,14 +324,20 @@ func TestKubernetesManifest(t *testing.T) {
 	spec := sts["spec"].(map[string]any)
 	replicas := spec["replicas"].(int)
 	service := spec["serviceName"].(string)
+	peerTLSDirs, peerTLSFiles := map[string]bool{}, map[string]bool{}
 	for ordinal := 0; ordinal < replicas; ordinal++ {
 		path := filepath.Join(t.TempDir(), "node.yaml")
 		if err := os.WriteFile(path, []byte(strings.ReplaceAll(tmpl, "@ID@", itoa(uint32(ordinal+1)))), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		n, err := config.Load(path)
+		n, err := config.Parse(path)
 		if err != nil {
 			t.Fatalf("pod ordo-%d: %v", ordinal, err)
+		}
+		requirePeerTLS(t, fmt.Sprintf("pod ordo-%d", ordinal), n)
+		peerTLSDirs[filepath.Dir(n.PeerTLS.CertFile)] = true
+		for _, f := range []string{n.PeerTLS.CertFile, n.PeerTLS.KeyFile, n.PeerTLS.CAFile} {
+			peerTLSFiles[filepath.Base(f)] = true
 		}
 		if len(n.Peers) != replicas {
 			t.Errorf("pod ordo-%d names %d peers for %d replicas", ordinal, len(n.Peers), replicas)
@@ -338,6 +386,8 @@ func TestKubernetesManifest(t *testing.T) {
 			t.Errorf("ordo container securityContext %v: want runAsUser %s, runAsGroup %s", csc, m[1], m[2])
 		}
 	}
+	checkPeerTLSVolume(t, pod, peerTLSDirs, peerTLSFiles)
+
 	// Scraped once per pod, not also through the client Service.
 	if ann, _ := kinds["Service/ordo"]["metadata"].(map[string]any)["annotations"].(map[string]any); ann["prometheus.io/scrape"] != nil {
 		t.Error("the client Service is annotated for scraping: every node would be scraped twice")
@@ -345,6 +395,93 @@ func TestKubernetesManifest(t *testing.T) {
 	podAnn, _ := spec["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)
 	if podAnn["prometheus.io/scrape"] != "true" {
 		t.Error("the pods are not annotated for scraping")
+	}
+}
+
+// checkPeerTLSVolume: the directory the rendered configurations name is
+// mounted in the ordo container from a projected volume of Secrets that
+// holds every file they name; and cert-manager.yaml makes each of those
+// Secrets with a certificate naming the node id whose files it provides.
+func checkPeerTLSVolume(t *testing.T, pod map[string]any, dirs, files map[string]bool) {
+	t.Helper()
+	if len(dirs) != 1 {
+		t.Fatalf("the pods' peer TLS files are in %d directories, want one: %v", len(dirs), dirs)
+	}
+	var volume string
+	for _, c := range pod["containers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] != "ordo" {
+			continue
+		}
+		for _, m := range c["volumeMounts"].([]any) {
+			m := m.(map[string]any)
+			if dirs[m["mountPath"].(string)] {
+				volume = m["name"].(string)
+			}
+		}
+	}
+	if volume == "" {
+		t.Fatalf("no volume is mounted at the peer TLS directory %v in the ordo container", dirs)
+	}
+	secretOf := map[string]string{} // file name -> Secret
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if v["name"] != volume {
+			continue
+		}
+		projected, _ := v["projected"].(map[string]any)
+		if projected == nil {
+			t.Fatalf("volume %s is not projected from Secrets", volume)
+		}
+		for _, src := range projected["sources"].([]any) {
+			sec := src.(map[string]any)["secret"].(map[string]any)
+			for _, it := range sec["items"].([]any) {
+				secretOf[it.(map[string]any)["path"].(string)] = sec["name"].(string)
+			}
+		}
+	}
+	for f := range files {
+		if secretOf[f] == "" {
+			t.Errorf("the peer TLS volume %s does not provide %s", volume, f)
+		}
+	}
+
+	// cert-manager.yaml issues those Secrets, each for the right node id.
+	b, err := os.ReadFile("kubernetes/cert-manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	issued := map[string]map[string]any{} // Secret -> Certificate spec
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatal(err)
+		}
+		if doc["kind"] == "Certificate" {
+			spec := doc["spec"].(map[string]any)
+			issued[spec["secretName"].(string)] = spec
+		}
+	}
+	for f, secret := range secretOf {
+		var id uint64
+		if _, err := fmt.Sscanf(f, "node-%d.crt", &id); err != nil {
+			continue
+		}
+		spec := issued[secret]
+		if spec == nil {
+			t.Errorf("cert-manager.yaml issues no certificate into Secret %s (node %d)", secret, id)
+			continue
+		}
+		if uris := fmt.Sprint(spec["uris"]); uris != fmt.Sprint([]any{certs.NodeURI(id).String()}) {
+			t.Errorf("Secret %s (node %d) is issued with uris %s, want [%s]", secret, id, uris, certs.NodeURI(id))
+		}
+		if usages := fmt.Sprint(spec["usages"]); !strings.Contains(usages, "server auth") || !strings.Contains(usages, "client auth") {
+			t.Errorf("Secret %s: usages %s: a node both accepts and dials peers", secret, usages)
+		}
 	}
 }
 

@@ -27,7 +27,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), demoCmd(), startCmd())
+	root.AddCommand(versionCmd(), demoCmd(), startCmd(), certCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ordo:", err)
 		os.Exit(1)
@@ -85,7 +85,9 @@ func startCmd() *cobra.Command {
 		Long: `Runs one node of an Ordo cluster as configured in a YAML file (see
 docs/configuration.md): it bootstraps the local PostgreSQL on first start
 (the _ordo schema, a publication and a logical replication slot), joins the
-Raft group of its peers, and serves PostgreSQL clients until interrupted.`,
+Raft group of its peers, and serves PostgreSQL clients until interrupted.
+On SIGHUP it reads its peer TLS files again (it also notices changes by
+itself within seconds); new peer connections use them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
@@ -102,13 +104,27 @@ Raft group of its peers, and serves PostgreSQL clients until interrupted.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			n, err := node.Start(ctx, cfg, log)
 			if err != nil {
 				return err
 			}
 			defer n.Stop()
 			fmt.Fprintf(cmd.OutOrStdout(), "ordo node %d serving PostgreSQL clients on %s\n", cfg.ID, n.ClientAddr())
-			return n.Wait(ctx)
+			done := make(chan error, 1)
+			go func() { done <- n.Wait(ctx) }() // returns once ctx ends or the node fails
+			for {
+				select {
+				case err := <-done:
+					return err
+				case <-hup:
+					if err := n.ReloadPeerTLS(); err != nil {
+						log.Error("SIGHUP: peer TLS files not reloaded; keeping the previous certificates", "err", err)
+					}
+				}
+			}
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "", "node configuration file (YAML)")

@@ -1,6 +1,7 @@
 // Package demo runs a local Ordo cluster for people to try: N PostgreSQL
 // servers started by pglocal, with one replicating Ordo node in front of
-// each.
+// each, the nodes authenticating each other with mutual TLS (a CA and node
+// certificates made at every start in the data directory's certs/).
 //
 // Run owns every process and goroutine it starts and stops them all before it
 // returns, whatever the reason (context cancelled by Ctrl-C, an error while
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/ordo-db/ordo/pkg/config"
@@ -113,6 +115,13 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("demo: %w", err)
 		}
 	}
+	// Mutual TLS between the nodes, as in a real deployment: a new CA and
+	// node certificates at every start (nothing else depends on them).
+	certDir := filepath.Join(dataDir, "certs")
+	peerTLS, err := makeCerts(certDir, len(pg.Servers))
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	var (
 		running []*node.Node
 		nodes   []Node
@@ -134,7 +143,7 @@ func Run(ctx context.Context, o Options) error {
 		cfg := &config.Node{
 			ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], MetricsListen: metrics,
 			Postgres: s.DSN("postgres"), DataDir: filepath.Join(dataDir, "ordo", s.Name),
-			Peers: peers, Protocol: o.Protocol,
+			Peers: peers, Protocol: o.Protocol, PeerTLS: peerTLS[i],
 		}
 		cfg.Defaults()
 		if err := cfg.Validate(); err != nil {
@@ -178,6 +187,24 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return nil
 	}
+}
+
+// makeCerts writes a CA and the certificates of nodes 1…n into dir,
+// replacing earlier ones, and returns each node's peer_tls.
+func makeCerts(dir string, n int) ([]config.PeerTLS, error) {
+	o := certs.Options{Dir: dir, Overwrite: true}
+	if _, err := certs.CreateCA(o); err != nil {
+		return nil, err
+	}
+	var out []config.PeerTLS
+	for i := 1; i <= n; i++ {
+		if _, err := certs.CreateNode(o, uint64(i), []string{"127.0.0.1", "localhost"}); err != nil {
+			return nil, err
+		}
+		cert, key := certs.NodeFiles(uint64(i))
+		out = append(out, config.PeerTLS{CertFile: filepath.Join(dir, cert), KeyFile: filepath.Join(dir, key), CAFile: filepath.Join(dir, certs.CACertFile)})
+	}
+	return out, nil
 }
 
 // resolvePort turns "host:0" into a free port now, so addresses can be

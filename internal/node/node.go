@@ -15,8 +15,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +36,7 @@ import (
 	"github.com/ordo-db/ordo/internal/apply"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/sequences"
 	"github.com/ordo-db/ordo/internal/session"
@@ -61,6 +60,7 @@ type Node struct {
 	wire    *wire.Server
 	ln      net.Listener
 	metrics *http.Server
+	peerTLS *certs.Peer // nil without peer_tls
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -83,6 +83,16 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	}()
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	insecure := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ordo_insecure",
+		Help: "1 when the node runs with insecure: true (peers are not authenticated: anyone who can reach peer_listen can have statements run on every node), else 0.",
+	})
+	n.reg.MustRegister(insecure)
+	if cfg.Insecure {
+		insecure.Set(1)
+		log.Warn("insecure: true: peers are not authenticated; anyone who can reach peer_listen can have statements run as superuser on every node (set peer_tls, see docs/security.md)",
+			"peer_listen", cfg.PeerListen)
+	}
 
 	// 1. The local PostgreSQL: ordo schema, publication, slot.
 	conn, err := pgx.Connect(ctx, cfg.Postgres)
@@ -154,12 +164,20 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if err != nil {
 		return nil, fmt.Errorf("node: listen for peers on %s: %w", cfg.PeerListen, err)
 	}
-	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn, MaxMsgBytes: maxProposal + 16<<20}
-	if cfg.PeerTLS.CertFile != "" {
-		if gcfg.ServerTLS, gcfg.ClientTLS, err = peerTLS(cfg.PeerTLS); err != nil {
+	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn, MaxMsgBytes: maxProposal + 16<<20, Logger: log}
+	if pt := cfg.PeerTLS; pt.CertFile != "" {
+		// Every connection is bound to the node id its certificate
+		// proves; the files are reloaded when they change.
+		if n.peerTLS, err = certs.LoadPeer(certs.Files{Cert: pt.CertFile, Key: pt.KeyFile, CA: pt.CAFile}, uint64(cfg.ID)); err != nil {
 			peerLn.Close()
-			return nil, err
+			return nil, fmt.Errorf("node: peer_tls: %w", err)
 		}
+		gcfg.ServerTLS, gcfg.ClientTLS, gcfg.PeerID = n.peerTLS.ServerConfig(), n.peerTLS.ClientConfig(), certs.NodeID
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.peerTLS.Watch(runCtx, peerTLSWatch, log)
+		}()
 	}
 	tr, err := transport.NewGRPC(gcfg)
 	if err != nil {
@@ -296,6 +314,27 @@ func (n *Node) serveSchemaCheck(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]uint64{"at_seqno": seqno})
 }
 
+// peerTLSWatch is how often a node looks for new peer TLS files.
+const peerTLSWatch = 5 * time.Second
+
+// ReloadPeerTLS reads the peer TLS files again now (ordo start does on
+// SIGHUP); new peer connections use them. On an error the previous
+// certificates stay in use. Without peer_tls it does nothing.
+func (n *Node) ReloadPeerTLS() error {
+	if n.peerTLS == nil {
+		return nil
+	}
+	changed, err := n.peerTLS.Reload()
+	if err != nil {
+		return fmt.Errorf("node: peer_tls: %w", err)
+	}
+	if changed {
+		c := n.peerTLS.Certificate()
+		n.log.Info("peer TLS files reloaded", "serial", c.SerialNumber.Text(16), "not_after", c.NotAfter)
+	}
+	return nil
+}
+
 // ClientAddr returns the address clients connect to.
 func (n *Node) ClientAddr() string { return n.ln.Addr().String() }
 
@@ -394,22 +433,4 @@ func redact(dsn string) string {
 		return "(unparsable connection string)"
 	}
 	return fmt.Sprintf("%s@%s:%d/%s", pc.User, pc.Host, pc.Port, pc.Database)
-}
-
-func peerTLS(c config.PeerTLS) (server, client *tls.Config, err error) {
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("node: peer_tls: %w", err)
-	}
-	caPEM, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("node: peer_tls: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, nil, fmt.Errorf("node: peer_tls: no certificate in %s", c.CAFile)
-	}
-	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-	client = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return server, client, nil
 }

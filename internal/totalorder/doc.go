@@ -54,7 +54,8 @@
 //   - transport/: the Transport interface and its gRPC implementation
 //     (proto/ordo/v1/raft.proto; one long-lived client stream per peer
 //     direction carrying batches of marshalled raftpb.Messages; optional
-//     mutual TLS).
+//     mutual TLS, each connection bound to the node id its certificate
+//     proves).
 //   - faults/: a Transport wrapper injecting delay, drop, duplicate and
 //     partition per link, for tests and benchmarks.
 //

@@ -38,8 +38,14 @@ type Node struct {
 	Protocol string `yaml:"protocol"`
 	// TLS for clients (optional).
 	TLS TLS `yaml:"tls"`
-	// PeerTLS for Raft traffic between nodes (optional, mutual).
+	// PeerTLS is mutual TLS for Raft traffic between nodes. Required
+	// when PeerListen is not a loopback address, unless Insecure.
 	PeerTLS PeerTLS `yaml:"peer_tls"`
+	// Insecure runs a node reachable from other hosts without peer TLS:
+	// anyone who can reach PeerListen can then have statements run as
+	// superuser on every node. The node logs a warning at start and
+	// exports ordo_insecure 1. Only for networks nobody else can reach.
+	Insecure bool `yaml:"insecure"`
 	// CommitTimeout bounds one update transaction's termination
 	// (default 30s).
 	CommitTimeout time.Duration `yaml:"commit_timeout"`
@@ -111,8 +117,21 @@ const MaxNodes = 64
 // Protocols Ordo implements.
 var Protocols = []string{"dbsm", "dbsm-si"}
 
-// Load reads and validates a YAML file.
-func Load(path string) (*Node, error) {
+// ErrPlaintextPeers is returned (joined with the other problems) by Load,
+// Parse and Validate for a node reachable from other hosts on PeerListen
+// without PeerTLS and without Insecure.
+var ErrPlaintextPeers = errors.New("peer_tls: required when peer_listen is not a loopback address")
+
+// Load reads and validates a YAML file, and checks that the files it names
+// (certificates, keys) exist.
+func Load(path string) (*Node, error) { return load(path, true) }
+
+// Parse reads and validates a YAML file like Load, but does not look for
+// the files it names: for tools that check a configuration meant for
+// another machine (a container image, a Kubernetes pod).
+func Parse(path string) (*Node, error) { return load(path, false) }
+
+func load(path string, files bool) (*Node, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -124,7 +143,7 @@ func Load(path string) (*Node, error) {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}
 	n.Defaults()
-	if err := n.Validate(); err != nil {
+	if err := n.validate(files); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}
 	return &n, nil
@@ -171,8 +190,11 @@ func (n *Node) Defaults() {
 	}
 }
 
-// Validate reports every problem of the configuration at once.
-func (n *Node) Validate() error {
+// Validate reports every problem of the configuration at once, including
+// files it names that do not exist.
+func (n *Node) Validate() error { return n.validate(true) }
+
+func (n *Node) validate(files bool) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if n.ID == 0 || n.ID > MaxNodes {
@@ -244,14 +266,40 @@ func (n *Node) Validate() error {
 	if set := btoi(pt.CertFile != "") + btoi(pt.KeyFile != "") + btoi(pt.CAFile != ""); set != 0 && set != 3 {
 		bad("peer_tls: cert_file, key_file and ca_file go together")
 	}
-	for _, f := range []string{n.TLS.CertFile, n.TLS.KeyFile, pt.CertFile, pt.KeyFile, pt.CAFile} {
-		if f != "" {
-			if _, err := os.Stat(f); err != nil {
-				bad("%v", err)
+	if pt.CertFile == "" && !n.Insecure && n.PeerListen != "" && !Loopback(n.PeerListen) {
+		errs = append(errs, fmt.Errorf("%w (peer_listen is %s): without it, anyone who can reach that port can have "+
+			"statements run as superuser on every node. Create certificates with `ordo cert create-ca` and "+
+			"`ordo cert create-node` and set peer_tls (see docs/security.md), or, on a network nobody else can "+
+			"reach, set `insecure: true`", ErrPlaintextPeers, n.PeerListen))
+	}
+	if n.Insecure && pt.CertFile != "" {
+		bad("insecure: true and peer_tls both set: remove one")
+	}
+	if files {
+		for _, f := range []string{n.TLS.CertFile, n.TLS.KeyFile, pt.CertFile, pt.KeyFile, pt.CAFile} {
+			if f != "" {
+				if _, err := os.Stat(f); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Loopback reports whether addr (host:port) listens on a loopback address
+// only: localhost or an IP address in 127.0.0.0/8 or ::1. An empty host,
+// 0.0.0.0, any other name or address is reachable from elsewhere.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func btoi(b bool) int {

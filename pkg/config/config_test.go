@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,4 +55,73 @@ peers:
 func TestUnknownFieldIsAnError(t *testing.T) {
 	_, err := Load(write(t, "id: 1\nlisten_addr: 127.0.0.1:1\n"))
 	require.ErrorContains(t, err, "listen_addr")
+}
+
+const base = `
+id: 1
+listen: 127.0.0.1:5433
+postgres: postgres://ordo:ordo@127.0.0.1:5533/postgres
+data_dir: /tmp/ordo1
+peers:
+  1: "%s"
+`
+
+func node(peerListen string, extra ...string) string {
+	s := fmt.Sprintf(base, peerListen) + "peer_listen: \"" + peerListen + "\"\n"
+	for _, e := range extra {
+		s += e + "\n"
+	}
+	return s
+}
+
+// TestPlaintextPeersRefused: a node reachable from other hosts without peer
+// TLS does not start unless told insecure: true, and the error says how to
+// fix it.
+func TestPlaintextPeersRefused(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:7001", "10.0.0.1:7001", ":7001", "[::]:7001", "ordo1:7001"} {
+		_, err := Load(write(t, node(addr)))
+		require.ErrorIs(t, err, ErrPlaintextPeers, addr)
+		for _, want := range []string{"peer_listen is " + addr, "ordo cert create-ca", "ordo cert create-node", "docs/security.md", "insecure: true"} {
+			require.ErrorContains(t, err, want, addr)
+		}
+	}
+}
+
+func TestLoopbackPlaintextPeersAccepted(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:7001", "127.0.0.2:7001", "[::1]:7001", "localhost:7001"} {
+		n, err := Load(write(t, node(addr)))
+		require.NoError(t, err, addr)
+		require.False(t, n.Insecure)
+	}
+}
+
+func TestInsecureAccepted(t *testing.T) {
+	n, err := Load(write(t, node("0.0.0.0:7001", "insecure: true")))
+	require.NoError(t, err)
+	require.True(t, n.Insecure)
+}
+
+func TestPeerTLSAccepted(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"node.crt", "node.key", "ca.crt"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600))
+	}
+	tls := fmt.Sprintf("peer_tls: {cert_file: %s/node.crt, key_file: %s/node.key, ca_file: %s/ca.crt}", dir, dir, dir)
+	_, err := Load(write(t, node("0.0.0.0:7001", tls)))
+	require.NoError(t, err)
+
+	// insecure and peer TLS contradict each other
+	_, err = Load(write(t, node("0.0.0.0:7001", tls, "insecure: true")))
+	require.ErrorContains(t, err, "insecure: true and peer_tls both set")
+
+	// Parse does not look for the files (they are on another machine);
+	// Load does.
+	far := "peer_tls: {cert_file: /nonexistent/node.crt, key_file: /nonexistent/node.key, ca_file: /nonexistent/ca.crt}"
+	_, err = Parse(write(t, node("0.0.0.0:7001", far)))
+	require.NoError(t, err)
+	_, err = Load(write(t, node("0.0.0.0:7001", far)))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	// and still refuses plaintext peers
+	_, err = Parse(write(t, node("0.0.0.0:7001")))
+	require.ErrorIs(t, err, ErrPlaintextPeers)
 }

@@ -43,7 +43,7 @@ func buildOrdo(t *testing.T) string {
 }
 
 // startProcCluster starts n `ordo start` processes; extra lines are added
-// to every node's configuration file.
+// to every node's configuration file, with @ID@ replaced by the node's id.
 func startProcCluster(t *testing.T, n int, protocol string, extra ...string) *procCluster {
 	pg, err := pglocal.Start(context.Background(), pglocal.Options{N: n})
 	require.NoError(t, err)
@@ -73,7 +73,7 @@ func startProcCluster(t *testing.T, n int, protocol string, extra ...string) *pr
 			fmt.Fprintf(&b, "  %d: %s\n", j+1, p)
 		}
 		for _, line := range extra {
-			b.WriteString(line + "\n")
+			b.WriteString(strings.ReplaceAll(line, "@ID@", fmt.Sprint(i+1)) + "\n")
 		}
 		require.NoError(t, os.WriteFile(c.config(i), []byte(b.String()), 0o600))
 	}

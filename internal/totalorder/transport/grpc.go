@@ -3,9 +3,11 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
@@ -30,11 +33,22 @@ type GRPCConfig struct {
 	// from Start on and closes it on Stop.
 	Listener net.Listener
 	// ServerTLS, when set, serves TLS; set ClientCAs and
-	// ClientAuth=RequireAndVerifyClientCert for mutual TLS.
+	// ClientAuth=RequireAndVerifyClientCert for mutual TLS (or verify the
+	// client's chain in VerifyConnection).
 	ServerTLS *tls.Config
 	// ClientTLS, when set, dials peers with TLS (with Certificates for
 	// mutual TLS).
 	ClientTLS *tls.Config
+	// PeerID, set with mutual TLS, reads the node id a peer's verified
+	// certificate proves, and binds every connection to it: an inbound
+	// stream may carry only batches and messages from that id (anything
+	// else is refused and logged, and the stream closed), a handshake whose
+	// certificate proves no id is refused, and a connection to peer N is
+	// made only if the certificate the peer presents proves N.
+	PeerID func(*x509.Certificate) (uint64, error)
+	// Logger receives refused connections and streams (default
+	// slog.Default()).
+	Logger *slog.Logger
 	// QueueSize bounds the messages queued per peer; when full, new
 	// messages to that peer are dropped and reported unreachable. Default
 	// 8192.
@@ -66,6 +80,11 @@ type GRPC struct {
 	peers   map[uint64]*peer
 	stopped bool
 
+	refusals struct {
+		sync.Mutex
+		last map[string]time.Time // when each kind of refusal was last logged
+	}
+
 	wg    sync.WaitGroup
 	stopc chan struct{}
 }
@@ -92,7 +111,18 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 	if cfg.MaxMsgBytes <= 0 {
 		cfg.MaxMsgBytes = 256 << 20
 	}
-	return &GRPC{cfg: cfg, peers: map[uint64]*peer{}, stopc: make(chan struct{})}, nil
+	if cfg.PeerID != nil && (cfg.ServerTLS == nil || cfg.ClientTLS == nil) {
+		return nil, errors.New("transport: PeerID needs ServerTLS and ClientTLS")
+	}
+	if cfg.ServerTLS != nil && cfg.PeerID != nil && cfg.ServerTLS.ClientAuth != tls.RequireAnyClientCert && cfg.ServerTLS.ClientAuth != tls.RequireAndVerifyClientCert {
+		return nil, errors.New("transport: PeerID needs ServerTLS to require client certificates")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	t := &GRPC{cfg: cfg, peers: map[uint64]*peer{}, stopc: make(chan struct{})}
+	t.refusals.last = map[string]time.Time{}
+	return t, nil
 }
 
 // Addr is the address the transport serves on.
@@ -103,7 +133,7 @@ func (t *GRPC) Start(h Handler) error {
 	t.h = h
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes)}
 	if t.cfg.ServerTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(t.cfg.ServerTLS)))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(t.serverTLS())))
 	}
 	t.srv = grpc.NewServer(opts...)
 	ordov1.RegisterRaftServer(t.srv, t)
@@ -116,8 +146,28 @@ func (t *GRPC) Start(h Handler) error {
 }
 
 // Stream receives one peer's batches (the server side of a peer's sender).
+// With PeerID, the stream is bound to the node id the connection's
+// certificate proves: a batch from another node, or a message whose From
+// is not the batch's, ends the stream with PermissionDenied before any of
+// that batch is stepped.
 func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.RaftStreamClose]) error {
 	ctx := s.Context()
+	remote := "unknown"
+	var proven uint64 // 0: not bound (no PeerID)
+	if p, ok := grpcpeer.FromContext(ctx); ok {
+		remote = p.Addr.String()
+		if t.cfg.PeerID != nil {
+			id, err := t.provenID(p)
+			if err != nil {
+				t.refuse("stream "+err.Error(), "refused a peer stream", "remote", remote, "err", err)
+				return status.Errorf(codes.Unauthenticated, "%v", err)
+			}
+			proven = id
+		}
+	} else if t.cfg.PeerID != nil {
+		return status.Error(codes.Unauthenticated, "transport: no peer information")
+	}
+	var msgs []raftpb.Message
 	for {
 		b, err := s.Recv()
 		if err == io.EOF {
@@ -129,23 +179,106 @@ func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.Raft
 		if b.To != t.cfg.ID {
 			return status.Errorf(codes.InvalidArgument, "batch for node %x reached node %x", b.To, t.cfg.ID)
 		}
+		if proven != 0 && b.From != proven {
+			t.refuse(fmt.Sprintf("as %d %d", proven, b.From), "refused a peer stream: its certificate proves another node than the batch claims",
+				"remote", remote, "certificate_node", proven, "claimed_node", b.From)
+			return status.Errorf(codes.PermissionDenied, "%v: the certificate is node %d's, the batch claims node %d", ErrPeerIdentity, proven, b.From)
+		}
 		if t.h.IsRemoved(b.From) {
 			return status.Errorf(codes.FailedPrecondition, "node %x has been removed from the group", b.From)
 		}
-		if b.Applied > 0 {
-			t.h.PeerApplied(b.From, b.Applied)
-		}
+		msgs = msgs[:0]
 		for _, raw := range b.Messages {
 			var m raftpb.Message
 			if err := m.Unmarshal(raw); err != nil {
 				return status.Errorf(codes.InvalidArgument, "bad raft message: %v", err)
 			}
+			if m.From != b.From || m.To != t.cfg.ID {
+				t.refuse(fmt.Sprintf("msg %d %d %d", b.From, m.From, m.To), "refused a peer stream: a message's sender or recipient is not the batch's",
+					"remote", remote, "batch_from", b.From, "message_from", m.From, "message_to", m.To)
+				return status.Errorf(codes.PermissionDenied, "%v: a message from node %d to node %d in a batch from node %d", ErrPeerIdentity, m.From, m.To, b.From)
+			}
+			msgs = append(msgs, m)
+		}
+		if b.Applied > 0 {
+			t.h.PeerApplied(b.From, b.Applied)
+		}
+		for _, m := range msgs {
 			if err := t.h.Process(ctx, m); err != nil {
 				return status.Errorf(codes.Unavailable, "step: %v", err)
 			}
 		}
 	}
 }
+
+// provenID is the node id the certificate of a stream's connection proves.
+func (t *GRPC) provenID(p *grpcpeer.Peer) (uint64, error) {
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return 0, fmt.Errorf("%w: the connection presented no certificate", ErrPeerIdentity)
+	}
+	return t.cfg.PeerID(info.State.PeerCertificates[0])
+}
+
+// serverTLS is ServerTLS with, under PeerID, a check at every handshake
+// that the client's certificate proves a node id; a refused handshake is
+// logged with the address it came from.
+func (t *GRPC) serverTLS() *tls.Config {
+	base := t.cfg.ServerTLS
+	if t.cfg.PeerID == nil || base.GetConfigForClient != nil {
+		return base
+	}
+	cfg := base.Clone()
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		remote := "unknown"
+		if hello.Conn != nil {
+			remote = hello.Conn.RemoteAddr().String()
+		}
+		c := base.Clone()
+		verify := c.VerifyConnection
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			err := func() error {
+				if verify != nil {
+					if err := verify(cs); err != nil {
+						return err
+					}
+				}
+				if len(cs.PeerCertificates) == 0 {
+					return fmt.Errorf("%w: no certificate presented", ErrPeerIdentity)
+				}
+				_, err := t.cfg.PeerID(cs.PeerCertificates[0])
+				return err
+			}()
+			if err != nil {
+				host, _, _ := net.SplitHostPort(remote)
+				t.refuse("handshake "+host+" "+err.Error(), "refused a peer connection", "remote", remote, "err", err)
+			}
+			return err
+		}
+		return c, nil
+	}
+	return cfg
+}
+
+// refuse logs a refusal, at most once every refusalEvery for the same key
+// (a refused peer reconnects many times a second).
+func (t *GRPC) refuse(key, msg string, args ...any) {
+	t.refusals.Lock()
+	last, seen := t.refusals.last[key]
+	now := time.Now()
+	if seen && now.Sub(last) < refusalEvery {
+		t.refusals.Unlock()
+		return
+	}
+	if len(t.refusals.last) > 1024 {
+		clear(t.refusals.last)
+	}
+	t.refusals.last[key] = now
+	t.refusals.Unlock()
+	t.cfg.Logger.Warn(msg, append(args, "node", t.cfg.ID)...)
+}
+
+const refusalEvery = 10 * time.Second
 
 // AddPeer implements Transport.
 func (t *GRPC) AddPeer(id uint64, addr string) {
@@ -255,7 +388,7 @@ func (p *peer) stop() { p.once.Do(func() { close(p.stopc) }) }
 func (p *peer) dial() (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if p.t.cfg.ClientTLS != nil {
-		creds = credentials.NewTLS(p.t.cfg.ClientTLS)
+		creds = credentials.NewTLS(p.clientTLS())
 	}
 	return grpc.NewClient(p.addr,
 		grpc.WithTransportCredentials(creds),
@@ -267,6 +400,36 @@ func (p *peer) dial() (*grpc.ClientConn, error) {
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(p.t.cfg.MaxMsgBytes)),
 	)
+}
+
+// clientTLS is ClientTLS with, under PeerID, a check at every handshake
+// that the peer's certificate proves the id this peer was added as.
+func (p *peer) clientTLS() *tls.Config {
+	cfg := p.t.cfg.ClientTLS.Clone()
+	if p.t.cfg.PeerID == nil {
+		return cfg
+	}
+	verify := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if verify != nil {
+			if err := verify(cs); err != nil {
+				p.t.refuse("dial "+p.addr, "refused the certificate of a peer dialed", "peer", p.id, "addr", p.addr, "err", err)
+				return err
+			}
+		}
+		if len(cs.PeerCertificates) == 0 {
+			return fmt.Errorf("%w: %s presented no certificate", ErrPeerIdentity, p.addr)
+		}
+		id, err := p.t.cfg.PeerID(cs.PeerCertificates[0])
+		if err == nil && id != p.id {
+			err = fmt.Errorf("%w: %s, dialed as node %d, presents the certificate of node %d", ErrPeerIdentity, p.addr, p.id, id)
+		}
+		if err != nil {
+			p.t.refuse("dial "+p.addr, "refused the certificate of a peer dialed", "peer", p.id, "addr", p.addr, "err", err)
+		}
+		return err
+	}
+	return cfg
 }
 
 // run owns the connection and the stream to the peer until stopped.
@@ -386,11 +549,18 @@ func (p *peer) run() {
 			if err == io.EOF {
 				_, err = stream.CloseAndRecv()
 			}
-			if status.Code(err) == codes.FailedPrecondition {
+			wait := 50 * time.Millisecond
+			switch status.Code(err) {
+			case codes.FailedPrecondition:
 				p.t.h.Removed()
+			case codes.PermissionDenied, codes.Unauthenticated:
+				// a configuration error, not a passing fault: retry
+				// slowly (the peer logs why; so does this side)
+				p.t.refuse("refused by "+p.addr, "a peer refused this node's stream", "peer", p.id, "addr", p.addr, "err", err)
+				wait = time.Second
 			}
 			closeStream()
-			backoff = time.Now().Add(50 * time.Millisecond)
+			backoff = time.Now().Add(wait)
 			p.lostAll(batch)
 			continue
 		}

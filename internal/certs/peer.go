@@ -1,0 +1,247 @@
+package certs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Files are the three files of a node's peer TLS (config.PeerTLS).
+type Files struct {
+	Cert, Key, CA string
+}
+
+// ErrUntrusted is returned (wrapped) by the handshake checks of Peer's
+// ServerConfig and ClientConfig when the other end's certificate does not
+// chain to the current CA pool, is not valid for its side of the
+// connection (expired, wrong key usage), or names no node id.
+var ErrUntrusted = errors.New("certs: peer certificate not trusted")
+
+// ErrBadMaterial is returned (wrapped) by LoadPeer and Reload when the
+// files do not make a usable whole: a certificate that does not match its
+// key, is not signed by a CA of the CA file, has expired, cannot serve both
+// ends of a connection, or names another node than this one.
+var ErrBadMaterial = errors.New("certs: unusable peer TLS files")
+
+// Peer is a node's peer TLS material, kept current: its own certificate and
+// key, and the pool of CAs peers' certificates must chain to. The tls.Configs
+// it returns read the current material at every handshake, so a reload
+// applies to new connections at once (established ones keep theirs).
+type Peer struct {
+	id    uint64
+	files Files
+	cur   atomic.Pointer[material]
+
+	mu  sync.Mutex // serializes reloads; guards bad
+	bad [sha256.Size]byte
+}
+
+type material struct {
+	raw   [3][]byte // cert, key, CA files as read
+	cert  *tls.Certificate
+	leaf  *x509.Certificate
+	inter *x509.CertPool // intermediates sent with our certificate
+	pool  *x509.CertPool
+}
+
+// LoadPeer reads node id's peer TLS files and checks that they make a
+// usable whole (see ErrBadMaterial).
+func LoadPeer(f Files, id uint64) (*Peer, error) {
+	p := &Peer{id: id, files: f}
+	raw, err := p.read()
+	if err != nil {
+		return nil, err
+	}
+	m, err := p.load(raw)
+	if err != nil {
+		return nil, err
+	}
+	p.cur.Store(m)
+	return p, nil
+}
+
+// Reload reads the files again and, if they changed and load whole, makes
+// them current: changed reports whether they did. On an error the previous
+// material stays in use.
+func (p *Peer) Reload() (changed bool, err error) {
+	changed, _, err = p.reload()
+	return changed, err
+}
+
+// reload is Reload; fresh reports an error about file contents that have
+// not failed before (Watch logs each failure once, not at every tick).
+func (p *Peer) reload() (changed, fresh bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	raw, err := p.read()
+	if err != nil {
+		return false, p.failed([]byte(err.Error())), err
+	}
+	cur := p.cur.Load()
+	if bytes.Equal(raw[0], cur.raw[0]) && bytes.Equal(raw[1], cur.raw[1]) && bytes.Equal(raw[2], cur.raw[2]) {
+		return false, false, nil
+	}
+	m, err := p.load(raw)
+	if err != nil {
+		return false, p.failed(raw[:]...), err
+	}
+	p.cur.Store(m)
+	p.bad = [sha256.Size]byte{}
+	return true, false, nil
+}
+
+// failed records what failed to load and reports whether it differs from
+// the last failure.
+func (p *Peer) failed(what ...[]byte) bool {
+	h := sha256.New()
+	for _, b := range what {
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	fresh := sum != p.bad
+	p.bad = sum
+	return fresh
+}
+
+func (p *Peer) read() ([3][]byte, error) {
+	var raw [3][]byte
+	for i, path := range []string{p.files.Cert, p.files.Key, p.files.CA} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return raw, fmt.Errorf("certs: peer TLS: %w", err)
+		}
+		raw[i] = b
+	}
+	return raw, nil
+}
+
+func (p *Peer) load(raw [3][]byte) (*material, error) {
+	cert, err := tls.X509KeyPair(raw[0], raw[1])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s and %s: %v", ErrBadMaterial, p.files.Cert, p.files.Key, err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadMaterial, p.files.Cert, err)
+	}
+	cert.Leaf = leaf
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw[2]) {
+		return nil, fmt.Errorf("%w: no certificate in %s", ErrBadMaterial, p.files.CA)
+	}
+	inter := x509.NewCertPool()
+	for _, der := range cert.Certificate[1:] {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrBadMaterial, p.files.Cert, err)
+		}
+		inter.AddCert(c)
+	}
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			return nil, fmt.Errorf("%w: %s against %s: %v", ErrBadMaterial, p.files.Cert, p.files.CA, err)
+		}
+	}
+	id, err := NodeID(leaf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadMaterial, p.files.Cert, err)
+	}
+	if id != p.id {
+		return nil, fmt.Errorf("%w: %s is the certificate of node %d, this is node %d", ErrBadMaterial, p.files.Cert, id, p.id)
+	}
+	return &material{raw: raw, cert: &cert, leaf: leaf, inter: inter, pool: pool}, nil
+}
+
+// Certificate is the node's current certificate.
+func (p *Peer) Certificate() *x509.Certificate { return p.cur.Load().leaf }
+
+// ServerConfig is the TLS configuration for accepting peer connections:
+// TLS 1.3, the current certificate, and a client certificate required and
+// verified against the current CA pool, for client auth, naming a node id.
+func (p *Peer) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return p.cur.Load().cert, nil
+		},
+		// Verified in VerifyConnection against the pool current at the
+		// handshake, not a pool fixed in this Config.
+		ClientAuth: tls.RequireAnyClientCert,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return p.verify(cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
+		},
+	}
+}
+
+// ClientConfig is the TLS configuration for dialing peers: TLS 1.3, the
+// current certificate, and the server's certificate verified against the
+// current CA pool, for server auth, naming a node id. Which node id it
+// must name is the dialer's check (the transport knows whom it dialed);
+// host names are not checked: a peer is identified by its node id.
+func (p *Peer) ClientConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return p.cur.Load().cert, nil
+		},
+		// The standard verification is replaced, not skipped:
+		// VerifyConnection verifies the chain against the current pool.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return p.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+		},
+	}
+}
+
+func (p *Peer) verify(chain []*x509.Certificate, usage x509.ExtKeyUsage) error {
+	if len(chain) == 0 {
+		return fmt.Errorf("%w: no certificate presented", ErrUntrusted)
+	}
+	m := p.cur.Load()
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	leaf := chain[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: m.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return fmt.Errorf("%w: %q (issuer %q): %v", ErrUntrusted, leaf.Subject.CommonName, leaf.Issuer.CommonName, err)
+	}
+	if _, err := NodeID(leaf); err != nil {
+		return fmt.Errorf("%w: %v", ErrUntrusted, err)
+	}
+	return nil
+}
+
+// Watch reloads the files every interval until ctx ends, and logs each
+// change and each new failure (the previous material stays in use until
+// the files load whole).
+func (p *Peer) Watch(ctx context.Context, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, fresh, err := p.reload()
+		switch {
+		case changed:
+			c := p.Certificate()
+			log.Info("peer TLS files changed: reloaded", "cert", p.files.Cert, "serial", c.SerialNumber.Text(16), "not_after", c.NotAfter)
+		case err != nil && fresh:
+			log.Error("peer TLS files changed but do not load; keeping the previous certificates", "err", err)
+		}
+	}
+}

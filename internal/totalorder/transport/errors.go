@@ -1,0 +1,9 @@
+package transport
+
+import "errors"
+
+// ErrPeerIdentity is returned (wrapped) by a handshake, and carried in the
+// status that ends a stream, when a peer's certificate does not prove the
+// node id it claims (the From of its batches and messages) or was dialed
+// as. Only with GRPCConfig.PeerID.
+var ErrPeerIdentity = errors.New("transport: the peer's certificate does not prove its node id")
