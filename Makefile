@@ -5,8 +5,13 @@ GO    ?= go
 PKGS  := ./...
 # The default suite must stay well under CI's limit on a 2-core machine.
 TEST_TIMEOUT ?= 20m
+# The packages that replicate through PostgreSQL's logical decoding; `make
+# test` runs them a second time on PostgreSQL 18 (PG18_BIN: its bin dir;
+# empty means the pinned build scripts/ensure-tools.sh installs in .tools/pg18).
+PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./test/e2e/...
+PG18_BIN  ?=
 
-.PHONY: all build demo test check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean
+.PHONY: all build demo test test-pg18 check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean
 
 all: build
 
@@ -20,12 +25,22 @@ demo:
 	$(GO) build -o bin/ ./cmd/ordo
 	./bin/ordo demo $(DEMO_FLAGS)
 
-## test: static checks, then every test of the default suite.
+## test: static checks, every test of the default suite on PostgreSQL 15,
+## then the replication packages (PG18_PKGS) on PostgreSQL 18.
 test: tools check
+	@echo "== $(PKGS) on $$($(GO) run ./internal/pglocal/pgversion)"
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
+	@$(MAKE) --no-print-directory test-pg18
+
+## test-pg18: PG18_PKGS on PostgreSQL 18 (ORDO_PG_BIN set to its bin dir).
+test-pg18:
+	@bin="$(PG18_BIN)"; [ -n "$$bin" ] || bin=$$(bash scripts/ensure-tools.sh postgres18) || exit 1; \
+	  echo "== $(PG18_PKGS) on $$(ORDO_PG_BIN=$$bin $(GO) run ./internal/pglocal/pgversion)"; \
+	  echo "ORDO_PG_BIN=$$bin $(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)"; \
+	  ORDO_PG_BIN=$$bin $(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)
 
 tools:
-	@bash scripts/ensure-tools.sh go postgres protoc lint
+	@bash scripts/ensure-tools.sh go postgres postgres18 protoc lint >/dev/null
 
 check:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$') 2>/dev/null); \

@@ -18,6 +18,9 @@ import (
 
 var origin, replica *pglocal.Server
 
+// version is the servers' version; a test of a newer feature skips below it.
+var version pglocal.Version
+
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -28,7 +31,8 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer c.Stop()
-		origin, replica = c.Servers[0], c.Servers[1]
+		fmt.Fprintf(os.Stderr, "apply tests on %s (%s)\n", c.Version, c.BinDir)
+		origin, replica, version = c.Servers[0], c.Servers[1], c.Version
 		defer func() {
 			if shared != nil {
 				shared.cap.Stop()
@@ -411,4 +415,35 @@ func TestIdentityAlwaysColumns(t *testing.T) {
 	e.replicate(t, "INSERT INTO ident (v) SELECT 'c' || g FROM generate_series(1, 5) g")
 	requireSame(t, e)
 	require.Contains(t, dump(t, e.b, "ident"), "(7,c5)")
+}
+
+// TestVirtualGeneratedColumns: PostgreSQL 18 makes GENERATED ALWAYS AS
+// columns virtual by default. pgoutput never sends them (nor stored ones),
+// so the applier must neither name them nor miss them: the replica
+// computes them itself.
+func TestVirtualGeneratedColumns(t *testing.T) {
+	if version.Major < 18 {
+		t.Skipf("virtual generated columns need PostgreSQL 18; running %s", version)
+	}
+	e := setup(t, Config{})
+	const ddl = "CREATE TABLE virt (id int PRIMARY KEY, n int, twice int GENERATED ALWAYS AS (n * 2), " +
+		"stored int GENERATED ALWAYS AS (n + 1) STORED, v text)"
+	mustExec(t, e.a, ddl)
+	mustExec(t, e.b, ddl)
+	t.Cleanup(func() {
+		mustExec(t, e.a, "DROP TABLE virt")
+		mustExec(t, e.b, "DROP TABLE virt")
+	})
+	var kind string
+	require.NoError(t, e.b.QueryRow(context.Background(),
+		"SELECT attgenerated::text FROM pg_attribute WHERE attrelid = 'virt'::regclass AND attname = 'twice'").Scan(&kind))
+	require.Equal(t, "v", kind, "twice is not a virtual generated column")
+
+	e.replicate(t, "INSERT INTO virt (id, n, v) VALUES (1, 10, 'a'), (2, 20, 'b')")
+	defer func(n int) { copyMinRows = n }(copyMinRows)
+	copyMinRows = 3
+	e.replicate(t, "INSERT INTO virt (id, n, v) SELECT g, g, 'c' || g FROM generate_series(3, 8) g")
+	e.replicate(t, "UPDATE virt SET n = n + 100 WHERE id IN (1, 3)", "DELETE FROM virt WHERE id = 2")
+	require.Equal(t, dump(t, e.a, "virt"), dump(t, e.b, "virt"))
+	require.Contains(t, dump(t, e.b, "virt"), "(1,110,220,111,a)")
 }

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer c.Stop()
+		fmt.Fprintf(os.Stderr, "capture tests on %s (%s)\n", c.Version, c.BinDir)
 		server = c.Servers[0]
 		return m.Run()
 	}())

@@ -31,8 +31,10 @@
 // Values are captured in PostgreSQL's text output format, produced by the
 // walsender under fixed settings (ISO dates, UTC, extra_float_digits=3, hex
 // bytea) so that they read back identically. Generated columns are not
-// sent by PostgreSQL 15; the applying node computes them. Sequence state is
-// not replicated (the values they produced are, in the rows).
+// sent (PostgreSQL 15 cannot; 18 sends stored ones only to a publication
+// made with publish_generated_columns, which Setup's is not, and virtual
+// ones never); the applying node computes them. Sequence state is not
+// replicated (the values they produced are, in the rows).
 //
 // Goroutines: Start runs one goroutine that owns the replication
 // connection, a catalog connection (primary key order lookups) and the

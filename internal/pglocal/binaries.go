@@ -57,20 +57,44 @@ func isExec(path string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// serverVersion returns the major version reported by `postgres --version`.
-func serverVersion(binDir string) (int, error) {
+// Version is the version of a set of server binaries, as `postgres
+// --version` reports it.
+type Version struct {
+	Major int    // 15, 18, …
+	Full  string // "15.14", "18.6", "19beta1"
+}
+
+func (v Version) String() string { return "PostgreSQL " + v.Full }
+
+// BinaryVersion returns the version of the server binaries in binDir.
+func BinaryVersion(binDir string) (Version, error) {
 	out, err := exec.Command(filepath.Join(binDir, "postgres"), "--version").Output()
 	if err != nil {
-		return 0, fmt.Errorf("pglocal: run postgres --version: %w", err)
+		return Version{}, fmt.Errorf("pglocal: run %s --version: %w", filepath.Join(binDir, "postgres"), err)
 	}
-	// "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
-	fields := strings.Fields(string(out))
-	if len(fields) < 3 {
-		return 0, fmt.Errorf("pglocal: unexpected postgres --version output %q", out)
+	v, ok := parseVersion(string(out))
+	if !ok {
+		return Version{}, fmt.Errorf("pglocal: unexpected postgres --version output %q", out)
 	}
-	major, err := strconv.Atoi(strings.SplitN(fields[2], ".", 2)[0])
+	return v, nil
+}
+
+// parseVersion reads the output of `postgres --version`:
+// "postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)", "postgres
+// (PostgreSQL) 18.6", "postgres (PostgreSQL) 19devel".
+func parseVersion(out string) (Version, bool) {
+	fields := strings.Fields(out)
+	if len(fields) < 3 || fields[1] != "(PostgreSQL)" {
+		return Version{}, false
+	}
+	full := fields[2]
+	digits := 0
+	for digits < len(full) && full[digits] >= '0' && full[digits] <= '9' {
+		digits++
+	}
+	major, err := strconv.Atoi(full[:digits])
 	if err != nil {
-		return 0, fmt.Errorf("pglocal: unexpected postgres --version output %q", out)
+		return Version{}, false
 	}
-	return major, nil
+	return Version{Major: major, Full: full}, true
 }

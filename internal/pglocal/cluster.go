@@ -41,6 +41,10 @@ type Options struct {
 type Cluster struct {
 	Servers []*Server
 	Dir     string
+	// BinDir holds the server binaries every server runs (see FindBinaries).
+	BinDir string
+	// Version is their version; tests that depend on it read Version.Major.
+	Version Version
 
 	removeDir bool
 	stopOnce  sync.Once
@@ -62,16 +66,18 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v, err := serverVersion(binDir); err != nil {
+	version, err := BinaryVersion(binDir)
+	if err != nil {
 		return nil, err
-	} else if v < 15 {
-		return nil, fmt.Errorf("pglocal: PostgreSQL %d found in %s; Ordo needs 15 or newer (two-phase logical decoding): install postgresql-15", v, binDir)
+	}
+	if version.Major < 15 {
+		return nil, fmt.Errorf("pglocal: %s found in %s; Ordo needs 15 or newer (two-phase logical decoding): install postgresql-15", version, binDir)
 	}
 	as, err := serverUser()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: o.Dir}
+	c := &Cluster{Dir: o.Dir, BinDir: binDir, Version: version}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "ordo-pg-"); err != nil {
 			return nil, fmt.Errorf("pglocal: %w", err)

@@ -21,7 +21,7 @@ func TestStartThreeServers(t *testing.T) {
 	began := time.Now()
 	c, err := Start(ctx, Options{N: 3})
 	require.NoError(t, err)
-	t.Logf("3 servers started in %s", time.Since(began))
+	t.Logf("3 servers (%s, %s) started in %s", c.Version, c.BinDir, time.Since(began))
 	defer c.Stop()
 
 	ports := map[int]bool{}
@@ -36,6 +36,7 @@ func TestStartThreeServers(t *testing.T) {
 		require.Equal(t, "100", prepared)
 		v, _ := strconv.Atoi(version)
 		require.GreaterOrEqual(t, v, 150000)
+		require.Equal(t, c.Version.Major, v/10000, "Cluster.Version %s, server_version_num %d", c.Version, v)
 		var method string
 		require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('password_encryption')").Scan(&method))
 		require.Equal(t, "scram-sha-256", method)
@@ -126,6 +127,23 @@ func TestKillAndRestart(t *testing.T) {
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM survives").Scan(&n))
 	require.Equal(t, 1, n, "a committed row was lost in the crash")
+}
+
+func TestParseVersion(t *testing.T) {
+	for out, want := range map[string]Version{
+		"postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)\n": {15, "15.14"},
+		"postgres (PostgreSQL) 18.6\n":                           {18, "18.6"},
+		"postgres (PostgreSQL) 19devel\n":                        {19, "19devel"},
+		"postgres (PostgreSQL) 18beta1\n":                        {18, "18beta1"},
+	} {
+		got, ok := parseVersion(out)
+		require.True(t, ok, out)
+		require.Equal(t, want, got, out)
+	}
+	for _, out := range []string{"", "postgres (PostgreSQL)", "postgres (PostgreSQL) devel", "postgres 18.6"} {
+		_, ok := parseVersion(out)
+		require.False(t, ok, out)
+	}
 }
 
 func TestMissingBinariesIsAClearError(t *testing.T) {

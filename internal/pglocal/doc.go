@@ -7,12 +7,16 @@
 // superuser.
 //
 // Files:
-//   - binaries.go: finding the PostgreSQL server binaries (pg_config,
-//     /usr/lib/postgresql/*/bin, PATH) and explaining what to install.
+//   - binaries.go: finding the PostgreSQL server binaries ($ORDO_PG_BIN,
+//     pg_config, /usr/lib/postgresql/*/bin, PATH), their Version, and
+//     explaining what to install.
 //   - user.go: when running as root, the unprivileged OS user the servers run
 //     as (PostgreSQL refuses root); created if missing.
 //   - server.go: one server: initdb, configuration, start, readiness, stop.
-//   - cluster.go: Start and Stop of N servers in parallel.
+//   - cluster.go: Start and Stop of N servers in parallel; Cluster.Version
+//     tells tests which server they run on.
+//   - pgversion/: a command printing the binaries and version Start would
+//     use (`make test` prints it before each run).
 //
 // Goroutines: Start runs one goroutine per server while starting and waits
 // for all of them; each running server has one goroutine waiting on its

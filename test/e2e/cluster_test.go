@@ -79,6 +79,7 @@ func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.
 	defer cancel()
 	pg, err := pglocal.Start(ctx, pglocal.Options{N: n})
 	require.NoError(t, err)
+	t.Logf("%d nodes on %s (%s)", n, pg.Version, pg.BinDir)
 	c := &cluster{t: t, pg: pg, dir: t.TempDir()}
 	t.Cleanup(c.stop)
 	peers := map[uint32]string{}
