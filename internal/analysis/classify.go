@@ -56,6 +56,7 @@ func (w *walker) top(n *pg.Node) {
 			st.Kind = KindDDL
 			st.Tag = "SelectInto"
 			w.ddl(n)
+			w.withNoData(n)
 			return
 		}
 		w.selectStmt(x.SelectStmt, nil)
@@ -160,6 +161,12 @@ func (w *walker) top(n *pg.Node) {
 				}
 			}
 		}
+	case *pg.Node_CreateTableAsStmt:
+		st.Kind = KindDDL
+		w.ddl(n)
+		if x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_TABLE {
+			w.withNoData(n)
+		}
 	case *pg.Node_CreateStmt:
 		if x.CreateStmt.Relation.GetRelpersistence() == "t" {
 			st.Kind = KindLocal
@@ -195,6 +202,32 @@ func (w *walker) withoutConcurrently(n *pg.Node, what string) {
 	}
 	w.st.Rewrite = sql
 	w.st.Notice = fmt.Sprintf("ordo: %s runs without CONCURRENTLY, in total order on every node: writes to the table wait until it is done", what)
+}
+
+// withNoData sets Replay to a CREATE TABLE … AS or SELECT … INTO as
+// CREATE TABLE … AS … WITH NO DATA: the rows it inserts here are in the
+// write set, and replaying the query on the other nodes would insert them
+// a second time (or other rows, from a volatile query).
+func (w *walker) withNoData(n *pg.Node) {
+	var ctas *pg.CreateTableAsStmt
+	switch x := proto.Clone(n).(*pg.Node).Node.(type) {
+	case *pg.Node_CreateTableAsStmt:
+		ctas = x.CreateTableAsStmt
+	case *pg.Node_SelectStmt:
+		into := x.SelectStmt.IntoClause
+		x.SelectStmt.IntoClause = nil
+		ctas = &pg.CreateTableAsStmt{Query: &pg.Node{Node: x}, Into: into, Objtype: pg.ObjectType_OBJECT_TABLE}
+	default:
+		return
+	}
+	ctas.Into.SkipData = true
+	sql, err := pg.Deparse(&pg.ParseResult{Stmts: []*pg.RawStmt{{Stmt: &pg.Node{Node: &pg.Node_CreateTableAsStmt{CreateTableAsStmt: ctas}}}}})
+	if err != nil {
+		w.st.Kind = KindRefused
+		w.st.Reason = fmt.Sprintf("ordo: this CREATE TABLE … AS cannot be replicated exactly (%v); create the table, then INSERT … SELECT", err)
+		return
+	}
+	w.st.Replay = sql
 }
 
 func (w *walker) ddl(n *pg.Node) {

@@ -154,6 +154,9 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		if s.Rewrite != "" {
 			fmt.Fprintf(&b, "\n  rewrite: %s", s.Rewrite)
 		}
+		if s.Replay != "" {
+			fmt.Fprintf(&b, "\n  replay: %s", s.Replay)
+		}
 		if s.SetsSequence {
 			fmt.Fprintf(&b, "\n  sets-sequence")
 		}

@@ -157,6 +157,10 @@ type Statement struct {
 	// index build or drop runs as a plain one), and Notice tells the
 	// client why.
 	Rewrite, Notice string
+	// Replay, if set, is what the other nodes run in place of what ran
+	// here: CREATE TABLE … AS and SELECT … INTO create their table WITH
+	// NO DATA there, as the rows travel in the write set.
+	Replay string
 	// SetsSequence: the statement calls setval. Sequence changes are not
 	// decoded, so the session replicates the sequences' new state at
 	// commit; such a statement makes an update transaction.

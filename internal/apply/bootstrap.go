@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/internal/capture"
 )
 
 // bootstrapSQL creates Ordo's bookkeeping schema. _ordo.applied holds the
@@ -26,11 +28,15 @@ CREATE TABLE IF NOT EXISTS _ordo.rolled_back (
 	at  timestamptz NOT NULL DEFAULT now()
 );`
 
-// Bootstrap creates the ordo schema and its tables if they do not exist.
+// Bootstrap creates the ordo schema and its tables if they do not exist,
+// and installs the event triggers that record DDL (capture.DDLTriggerSQL).
 // It is idempotent; run it once per node before the first Open.
 func Bootstrap(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, bootstrapSQL); err != nil {
 		return fmt.Errorf("apply: bootstrap: %w", err)
+	}
+	if _, err := conn.Exec(ctx, capture.DDLTriggerSQL); err != nil {
+		return fmt.Errorf("apply: bootstrap: the DDL event triggers: %w", err)
 	}
 	return nil
 }

@@ -375,7 +375,7 @@ func (c *Capture) stream(ctx context.Context, started func()) error {
 		return err
 	}
 	defer rc.Close(context.Background())
-	args := []string{"proto_version '3'", "two_phase 'on'", "publication_names '" + c.cfg.Publication + "'"}
+	args := []string{"proto_version '3'", "two_phase 'on'", "messages 'true'", "publication_names '" + c.cfg.Publication + "'"}
 	if err := pglogrepl.StartReplication(ctx, rc, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return fmt.Errorf("capture: start replication on slot %s: %w", c.cfg.Slot, err)
 	}

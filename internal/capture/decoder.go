@@ -205,9 +205,10 @@ func (d *Decoder) Handle(m Message) (Event, error) {
 		return nil, d.change(m.RelID, false, func(t *Table) (Row, error) { return deleteRow(t, m) })
 	case *TruncateMsg:
 		return nil, d.truncate(m)
-	case *TypeMsg, *OriginMsg, *LogicalMsg:
-		// Types are described by name only; Ordo neither uses origins nor
-		// asks for logical messages.
+	case *LogicalMsg:
+		return nil, d.message(m)
+	case *TypeMsg, *OriginMsg:
+		// Types are described by name only; Ordo does not use origins.
 	default:
 		return nil, fmt.Errorf("%w: %T", ErrProtocol, m)
 	}
@@ -347,6 +348,29 @@ func (d *Decoder) change(relID uint32, insert bool, build func(*Table) (Row, err
 		return err
 	}
 	d.add(p, r)
+	return nil
+}
+
+// message takes a DDL record (DDLTriggerSQL) of a prepared transaction
+// into its write set. Other messages, and records in plain transactions
+// (DDL run behind Ordo's back, or Ordo's own bootstrap), are not Ordo's
+// business here.
+func (d *Decoder) message(m *LogicalMsg) error {
+	p := d.cur
+	if m.Prefix != DDLMessagePrefix || m.Flags&1 == 0 || p == nil || !p.prepared || p.err != nil {
+		return nil
+	}
+	ws := p.ws
+	var prev *DDLRecord
+	if n := len(ws.DDLRecords); n > 0 {
+		prev = &ws.DDLRecords[n-1]
+	}
+	r, err := parseDDLRecord(m.Content, prev)
+	if err != nil {
+		return err
+	}
+	ws.Bytes += int64(len(m.Content))
+	ws.DDLRecords = append(ws.DDLRecords, r)
 	return nil
 }
 

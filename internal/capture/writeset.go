@@ -236,6 +236,11 @@ type WriteSet struct {
 	// them; an applier runs them, with SearchPath, before the rows.
 	DDL        []string
 	SearchPath string
+	// DDLRecords are the DDL commands the transaction ran and did not
+	// roll back, as its event triggers recorded them (DDLTriggerSQL), in
+	// the order they ran. The session joins them with the statements it
+	// saw to decide what DDL to replicate.
+	DDLRecords []DDLRecord
 }
 
 // Keys returns the keys this write set writes, with X mode on row keys

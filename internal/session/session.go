@@ -28,6 +28,9 @@ type session struct {
 	// stmts holds the analysis of prepared statements by name ("" is the
 	// unnamed statement).
 	stmts map[string][]*analysis.Statement
+	// sent holds the text PostgreSQL runs each prepared statement as
+	// (its Parse, or what Ordo rewrote it to).
+	sent map[string]string
 
 	// The current transaction.
 	tx txState
@@ -61,8 +64,7 @@ type txState struct {
 	snapshot bool   // snapshot_seqno recorded
 	snapSeq  uint64 // snapshot_seqno
 	reads    txn.ReadSet
-	ddl      []string
-	ddlKeys  []txn.Key
+	ddl      []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
 	// seqBefore: the sequences' positions before the first setval.
 	seqBefore seqState
 	// notify holds LISTEN, UNLISTEN and NOTIFY statements sent inside the
@@ -118,12 +120,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
 		s.rewrite(st, stmts)
-		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true})
+		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
 	case wire.KindParse:
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
 		s.rewrite(st, stmts)
 		s.stmts[st.Name] = stmts
+		s.sent[st.Name] = sentText(st)
 		if st.Name == "" {
 			s.heldUnnamed = ""
 			if len(stmts) == 1 && stmts[0].Kind == analysis.KindNotify && (s.tx.active || s.be.TxStatus() == 'T') {
@@ -140,7 +143,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// first message of a unit: later in the unit the backend is not
 		// at a boundary. Other statements act at Bind.
 		if first && isTxnControl(stmts) {
-			return s.execute(ctx, stmts, nil, at{wire.KindParse, true})
+			return s.execute(ctx, stmts, nil, at{wire.KindParse, true, sentText(st)})
 		}
 		for _, a := range stmts {
 			if a.Kind == analysis.KindRefused {
@@ -189,9 +192,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if isTxnControl(stmts) && !first && s.pendingErr == nil && (s.tx.done || !hasCommit(stmts)) {
 			return nil // acted on when parsed earlier in this unit
 		}
-		return s.execute(ctx, stmts, params, at{wire.KindBind, first})
+		return s.execute(ctx, stmts, params, at{wire.KindBind, first, s.sent[st.Name]})
 	case wire.KindCloseStatement:
 		delete(s.stmts, st.Name)
+		delete(s.sent, st.Name)
 	}
 	return nil
 }
@@ -297,6 +301,15 @@ func hasCommit(stmts []*analysis.Statement) bool {
 type at struct {
 	kind  wire.StatementKind // KindQuery, KindParse or KindBind
 	first bool
+	sent  string // the query text PostgreSQL runs it in
+}
+
+// sentText is the text PostgreSQL receives for st.
+func sentText(st *wire.Statement) string {
+	if st.Rewrite != "" {
+		return st.Rewrite
+	}
+	return st.SQL
 }
 
 // execute handles statements about to run (or, for a Parse, about to be
@@ -380,7 +393,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				return err
 			}
 		}
-		s.track(a, params)
+		s.track(a, params, m.sent)
 	}
 	return nil
 }
@@ -519,16 +532,9 @@ func (s *session) sync(ctx context.Context) error {
 }
 
 // track adds a statement's reads and DDL to the transaction.
-func (s *session) track(a *analysis.Statement, params []analysis.Param) {
+func (s *session) track(a *analysis.Statement, params []analysis.Param, sent string) {
 	if a.Kind == analysis.KindDDL {
-		sql := a.SQL
-		if a.Rewrite != "" {
-			sql = a.Rewrite // what ran (inside a block PostgreSQL refused the original)
-		}
-		s.tx.ddl = append(s.tx.ddl, sql)
-		for _, t := range a.DDLTargets {
-			s.tx.ddlKeys = append(s.tx.ddlKeys, txn.TableKey(t.Schema, t.Name))
-		}
+		s.tx.ddl = append(s.tx.ddl, newDDLStmt(a, sent))
 		return // DDL reads the catalog, which only DDL changes, in total order
 	}
 	if !s.h.cfg.Replica.CertifiesReads() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -227,16 +228,27 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	}
 	captured := s.h.m.since(stageCapture, prepared)
 	s.h.cfg.Logger.Debug("session: write set captured", "gid", gid, "after", captured.Sub(prepared))
+	records := ws.DDLRecords
+	if s.h.cfg.AfterDDL != "" {
+		// Ordo's own statement after DDL (sequences into this node's
+		// residue class): every node runs its own after a replay.
+		records = slices.DeleteFunc(slices.Clone(records), func(r capture.DDLRecord) bool { return r.Query == s.h.cfg.AfterDDL })
+	}
+	ddl, ddlKeys, err := joinDDL(s.tx.ddl, records, len(ws.Rows) > 0)
+	if err != nil {
+		s.abandon(gid)
+		return pgErr(codeFeatureNotSupported, "%v; the transaction was rolled back", err)
+	}
 	t := &termination.Txn{
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,
 		SnapshotSeqno: s.tx.snapSeq,
-		DDL:           s.tx.ddl,
+		DDL:           ddl,
 		SearchPath:    s.searchPath,
 		WriteSet:      ws,
 	}
 	keys := ws.Keys()
-	for _, k := range s.tx.ddlKeys {
+	for _, k := range ddlKeys {
 		keys.Add(k, txn.X)
 	}
 	if s.tx.reads.All() {

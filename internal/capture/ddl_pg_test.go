@@ -1,0 +1,85 @@
+package capture
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// TestDDLRecordsFollowWhatCommits: the event triggers record exactly the
+// DDL a prepared transaction ran and kept — nothing a savepoint rolled
+// back or a failed statement attempted, DDL inside DO blocks included —
+// in order, with the client's query, the tag and the objects.
+func TestDDLRecordsFollowWhatCommits(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t)
+	exec(t, conn, "CREATE SCHEMA IF NOT EXISTS _ordo")
+	exec(t, conn, DDLTriggerSQL)
+	exec(t, conn, DDLTriggerSQL) // idempotent
+	t.Cleanup(func() {
+		c := connect(t)
+		exec(t, c, "DROP EVENT TRIGGER IF EXISTS ordo_ddl_end; DROP EVENT TRIGGER IF EXISTS ordo_ddl_dropped")
+	})
+	exec(t, conn, "CREATE TABLE dd0 (id int PRIMARY KEY)")
+	c, _ := startCapture(t, "ddl_slot", Config{})
+
+	gid := txn.NewGID(1, 41)
+	for _, s := range []string{
+		"BEGIN",
+		"CREATE TABLE dd1 (id int PRIMARY KEY, c int)",
+		"SAVEPOINT s",
+		"ALTER TABLE dd1 ADD COLUMN x int",
+		"ROLLBACK TO s",
+		"SAVEPOINT s2",
+	} {
+		exec(t, conn, s)
+	}
+	// A statement that fails inside a savepoint (psql's ON_ERROR_ROLLBACK).
+	_, err := conn.Exec(ctx, "ALTER TABLE dd1 ADD COLUMN c int")
+	require.Error(t, err)
+	for _, s := range []string{
+		"ROLLBACK TO s2",
+		"DO $$ BEGIN CREATE TABLE dd2 (id int PRIMARY KEY); END $$",
+		"CREATE TABLE dd3 (id int PRIMARY KEY); CREATE INDEX dd3_i ON dd3 (id)",
+		"DROP TABLE dd0",
+		"INSERT INTO dd1 VALUES (1, 1)",
+	} {
+		exec(t, conn, s)
+	}
+	exec(t, conn, "PREPARE TRANSACTION '"+string(gid)+"'")
+
+	ws, err := c.Await(ctx, gid)
+	require.NoError(t, err)
+	var got [][3]string
+	for _, r := range ws.DDLRecords {
+		require.NotEmpty(t, r.QueryHash)
+		got = append(got, [3]string{r.Tag, r.Query, objects(r)})
+	}
+	require.Equal(t, [][3]string{
+		{"CREATE TABLE", "CREATE TABLE dd1 (id int PRIMARY KEY, c int)", "table public.dd1, index public.dd1_pkey"},
+		{"CREATE TABLE", "DO $$ BEGIN CREATE TABLE dd2 (id int PRIMARY KEY); END $$", "table public.dd2, index public.dd2_pkey"},
+		{"CREATE TABLE", "CREATE TABLE dd3 (id int PRIMARY KEY); CREATE INDEX dd3_i ON dd3 (id)", "table public.dd3, index public.dd3_pkey"},
+		{"CREATE INDEX", "CREATE TABLE dd3 (id int PRIMARY KEY); CREATE INDEX dd3_i ON dd3 (id)", "index public.dd3_i"},
+		{"DROP TABLE", "DROP TABLE dd0", "table public.dd0, type public.dd0, type public.dd0[], table constraint dd0_pkey on public.dd0, index public.dd0_pkey"},
+	}, got)
+	require.Len(t, ws.Rows, 1)
+	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
+}
+
+func objects(r DDLRecord) string {
+	s := ""
+	for _, o := range r.Objects {
+		if strings.Contains(o.Identity, "_not_null on ") {
+			continue // PostgreSQL 18 and later: NOT NULL constraints are objects of their own
+		}
+		if s != "" {
+			s += ", "
+		}
+		s += o.Type + " " + o.Identity
+	}
+	return s
+}

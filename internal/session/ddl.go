@@ -1,0 +1,201 @@
+package session
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// DDL is replicated from what commits (DESIGN.md "DDL: captured from what
+// commits"). The session notes every DDL statement a client sends
+// (ddlStmt), but only the event triggers' records in the decoded write set
+// (capture.DDLRecord) prove which of them ran and were not rolled back:
+// joinDDL joins the two when the transaction is terminated.
+
+// ddlStmt is a DDL statement the client sent in the transaction.
+type ddlStmt struct {
+	sql  string // what the other nodes replay
+	sent string // the query text PostgreSQL ran it in: current_query() for its trigger
+	// seen: event triggers fire for it. For the few kinds they never see
+	// (TRUNCATE, roles, databases, event triggers) nothing proves it ran;
+	// it is replayed as sent, as before DDL was captured.
+	seen bool
+	keys []txn.Key
+}
+
+// unseenByEventTriggers are the statements (analysis tags) PostgreSQL
+// fires no event trigger for.
+var unseenByEventTriggers = map[string]bool{
+	"TruncateStmt": true, "CreateRoleStmt": true, "AlterRoleStmt": true, "AlterRoleSetStmt": true,
+	"DropRoleStmt": true, "GrantRoleStmt": true, "CreateEventTrigStmt": true, "AlterEventTrigStmt": true,
+	"AlterDatabaseStmt": true, "AlterDatabaseSetStmt": true, "AlterDatabaseRefreshCollStmt": true,
+	"ReassignOwnedStmt": true,
+}
+
+func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
+	d := ddlStmt{sql: a.SQL, sent: sent, seen: !unseenByEventTriggers[a.Tag]}
+	switch {
+	case a.Replay != "":
+		d.sql = a.Replay // what the others run: the table WITH NO DATA, its rows are in the write set
+	case a.Rewrite != "":
+		d.sql = a.Rewrite // what ran (inside a block PostgreSQL refused the original)
+	}
+	for _, t := range a.DDLTargets {
+		d.keys = append(d.keys, txn.TableKey(t.Schema, t.Name))
+	}
+	return d
+}
+
+// errDDL is returned by joinDDL for DDL that cannot be replicated exactly.
+type errDDL struct{ msg string }
+
+func (e *errDDL) Error() string { return e.msg }
+
+// joinDDL returns, in the order it ran, the DDL the other nodes replay and
+// the keys it takes:
+//
+//   - a statement the client sent is replayed by its text if a record
+//     proves it ran and was not rolled back (matched by the query text it
+//     was sent in, in order); one without a record (rolled back to a
+//     savepoint, or failed and rolled back) is not;
+//   - a record no statement accounts for comes from a DO block, function
+//     or procedure: its top-level query is replayed once, provided the
+//     transaction wrote no rows (otherwise the rows would be applied twice,
+//     once by the replay and once from the write set);
+//   - statements event triggers never see are replayed as sent.
+//
+// Each kept command takes X on the tables (and other objects) it touched.
+// DDL whose join is ambiguous (one query string that both ran DDL as
+// statements and inside a function, or rolled back only some of several
+// different DDL statements) is refused rather than guessed.
+func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) ([]string, []txn.Key, error) {
+	hashes := make([]string, len(stmts))
+	sent := map[string]int{}
+	texts := map[string]map[string]bool{}
+	for i, s := range stmts {
+		if !s.seen {
+			continue
+		}
+		sum := md5.Sum([]byte(s.sent))
+		hashes[i] = hex.EncodeToString(sum[:])
+		sent[hashes[i]]++
+		if texts[hashes[i]] == nil {
+			texts[hashes[i]] = map[string]bool{}
+		}
+		texts[hashes[i]][s.sql] = true
+	}
+	ran := map[string]int{}
+	for _, r := range records {
+		ran[r.QueryHash]++
+	}
+	for h, n := range ran {
+		switch {
+		case sent[h] > 0 && n > sent[h]:
+			return nil, nil, &errDDL{"ordo: one query string ran DDL both as statements and inside a DO block, function or procedure; send them as separate statements"}
+		case n > 0 && n < sent[h] && len(texts[h]) > 1:
+			return nil, nil, &errDDL{"ordo: some DDL statements of one query string were rolled back and others not; send them as separate statements so Ordo can tell which ran"}
+		}
+	}
+	var ddl []string
+	var keys []txn.Key
+	i := 0
+	lastBlock := ""
+	for _, r := range records {
+		j := i
+		for j < len(stmts) && !(stmts[j].seen && hashes[j] == r.QueryHash) {
+			j++
+		}
+		if j == len(stmts) {
+			if writesRows {
+				return nil, nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) cannot be replicated exactly in a transaction that also writes rows; run the DDL as plain statements, or in a transaction of its own", r.Tag, abbreviate(r.Query))}
+			}
+			if r.Query != lastBlock {
+				ddl = append(ddl, r.Query)
+				lastBlock = r.Query
+			}
+			keys = append(keys, objectKeys(r.Objects)...)
+			continue
+		}
+		for ; i < j; i++ {
+			if !stmts[i].seen {
+				ddl = append(ddl, stmts[i].sql)
+				keys = append(keys, stmts[i].keys...)
+			}
+		}
+		ddl = append(ddl, stmts[j].sql)
+		keys = append(keys, stmts[j].keys...)
+		keys = append(keys, objectKeys(r.Objects)...)
+		lastBlock = ""
+		i = j + 1
+	}
+	for ; i < len(stmts); i++ {
+		if !stmts[i].seen {
+			ddl = append(ddl, stmts[i].sql)
+			keys = append(keys, stmts[i].keys...)
+		}
+	}
+	return ddl, keys, nil
+}
+
+// objectKeys returns a table-level key for each object with a schema: a
+// relation's own key for tables, columns and constraints on tables, the
+// object's qualified name for others (types, indexes, functions…): an
+// over-approximation that can only cost aborts.
+func objectKeys(objs []capture.DDLObject) []txn.Key {
+	var keys []txn.Key
+	for _, o := range objs {
+		if o.Schema == "" {
+			continue
+		}
+		id := o.Identity
+		if _, on, ok := strings.Cut(id, " on "); ok { // "table constraint c on s.t", "trigger tr on s.t"
+			id = on
+		}
+		parts := splitIdentity(id)
+		if len(parts) < 2 {
+			continue
+		}
+		keys = append(keys, txn.TableKey(parts[0], parts[1]))
+	}
+	return keys
+}
+
+// splitIdentity splits a qualified identity such as public."My Table".c
+// into its unquoted parts.
+func splitIdentity(id string) []string {
+	var parts []string
+	var b strings.Builder
+	quoted := false
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c == '"' && quoted && i+1 < len(id) && id[i+1] == '"':
+			b.WriteByte('"')
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == '.' && !quoted:
+			parts = append(parts, b.String())
+			b.Reset()
+		case c == '(' && !quoted: // a function's argument list
+			parts = append(parts, b.String())
+			return parts
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return append(parts, b.String())
+}
+
+func abbreviate(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
+}

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRolledBackDDLIsNotReplicated is the sequence psql's
+// ON_ERROR_ROLLBACK, Django's nested atomic(), Rails' nested transactions
+// and SQLAlchemy's begin_nested() produce: DDL that fails or is rolled
+// back to a savepoint, then a commit. Only what committed reaches the
+// other nodes (they used to replay the failed ALTER, fail, and stop for
+// good), and a DROP rolled back to a savepoint drops nothing anywhere.
+func TestRolledBackDDLIsNotReplicated(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn := c.connect(0)
+	exec := func(sql string) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	exec("CREATE TABLE sp (id int PRIMARY KEY, c int)")
+	exec("BEGIN")
+	exec("SAVEPOINT s")
+	_, err := conn.Exec(ctx, "ALTER TABLE sp ADD COLUMN c int")
+	require.Error(t, err, "the column exists")
+	exec("ROLLBACK TO s")
+	exec("INSERT INTO sp VALUES (1, 1)")
+	exec("COMMIT")
+
+	exec("CREATE TABLE keep (id int PRIMARY KEY)")
+	exec("BEGIN")
+	exec("SAVEPOINT s")
+	exec("DROP TABLE keep")
+	exec("ALTER TABLE sp ADD COLUMN gone int")
+	exec("ROLLBACK TO s")
+	exec("ALTER TABLE sp ADD COLUMN d int")
+	exec("INSERT INTO keep VALUES (1)")
+	exec("COMMIT")
+	c.waitConverged()
+
+	want := c.schemaFingerprint(0)
+	for i := range c.nodes {
+		require.NoError(t, c.nodes[i].Replica().Err(), "node %d must keep accepting updates", i+1)
+		require.Equal(t, want, c.schemaFingerprint(i), "node %d's schema", i+1)
+		require.Equal(t, c.checksum(0, "sp"), c.checksum(i, "sp"))
+		require.Equal(t, c.checksum(0, "keep"), c.checksum(i, "keep"))
+	}
+	// Every node still takes writes.
+	for i := range c.nodes {
+		_, err := c.connect(i).Exec(ctx, "INSERT INTO sp (id, c, d) VALUES ($1, 0, 0)", 10+i)
+		require.NoError(t, err, "node %d", i+1)
+	}
+	c.waitConverged()
+	require.Equal(t, c.checksum(0, "sp"), c.checksum(2, "sp"))
+}
+
+// TestDDLInBlocksAndFunctions: DDL run by a DO block or a function is
+// replicated (it used to stay on its node alone) when its transaction
+// writes no rows, and refused with a clear error, changing nothing, when
+// it does (replaying the block and applying its rows would do the writes
+// twice).
+func TestDDLInBlocksAndFunctions(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	conn := c.connect(1)
+	// An idempotent migration.
+	for range 2 {
+		_, err := conn.Exec(ctx, `DO $$ BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'migrated') THEN
+				CREATE TABLE migrated (id int PRIMARY KEY, v text);
+				CREATE INDEX migrated_v ON migrated (v);
+			END IF;
+		END $$`)
+		require.NoError(t, err)
+	}
+	_, err := conn.Exec(ctx, `CREATE FUNCTION mk_part(n int) RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN EXECUTE format('CREATE TABLE part_%s (id int PRIMARY KEY)', n); END $$`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SELECT mk_part(7)")
+	require.NoError(t, err)
+	c.waitConverged()
+	want := c.schemaFingerprint(1)
+	for i := range c.nodes {
+		require.Equal(t, want, c.schemaFingerprint(i), "node %d's schema", i+1)
+	}
+	_, err = c.connect(2).Exec(ctx, "INSERT INTO part_7 VALUES (1); INSERT INTO migrated VALUES (1, 'x')")
+	require.NoError(t, err, "the tables exist on every node")
+
+	// DDL in a block, in a transaction that writes rows: refused.
+	for _, sql := range []string{"BEGIN", "INSERT INTO migrated VALUES (2, 'y')", "SELECT mk_part(8)"} {
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	_, err = conn.Exec(ctx, "COMMIT")
+	require.Error(t, err)
+	require.Equal(t, "0A000", sqlstate(err), "%v", err)
+	require.Contains(t, err.Error(), "run the DDL as plain statements")
+	c.waitConverged()
+	for i := range c.nodes {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'part_8'").Scan(&n))
+		require.Zero(t, n, "node %d", i+1)
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM migrated").Scan(&n))
+		require.Equal(t, 1, n, "node %d: the refused transaction wrote nothing", i+1)
+		require.NoError(t, c.nodes[i].Replica().Err())
+	}
+}
+
+// TestCreateTableAsCopiesRowsOnce: CREATE TABLE … AS and SELECT … INTO
+// create their table on the other nodes WITH NO DATA and take the rows
+// from the write set (the replayed query used to fill the table, then the
+// decoded rows were applied too: 10 rows on the origin, 20 elsewhere),
+// even from a volatile query.
+func TestCreateTableAsCopiesRowsOnce(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn := c.connect(0)
+	for _, sql := range []string{
+		"CREATE TABLE ctas AS SELECT g AS id, random() AS r FROM generate_series(1, 10) g",
+		"SELECT g AS id, clock_timestamp() AS at INTO selinto FROM generate_series(1, 5) g",
+	} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		for table, want := range map[string]int{"ctas": 10, "selinto": 5} {
+			var n int
+			require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
+			require.Equal(t, want, n, "node %d, %s", i+1, table)
+			require.Equal(t, c.checksum(0, table), c.checksum(i, table), "node %d, %s", i+1, table)
+		}
+	}
+}
