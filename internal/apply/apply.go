@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +82,10 @@ type Applier struct {
 	pids  map[int]*worker // backend pid -> worker
 	// pgStarted is when PostgreSQL started, as the first connection saw it.
 	pgStarted time.Time
+	// committed is the largest seqno this applier committed an apply of
+	// (its proof row with it): a reconnect checks it is still there
+	// (lostCommits).
+	committed atomic.Uint64
 
 	monMu   sync.Mutex
 	monitor *pgx.Conn // asks pg_blocking_pids
@@ -176,11 +181,37 @@ func (a *Applier) connect(ctx context.Context, w *worker) error {
 	} else if !started.Equal(a.pgStarted) {
 		conn.Close(context.Background())
 		return fmt.Errorf("%w (it started at %s, not %s)", ErrPostgresRestarted, started.Format(time.RFC3339), a.pgStarted.Format(time.RFC3339))
+	} else if err := LostCommits(ctx, conn, a.committed.Load()); err != nil {
+		conn.Close(context.Background())
+		return err
 	}
 	w.conn, w.pid, w.prepared = conn, int(conn.PgConn().PID()), make(map[string]string)
 	a.pidMu.Lock()
 	a.pids[w.pid] = w
 	a.pidMu.Unlock()
+	return nil
+}
+
+// LostCommits checks, on a fresh connection to a PostgreSQL that was
+// reached before, that the proof row of seqno (the largest one committed
+// before the connection was lost; 0 for none) is still there. Applies and
+// local commits run with synchronous_commit = off: a crash of any backend
+// makes PostgreSQL reinitialize and drop the tail of the WAL it had not
+// written yet, without a restart pg_postmaster_start_time() would show.
+// Proof rows are committed in seqno order, so the largest one left tells
+// whether anything acknowledged was lost. It returns ErrPostgresRestarted
+// if something was: the node must replay from what the database proves.
+func LostCommits(ctx context.Context, conn *pgx.Conn, seqno uint64) error {
+	if seqno == 0 {
+		return nil
+	}
+	var proven int64
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(seqno), 0) FROM _ordo.applied").Scan(&proven); err != nil {
+		return fmt.Errorf("apply: check for lost commits: %w", err)
+	}
+	if uint64(proven) < seqno {
+		return fmt.Errorf("%w (it lost commits it had acknowledged: the database proves seqno %d, seqno %d had committed; a backend crash reinitialized it)", ErrPostgresRestarted, proven, seqno)
+	}
 	return nil
 }
 
@@ -304,6 +335,12 @@ func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) 
 		}
 		applied, err := a.attempt(ctx, w, it, stmts, order, attempt > 1)
 		if err == nil {
+			for {
+				cur := a.committed.Load()
+				if it.Seqno <= cur || a.committed.CompareAndSwap(cur, it.Seqno) {
+					break
+				}
+			}
 			if applied {
 				a.metrics.applied.Inc()
 				a.metrics.rows.Add(float64(len(it.WriteSet.Rows)))

@@ -447,3 +447,28 @@ func TestVirtualGeneratedColumns(t *testing.T) {
 	require.Equal(t, dump(t, e.a, "virt"), dump(t, e.b, "virt"))
 	require.Contains(t, dump(t, e.b, "virt"), "(1,110,220,111,a)")
 }
+
+// TestLostCommitsStopTheApplier: when PostgreSQL loses applies it had
+// acknowledged (a backend crash reinitializes it and drops the unwritten
+// WAL tail; pg_postmaster_start_time() does not change), the applier's
+// next connection finds the proof row of its last commit missing and says
+// the node must replay, instead of carrying on with a replica that lacks
+// rows. Simulated here by deleting that proof row and killing the
+// applier's connection.
+func TestLostCommitsStopTheApplier(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, Config{})
+	last := e.replicate(t, "INSERT INTO comp VALUES (7700, 1, 'kept')")
+	b := conn(t, replica)
+	mustExec(t, b, fmt.Sprintf("DELETE FROM _ordo.applied WHERE seqno = %d", last.Seqno))
+	mustExec(t, b, fmt.Sprintf("SELECT pg_terminate_backend(%d)", e.applier.PIDs()[0]))
+	it := Item{Seqno: e.nextSeq(), WriteSet: e.originTxn(t, "INSERT INTO comp VALUES (7701, 1, 'next')")}
+	_, err := e.applier.Apply(ctx, it.Seqno, it.WriteSet)
+	require.ErrorIs(t, err, ErrPostgresRestarted)
+	require.ErrorContains(t, err, "lost commits")
+	// Put the proof back for the tests that follow (they share the servers).
+	mustExec(t, b, fmt.Sprintf("INSERT INTO _ordo.applied (seqno, gid) VALUES (%d, '%s')", last.Seqno, last.WriteSet.GID))
+	shared.applied = shared.applied[:len(shared.applied)-1]
+	mustExec(t, b, "DELETE FROM comp WHERE b = 7700")
+	mustExec(t, conn(t, origin), "DELETE FROM comp WHERE b IN (7700, 7701)")
+}

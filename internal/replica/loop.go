@@ -144,7 +144,11 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	if err := r.flushProofs(ctx); err != nil {
 		return err
 	}
-	return r.trimProofs(ctx, batch[len(batch)-1].Seqno)
+	if err := r.trimProofs(ctx, batch[len(batch)-1].Seqno); err != nil {
+		return err
+	}
+	r.markDurable(ctx, r.dec.Settled())
+	return nil
 }
 
 // decode turns the entry delivered at seqno into what the decider needs,
@@ -315,6 +319,7 @@ func (r *Replica) flush(ctx context.Context, rn *run) error {
 	for range rn.items {
 		r.m.applyLatency.Observe(per)
 	}
+	r.proved(rn.items[len(rn.items)-1].Seqno)
 	rn.items = rn.items[:0]
 	r.publish(rn.last)
 	return nil
@@ -379,15 +384,15 @@ func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 	if _, err := r.cfg.Applier.Apply(ctx, seqno, ws); err != nil {
 		return fmt.Errorf("replica: apply %s at seqno %d: %w", e.Gid, seqno, err)
 	}
+	r.proved(seqno)
 	r.m.applyLatency.Observe(time.Since(began).Seconds())
 	return nil
 }
 
 // publish makes seqno the applied prefix, unless the node replays entries
-// below its proven prefix (which the prefix already covers), and tells the
-// total order seqno is carried out.
+// below its proven prefix (which the prefix already covers). The total
+// order hears of it once it is durable (markDurable).
 func (r *Replica) publish(seqno uint64) {
-	r.cfg.Order.MarkApplied(seqno)
 	if seqno <= r.prefix.Load() {
 		return
 	}

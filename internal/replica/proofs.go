@@ -6,6 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/termination"
+
 	"github.com/ordo-db/ordo/internal/txn"
 )
 
@@ -86,6 +91,7 @@ func (r *Replica) flushProofs(ctx context.Context) error {
 		return err
 	}
 	r.proofs = r.proofs[:0]
+	r.proved(last)
 	return nil
 }
 
@@ -119,6 +125,11 @@ func (r *Replica) execRetrying(ctx context.Context, what string, done func(error
 		r.log.Warn("replica: retrying", "what", what, "err", err)
 		if r.conn.IsClosed() {
 			c, cerr := r.connectLoop(ctx)
+			if cerr == nil {
+				if cerr = r.lostCommits(ctx, c); cerr != nil {
+					c.Close(context.Background())
+				}
+			}
 			if errors.Is(cerr, ErrPostgresRestarted) {
 				return cerr
 			}
@@ -128,4 +139,38 @@ func (r *Replica) execRetrying(ctx context.Context, what string, done func(error
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// proved notes that the proof row of seqno is committed (by an apply, or
+// by flushProofs).
+func (r *Replica) proved(seqno uint64) {
+	r.lastProof = max(r.lastProof, seqno)
+}
+
+// lostCommits checks, on a fresh connection after the loop lost its own,
+// that PostgreSQL kept everything the loop had committed: the last proof
+// row it committed (apply.LostCommits), and the COMMIT PREPARED of local
+// transactions whose proof rows are not written yet (each would be
+// prepared again). A crash of any backend reinitializes PostgreSQL and
+// drops the WAL tail it had not written, which synchronous_commit = off
+// allows; the node must then replay from what the database proves.
+func (r *Replica) lostCommits(ctx context.Context, conn *pgx.Conn) error {
+	if err := apply.LostCommits(ctx, conn, r.lastProof); err != nil {
+		return fmt.Errorf("%w: %w", termination.ErrPostgresRestarted, err)
+	}
+	if len(r.proofs) == 0 {
+		return nil
+	}
+	gids := make([]string, len(r.proofs))
+	for i, p := range r.proofs {
+		gids[i] = string(p.gid)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = ANY($1)", gids).Scan(&n); err != nil {
+		return fmt.Errorf("replica: check for lost commits: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w (%d local transactions it had committed are prepared again: a backend crash reinitialized it)", termination.ErrPostgresRestarted, n)
+	}
+	return nil
 }

@@ -112,6 +112,11 @@ type Replica struct {
 	proven  map[uint64]bool
 	proofs  []proof
 	trimmed uint64
+	// lastProof is the largest seqno whose proof row the loop knows is
+	// committed; marks are published seqnos waiting for their WAL to be
+	// flushed before the total order hears they are applied (durable.go).
+	lastProof uint64
+	marks     []walMark
 	// rolledBack holds local prepared transactions rolled back early
 	// because they blocked an apply (brute force), as _ordo.rolled_back
 	// records them durably; if the order later commits one, the loop
