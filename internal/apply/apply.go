@@ -427,11 +427,9 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		// DDL waits for locks like rows do (an ALTER TABLE needs every
 		// local reader of its table gone): watch for blockers too.
 		stop := a.watch(actx, w, it.Seqno, order, true)
-		for _, ddl := range it.WriteSet.DDL {
-			if _, err := conn.Exec(actx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
-				stop()
-				return false, fmt.Errorf("apply: replay DDL %q: %w", ddl, err)
-			}
+		if err := replayDDL(actx, conn, it.WriteSet); err != nil {
+			stop()
+			return false, err
 		}
 		stop()
 	}
@@ -621,3 +619,44 @@ func (a *Applier) Forget(ctx context.Context) {
 		}
 	}
 }
+
+// replayDDL runs ws's DDL statements in order, each under the settings it
+// ran under on the origin (search_path, TimeZone, DateStyle…), set for the
+// transaction and put back to the applier's own afterwards, so the rows
+// that follow are applied as always. Each setting is set in a statement
+// of its own: one that changes how text is lexed
+// (standard_conforming_strings) must be in force before the statement is
+// parsed.
+func replayDDL(ctx context.Context, conn *pgx.Conn, ws *capture.WriteSet) error {
+	changed := false
+	for i, ddl := range ws.DDL {
+		if i < len(ws.DDLSettings) {
+			for _, st := range ws.DDLSettings[i] {
+				if _, err := conn.Exec(ctx, "SELECT set_config($1, $2, true)", st.Name, st.Value); err != nil {
+					return fmt.Errorf("apply: set %s for the replay of %q: %w", st.Name, ddl, err)
+				}
+				changed = true
+			}
+		}
+		if _, err := conn.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("apply: replay DDL %q: %w", ddl, err)
+		}
+	}
+	if changed {
+		if _, err := conn.Exec(ctx, applierSettingsLocal); err != nil {
+			return fmt.Errorf("apply: reset settings after DDL: %w", err)
+		}
+		if ws.SearchPath != "" {
+			if _, err := conn.Exec(ctx, "SELECT set_config('search_path', $1, true)", ws.SearchPath); err != nil {
+				return fmt.Errorf("apply: search_path after DDL: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// applierSettingsLocal puts back, for the rest of the transaction, the
+// settings an apply connection runs with (connect) that a DDL replay may
+// have changed.
+const applierSettingsLocal = "SELECT set_config('DateStyle', 'ISO, MDY', true), set_config('IntervalStyle', 'postgres', true), " +
+	"set_config('TimeZone', 'UTC', true), set_config('standard_conforming_strings', 'on', true)"

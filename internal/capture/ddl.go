@@ -43,15 +43,23 @@ END
 $f$;
 
 CREATE OR REPLACE FUNCTION _ordo.ddl_end() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+LANGUAGE plpgsql SECURITY DEFINER AS $f$
 DECLARE
+	-- The client's search_path, read before anything else, with
+	-- qualified calls only; the rest runs under pg_catalog alone (set
+	-- here rather than on the function, which would hide the client's).
+	saved text := pg_catalog.current_setting('search_path');
 	objs jsonb := '[]';
 	commands int := 0;
-	dropped text := coalesce(current_setting('ordo.ddl_dropped', true), '');
-	q text := current_query();
-	h text := md5(current_query());
+	dropped text;
+	q text;
+	h text;
 	r record;
 BEGIN
+	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+	dropped := coalesce(current_setting('ordo.ddl_dropped', true), '');
+	q := current_query();
+	h := md5(q);
 	PERFORM set_config('ordo.ddl_dropped', '', true);
 	FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
 		commands := commands + 1;
@@ -64,6 +72,7 @@ BEGIN
 		objs := objs || dropped::jsonb;
 	END IF;
 	IF jsonb_array_length(objs) = 0 AND (commands > 0 OR dropped = 'temp') THEN
+		PERFORM set_config('search_path', saved, true);
 		RETURN; -- temporary objects only: nothing to replicate
 	END IF;
 	IF current_setting('ordo.ddl_last', true) = h THEN
@@ -71,8 +80,15 @@ BEGIN
 	ELSE
 		PERFORM set_config('ordo.ddl_last', h, true);
 	END IF;
-	PERFORM pg_logical_emit_message(true, 'ordo.ddl',
-		jsonb_build_object('h', h, 'q', q, 't', tg_tag, 'o', objs)::text);
+	PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('h', h, 'q', q, 't', tg_tag, 'o', objs,
+		's', jsonb_build_array(
+			jsonb_build_array('search_path', saved),
+			jsonb_build_array('TimeZone', current_setting('TimeZone')),
+			jsonb_build_array('DateStyle', current_setting('DateStyle')),
+			jsonb_build_array('IntervalStyle', current_setting('IntervalStyle')),
+			jsonb_build_array('standard_conforming_strings', current_setting('standard_conforming_strings'))),
+		'r', jsonb_build_array(session_user::text, current_setting('role')))::text);
+	PERFORM set_config('search_path', saved, true);
 END
 $f$;
 
@@ -98,7 +114,17 @@ type DDLRecord struct {
 	Tag string
 	// Objects are the objects it created, changed or dropped.
 	Objects []DDLObject
+	// Settings are the session settings it ran under that change how a
+	// statement is parsed or what it computes (search_path, TimeZone,
+	// DateStyle, IntervalStyle, standard_conforming_strings), in a fixed
+	// order.
+	Settings []Setting
+	// SessionUser and Role (SET ROLE; "none" if unset) ran it.
+	SessionUser, Role string
 }
+
+// Setting is a run-time parameter and its value.
+type Setting struct{ Name, Value string }
 
 // DDLObject is an object a DDL command touched.
 type DDLObject struct {
@@ -116,11 +142,22 @@ func parseDDLRecord(content []byte, prev *DDLRecord) (DDLRecord, error) {
 		Q *string     `json:"q"`
 		T string      `json:"t"`
 		O [][]*string `json:"o"`
+		S [][]string  `json:"s"`
+		R []string    `json:"r"`
 	}
 	if err := json.Unmarshal(content, &m); err != nil {
 		return DDLRecord{}, fmt.Errorf("%w: DDL record: %v", ErrProtocol, err)
 	}
 	r := DDLRecord{QueryHash: m.H, Tag: m.T}
+	for _, kv := range m.S {
+		if len(kv) != 2 {
+			return DDLRecord{}, fmt.Errorf("%w: DDL record: setting with %d fields", ErrProtocol, len(kv))
+		}
+		r.Settings = append(r.Settings, Setting{Name: kv[0], Value: kv[1]})
+	}
+	if len(m.R) == 2 {
+		r.SessionUser, r.Role = m.R[0], m.R[1]
+	}
 	switch {
 	case m.Q != nil:
 		r.Query = *m.Q

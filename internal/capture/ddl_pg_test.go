@@ -67,6 +67,8 @@ func TestDDLRecordsFollowWhatCommits(t *testing.T) {
 		{"DROP TABLE", "DROP TABLE dd0", "table public.dd0, type public.dd0, type public.dd0[], table constraint dd0_pkey on public.dd0, index public.dd0_pkey"},
 	}, got)
 	require.Len(t, ws.Rows, 1)
+	require.Contains(t, ws.DDLRecords[0].Settings, Setting{Name: "search_path", Value: "public"}, "the client's search_path, not the trigger's")
+	require.Equal(t, "ordo", ws.DDLRecords[0].SessionUser)
 	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
 }
 

@@ -236,6 +236,10 @@ type WriteSet struct {
 	// them; an applier runs them, with SearchPath, before the rows.
 	DDL        []string
 	SearchPath string
+	// DDLSettings, when not nil, holds for each DDL statement the
+	// settings it ran under on the origin (nil for none): the applier sets
+	// them for its replay.
+	DDLSettings [][]Setting
 	// DDLRecords are the DDL commands the transaction ran and did not
 	// roll back, as its event triggers recorded them (DDLTriggerSQL), in
 	// the order they ran. The session joins them with the statements it

@@ -27,6 +27,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		ReadAll:       t.ReadAll,
 		Protocol:      protocol,
 		Ddl:           t.DDL,
+		DdlSettings:   encodeSettings(t.DDLSettings),
 		SearchPath:    t.SearchPath,
 	}
 	for _, km := range t.Keys {
@@ -324,6 +325,16 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		if unknown(k.Txn) {
 			return true
 		}
+		for _, ds := range k.Txn.DdlSettings {
+			if unknown(ds) {
+				return true
+			}
+			for _, st := range ds.Settings {
+				if unknown(st) {
+					return true
+				}
+			}
+		}
 		for _, key := range k.Txn.Keys {
 			if unknown(key) || key.Level < uint32(txn.LevelTable) || key.Level > uint32(txn.LevelUnique) ||
 				txn.Mode(key.Mode)&^(txn.S|txn.IX|txn.X|txn.R) != 0 {
@@ -366,4 +377,42 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		}
 	}
 	return false
+}
+
+// encodeSettings encodes the settings of each DDL statement (nil if none
+// has any).
+func encodeSettings(per [][]capture.Setting) []*ordov1.DdlSettings {
+	some := false
+	for _, ss := range per {
+		some = some || len(ss) > 0
+	}
+	if !some {
+		return nil
+	}
+	out := make([]*ordov1.DdlSettings, len(per))
+	for i, ss := range per {
+		out[i] = &ordov1.DdlSettings{}
+		for _, st := range ss {
+			out[i].Settings = append(out[i].Settings, &ordov1.Setting{Name: st.Name, Value: st.Value})
+		}
+	}
+	return out
+}
+
+// decodeSettings decodes e's DDL settings, one element per DDL statement
+// (nil if it has none).
+func decodeSettings(e *ordov1.TxnEntry) ([][]capture.Setting, error) {
+	if len(e.DdlSettings) == 0 {
+		return nil, nil
+	}
+	if len(e.DdlSettings) != len(e.Ddl) {
+		return nil, fmt.Errorf("replica: %s has settings for %d DDL statements, not %d", e.Gid, len(e.DdlSettings), len(e.Ddl))
+	}
+	out := make([][]capture.Setting, len(e.DdlSettings))
+	for i, ds := range e.DdlSettings {
+		for _, st := range ds.Settings {
+			out[i] = append(out[i], capture.Setting{Name: st.Name, Value: st.Value})
+		}
+	}
+	return out, nil
 }

@@ -380,6 +380,9 @@ func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 		return fmt.Errorf("replica: %s at seqno %d: %w", e.Gid, seqno, err)
 	}
 	ws.DDL, ws.SearchPath = e.Ddl, e.SearchPath
+	if ws.DDLSettings, err = decodeSettings(e); err != nil {
+		return err
+	}
 	began := time.Now()
 	if _, err := r.cfg.Applier.Apply(ctx, seqno, ws); err != nil {
 		return fmt.Errorf("replica: apply %s at seqno %d: %w", e.Gid, seqno, err)

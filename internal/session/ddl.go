@@ -56,8 +56,22 @@ type errDDL struct{ msg string }
 
 func (e *errDDL) Error() string { return e.msg }
 
-// joinDDL returns, in the order it ran, the DDL the other nodes replay and
-// the keys it takes:
+// joined is the DDL to replicate: the statements, the settings each ran
+// under (nil for none), and the keys they take.
+type joined struct {
+	ddl      []string
+	settings [][]capture.Setting
+	keys     []txn.Key
+}
+
+func (j *joined) add(sql string, settings []capture.Setting, keys ...txn.Key) {
+	j.ddl = append(j.ddl, sql)
+	j.settings = append(j.settings, settings)
+	j.keys = append(j.keys, keys...)
+}
+
+// joinDDL returns, in the order it ran, the DDL the other nodes replay
+// (each under the settings its record gives) and the keys it takes:
 //
 //   - a statement the client sent is replayed by its text if a record
 //     proves it ran and was not rolled back (matched by the query text it
@@ -73,7 +87,7 @@ func (e *errDDL) Error() string { return e.msg }
 // DDL whose join is ambiguous (one query string that both ran DDL as
 // statements and inside a function, or rolled back only some of several
 // different DDL statements) is refused rather than guessed.
-func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) ([]string, []txn.Key, error) {
+func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) (*joined, error) {
 	hashes := make([]string, len(stmts))
 	sent := map[string]int{}
 	texts := map[string]map[string]bool{}
@@ -96,13 +110,12 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) ([]s
 	for h, n := range ran {
 		switch {
 		case sent[h] > 0 && n > sent[h]:
-			return nil, nil, &errDDL{"ordo: one query string ran DDL both as statements and inside a DO block, function or procedure; send them as separate statements"}
+			return nil, &errDDL{"ordo: one query string ran DDL both as statements and inside a DO block, function or procedure; send them as separate statements"}
 		case n > 0 && n < sent[h] && len(texts[h]) > 1:
-			return nil, nil, &errDDL{"ordo: some DDL statements of one query string were rolled back and others not; send them as separate statements so Ordo can tell which ran"}
+			return nil, &errDDL{"ordo: some DDL statements of one query string were rolled back and others not; send them as separate statements so Ordo can tell which ran"}
 		}
 	}
-	var ddl []string
-	var keys []txn.Key
+	out := &joined{}
 	i := 0
 	lastBlock := ""
 	for _, r := range records {
@@ -112,34 +125,31 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) ([]s
 		}
 		if j == len(stmts) {
 			if writesRows {
-				return nil, nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) cannot be replicated exactly in a transaction that also writes rows; run the DDL as plain statements, or in a transaction of its own", r.Tag, abbreviate(r.Query))}
+				return nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) cannot be replicated exactly in a transaction that also writes rows; run the DDL as plain statements, or in a transaction of its own", r.Tag, abbreviate(r.Query))}
 			}
 			if r.Query != lastBlock {
-				ddl = append(ddl, r.Query)
+				out.add(r.Query, r.Settings)
 				lastBlock = r.Query
 			}
-			keys = append(keys, objectKeys(r.Objects)...)
+			out.keys = append(out.keys, objectKeys(r.Objects)...)
 			continue
 		}
 		for ; i < j; i++ {
 			if !stmts[i].seen {
-				ddl = append(ddl, stmts[i].sql)
-				keys = append(keys, stmts[i].keys...)
+				out.add(stmts[i].sql, nil, stmts[i].keys...)
 			}
 		}
-		ddl = append(ddl, stmts[j].sql)
-		keys = append(keys, stmts[j].keys...)
-		keys = append(keys, objectKeys(r.Objects)...)
+		out.add(stmts[j].sql, r.Settings, stmts[j].keys...)
+		out.keys = append(out.keys, objectKeys(r.Objects)...)
 		lastBlock = ""
 		i = j + 1
 	}
 	for ; i < len(stmts); i++ {
 		if !stmts[i].seen {
-			ddl = append(ddl, stmts[i].sql)
-			keys = append(keys, stmts[i].keys...)
+			out.add(stmts[i].sql, nil, stmts[i].keys...)
 		}
 	}
-	return ddl, keys, nil
+	return out, nil
 }
 
 // objectKeys returns a table-level key for each object with a schema: a

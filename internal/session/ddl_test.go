@@ -91,14 +91,15 @@ func TestJoinDDL(t *testing.T) {
 		keys:    []txn.Key{txn.TableKey("public", "My T"), txn.TableKey("s", "t"), txn.TableKey("public", "f")},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ddl, keys, err := joinDDL(tc.stmts, tc.records, tc.rows)
+			j, err := joinDDL(tc.stmts, tc.records, tc.rows)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tc.ddl, ddl)
-			require.Equal(t, tc.keys, keys)
+			require.Equal(t, tc.ddl, j.ddl)
+			require.Equal(t, tc.keys, j.keys)
+			require.Len(t, j.settings, len(j.ddl))
 		})
 	}
 }

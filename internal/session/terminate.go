@@ -234,7 +234,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		// residue class): every node runs its own after a replay.
 		records = slices.DeleteFunc(slices.Clone(records), func(r capture.DDLRecord) bool { return r.Query == s.h.cfg.AfterDDL })
 	}
-	ddl, ddlKeys, err := joinDDL(s.tx.ddl, records, len(ws.Rows) > 0)
+	ddl, err := joinDDL(s.tx.ddl, records, len(ws.Rows) > 0)
 	if err != nil {
 		s.abandon(gid)
 		return pgErr(codeFeatureNotSupported, "%v; the transaction was rolled back", err)
@@ -243,12 +243,13 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,
 		SnapshotSeqno: s.tx.snapSeq,
-		DDL:           ddl,
+		DDL:           ddl.ddl,
+		DDLSettings:   ddl.settings,
 		SearchPath:    s.searchPath,
 		WriteSet:      ws,
 	}
 	keys := ws.Keys()
-	for _, k := range ddlKeys {
+	for _, k := range ddl.keys {
 		keys.Add(k, txn.X)
 	}
 	if s.tx.reads.All() {

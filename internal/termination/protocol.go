@@ -68,6 +68,7 @@ type Txn struct {
 	ReadAll       bool
 	WriteSet      *capture.WriteSet
 	DDL           []string
+	DDLSettings   [][]capture.Setting // per DDL statement, the settings it ran under (nil: none)
 	SearchPath    string
 }
 

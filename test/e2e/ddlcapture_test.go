@@ -136,3 +136,40 @@ func TestCreateTableAsCopiesRowsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDDLReplaysUnderTheOriginsSettings: a rewrite whose result depends
+// on the session's settings (timestamp to timestamptz reads the values in
+// TimeZone) gives the same values on every node (12:00 in New York was
+// 17:00 UTC on the origin and 12:00 UTC elsewhere), and DDL runs in the
+// schema the origin's search_path named, however it was set (set_config
+// is invisible to the proxy).
+func TestDDLReplaysUnderTheOriginsSettings(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn := c.connect(0)
+	for _, sql := range []string{
+		"CREATE TABLE tz (id int PRIMARY KEY, ts timestamp)",
+		"INSERT INTO tz VALUES (1, '2026-01-15 12:00:00')",
+		"CREATE SCHEMA other",
+		"SET TimeZone = 'America/New_York'",
+		"SET DateStyle = 'SQL, DMY'",
+		"ALTER TABLE tz ALTER COLUMN ts TYPE timestamptz",
+		"BEGIN",
+		"SELECT set_config('search_path', 'other', true)",
+		"CREATE TABLE placed (id int PRIMARY KEY)",
+		"COMMIT",
+	} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		var utc string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT to_char(ts AT TIME ZONE 'UTC', 'HH24:MI') FROM tz WHERE id = 1").Scan(&utc))
+		require.Equal(t, "17:00", utc, "node %d", i+1)
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'other' AND tablename = 'placed'").Scan(&n))
+		require.Equal(t, 1, n, "node %d: the table is in schema other", i+1)
+		require.NoError(t, c.nodes[i].Replica().Err())
+	}
+}
