@@ -162,16 +162,33 @@ func (w *walker) top(n *pg.Node) {
 			}
 		}
 	case *pg.Node_CreateTableAsStmt:
+		if x.CreateTableAsStmt.Into.GetRel().GetRelpersistence() == "u" {
+			st.Kind, st.Reason = KindRefused, unloggedReason
+			return
+		}
 		st.Kind = KindDDL
 		w.ddl(n)
 		if x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_TABLE {
 			w.withNoData(n)
 		}
 	case *pg.Node_CreateStmt:
+		if x.CreateStmt.Relation.GetRelpersistence() == "u" {
+			st.Kind, st.Reason = KindRefused, unloggedReason
+			return
+		}
 		if x.CreateStmt.Relation.GetRelpersistence() == "t" {
 			st.Kind = KindLocal
 			st.Reason = "temporary tables are local to the session and not replicated"
 			return
+		}
+		st.Kind = KindDDL
+		w.ddl(n)
+	case *pg.Node_AlterTableStmt:
+		for _, c := range x.AlterTableStmt.Cmds {
+			if c.GetAlterTableCmd().GetSubtype() == pg.AlterTableType_AT_SetUnLogged {
+				st.Kind, st.Reason = KindRefused, unloggedReason
+				return
+			}
 		}
 		st.Kind = KindDDL
 		w.ddl(n)
@@ -180,6 +197,43 @@ func (w *walker) top(n *pg.Node) {
 		w.ddl(n)
 	}
 }
+
+// noEventTrigger reports whether PostgreSQL fires no event trigger for
+// the DDL statement n (EventTriggerSupportsObjectType and the commands
+// event triggers do not cover).
+func noEventTrigger(n *pg.Node) bool {
+	global := func(t pg.ObjectType) bool {
+		switch t {
+		case pg.ObjectType_OBJECT_DATABASE, pg.ObjectType_OBJECT_TABLESPACE, pg.ObjectType_OBJECT_ROLE,
+			pg.ObjectType_OBJECT_PARAMETER_ACL, pg.ObjectType_OBJECT_EVENT_TRIGGER:
+			return true
+		}
+		return false
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_TruncateStmt, *pg.Node_CreateRoleStmt, *pg.Node_AlterRoleStmt, *pg.Node_AlterRoleSetStmt,
+		*pg.Node_DropRoleStmt, *pg.Node_GrantRoleStmt, *pg.Node_CreateEventTrigStmt, *pg.Node_AlterEventTrigStmt,
+		*pg.Node_AlterDatabaseStmt, *pg.Node_AlterDatabaseSetStmt, *pg.Node_AlterDatabaseRefreshCollStmt,
+		*pg.Node_ReassignOwnedStmt:
+		return true
+	case *pg.Node_GrantStmt:
+		return global(x.GrantStmt.Objtype)
+	case *pg.Node_CommentStmt:
+		return global(x.CommentStmt.Objtype)
+	case *pg.Node_SecLabelStmt:
+		return global(x.SecLabelStmt.Objtype)
+	case *pg.Node_RenameStmt:
+		return global(x.RenameStmt.RenameType)
+	case *pg.Node_AlterOwnerStmt:
+		return global(x.AlterOwnerStmt.ObjectType)
+	case *pg.Node_DropStmt:
+		return global(x.DropStmt.RemoveType)
+	}
+	return false
+}
+
+// unloggedReason refuses unlogged tables.
+const unloggedReason = "ordo: unlogged tables are not replicated (logical decoding does not carry their rows); create a regular table, or a temporary one for data local to the session"
 
 // withoutConcurrently sets Rewrite to the statement without CONCURRENTLY.
 // A concurrent index build cannot run in a transaction block, and every
@@ -231,6 +285,7 @@ func (w *walker) withNoData(n *pg.Node) {
 }
 
 func (w *walker) ddl(n *pg.Node) {
+	w.st.NoEventTrigger = noEventTrigger(n)
 	w.escalate(ddlReason)
 	w.st.WritesAll = true
 	w.st.DDLTargets = w.ddlTargets(n)
@@ -488,6 +543,10 @@ func (w *walker) finish() {
 		}
 	}
 	st.SetsSequence = w.setval
+	if w.refused != "" {
+		st.Kind, st.Reason = KindRefused, w.refused
+		return
+	}
 	switch st.Kind {
 	case KindRead:
 		if w.setval && w.opaque == "" {

@@ -157,6 +157,11 @@ type Statement struct {
 	// index build or drop runs as a plain one), and Notice tells the
 	// client why.
 	Rewrite, Notice string
+	// NoEventTrigger: PostgreSQL fires no event trigger for this DDL
+	// statement (TRUNCATE, roles, databases, tablespaces, parameters,
+	// event triggers, and GRANT, COMMENT, SECURITY LABEL, RENAME or OWNER
+	// TO on those), so nothing in the write set proves it ran.
+	NoEventTrigger bool
 	// Replay, if set, is what the other nodes run in place of what ran
 	// here: CREATE TABLE … AS and SELECT … INTO create their table WITH
 	// NO DATA there, as the rows travel in the write set.

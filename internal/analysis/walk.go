@@ -24,6 +24,14 @@ type walker struct {
 	opaque               string
 	readsAll             string // reason, "" if none
 	setval               bool   // calls pg_catalog.setval
+	refused              string // why the statement cannot be replicated, "" if it can
+}
+
+// largeObjectWriters are the functions that change large objects, which
+// logical decoding does not carry.
+var largeObjectWriters = map[string]bool{
+	"lo_create": true, "lo_creat": true, "lo_import": true, "lo_from_bytea": true, "lo_put": true,
+	"lowrite": true, "lo_unlink": true, "lo_truncate": true, "lo_truncate64": true,
 }
 
 // relRef is one item of a FROM list (or a DML target) visible to column
@@ -480,6 +488,13 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	f, ok := w.cat.Func(w.sp, schema, name)
 	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "setval" {
 		w.setval = true
+	}
+	lo := largeObjectWriters[name] && (schema == "" || schema == "pg_catalog") // pg_catalog's, even where the catalog was not loaded
+	if ok {
+		lo = f.Name.Schema == "pg_catalog" && largeObjectWriters[f.Name.Name]
+	}
+	if lo && w.refused == "" {
+		w.refused = "ordo: " + name + "() changes a large object, and large objects are not replicated (logical decoding does not carry them); store the data in a bytea column instead"
 	}
 	switch {
 	case !ok:

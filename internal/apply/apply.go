@@ -192,6 +192,22 @@ func (a *Applier) connect(ctx context.Context, w *worker) error {
 	return nil
 }
 
+// NoteCommitted tells the applier that the proof row of seqno is
+// committed by someone else (the delivery loop's local commits): a
+// reconnect checks the database still has it (LostCommits).
+func (a *Applier) NoteCommitted(seqno uint64) {
+	for {
+		cur := a.committed.Load()
+		if seqno <= cur || a.committed.CompareAndSwap(cur, seqno) {
+			return
+		}
+	}
+}
+
+// Committed returns the largest seqno whose proof row is known committed
+// (by an apply, or NoteCommitted).
+func (a *Applier) Committed() uint64 { return a.committed.Load() }
+
 // LostCommits checks, on a fresh connection to a PostgreSQL that was
 // reached before, that the proof row of seqno (the largest one committed
 // before the connection was lost; 0 for none) is still there. Applies and
@@ -335,12 +351,7 @@ func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) 
 		}
 		applied, err := a.attempt(ctx, w, it, stmts, order, attempt > 1)
 		if err == nil {
-			for {
-				cur := a.committed.Load()
-				if it.Seqno <= cur || a.committed.CompareAndSwap(cur, it.Seqno) {
-					break
-				}
-			}
+			a.NoteCommitted(it.Seqno)
 			if applied {
 				a.metrics.applied.Inc()
 				a.metrics.rows.Add(float64(len(it.WriteSet.Rows)))
@@ -392,8 +403,8 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 	// round trip: a write set already proven fails on the proof's unique
 	// keys (seqno, gid) before any of its rows is applied.
 	head := []stmt{{sql: "BEGIN", want: -1}, {
-		sql:    "INSERT INTO _ordo.applied (seqno, gid) VALUES ($1, $2)",
-		params: [][]byte{[]byte(strconv.FormatUint(it.Seqno, 10)), []byte(it.WriteSet.GID)},
+		sql:    "INSERT INTO _ordo.applied (seqno, gid, label) VALUES ($1, $2, $3)",
+		params: [][]byte{[]byte(strconv.FormatUint(it.Seqno, 10)), []byte(it.WriteSet.GID), label(it.WriteSet.Label)},
 		want:   1,
 	}}
 	alreadyProven := func(err error) bool {
@@ -632,14 +643,29 @@ func replayDDL(ctx context.Context, conn *pgx.Conn, ws *capture.WriteSet) error 
 	for i, ddl := range ws.DDL {
 		if i < len(ws.DDLSettings) {
 			for _, st := range ws.DDLSettings[i] {
-				if _, err := conn.Exec(ctx, "SELECT set_config($1, $2, true)", st.Name, st.Value); err != nil {
-					return fmt.Errorf("apply: set %s for the replay of %q: %w", st.Name, ddl, err)
+				var err error
+				switch st.Name {
+				case capture.SettingSessionAuthorization:
+					_, err = conn.Exec(ctx, "SET LOCAL SESSION AUTHORIZATION "+pgx.Identifier{st.Value}.Sanitize())
+				case capture.SettingRole:
+					_, err = conn.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{st.Value}.Sanitize())
+				default:
+					_, err = conn.Exec(ctx, "SELECT set_config($1, $2, true)", st.Name, st.Value)
+				}
+				if err != nil {
+					return fmt.Errorf("apply: run the replay of %q as on its origin (%s %s; roles must exist on every node): %w", ddl, st.Name, st.Value, err)
 				}
 				changed = true
 			}
 		}
 		if _, err := conn.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return fmt.Errorf("apply: replay DDL %q: %w", ddl, err)
+		}
+		if changed {
+			// The next statement, or the rows, run as the applier again.
+			if _, err := conn.Exec(ctx, "SET LOCAL SESSION AUTHORIZATION DEFAULT"); err != nil {
+				return fmt.Errorf("apply: back to the applier's role after DDL: %w", err)
+			}
 		}
 	}
 	if changed {
@@ -660,3 +686,11 @@ func replayDDL(ctx context.Context, conn *pgx.Conn, ws *capture.WriteSet) error 
 // have changed.
 const applierSettingsLocal = "SELECT set_config('DateStyle', 'ISO, MDY', true), set_config('IntervalStyle', 'postgres', true), " +
 	"set_config('TimeZone', 'UTC', true), set_config('standard_conforming_strings', 'on', true)"
+
+// label is a proof row's label parameter: NULL for none.
+func label(l string) []byte {
+	if l == "" {
+		return nil
+	}
+	return []byte(l)
+}

@@ -15,7 +15,9 @@ import (
 // neither. The capture recognises applies by that insert.
 // _ordo.rolled_back records, before it is done, each early rollback of a
 // prepared transaction of this node whose outcome the order had not
-// decided yet (internal/replica, bruteforce.go).
+// decided yet (internal/replica, bruteforce.go). Labelled transactions
+// (SET ordo.txn_label) keep their label in their proof row, or, aborted,
+// in _ordo.aborted; _ordo.txn_status(label) answers from both, for anyone.
 const bootstrapSQL = `
 CREATE SCHEMA IF NOT EXISTS _ordo;
 CREATE TABLE IF NOT EXISTS _ordo.applied (
@@ -26,7 +28,24 @@ CREATE TABLE IF NOT EXISTS _ordo.applied (
 CREATE TABLE IF NOT EXISTS _ordo.rolled_back (
 	gid text PRIMARY KEY,
 	at  timestamptz NOT NULL DEFAULT now()
-);`
+);
+ALTER TABLE _ordo.applied ADD COLUMN IF NOT EXISTS label text;
+CREATE INDEX IF NOT EXISTS applied_label ON _ordo.applied (label) WHERE label IS NOT NULL;
+CREATE TABLE IF NOT EXISTS _ordo.aborted (
+	seqno bigint PRIMARY KEY,
+	gid   text NOT NULL,
+	label text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS aborted_label ON _ordo.aborted (label);
+CREATE OR REPLACE FUNCTION _ordo.txn_status(label text) RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	SELECT CASE
+		WHEN EXISTS (SELECT 1 FROM _ordo.applied a WHERE a.label = $1) THEN 'committed'
+		WHEN EXISTS (SELECT 1 FROM _ordo.aborted a WHERE a.label = $1) THEN 'aborted'
+		ELSE 'unknown' END
+$$;
+GRANT USAGE ON SCHEMA _ordo TO PUBLIC;
+GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`
 
 // Bootstrap creates the ordo schema and its tables if they do not exist,
 // and installs the event triggers that record DDL (capture.DDLTriggerSQL).

@@ -14,23 +14,25 @@ const DDLMessagePrefix = "ordo.ddl"
 
 // DDLTriggerSQL installs, idempotently, the event triggers that record DDL
 // from what runs (DESIGN.md "DDL: captured from what commits"). One record
-// per top-level command that touched at least one object that is not
-// temporary: its command tag, the text of the client's top-level query
-// (current_query(); only its hash when it repeats the previous record's
-// query in the transaction, so a long migration sent as one string is not
-// recorded once per command), and the objects it created, changed or
-// dropped. sql_drop, which fires just before ddl_command_end, leaves the
-// objects it dropped for ddl_command_end in a transaction-local setting.
+// per command (ddl_command_end), unless every object it touched is
+// temporary or belongs to an extension's script: its command tag, the
+// text of the client's top-level query (current_query(); only its hash
+// when it repeats the previous record's query in the transaction, so a
+// long migration sent as one string is not recorded once per command),
+// the objects it created or changed, the settings it ran under and who
+// ran it. sql_drop records the objects a command dropped in a message of
+// its own, used for certification keys only.
 //
 // The triggers do not fire for Ordo's applies (session_replication_role
-// is replica there) and cannot be called directly; the messages can be
-// emitted only by superusers (pg_logical_emit_message), so an ordinary
-// role cannot forge a record.
+// is replica there) and cannot be called directly. EXECUTE on
+// pg_logical_emit_message is revoked from PUBLIC (PostgreSQL grants it to
+// everyone), so only superusers and the triggers can emit a message: an
+// ordinary role cannot forge a record.
 const DDLTriggerSQL = `
 CREATE OR REPLACE FUNCTION _ordo.ddl_dropped() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
-	objs jsonb := '[]';
+	objs pg_catalog.jsonb := '[]';
 	r record;
 BEGIN
 	FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
@@ -38,43 +40,46 @@ BEGIN
 			objs := objs || jsonb_build_array(jsonb_build_array(r.object_type, r.schema_name, r.object_name, r.object_identity));
 		END IF;
 	END LOOP;
-	PERFORM set_config('ordo.ddl_dropped', CASE WHEN jsonb_array_length(objs) = 0 THEN 'temp' ELSE objs::text END, true);
+	IF jsonb_array_length(objs) > 0 THEN
+		PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('d', objs)::text);
+	END IF;
 END
 $f$;
 
 CREATE OR REPLACE FUNCTION _ordo.ddl_end() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $f$
 DECLARE
-	-- The client's search_path, read before anything else, with
-	-- qualified calls only; the rest runs under pg_catalog alone (set
-	-- here rather than on the function, which would hide the client's).
-	saved text := pg_catalog.current_setting('search_path');
-	objs jsonb := '[]';
-	commands int := 0;
-	dropped text;
-	q text;
-	h text;
+	-- The client's search_path, read before anything else with a
+	-- qualified call; every type here is qualified too (they are resolved
+	-- under the caller's search_path, where pg_temp comes first). The
+	-- body runs under pg_catalog alone, set here rather than on the
+	-- function, which would hide the client's search_path.
+	saved pg_catalog.text := pg_catalog.current_setting('search_path');
+	objs pg_catalog.jsonb;
+	commands pg_catalog.int4;
+	q pg_catalog.text;
+	h pg_catalog.text;
 	r record;
 BEGIN
 	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-	dropped := coalesce(current_setting('ordo.ddl_dropped', true), '');
+	objs := '[]';
+	commands := 0;
 	q := current_query();
 	h := md5(q);
-	PERFORM set_config('ordo.ddl_dropped', '', true);
 	FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
 		commands := commands + 1;
-		IF coalesce(r.schema_name LIKE 'pg\_temp%', false) OR r.object_identity LIKE 'pg\_temp.%' THEN
-			CONTINUE;
+		IF r.in_extension OR coalesce(r.schema_name LIKE 'pg\_temp%', false) OR coalesce(r.object_identity LIKE 'pg\_temp.%', false) THEN
+			CONTINUE; -- an extension's script (its CREATE EXTENSION is recorded), or a temporary object
 		END IF;
 		objs := objs || jsonb_build_array(jsonb_build_array(r.object_type, r.schema_name, NULL, r.object_identity));
 	END LOOP;
-	IF dropped NOT IN ('', 'temp') THEN
-		objs := objs || dropped::jsonb;
-	END IF;
-	IF jsonb_array_length(objs) = 0 AND (commands > 0 OR dropped = 'temp') THEN
+	IF commands > 0 AND jsonb_array_length(objs) = 0 THEN
 		PERFORM set_config('search_path', saved, true);
-		RETURN; -- temporary objects only: nothing to replicate
+		RETURN;
 	END IF;
+	-- A record repeating the previous one's query omits it. The setting
+	-- is the client's to change: a wrong one only makes the decoder fail
+	-- this transaction's write set.
 	IF current_setting('ordo.ddl_last', true) = h THEN
 		q := NULL;
 	ELSE
@@ -91,6 +96,20 @@ BEGIN
 	PERFORM set_config('search_path', saved, true);
 END
 $f$;
+
+-- Only superusers (and the triggers above, which run as one) may emit
+-- logical messages: an ordinary role could otherwise forge a DDL record
+-- that the other nodes would replay as a superuser.
+DO $$
+DECLARE
+	f regprocedure;
+BEGIN
+	FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+		WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace LOOP
+		EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+	END LOOP;
+END
+$$;
 
 DO $$
 BEGIN
@@ -126,6 +145,13 @@ type DDLRecord struct {
 // Setting is a run-time parameter and its value.
 type Setting struct{ Name, Value string }
 
+// Settings of a replay that are not run-time parameters set with
+// set_config: who runs it (SET SESSION AUTHORIZATION, SET ROLE).
+const (
+	SettingSessionAuthorization = "session_authorization"
+	SettingRole                 = "role"
+)
+
 // DDLObject is an object a DDL command touched.
 type DDLObject struct {
 	Type     string // "table", "index", "type", "table column", …
@@ -134,10 +160,12 @@ type DDLObject struct {
 	Identity string // its identity, as pg_identify_object gives it
 }
 
-// parseDDLRecord decodes a record's message content; prev is the
-// transaction's previous record, whose query a repeated one shares.
-func parseDDLRecord(content []byte, prev *DDLRecord) (DDLRecord, error) {
+// parseDDLMessage decodes a message of the triggers: a record, or (dropped
+// != nil) the objects a command dropped. prev is the transaction's
+// previous record, whose query a repeated one shares.
+func parseDDLMessage(content []byte, prev *DDLRecord) (rec DDLRecord, dropped []DDLObject, err error) {
 	var m struct {
+		D [][]*string `json:"d"`
 		H string      `json:"h"`
 		Q *string     `json:"q"`
 		T string      `json:"t"`
@@ -146,12 +174,19 @@ func parseDDLRecord(content []byte, prev *DDLRecord) (DDLRecord, error) {
 		R []string    `json:"r"`
 	}
 	if err := json.Unmarshal(content, &m); err != nil {
-		return DDLRecord{}, fmt.Errorf("%w: DDL record: %v", ErrProtocol, err)
+		return DDLRecord{}, nil, fmt.Errorf("DDL record: %v", err)
+	}
+	if m.D != nil {
+		dropped, err := objects(m.D)
+		if len(dropped) == 0 && err == nil {
+			err = fmt.Errorf("DDL record: no dropped objects")
+		}
+		return DDLRecord{}, dropped, err
 	}
 	r := DDLRecord{QueryHash: m.H, Tag: m.T}
 	for _, kv := range m.S {
 		if len(kv) != 2 {
-			return DDLRecord{}, fmt.Errorf("%w: DDL record: setting with %d fields", ErrProtocol, len(kv))
+			return DDLRecord{}, nil, fmt.Errorf("DDL record: setting with %d fields", len(kv))
 		}
 		r.Settings = append(r.Settings, Setting{Name: kv[0], Value: kv[1]})
 	}
@@ -164,11 +199,20 @@ func parseDDLRecord(content []byte, prev *DDLRecord) (DDLRecord, error) {
 	case prev != nil && prev.QueryHash == m.H:
 		r.Query = prev.Query
 	default:
-		return DDLRecord{}, fmt.Errorf("%w: DDL record repeats a query the transaction did not record", ErrProtocol)
+		return DDLRecord{}, nil, fmt.Errorf("DDL record repeats a query the transaction did not record")
 	}
-	for _, o := range m.O {
+	if r.QueryHash == "" || r.Tag == "" {
+		return DDLRecord{}, nil, fmt.Errorf("DDL record without a query hash or a tag")
+	}
+	r.Objects, err = objects(m.O)
+	return r, nil, err
+}
+
+func objects(in [][]*string) ([]DDLObject, error) {
+	var out []DDLObject
+	for _, o := range in {
 		if len(o) != 4 {
-			return DDLRecord{}, fmt.Errorf("%w: DDL record: object with %d fields", ErrProtocol, len(o))
+			return nil, fmt.Errorf("DDL record: object with %d fields", len(o))
 		}
 		s := func(p *string) string {
 			if p == nil {
@@ -176,7 +220,7 @@ func parseDDLRecord(content []byte, prev *DDLRecord) (DDLRecord, error) {
 			}
 			return *p
 		}
-		r.Objects = append(r.Objects, DDLObject{Type: s(o[0]), Schema: s(o[1]), Name: s(o[2]), Identity: s(o[3])})
+		out = append(out, DDLObject{Type: s(o[0]), Schema: s(o[1]), Name: s(o[2]), Identity: s(o[3])})
 	}
-	return r, nil
+	return out, nil
 }

@@ -46,6 +46,7 @@ func TestDDLRecordsFollowWhatCommits(t *testing.T) {
 		"DO $$ BEGIN CREATE TABLE dd2 (id int PRIMARY KEY); END $$",
 		"CREATE TABLE dd3 (id int PRIMARY KEY); CREATE INDEX dd3_i ON dd3 (id)",
 		"DROP TABLE dd0",
+		"CREATE EXTENSION pg_trgm", // one record, not one per command of its script
 		"INSERT INTO dd1 VALUES (1, 1)",
 	} {
 		exec(t, conn, s)
@@ -57,24 +58,43 @@ func TestDDLRecordsFollowWhatCommits(t *testing.T) {
 	var got [][3]string
 	for _, r := range ws.DDLRecords {
 		require.NotEmpty(t, r.QueryHash)
-		got = append(got, [3]string{r.Tag, r.Query, objects(r)})
+		got = append(got, [3]string{r.Tag, r.Query, describe(r.Objects)})
 	}
 	require.Equal(t, [][3]string{
 		{"CREATE TABLE", "CREATE TABLE dd1 (id int PRIMARY KEY, c int)", "table public.dd1, index public.dd1_pkey"},
 		{"CREATE TABLE", "DO $$ BEGIN CREATE TABLE dd2 (id int PRIMARY KEY); END $$", "table public.dd2, index public.dd2_pkey"},
 		{"CREATE TABLE", "CREATE TABLE dd3 (id int PRIMARY KEY); CREATE INDEX dd3_i ON dd3 (id)", "table public.dd3, index public.dd3_pkey"},
 		{"CREATE INDEX", "CREATE TABLE dd3 (id int PRIMARY KEY); CREATE INDEX dd3_i ON dd3 (id)", "index public.dd3_i"},
-		{"DROP TABLE", "DROP TABLE dd0", "table public.dd0, type public.dd0, type public.dd0[], table constraint dd0_pkey on public.dd0, index public.dd0_pkey"},
+		{"DROP TABLE", "DROP TABLE dd0", ""},
+		{"CREATE EXTENSION", "CREATE EXTENSION pg_trgm", "extension pg_trgm"},
 	}, got)
+	require.Equal(t, "table public.dd0, type public.dd0, type public.dd0[], table constraint dd0_pkey on public.dd0, index public.dd0_pkey", describe(ws.DDLDropped))
 	require.Len(t, ws.Rows, 1)
 	require.Contains(t, ws.DDLRecords[0].Settings, Setting{Name: "search_path", Value: "public"}, "the client's search_path, not the trigger's")
 	require.Equal(t, "ordo", ws.DDLRecords[0].SessionUser)
 	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
+
+	// A client that tampers with the setting the trigger reads makes its
+	// own write set unusable, and nothing else: the next one is captured.
+	forged := txn.NewGID(1, 42)
+	exec(t, conn, "BEGIN")
+	exec(t, conn, "SELECT set_config('ordo.ddl_last', md5('CREATE TABLE dd4 (id int PRIMARY KEY)'), true)")
+	exec(t, conn, "CREATE TABLE dd4 (id int PRIMARY KEY)")
+	exec(t, conn, "PREPARE TRANSACTION '"+string(forged)+"'")
+	_, err = c.Await(ctx, forged)
+	require.ErrorContains(t, err, "repeats a query")
+	exec(t, conn, "ROLLBACK PREPARED '"+string(forged)+"'")
+	next := txn.NewGID(1, 43)
+	prepared(t, conn, next, "CREATE TABLE dd5 (id int PRIMARY KEY)")
+	ws, err = c.Await(ctx, next)
+	require.NoError(t, err)
+	require.Len(t, ws.DDLRecords, 1)
+	exec(t, conn, "ROLLBACK PREPARED '"+string(next)+"'")
 }
 
-func objects(r DDLRecord) string {
+func describe(objs []DDLObject) string {
 	s := ""
-	for _, o := range r.Objects {
+	for _, o := range objs {
 		if strings.Contains(o.Identity, "_not_null on ") {
 			continue // PostgreSQL 18 and later: NOT NULL constraints are objects of their own
 		}

@@ -365,11 +365,18 @@ func (d *Decoder) message(m *LogicalMsg) error {
 	if n := len(ws.DDLRecords); n > 0 {
 		prev = &ws.DDLRecords[n-1]
 	}
-	r, err := parseDDLRecord(m.Content, prev)
+	r, dropped, err := parseDDLMessage(m.Content, prev)
 	if err != nil {
-		return err
+		// Only this transaction's write set is unusable (a client can
+		// tamper with the settings the triggers read); the stream goes on.
+		p.fail(fmt.Errorf("capture: gid %s: %w", ws.GID, err))
+		return nil
 	}
 	ws.Bytes += int64(len(m.Content))
+	if dropped != nil {
+		ws.DDLDropped = append(ws.DDLDropped, dropped...)
+		return nil
+	}
 	ws.DDLRecords = append(ws.DDLRecords, r)
 	return nil
 }

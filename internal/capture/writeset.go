@@ -240,11 +240,16 @@ type WriteSet struct {
 	// settings it ran under on the origin (nil for none): the applier sets
 	// them for its replay.
 	DDLSettings [][]Setting
+	// Label is the client's name for the transaction (SET
+	// ordo.txn_label), recorded with its proof row.
+	Label string
 	// DDLRecords are the DDL commands the transaction ran and did not
 	// roll back, as its event triggers recorded them (DDLTriggerSQL), in
 	// the order they ran. The session joins them with the statements it
 	// saw to decide what DDL to replicate.
 	DDLRecords []DDLRecord
+	// DDLDropped are the objects its DDL dropped (for certification keys).
+	DDLDropped []DDLObject
 }
 
 // Keys returns the keys this write set writes, with X mode on row keys

@@ -50,12 +50,25 @@ func (r *Replica) loadRolledBack(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replica: list prepared transactions: %w", err)
 	}
+	still := map[string]bool{}
+	for _, g := range prepared {
+		still[g] = true
+	}
+	for _, g := range rolled {
+		if still[g] {
+			// Recorded, but this process died before the rollback itself.
+			if _, err := r.conn.Exec(ctx, "ROLLBACK PREPARED "+quoteGID(txn.GID(g))); err != nil && !notPrepared(err) {
+				return fmt.Errorf("replica: finish an early rollback: %w", err)
+			}
+			delete(still, g)
+		}
+	}
 	r.rolledMu.Lock()
 	defer r.rolledMu.Unlock()
 	for _, g := range rolled {
 		r.rolledBack[txn.GID(g)] = true
 	}
-	for _, g := range prepared {
+	for g := range still {
 		if node, _, err := txn.ParseGID(g); err == nil && node == r.cfg.NodeID {
 			r.orphans[txn.GID(g)] = true
 		}
@@ -107,7 +120,11 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 	}
 	for _, gid := range gids {
 		// The delivery loop is blocked in the apply that called us, so it
-		// cannot finish gid meanwhile.
+		// cannot finish gid meanwhile; another call (one per apply worker)
+		// may have rolled it back since the list was made.
+		if r.isRolledBack(gid) {
+			continue
+		}
 		if err := r.rollBackEarly(ctx, r.bfConn, gid); err != nil {
 			r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
 		}
@@ -120,7 +137,16 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 // record is withdrawn and gid forgotten.
 func (r *Replica) rollBackEarly(ctx context.Context, conn *pgx.Conn, gid txn.GID) error {
 	lit := quoteGID(gid)
-	if _, err := conn.Exec(ctx, "BEGIN; SET LOCAL synchronous_commit = on; INSERT INTO _ordo.rolled_back (gid) VALUES ("+lit+") ON CONFLICT DO NOTHING; COMMIT"); err != nil {
+	inserted := false
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, "INSERT INTO _ordo.rolled_back (gid) VALUES ($1) ON CONFLICT DO NOTHING", string(gid))
+		inserted = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("record the early rollback: %w", err)
 	}
 	r.rolledMu.Lock()
@@ -131,6 +157,9 @@ func (r *Replica) rollBackEarly(ctx context.Context, conn *pgx.Conn, gid txn.GID
 			return err // recorded: the loop rolls it back, or applies it, when decided
 		}
 		r.log.Debug("brute-force rollback: no such prepared transaction", "gid", gid)
+		if !inserted {
+			return nil // recorded by an earlier rollback, which stands
+		}
 		r.rolledMu.Lock()
 		delete(r.rolledBack, gid)
 		delete(r.orphans, gid)
@@ -142,6 +171,14 @@ func (r *Replica) rollBackEarly(ctx context.Context, conn *pgx.Conn, gid txn.GID
 	}
 	r.m.bruteForce.Inc()
 	return nil
+}
+
+// orphan notes that no session waits for gid any more, though the order
+// has not decided it.
+func (r *Replica) orphan(gid txn.GID) {
+	r.rolledMu.Lock()
+	r.orphans[gid] = true
+	r.rolledMu.Unlock()
 }
 
 // forgetRolledBack forgets gid, never proposed: nothing will decide it.

@@ -28,6 +28,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		Protocol:      protocol,
 		Ddl:           t.DDL,
 		DdlSettings:   encodeSettings(t.DDLSettings),
+		Label:         t.Label,
 		SearchPath:    t.SearchPath,
 	}
 	for _, km := range t.Keys {
@@ -188,7 +189,7 @@ func decodeWriteSet(e *ordov1.TxnEntry, frags ...*ordov1.FragmentEntry) (*captur
 // fragRows rows in all, asking frag for each in turn (so each can be
 // decoded and dropped before the next).
 func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*ordov1.FragmentEntry, error)) (*capture.WriteSet, error) {
-	ws := &capture.WriteSet{GID: txn.GID(e.Gid), Rows: make([]capture.Row, 0, fragRows+len(e.Rows))}
+	ws := &capture.WriteSet{GID: txn.GID(e.Gid), Label: e.Label, Rows: make([]capture.Row, 0, fragRows+len(e.Rows))}
 	seen := map[string]*capture.Table{} // one *capture.Table per table, across pieces
 	for i := range n {
 		f, err := frag(i)

@@ -28,6 +28,7 @@ const maxBatch = 64
 // and carried out.
 func (r *Replica) Run(ctx context.Context) error {
 	defer r.bg.Wait()
+	defer r.stopWaiting()
 	conn, err := r.connectLoop(ctx)
 	if err != nil {
 		return err
@@ -204,6 +205,9 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 	}
 	delete(r.pending, dec.Seqno)
 	r.count(dec)
+	if !dec.Commit && e.Label != "" && dec.Seqno > r.cfg.Proven {
+		r.abortedLabels = append(r.abortedLabels, proof{dec.Seqno, dec.GID, e.Label})
+	}
 	local := e.Origin == r.cfg.NodeID
 	if !local && len(e.Ddl) == 0 && e.Fragments == 0 {
 		// The common case: batched with the remote transactions around it.
@@ -362,7 +366,11 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 		return err
 	}
 	if commit {
-		r.proofs = append(r.proofs, proof{seqno, gid})
+		label := ""
+		if e != nil {
+			label = e.Label
+		}
+		r.proofs = append(r.proofs, proof{seqno, gid, label})
 	}
 	return nil
 }

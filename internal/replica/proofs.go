@@ -36,6 +36,7 @@ import (
 type proof struct {
 	seqno uint64
 	gid   txn.GID
+	label string // the client's label, "" for none
 }
 
 // loadProven reads which seqnos in (StartAfter, Proven] committed here.
@@ -76,17 +77,22 @@ func (r *Replica) replayed(seqno uint64) (decided, commit bool) {
 // gets written would make a restarted node take a committed transaction
 // for an aborted one.
 func (r *Replica) flushProofs(ctx context.Context) error {
+	if len(r.abortedLabels) > 0 {
+		seqnos, gids, labels := columns(r.abortedLabels)
+		err := r.execRetrying(ctx, "record the outcome of labelled aborted transactions", nil,
+			`INSERT INTO _ordo.aborted (seqno, gid, label) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING`, seqnos, gids, labels)
+		if err != nil {
+			return err
+		}
+		r.abortedLabels = r.abortedLabels[:0]
+	}
 	if len(r.proofs) == 0 {
 		return nil
 	}
-	seqnos := make([]int64, len(r.proofs))
-	gids := make([]string, len(r.proofs))
-	for i, p := range r.proofs {
-		seqnos[i], gids[i] = int64(p.seqno), string(p.gid)
-	}
+	seqnos, gids, labels := columns(r.proofs)
 	last := r.proofs[len(r.proofs)-1].seqno
 	err := r.execRetrying(ctx, fmt.Sprintf("write the proof rows of local commits up to seqno %d", last), nil,
-		`INSERT INTO _ordo.applied (seqno, gid) SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT DO NOTHING`, seqnos, gids)
+		`INSERT INTO _ordo.applied (seqno, gid, label) SELECT s, g, nullif(l, '') FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(s, g, l) ON CONFLICT DO NOTHING`, seqnos, gids, labels)
 	if err != nil {
 		return err
 	}
@@ -103,6 +109,9 @@ func (r *Replica) trimProofs(ctx context.Context, seqno uint64) error {
 		return nil
 	}
 	if err := r.execRetrying(ctx, "forget old proof rows", nil, `DELETE FROM _ordo.applied WHERE seqno <= $1`, int64(seqno-2*w)); err != nil {
+		return err
+	}
+	if err := r.execRetrying(ctx, "forget old outcomes of aborted transactions", nil, `DELETE FROM _ordo.aborted WHERE seqno <= $1`, int64(seqno-2*w)); err != nil {
 		return err
 	}
 	r.trimmed = seqno
@@ -145,6 +154,9 @@ func (r *Replica) execRetrying(ctx context.Context, what string, done func(error
 // by flushProofs).
 func (r *Replica) proved(seqno uint64) {
 	r.lastProof = max(r.lastProof, seqno)
+	if r.cfg.Applier != nil {
+		r.cfg.Applier.NoteCommitted(seqno) // one watermark for the loop and the applier
+	}
 }
 
 // lostCommits checks, on a fresh connection after the loop lost its own,
@@ -155,7 +167,11 @@ func (r *Replica) proved(seqno uint64) {
 // drops the WAL tail it had not written, which synchronous_commit = off
 // allows; the node must then replay from what the database proves.
 func (r *Replica) lostCommits(ctx context.Context, conn *pgx.Conn) error {
-	if err := apply.LostCommits(ctx, conn, r.lastProof); err != nil {
+	last := r.lastProof
+	if r.cfg.Applier != nil {
+		last = max(last, r.cfg.Applier.Committed())
+	}
+	if err := apply.LostCommits(ctx, conn, last); err != nil {
 		return fmt.Errorf("%w: %w", termination.ErrPostgresRestarted, err)
 	}
 	if len(r.proofs) == 0 {
@@ -173,4 +189,14 @@ func (r *Replica) lostCommits(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("%w (%d local transactions it had committed are prepared again: a backend crash reinitialized it)", termination.ErrPostgresRestarted, n)
 	}
 	return nil
+}
+
+// columns splits proofs into the arrays an unnest insert takes.
+func columns(ps []proof) (seqnos []int64, gids, labels []string) {
+	for _, p := range ps {
+		seqnos = append(seqnos, int64(p.seqno))
+		gids = append(gids, string(p.gid))
+		labels = append(labels, p.label)
+	}
+	return seqnos, gids, labels
 }

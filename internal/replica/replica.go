@@ -109,9 +109,12 @@ type Replica struct {
 	// proven holds the seqnos up to cfg.Proven that committed here
 	// (proofs.go); proofs the local commits whose proof row is not
 	// written yet; trimmed the seqno of the last trim of old proofs.
-	proven  map[uint64]bool
-	proofs  []proof
-	trimmed uint64
+	proven map[uint64]bool
+	proofs []proof
+	// abortedLabels are labelled transactions that aborted, whose outcome
+	// is not recorded yet (written with the proofs).
+	abortedLabels []proof
+	trimmed       uint64
 	// lastProof is the largest seqno whose proof row the loop knows is
 	// committed; marks are published seqnos waiting for their WAL to be
 	// flushed before the total order hears they are applied (durable.go).
@@ -133,6 +136,10 @@ type Replica struct {
 	// contention: one connection, not one per call).
 	bfMu   sync.Mutex
 	bfConn *pgx.Conn
+
+	// down is closed when the delivery loop fails or stops.
+	down     chan struct{}
+	downOnce sync.Once
 
 	bg sync.WaitGroup
 }
@@ -163,6 +170,7 @@ func New(cfg Config) (*Replica, error) {
 		frags:      make(map[txn.GID]*fragments),
 		rolledBack: make(map[txn.GID]bool),
 		orphans:    make(map[txn.GID]bool),
+		down:       make(chan struct{}),
 	}
 	r.m.initOutcomes(cfg.Protocol)
 	r.schema.own = make(map[uint64]schemacheck.Snapshot)
@@ -224,7 +232,12 @@ func (r *Replica) fail(err error) {
 	if r.failed.CompareAndSwap(nil, &err) {
 		r.log.Error("node stops accepting updates", "err", err)
 	}
+	r.stopWaiting()
 }
+
+// stopWaiting wakes every session waiting for an outcome the loop will no
+// longer carry out (it failed or stopped).
+func (r *Replica) stopWaiting() { r.downOnce.Do(func() { close(r.down) }) }
 
 // Terminate proposes t and waits for its outcome. The transaction must be
 // prepared under t.GID on the local PostgreSQL; the delivery loop commits
@@ -298,9 +311,9 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrNotReplicated, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
 	defer cancel()
-	if _, err := r.cfg.Order.Propose(ctx, payload); err != nil {
+	if _, err := r.cfg.Order.Propose(pctx, payload); err != nil {
 		if errors.Is(err, totalorder.ErrTooLarge) {
 			if proposed > 0 {
 				r.abortInBackground(t.GID)
@@ -312,13 +325,21 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		r.abortInBackground(t.GID)
 		return Outcome{}, fmt.Errorf("%w: %w", termination.ErrUnknownOutcome, err)
 	}
+	// The entry is committed in the order and handed to this node's
+	// delivery stream: the sequence decides it, and the loop carries the
+	// decision out however long that takes. Only a client gone, or a loop
+	// that stopped, leaves the outcome unknown to the session (08007 means
+	// exactly that, never a wait that merely timed out).
 	select {
 	case o := <-w.ch:
 		r.m.commitLatency.Observe(time.Since(began).Seconds())
 		return o, nil
 	case <-ctx.Done():
-		r.abortInBackground(t.GID)
+		r.orphan(t.GID)
 		return Outcome{}, fmt.Errorf("%w: %w", termination.ErrUnknownOutcome, ctx.Err())
+	case <-r.down:
+		r.orphan(t.GID)
+		return Outcome{}, fmt.Errorf("%w: this node stopped carrying out the order", termination.ErrUnknownOutcome)
 	}
 }
 
@@ -351,9 +372,7 @@ func (r *Replica) Prepared(gid txn.GID) (forget func()) {
 // Until the order decides gid, it is an orphan: an apply it blocks rolls it
 // back (RollbackUndecided).
 func (r *Replica) abortInBackground(gid txn.GID) {
-	r.rolledMu.Lock()
-	r.orphans[gid] = true
-	r.rolledMu.Unlock()
+	r.orphan(gid)
 	payload, err := encodeAbort(gid)
 	if err != nil {
 		r.log.Error("encode abort", "gid", gid, "err", err)

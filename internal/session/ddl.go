@@ -9,6 +9,7 @@ import (
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/txn"
+	"github.com/ordo-db/ordo/internal/wire"
 )
 
 // DDL is replicated from what commits (DESIGN.md "DDL: captured from what
@@ -28,17 +29,8 @@ type ddlStmt struct {
 	keys []txn.Key
 }
 
-// unseenByEventTriggers are the statements (analysis tags) PostgreSQL
-// fires no event trigger for.
-var unseenByEventTriggers = map[string]bool{
-	"TruncateStmt": true, "CreateRoleStmt": true, "AlterRoleStmt": true, "AlterRoleSetStmt": true,
-	"DropRoleStmt": true, "GrantRoleStmt": true, "CreateEventTrigStmt": true, "AlterEventTrigStmt": true,
-	"AlterDatabaseStmt": true, "AlterDatabaseSetStmt": true, "AlterDatabaseRefreshCollStmt": true,
-	"ReassignOwnedStmt": true,
-}
-
 func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
-	d := ddlStmt{sql: a.SQL, sent: sent, seen: !unseenByEventTriggers[a.Tag]}
+	d := ddlStmt{sql: a.SQL, sent: sent, seen: !a.NoEventTrigger}
 	switch {
 	case a.Replay != "":
 		d.sql = a.Replay // what the others run: the table WITH NO DATA, its rows are in the write set
@@ -49,6 +41,27 @@ func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
 		d.keys = append(d.keys, txn.TableKey(t.Schema, t.Name))
 	}
 	return d
+}
+
+// blockRuns counts the runs of one query text that may run DDL inside a
+// block or function.
+type blockRuns struct {
+	runs     int
+	extended bool // run through the extended protocol (it may have parameters)
+}
+
+// noteBlock counts a run of the message m, which holds a statement that
+// may run DDL inside it.
+func (tx *txState) noteBlock(m at) {
+	if tx.blocks == nil {
+		tx.blocks = map[string]blockRuns{}
+	}
+	sum := md5.Sum([]byte(m.sent))
+	h := hex.EncodeToString(sum[:])
+	b := tx.blocks[h]
+	b.runs++
+	b.extended = b.extended || m.kind != wire.KindQuery
+	tx.blocks[h] = b
 }
 
 // errDDL is returned by joinDDL for DDL that cannot be replicated exactly.
@@ -87,7 +100,7 @@ func (j *joined) add(sql string, settings []capture.Setting, keys ...txn.Key) {
 // DDL whose join is ambiguous (one query string that both ran DDL as
 // statements and inside a function, or rolled back only some of several
 // different DDL statements) is refused rather than guessed.
-func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) (*joined, error) {
+func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, blocks map[string]blockRuns, writesRows bool) (*joined, error) {
 	hashes := make([]string, len(stmts))
 	sent := map[string]int{}
 	texts := map[string]map[string]bool{}
@@ -124,11 +137,14 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) (*jo
 			j++
 		}
 		if j == len(stmts) {
+			if b := blocks[r.QueryHash]; b.runs != 1 || b.extended {
+				return nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) can be replicated only when the statement that ran it was sent once in the transaction, as a simple query without parameters; run the DDL as plain statements", r.Tag, abbreviate(r.Query))}
+			}
 			if writesRows {
 				return nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) cannot be replicated exactly in a transaction that also writes rows; run the DDL as plain statements, or in a transaction of its own", r.Tag, abbreviate(r.Query))}
 			}
 			if r.Query != lastBlock {
-				out.add(r.Query, r.Settings)
+				out.add(r.Query, replaySettings(r))
 				lastBlock = r.Query
 			}
 			out.keys = append(out.keys, objectKeys(r.Objects)...)
@@ -139,7 +155,7 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) (*jo
 				out.add(stmts[i].sql, nil, stmts[i].keys...)
 			}
 		}
-		out.add(stmts[j].sql, r.Settings, stmts[j].keys...)
+		out.add(stmts[j].sql, replaySettings(r), stmts[j].keys...)
 		out.keys = append(out.keys, objectKeys(r.Objects)...)
 		lastBlock = ""
 		i = j + 1
@@ -150,6 +166,21 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, writesRows bool) (*jo
 		}
 	}
 	return out, nil
+}
+
+// replaySettings are what a replay of r runs under: as the user and role
+// that ran it (never with more privilege than the origin's session had:
+// objects get the same owner, and a block's privilege checks answer the
+// same), then the settings it ran under.
+func replaySettings(r capture.DDLRecord) []capture.Setting {
+	var out []capture.Setting
+	if r.SessionUser != "" {
+		out = append(out, capture.Setting{Name: capture.SettingSessionAuthorization, Value: r.SessionUser})
+		if r.Role != "" && r.Role != "none" {
+			out = append(out, capture.Setting{Name: capture.SettingRole, Value: r.Role})
+		}
+	}
+	return append(out, r.Settings...)
 }
 
 // objectKeys returns a table-level key for each object with a schema: a

@@ -31,6 +31,7 @@ func TestJoinDDL(t *testing.T) {
 		stmts   []ddlStmt
 		records []capture.DDLRecord
 		rows    bool
+		blocks  map[string]blockRuns
 		ddl     []string
 		keys    []txn.Key
 		err     string
@@ -69,6 +70,16 @@ func TestJoinDDL(t *testing.T) {
 		rows:    true,
 		err:     "cannot be replicated exactly in a transaction that also writes rows",
 	}, {
+		name:    "a function that ran DDL twice in the transaction is refused",
+		records: []capture.DDLRecord{rec("select mk()", "CREATE TABLE", table("public", "p1")), rec("select mk()", "CREATE TABLE", table("public", "p2"))},
+		blocks:  map[string]blockRuns{rec("select mk()", "").QueryHash: {runs: 2}},
+		err:     "sent once in the transaction",
+	}, {
+		name:    "a function that ran DDL through the extended protocol is refused (its parameters are not replayed)",
+		records: []capture.DDLRecord{rec("select mk($1)", "CREATE TABLE", table("public", "p1"))},
+		blocks:  map[string]blockRuns{rec("select mk($1)", "").QueryHash: {runs: 1, extended: true}},
+		err:     "as a simple query without parameters",
+	}, {
 		name:    "statements no event trigger sees are replayed in their place",
 		stmts:   []ddlStmt{{sql: "truncate x", sent: "truncate x"}, stmt("create table f (id int)", "create table f (id int)"), {sql: "select setval('s', 5)"}},
 		records: []capture.DDLRecord{rec("create table f (id int)", "CREATE TABLE", table("public", "f"))},
@@ -91,7 +102,14 @@ func TestJoinDDL(t *testing.T) {
 		keys:    []txn.Key{txn.TableKey("public", "My T"), txn.TableKey("s", "t"), txn.TableKey("public", "f")},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			j, err := joinDDL(tc.stmts, tc.records, tc.rows)
+			blocks := tc.blocks
+			if blocks == nil { // every unmatched record's query ran once, as a simple query
+				blocks = map[string]blockRuns{}
+				for _, r := range tc.records {
+					blocks[r.QueryHash] = blockRuns{runs: 1}
+				}
+			}
+			j, err := joinDDL(tc.stmts, tc.records, blocks, tc.rows)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return

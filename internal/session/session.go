@@ -56,6 +56,10 @@ type session struct {
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
+	// label is the client's name for its current or next update
+	// transaction (SET ordo.txn_label), recorded with its outcome.
+	label      string
+	labelLocal bool // set with SET LOCAL: forgotten when the transaction ends
 }
 
 type txState struct {
@@ -65,6 +69,11 @@ type txState struct {
 	snapSeq  uint64 // snapshot_seqno
 	reads    txn.ReadSet
 	ddl      []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
+	// blocks counts, by the md5 of the query text, the runs of messages
+	// holding statements that may run DDL inside them (DO, CALL,
+	// functions): a DDL record no statement accounts for is replayed as
+	// its top-level query only if that ran once, without parameters.
+	blocks map[string]blockRuns
 	// seqBefore: the sequences' positions before the first setval.
 	seqBefore seqState
 	// notify holds LISTEN, UNLISTEN and NOTIFY statements sent inside the
@@ -393,7 +402,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				return err
 			}
 		}
-		s.track(a, params, m.sent)
+		s.track(a, params, m)
 	}
 	return nil
 }
@@ -480,6 +489,13 @@ func (s *session) setting(a *analysis.Statement) {
 		s.envStale = true
 	case st.Name == "ordo.read_consistency" && !st.Show:
 		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
+	case st.Name == "ordo.txn_label" && !st.Show:
+		// Names the current update transaction, or the next one: it is
+		// used by one termination, then forgotten.
+		s.label, s.labelLocal = strings.Trim(st.Value, "'"), st.Local
+		if st.Reset {
+			s.label = ""
+		}
 	}
 }
 
@@ -532,10 +548,16 @@ func (s *session) sync(ctx context.Context) error {
 }
 
 // track adds a statement's reads and DDL to the transaction.
-func (s *session) track(a *analysis.Statement, params []analysis.Param, sent string) {
+func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 	if a.Kind == analysis.KindDDL {
-		s.tx.ddl = append(s.tx.ddl, newDDLStmt(a, sent))
+		if a.Tag == "TruncateStmt" {
+			return // its decoded truncate carries it, as it ran (or not at all, rolled back)
+		}
+		s.tx.ddl = append(s.tx.ddl, newDDLStmt(a, m.sent))
 		return // DDL reads the catalog, which only DDL changes, in total order
+	}
+	if a.Kind == analysis.KindOpaque {
+		s.tx.noteBlock(m)
 	}
 	if !s.h.cfg.Replica.CertifiesReads() {
 		return
@@ -566,6 +588,9 @@ func (s *session) ReadyForQuery(status byte) {
 	s.unitStarted = false
 	s.inTxn.Store(status != 'I')
 	if status == 'I' {
+		if s.labelLocal {
+			s.label, s.labelLocal = "", false
+		}
 		s.tx = txState{}
 		s.aborted.Store(false)
 	} else if status == 'T' && !s.tx.active {

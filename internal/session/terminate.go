@@ -234,7 +234,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		// residue class): every node runs its own after a replay.
 		records = slices.DeleteFunc(slices.Clone(records), func(r capture.DDLRecord) bool { return r.Query == s.h.cfg.AfterDDL })
 	}
-	ddl, err := joinDDL(s.tx.ddl, records, len(ws.Rows) > 0)
+	ddl, err := joinDDL(s.tx.ddl, records, s.tx.blocks, len(ws.Rows) > 0)
 	if err != nil {
 		s.abandon(gid)
 		return pgErr(codeFeatureNotSupported, "%v; the transaction was rolled back", err)
@@ -247,9 +247,14 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		DDLSettings:   ddl.settings,
 		SearchPath:    s.searchPath,
 		WriteSet:      ws,
+		Label:         s.label,
 	}
+	s.label = "" // one transaction's name
 	keys := ws.Keys()
 	for _, k := range ddl.keys {
+		keys.Add(k, txn.X)
+	}
+	for _, k := range objectKeys(ws.DDLDropped) {
 		keys.Add(k, txn.X)
 	}
 	if s.tx.reads.All() {

@@ -70,6 +70,7 @@ type Txn struct {
 	DDL           []string
 	DDLSettings   [][]capture.Setting // per DDL statement, the settings it ran under (nil: none)
 	SearchPath    string
+	Label         string // the client's name for it (SET ordo.txn_label), or ""
 }
 
 // Outcome is the fate of a terminated transaction.

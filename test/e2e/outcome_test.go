@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// txnStatus asks node i, through Ordo and after catching up with the
+// cluster, what became of the transaction labelled label.
+func txnStatus(t *testing.T, dsn, label string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "SET ordo.read_consistency = 'sync'")
+	require.NoError(t, err)
+	var s string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT _ordo.txn_status($1)", label).Scan(&s))
+	return s
+}
+
+// TestOutcomeChecks: a client labels its transaction (SET LOCAL
+// ordo.txn_label, or SET for the next autocommit statement) and any node
+// answers committed or aborted for it, from what the order decided.
+func TestOutcomeChecks(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	_, err := a.Exec(ctx, "CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO acct VALUES (1, 100), (2, 100)")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	// Committed, labelled inside the transaction.
+	for _, sql := range []string{"BEGIN", "SET LOCAL ordo.txn_label = 'pay-1'", "UPDATE acct SET bal = bal - 10 WHERE id = 1", "COMMIT"} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	// Committed, an autocommit statement named beforehand.
+	_, err = b.Exec(ctx, "SET ordo.txn_label = 'auto-1'")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "UPDATE acct SET bal = bal + 10 WHERE id = 2")
+	require.NoError(t, err)
+	// The label names one transaction only.
+	_, err = b.Exec(ctx, "UPDATE acct SET bal = bal + 1 WHERE id = 2")
+	require.NoError(t, err)
+
+	// Aborted: two concurrent updates of one row through two nodes.
+	ta, err := a.Begin(ctx)
+	require.NoError(t, err)
+	tb, err := b.Begin(ctx)
+	require.NoError(t, err)
+	for _, step := range []struct {
+		tx  pgx.Tx
+		sql string
+	}{{ta, "SET LOCAL ordo.txn_label = 'race-a'"}, {tb, "SET LOCAL ordo.txn_label = 'race-b'"},
+		{ta, "UPDATE acct SET bal = bal - 1 WHERE id = 1"}, {tb, "UPDATE acct SET bal = bal - 2 WHERE id = 1"}} {
+		_, err := step.tx.Exec(ctx, step.sql)
+		require.NoError(t, err, step.sql)
+	}
+	errA := ta.Commit(ctx)
+	errB := tb.Commit(ctx)
+	require.True(t, (errA == nil) != (errB == nil), "one of the two commits: %v / %v", errA, errB)
+	winner, loser := "race-a", "race-b"
+	if errA != nil {
+		winner, loser = loser, winner
+	}
+
+	for i := range c.nodes {
+		dsn := c.dsn(i)
+		require.Equal(t, "committed", txnStatus(t, dsn, "pay-1"), "node %d", i+1)
+		require.Equal(t, "committed", txnStatus(t, dsn, "auto-1"), "node %d", i+1)
+		require.Equal(t, "committed", txnStatus(t, dsn, winner), "node %d", i+1)
+		require.Equal(t, "aborted", txnStatus(t, dsn, loser), "node %d", i+1)
+		require.Equal(t, "unknown", txnStatus(t, dsn, "never-sent"), "node %d", i+1)
+	}
+}
+
+// TestUnknownOutcomeIsResolvable: a commit cut off from the majority
+// answers 08007 (its outcome is unknown); once the cluster is whole again,
+// every node gives the same answer for its label, and the data agree.
+func TestUnknownOutcomeIsResolvable(t *testing.T) {
+	c := startProcCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE TABLE m (id int PRIMARY KEY)")
+	require.NoError(t, err)
+	c.kill(1)
+	c.kill(2)
+	_, err = conn.Exec(ctx, "SET ordo.txn_label = 'cut-off'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "INSERT INTO m VALUES (1)")
+	require.Error(t, err)
+	require.Equal(t, "08007", sqlstate(err), "%v", err)
+	c.start(1)
+	c.start(2)
+	require.Eventually(t, func() bool { return c.settled("SELECT count(*)::text FROM m") }, 60*time.Second, 500*time.Millisecond, c.state())
+	answer := txnStatus(t, c.dsn(0), "cut-off")
+	require.Contains(t, []string{"committed", "aborted"}, answer)
+	for i := range c.procs {
+		require.Equal(t, answer, txnStatus(t, c.dsn(i), "cut-off"), "node %d", i+1)
+	}
+	var rows int
+	d, err := pgx.Connect(ctx, c.pg.Servers[1].DSN("postgres"))
+	require.NoError(t, err)
+	defer d.Close(ctx)
+	require.NoError(t, d.QueryRow(ctx, "SELECT count(*) FROM m").Scan(&rows))
+	require.Equal(t, map[string]int{"committed": 1, "aborted": 0}[answer], rows, "the answer matches the data")
+	t.Logf("the cut-off transaction %s", answer)
+}
+
+// TestOrdinaryRolesCannotWriteOrdoTables: Ordo's bookkeeping (proofs,
+// early rollbacks, outcomes) cannot be written or read by an ordinary
+// role through any node; the outcome check is open to everyone.
+func TestOrdinaryRolesCannotWriteOrdoTables(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE ROLE app LOGIN PASSWORD 'app'")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := range c.nodes {
+		cfg, err := pgx.ParseConfig(c.dsn(i))
+		require.NoError(t, err)
+		cfg.User, cfg.Password = "app", "app"
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err, "node %d", i+1)
+		for _, sql := range []string{
+			"INSERT INTO _ordo.applied (seqno, gid) VALUES (999999, 'ordo_9_9')",
+			"INSERT INTO _ordo.aborted (seqno, gid, label) VALUES (999999, 'ordo_9_9', 'forged')",
+			"DELETE FROM _ordo.rolled_back",
+			"SELECT count(*) FROM _ordo.applied",
+			"SELECT pg_logical_emit_message(true, 'ordo.ddl', '{}')",
+		} {
+			_, err := conn.Exec(ctx, sql)
+			require.Error(t, err, "node %d: %s", i+1, sql)
+			require.Equal(t, "42501", sqlstate(err), "node %d: %s: %v", i+1, sql, err)
+		}
+		var s string
+		require.NoError(t, conn.QueryRow(ctx, "SELECT _ordo.txn_status('nothing')").Scan(&s))
+		require.Equal(t, "unknown", s)
+		conn.Close(ctx)
+	}
+}
