@@ -352,6 +352,22 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		return unknown(k.Abort)
 	case *ordov1.Entry_SchemaCheck:
 		return unknown(k.SchemaCheck)
+	case *ordov1.Entry_DataCheck:
+		return unknown(k.DataCheck)
+	case *ordov1.Entry_Data:
+		if unknown(k.Data) {
+			return true
+		}
+		for _, t := range k.Data.Tables {
+			if unknown(t) {
+				return true
+			}
+			for _, b := range t.Buckets {
+				if unknown(b) {
+					return true
+				}
+			}
+		}
 	case *ordov1.Entry_Schema:
 		if unknown(k.Schema) {
 			return true

@@ -172,7 +172,7 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		ent.Kind, ent.GID = termination.KindAbort, txn.GID(k.Abort.Gid)
 	case *ordov1.Entry_Fragment:
 		ent.Kind, ent.GID, ent.Index = termination.KindFragment, txn.GID(k.Fragment.Gid), k.Fragment.Index
-	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema:
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data:
 		ent.Kind = termination.KindOther
 	default:
 		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
@@ -295,6 +295,17 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 		}
 		if k.Schema.Node != r.cfg.NodeID {
 			r.compareSchema(k.Schema)
+		}
+	case *ordov1.Entry_DataCheck:
+		if err := r.flush(ctx, rn); err != nil {
+			return err
+		}
+		if seqno > r.cfg.Proven {
+			r.dataSnapshot(ctx, seqno, k.DataCheck.Buckets)
+		}
+	case *ordov1.Entry_Data:
+		if k.Data.Node != r.cfg.NodeID {
+			r.compareData(k.Data)
 		}
 	}
 	return nil

@@ -16,6 +16,8 @@ type metrics struct {
 
 	schemaMismatches prometheus.Counter
 	schemaConsistent prometheus.Gauge
+	dataMismatches   prometheus.Counter
+	dataConsistent   prometheus.Gauge
 }
 
 // initOutcomes exports every outcome series of protocol at 0, so rates and
@@ -67,6 +69,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_schema_consistent",
 			Help: "1 if the latest schema fingerprint of every other node matched this node's, else 0.",
 		}),
+		dataMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_data_mismatches_total",
+			Help: "Other nodes' data checksums that differed from this node's at the same position of the order (a data check).",
+		}),
+		dataConsistent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_data_consistent",
+			Help: "1 if the latest data checksums of every other node matched this node's, else 0.",
+		}),
 		fragments: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_replica_fragments_proposed_total",
 			Help: "Fragments this node proposed for its transactions too large for one entry (max_entry_bytes).",
@@ -80,8 +90,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	m.schemaConsistent.Set(1)
+	m.dataConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.fragments, m.fragmentBytes)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.fragments, m.fragmentBytes)
 	}
 	return m
 }

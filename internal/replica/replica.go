@@ -131,6 +131,7 @@ type Replica struct {
 	orphans    map[txn.GID]bool
 
 	schema schemaState
+	data   dataState
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).
