@@ -97,6 +97,26 @@ BEGIN
 END
 $f$;
 
+-- A table rewrite that fills a column from a volatile default (random(),
+-- nextval() of ADD COLUMN … serial, clock_timestamp()) computes different
+-- values on every node that replays it: refuse it at the origin.
+CREATE OR REPLACE FUNCTION _ordo.ddl_rewrite() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+DECLARE
+	nonempty bool;
+BEGIN
+	IF (pg_event_trigger_table_rewrite_reason() & 2) = 0 THEN
+		RETURN;
+	END IF;
+	EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', pg_event_trigger_table_rewrite_oid()::regclass) INTO nonempty;
+	IF nonempty THEN -- an empty table has no values to differ
+		RAISE EXCEPTION 'ordo: % would fill the rows of % from a volatile default, which gives different values on every node', tg_tag, pg_event_trigger_table_rewrite_oid()::regclass
+			USING ERRCODE = 'feature_not_supported',
+			HINT = 'Add the column without a default (or with a constant one), then set its values with UPDATE, which is replicated row by row; then SET DEFAULT for new rows.';
+	END IF;
+END
+$f$;
+
 -- Only superusers (and the triggers above, which run as one) may emit
 -- logical messages: an ordinary role could otherwise forge a DDL record
 -- that the other nodes would replay as a superuser.
@@ -118,6 +138,9 @@ BEGIN
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'ordo_ddl_end') THEN
 		CREATE EVENT TRIGGER ordo_ddl_end ON ddl_command_end EXECUTE FUNCTION _ordo.ddl_end();
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'ordo_ddl_rewrite') THEN
+		CREATE EVENT TRIGGER ordo_ddl_rewrite ON table_rewrite EXECUTE FUNCTION _ordo.ddl_rewrite();
 	END IF;
 END
 $$;`
