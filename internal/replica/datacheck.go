@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ordo-db/ordo/internal/totalorder"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
@@ -202,23 +200,9 @@ func (r *Replica) proposeData(e *ordov1.DataEntry) {
 		r.log.Warn("data check", "err", err)
 		return
 	}
-	r.bg.Add(1)
-	go func() {
-		defer r.bg.Done()
-		for attempt := 0; attempt < 10; attempt++ {
-			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := r.cfg.Order.Propose(pctx, payload)
-			cancel()
-			if err == nil || errors.Is(err, totalorder.ErrStopped) || errors.Is(err, totalorder.ErrRemoved) {
-				return
-			}
-			if errors.Is(err, totalorder.ErrTooLarge) {
-				r.log.Warn("data check: checksums too large to send; not compared", "seqno", e.AtSeqno, "tables", len(e.Tables))
-				return
-			}
-			time.Sleep(time.Second)
-		}
-	}()
+	r.proposeInBackground(payload, 10, func(err error) {
+		r.log.Warn("data check: checksums not sent; not compared", "seqno", e.AtSeqno, "tables", len(e.Tables), "err", err)
+	})
 }
 
 // ownData records this node's sums and compares the peers' that came

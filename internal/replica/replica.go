@@ -379,19 +379,32 @@ func (r *Replica) abortInBackground(gid txn.GID) {
 		r.log.Error("encode abort", "gid", gid, "err", err)
 		return
 	}
+	r.proposeInBackground(payload, 1000, func(err error) {
+		r.log.Error("could not propose the abort of a prepared transaction; it stays prepared", "gid", gid, "err", err)
+	})
+}
+
+// proposeInBackground proposes payload from a tracked goroutine, up to
+// attempts times a second apart, until the order takes it or stops; gaveUp,
+// if the order never took it, says so.
+func (r *Replica) proposeInBackground(payload []byte, attempts int, gaveUp func(error)) {
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
-		for attempt := 0; attempt < 1000; attempt++ {
+		var err error
+		for attempt := 0; attempt < attempts; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := r.cfg.Order.Propose(ctx, payload)
+			_, err = r.cfg.Order.Propose(ctx, payload)
 			cancel()
 			if err == nil || errors.Is(err, totalorder.ErrStopped) || errors.Is(err, totalorder.ErrRemoved) {
 				return
 			}
+			if errors.Is(err, totalorder.ErrTooLarge) {
+				break
+			}
 			time.Sleep(time.Second)
 		}
-		r.log.Error("could not propose the abort of a prepared transaction; it stays prepared", "gid", gid)
+		gaveUp(err)
 	}()
 }
 

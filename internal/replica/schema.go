@@ -2,14 +2,12 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/ordo-db/ordo/internal/schemacheck"
-	"github.com/ordo-db/ordo/internal/totalorder"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
@@ -107,23 +105,9 @@ func (r *Replica) fingerprint(ctx context.Context, seqno uint64) {
 		r.log.Warn("schema fingerprint", "err", err)
 		return
 	}
-	r.bg.Add(1)
-	go func() {
-		defer r.bg.Done()
-		for attempt := 0; attempt < 10; attempt++ {
-			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := r.cfg.Order.Propose(pctx, payload)
-			cancel()
-			if err == nil || errors.Is(err, totalorder.ErrStopped) || errors.Is(err, totalorder.ErrRemoved) {
-				return
-			}
-			if errors.Is(err, totalorder.ErrTooLarge) {
-				r.log.Warn("schema fingerprint too large to send; not compared", "seqno", seqno, "objects", len(e.Objects))
-				return
-			}
-			time.Sleep(time.Second)
-		}
-	}()
+	r.proposeInBackground(payload, 10, func(err error) {
+		r.log.Warn("schema fingerprint not sent; not compared", "seqno", seqno, "objects", len(e.Objects), "err", err)
+	})
 }
 
 // compareSchema compares another node's fingerprint with this node's at
