@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,7 +76,12 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 		}
 		r.m.queue.Set(float64(len(batch) + len(r.cfg.Order.Deliveries())))
-		if err := r.deliverBatch(ctx, batch); err != nil {
+		err := r.deliverBatch(ctx, batch)
+		var f *applyFailure
+		for errors.As(err, &f) {
+			err = r.vote(ctx, f) // carries on from the entry after, or not
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -96,7 +102,7 @@ type run struct {
 // out its decisions, applying runs of remote transactions together.
 func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery) error {
 	var rn run
-	for _, d := range batch {
+	for i, d := range batch {
 		if d.Type == totalorder.DeliverySnapshot {
 			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
 		}
@@ -127,6 +133,10 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		}
 		for _, dec := range st.Decisions {
 			if err := r.carryOut(ctx, d.Seqno, dec, &rn); err != nil {
+				var f *applyFailure
+				if errors.As(err, &f) {
+					f.rest = batch[i+1:]
+				}
 				return err
 			}
 		}
@@ -172,7 +182,7 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		ent.Kind, ent.GID = termination.KindAbort, txn.GID(k.Abort.Gid)
 	case *ordov1.Entry_Fragment:
 		ent.Kind, ent.GID, ent.Index = termination.KindFragment, txn.GID(k.Fragment.Gid), k.Fragment.Index
-	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data:
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote:
 		ent.Kind = termination.KindOther
 	default:
 		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
@@ -225,7 +235,13 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 	if err := r.flush(ctx, rn); err != nil {
 		return err
 	}
-	return r.carryOutTxn(ctx, dec, e)
+	if err := r.carryOutTxn(ctx, dec, e); err != nil {
+		if !local && dec.Commit && r.cfg.Members > 0 && deterministic(err) {
+			return &applyFailure{seqno: dec.Seqno, origin: e.Origin, err: err}
+		}
+		return err
+	}
+	return nil
 }
 
 // carryOutTxn carries out a decided transaction that is the node's own,
@@ -307,6 +323,8 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 		if k.Data.Node != r.cfg.NodeID {
 			r.compareData(k.Data)
 		}
+	case *ordov1.Entry_Vote:
+		return r.deliverVote(k.Vote)
 	}
 	return nil
 }

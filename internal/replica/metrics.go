@@ -17,6 +17,7 @@ type metrics struct {
 	schemaMismatches prometheus.Counter
 	schemaConsistent prometheus.Gauge
 	dataMismatches   prometheus.Counter
+	votes            *prometheus.CounterVec // vote: ok, fail
 	dataConsistent   prometheus.Gauge
 }
 
@@ -69,6 +70,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_schema_consistent",
 			Help: "1 if the latest schema fingerprint of every other node matched this node's, else 0.",
 		}),
+		votes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_replica_votes_total",
+			Help: "Votes this node sent on entries some node could not carry out, by vote: fail (this node could not), ok (it could).",
+		}, []string{"vote"}),
 		dataMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_data_mismatches_total",
 			Help: "Other nodes' data checksums that differed from this node's at the same position of the order (a data check).",
@@ -92,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.schemaConsistent.Set(1)
 	m.dataConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.fragments, m.fragmentBytes)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes)
 	}
 	return m
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// started: entries up to it are replayed, not carried out anew (no
 	// schema fingerprints are taken for them).
 	Proven uint64
+	// Members is how many voting members the cluster has: a node that
+	// cannot carry out an entry others carried out asks the cluster to
+	// vote (vote.go). 0 turns votes off: such a node stops.
+	Members int
 	// OnDDL is called on the delivery loop after a transaction with DDL
 	// committed, local or remote (to refresh the catalog and normalize
 	// sequences).
@@ -132,6 +136,11 @@ type Replica struct {
 
 	schema schemaState
 	data   dataState
+	// votes tallies the results of entries some node could not carry
+	// out; skipped holds the entries this node skipped by a verdict
+	// (delivery loop only).
+	votes   *termination.Votes
+	skipped map[uint64]bool
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).
@@ -172,6 +181,8 @@ func New(cfg Config) (*Replica, error) {
 		rolledBack: make(map[txn.GID]bool),
 		orphans:    make(map[txn.GID]bool),
 		down:       make(chan struct{}),
+		votes:      termination.NewVotes(cfg.Members),
+		skipped:    make(map[uint64]bool),
 	}
 	r.m.initOutcomes(cfg.Protocol)
 	r.schema.own = make(map[uint64]schemacheck.Snapshot)

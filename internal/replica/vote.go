@@ -1,0 +1,140 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/termination"
+	"github.com/ordo-db/ordo/internal/totalorder"
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
+)
+
+// No poison entries (DESIGN.md "When things go wrong"). A node that cannot
+// carry out a committed entry of another node (a DDL replay that fails,
+// say, because of an object created on it behind Ordo's back) does not
+// stop at once: it reports the failure through the order (a VoteEntry) and
+// waits, holding what is delivered after. Every node that carried the
+// entry out answers with a success. The tally (termination.Votes) is a
+// function of the delivered votes, so every node reaches the same verdict:
+//
+//   - Applied (the nodes that carried it out have a majority): the failing
+//     nodes leave (they stop refusing nothing silently: they refuse
+//     updates and need a state transfer);
+//   - Skipped (the failing nodes have a majority): they treat the entry as
+//     carried out without it and go on serving; the nodes that applied it
+//     leave, and if its origin is among them, the transaction its client
+//     was told committed is lost with them: said loudly in the log.
+//
+// One bad entry never stops a majority. Votes are taken only on entries
+// carried out on their own (with DDL or fragments: where replays fail);
+// a failure in a run of plain row applies still stops the node.
+
+// applyFailure is an entry this node could not carry out, with the
+// deliveries of its batch after it (not yet stepped).
+type applyFailure struct {
+	seqno  uint64
+	origin uint32
+	err    error
+	rest   []totalorder.Delivery
+}
+
+func (f *applyFailure) Error() string {
+	return fmt.Sprintf("replica: entry %d could not be carried out here: %v", f.seqno, f.err)
+}
+
+func (f *applyFailure) Unwrap() error { return f.err }
+
+// deterministic reports whether err is PostgreSQL refusing the statement
+// itself (it would refuse it again), not a lost connection, a restart or
+// a lack of resources.
+func deterministic(err error) bool {
+	if errors.Is(err, apply.ErrPostgresRestarted) || errors.Is(err, termination.ErrPostgresRestarted) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "08", "53", "57", "58", "XX", "40", "55":
+		return false // connection, resources, shutdown, system, serialization, lock timeouts
+	}
+	return true
+}
+
+// vote reports f through the order and carries the deliveries that come
+// meanwhile once the cluster's verdict is in: on from f's entry if the
+// failing side won, or an error (this node leaves) if it lost.
+func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
+	r.log.Error("an entry could not be carried out here; the cluster votes", "seqno", f.seqno, "origin", f.origin, "err", f.err)
+	r.m.votes.WithLabelValues("fail").Inc()
+	r.proposeVote(f.seqno, f.origin, false, f.err.Error())
+	held := f.rest
+	for {
+		switch r.votes.Verdict(f.seqno) {
+		case termination.Applied:
+			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer", f.seqno, f.err)
+		case termination.Skipped:
+			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", f.seqno, "origin", f.origin)
+			r.skipped[f.seqno] = true
+			r.publish(f.seqno)
+			return r.deliverBatch(ctx, held)
+		}
+		var d totalorder.Delivery
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case d, ok = <-r.cfg.Order.Deliveries():
+			if !ok {
+				return fmt.Errorf("replica: the total order stopped while the cluster voted on entry %d", f.seqno)
+			}
+		}
+		held = append(held, d)
+		var e ordov1.Entry
+		if d.Type == totalorder.DeliveryEntry && proto.Unmarshal(d.Data, &e) == nil {
+			if v := e.GetVote(); v != nil && v.AtSeqno == f.seqno {
+				r.votes.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
+			}
+		}
+	}
+}
+
+// deliverVote counts a vote delivered in the normal course of the loop
+// (this node is not waiting for a verdict on it): a node that carried the
+// entry out answers a failure, and leaves if the failing side wins.
+func (r *Replica) deliverVote(v *ordov1.VoteEntry) error {
+	before := r.votes.Verdict(v.AtSeqno)
+	verdict := r.votes.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
+	applied := !r.skipped[v.AtSeqno] // this node is past the entry: it carried it out, or skipped it by a verdict
+	if !v.Ok && v.Node != r.cfg.NodeID && applied && verdict == termination.Undecided && !r.votes.Voted(v.AtSeqno, r.cfg.NodeID) {
+		r.m.votes.WithLabelValues("ok").Inc()
+		r.proposeVote(v.AtSeqno, v.Origin, true, "")
+	}
+	if verdict == termination.Skipped && before == termination.Undecided && applied {
+		lost := ""
+		if v.Origin == r.cfg.NodeID {
+			lost = "; this node is the entry's origin: the transaction its client was told committed is lost with it"
+		}
+		r.log.Error("the cluster voted to skip an entry this node carried out: it leaves the cluster"+lost, "seqno", v.AtSeqno, "origin", v.Origin)
+		return fmt.Errorf("replica: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s", v.AtSeqno, lost)
+	}
+	return nil
+}
+
+// proposeVote sends this node's vote on the entry at seqno.
+func (r *Replica) proposeVote(seqno uint64, origin uint32, ok bool, reason string) {
+	payload, err := encodeEntry(&ordov1.Entry{Kind: &ordov1.Entry_Vote{Vote: &ordov1.VoteEntry{AtSeqno: seqno, Node: r.cfg.NodeID, Ok: ok, Origin: origin, Reason: reason}}})
+	if err != nil {
+		r.log.Error("encode vote", "err", err)
+		return
+	}
+	r.proposeInBackground(payload, 1000, func(err error) {
+		r.log.Error("could not send this node's vote", "seqno", seqno, "err", err)
+	})
+}

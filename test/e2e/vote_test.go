@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// replicaErr is node i's reason for refusing updates, "" if it serves.
+func (c *cluster) replicaErr(i int) string {
+	if err := c.nodes[i].Replica().Err(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// TestOneBadEntryNeverStopsAMajority: an entry that some nodes cannot
+// carry out (here, a table created behind Ordo's back on them) is put to
+// a vote. A failing minority leaves; a failing majority skips the entry
+// and keeps serving while the node that applied it leaves (it used to
+// stop every failing node, and with them the cluster).
+func TestOneBadEntryNeverStopsAMajority(t *testing.T) {
+	ctx := context.Background()
+	t.Run("minority fails", func(t *testing.T) {
+		c := startCluster(t, 3, "dbsm-si")
+		_, err := c.direct(2).Exec(ctx, "CREATE TABLE clash (id int PRIMARY KEY)")
+		require.NoError(t, err)
+		_, err = c.connect(0).Exec(ctx, "CREATE TABLE clash (id int PRIMARY KEY)")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return c.replicaErr(2) != "" }, 30*time.Second, 100*time.Millisecond)
+		require.Contains(t, c.replicaErr(2), "leaves the cluster")
+		require.Empty(t, c.replicaErr(0))
+		require.Empty(t, c.replicaErr(1))
+		_, err = c.connect(1).Exec(ctx, "INSERT INTO clash VALUES (1)")
+		require.NoError(t, err, "the majority serves")
+	})
+	t.Run("majority fails", func(t *testing.T) {
+		c := startCluster(t, 3, "dbsm-si")
+		for _, i := range []int{1, 2} {
+			_, err := c.direct(i).Exec(ctx, "CREATE TABLE clash (id int PRIMARY KEY, v text)")
+			require.NoError(t, err)
+		}
+		_, err := c.connect(0).Exec(ctx, "CREATE TABLE clash (id int PRIMARY KEY, v text)")
+		require.NoError(t, err, "the origin commits: it cannot know the others will fail")
+		require.Eventually(t, func() bool { return c.replicaErr(0) != "" }, 30*time.Second, 100*time.Millisecond)
+		require.Contains(t, c.replicaErr(0), "lost with it", "the origin says loudly what is lost")
+		require.Empty(t, c.replicaErr(1))
+		require.Empty(t, c.replicaErr(2))
+		_, err = c.connect(1).Exec(ctx, "INSERT INTO clash VALUES (1, 'after')")
+		require.NoError(t, err, "the majority serves")
+		require.Eventually(t, func() bool {
+			var n int
+			return c.direct(2).QueryRow(ctx, "SELECT count(*) FROM clash").Scan(&n) == nil && n == 1
+		}, 30*time.Second, 100*time.Millisecond, "and replicates")
+	})
+}
