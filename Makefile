@@ -22,7 +22,7 @@ build:
 ## demo: a local 3-node cluster on local PostgreSQL servers; prints connection strings.
 demo:
 	@bash scripts/ensure-tools.sh go postgres
-	$(GO) build -o bin/ ./cmd/ordo
+	$(GO) build -o bin/ ./cmd/ordo ./cmd/ordoctl
 	./bin/ordo demo $(DEMO_FLAGS)
 
 ## test: static checks, every test of the default suite on PostgreSQL 15,

@@ -7,6 +7,7 @@ package deployments
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -59,9 +60,12 @@ func requirePeerTLS(t *testing.T, where string, n *config.Node) {
 func TestComposeNodeConfigsAreValid(t *testing.T) {
 	var compose struct {
 		Services map[string]struct {
-			Volumes   []string       `yaml:"volumes"`
-			DependsOn map[string]any `yaml:"depends_on"`
-			Command   any            `yaml:"command"`
+			Volumes     []string       `yaml:"volumes"`
+			DependsOn   map[string]any `yaml:"depends_on"`
+			Command     any            `yaml:"command"`
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
 		} `yaml:"services"`
 		Postgres struct {
 			Command string `yaml:"command"`
@@ -86,6 +90,10 @@ func TestComposeNodeConfigsAreValid(t *testing.T) {
 				continue
 			}
 			requirePeerTLS(t, "compose service "+name, n)
+			requireAdmin(t, "compose service "+name, n)
+			if hc := strings.Join(svc.Healthcheck.Test, " "); !strings.Contains(hc, "/readyz") || !strings.Contains(hc, "127.0.0.1/"+port(t, n.MetricsListen)) {
+				t.Errorf("service %s: its healthcheck %q does not ask /readyz on its metrics port %s", name, hc, n.MetricsListen)
+			}
 			certVolume := ""
 			for _, v := range svc.Volumes {
 				if parts := strings.Split(v, ":"); len(parts) >= 2 && parts[1] == filepath.Dir(n.PeerTLS.CertFile) {
@@ -131,11 +139,35 @@ func TestComposeNodeConfigsAreValid(t *testing.T) {
 		}
 	}
 	script := fmt.Sprint(compose.Services["certs"].Command)
-	for _, want := range []string{"ordo cert create-ca --dir /ca", "ordo cert create-node --dir /ca --id $$i", "for i in 1 2 3", "/ca/node-$$i.key /certs$$i/", "chown -R 10001:10001"} {
+	for _, want := range []string{"ordo cert create-ca --dir /ca", "ordo cert create-node --dir /ca --id $$i", "for i in 1 2 3",
+		"ordo cert create-client --dir /ca --name admin", "/ca/node-$$i.key /ca/client-admin.crt /ca/client-admin.key /certs$$i/", "chown -R 10001:10001"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("the certs service's script does not run %q: %s", want, script)
 		}
 	}
+}
+
+// requireAdmin fails unless node n serves its admin API where ordoctl can
+// reach it from elsewhere (a fixed, non-loopback admin_listen), with
+// client certificates of the peer CA (config.Parse already refuses an
+// anonymous admin API).
+func requireAdmin(t *testing.T, where string, n *config.Node) {
+	t.Helper()
+	if n.AdminListen == config.DefaultAdminListen || config.Loopback(n.AdminListen) || port(t, n.AdminListen) == "0" {
+		t.Errorf("%s: node %d's admin_listen %q: a deployment names a fixed port other hosts reach", where, n.ID, n.AdminListen)
+	}
+	if n.PeerTLS.CertFile == "" || n.AdminToken != "" || n.AdminTokenFile != "" {
+		t.Errorf("%s: node %d's admin API is not authenticated by client certificates", where, n.ID)
+	}
+}
+
+func port(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%q: %v", addr, err)
+	}
+	return p
 }
 
 func itoa(id uint32) string {
@@ -325,6 +357,7 @@ func TestKubernetesManifest(t *testing.T) {
 	replicas := spec["replicas"].(int)
 	service := spec["serviceName"].(string)
 	peerTLSDirs, peerTLSFiles := map[string]bool{}, map[string]bool{}
+	var metricsPort, adminPort string
 	for ordinal := 0; ordinal < replicas; ordinal++ {
 		path := filepath.Join(t.TempDir(), "node.yaml")
 		if err := os.WriteFile(path, []byte(strings.ReplaceAll(tmpl, "@ID@", itoa(uint32(ordinal+1)))), 0o600); err != nil {
@@ -335,6 +368,8 @@ func TestKubernetesManifest(t *testing.T) {
 			t.Fatalf("pod ordo-%d: %v", ordinal, err)
 		}
 		requirePeerTLS(t, fmt.Sprintf("pod ordo-%d", ordinal), n)
+		requireAdmin(t, fmt.Sprintf("pod ordo-%d", ordinal), n)
+		metricsPort, adminPort = port(t, n.MetricsListen), port(t, n.AdminListen)
 		peerTLSDirs[filepath.Dir(n.PeerTLS.CertFile)] = true
 		for _, f := range []string{n.PeerTLS.CertFile, n.PeerTLS.KeyFile, n.PeerTLS.CAFile} {
 			peerTLSFiles[filepath.Base(f)] = true
@@ -347,6 +382,14 @@ func TestKubernetesManifest(t *testing.T) {
 		}
 	}
 	pod := spec["template"].(map[string]any)["spec"].(map[string]any)
+	checkOrdoContainer(t, pod, metricsPort, adminPort)
+	var peerPorts []string
+	for _, p := range kinds["Service/ordo-peers"]["spec"].(map[string]any)["ports"].([]any) {
+		peerPorts = append(peerPorts, fmt.Sprint(p.(map[string]any)["port"]))
+	}
+	if !slices.Contains(peerPorts, adminPort) {
+		t.Errorf("Service ordo-peers ports %v: no admin port %s (ordo-N.ordo-peers:%s for ordoctl)", peerPorts, adminPort, adminPort)
+	}
 	var pgArgs string
 	for _, c := range pod["containers"].([]any) {
 		c := c.(map[string]any)
@@ -483,6 +526,44 @@ func checkPeerTLSVolume(t *testing.T, pod map[string]any, dirs, files map[string
 			t.Errorf("Secret %s: usages %s: a node both accepts and dials peers", secret, usages)
 		}
 	}
+	// and a client certificate for ordoctl, naming no node
+	if spec := issued["ordo-admin-tls"]; spec == nil {
+		t.Error("cert-manager.yaml issues no admin client certificate (Secret ordo-admin-tls)")
+	} else if usages := fmt.Sprint(spec["usages"]); !strings.Contains(usages, "client auth") || strings.Contains(usages, "server auth") || spec["uris"] != nil {
+		t.Errorf("Secret ordo-admin-tls: usages %s, uris %v: a client certificate naming no node", usages, spec["uris"])
+	}
+}
+
+// checkOrdoContainer: the ordo container exposes the metrics and admin
+// ports of its configuration, and its readiness probe is /readyz on the
+// metrics port (a node that cannot commit leaves the Service), with a
+// timeout longer than the check's 2s quorum bound.
+func checkOrdoContainer(t *testing.T, pod map[string]any, metricsPort, adminPort string) {
+	t.Helper()
+	for _, c := range pod["containers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] != "ordo" {
+			continue
+		}
+		ports := map[string]string{} // name -> containerPort
+		for _, p := range c["ports"].([]any) {
+			p := p.(map[string]any)
+			ports[fmt.Sprint(p["name"])] = fmt.Sprint(p["containerPort"])
+		}
+		if ports["metrics"] != metricsPort || ports["admin"] != adminPort {
+			t.Errorf("ordo container ports %v: want metrics %s and admin %s as configured", ports, metricsPort, adminPort)
+		}
+		probe, _ := c["readinessProbe"].(map[string]any)
+		get, _ := probe["httpGet"].(map[string]any)
+		if get == nil || get["path"] != "/readyz" || (fmt.Sprint(get["port"]) != "metrics" && fmt.Sprint(get["port"]) != metricsPort) {
+			t.Errorf("ordo readinessProbe %v: want httpGet /readyz on the metrics port", probe)
+		}
+		if to, _ := probe["timeoutSeconds"].(int); to < 3 {
+			t.Errorf("ordo readinessProbe timeoutSeconds %v: /readyz may take 2s to find no quorum; give it 3s or more", probe["timeoutSeconds"])
+		}
+		return
+	}
+	t.Error("no ordo container")
 }
 
 // TestKubernetesScrapeConfig: the Kubernetes scrape job keeps the Ordo

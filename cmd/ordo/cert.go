@@ -94,7 +94,8 @@ func createClientCmd() *cobra.Command {
 		Use:   "create-client --name NAME",
 		Short: "Create a client certificate (client-NAME.crt, client-NAME.key), signed by the CA",
 		Long: `Creates a client certificate whose CN is NAME (a user or a program). It
-names no node id, so peer ports refuse it.`,
+names no node id, so peer ports refuse it; the admin API of a node with peer
+TLS accepts it (ordoctl --cert, --key and --cacert; docs/admin.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			written, err := certs.CreateClient(o, name)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"net/url"
 	"os/exec"
@@ -17,12 +18,16 @@ import (
 )
 
 // TestDemoEndToEnd runs the real binary as a user would: `ordo demo`, psql
-// through every printed Ordo connection string, then Ctrl-C, and checks that
-// nothing is left listening.
+// through every printed Ordo connection string, the printed ordoctl command,
+// then Ctrl-C, and checks that nothing is left listening.
 func TestDemoEndToEnd(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "ordo")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	ordoctl := filepath.Join(t.TempDir(), "ordoctl")
+	out, err = exec.Command("go", "build", "-o", ordoctl, "../ordoctl").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
 	psql, err := exec.LookPath("psql")
@@ -43,6 +48,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	line := regexp.MustCompile(`^(node\d+) ordo=(\S+) postgres=(\S+)$`)
 	type node struct{ name, ordo, postgres string }
 	var nodes []node
+	var admin []string // the printed ordoctl command
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -59,6 +65,9 @@ read:
 			require.True(t, ok, "demo exited early; stderr:\n%s", stderr.String())
 			if m := line.FindStringSubmatch(l); m != nil {
 				nodes = append(nodes, node{m[1], m[2], m[3]})
+			}
+			if f := strings.Fields(l); len(f) > 2 && filepath.Base(f[0]) == "ordoctl" {
+				admin = f
 			}
 			if strings.Contains(l, "Ctrl-C") {
 				break read
@@ -97,6 +106,28 @@ read:
 			require.NoError(t, err)
 			addrs = append(addrs, u.Host)
 		}
+	}
+
+	// The printed ordoctl command works as printed (mutual TLS with the
+	// demo's admin client certificate) and sees three ready nodes.
+	require.NotEmpty(t, admin, "demo printed no ordoctl command")
+	ctl, err := exec.CommandContext(ctx, ordoctl, append(admin[1:], "-o", "json")...).Output()
+	require.NoError(t, err, "%v: %s", admin, ctl)
+	var status struct {
+		Nodes []struct {
+			Endpoint string
+			Status   struct {
+				NodeID int `json:"node_id"`
+				Ready  struct{ Ready bool }
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(ctl, &status), "%s", ctl)
+	require.Len(t, status.Nodes, 3)
+	for i, n := range status.Nodes {
+		require.Equal(t, i+1, n.Status.NodeID)
+		require.True(t, n.Status.Ready.Ready, "node %d", i+1)
+		addrs = append(addrs, n.Endpoint)
 	}
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))

@@ -54,7 +54,8 @@ func demoCmd() *cobra.Command {
 		Long: `Starts local PostgreSQL servers (found on this machine; run as an unprivileged
 user when ordo runs as root) and one Ordo node in front of each, prints one
 line per node with its Ordo connection string and its PostgreSQL server's,
-and runs until interrupted (Ctrl-C), then stops everything.`,
+and the ordoctl command that shows the cluster's status, and runs until
+interrupted (Ctrl-C), then stops everything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			level := slog.LevelWarn
@@ -69,7 +70,7 @@ and runs until interrupted (Ctrl-C), then stops everything.`,
 		},
 	}
 	cmd.Flags().IntVarP(&o.Nodes, "nodes", "n", 3, "number of nodes")
-	cmd.Flags().IntVar(&o.BasePort, "base-port", 15432, "Ordo port of node 1 (node i: base+i-1; its PostgreSQL: base+100+i-1); 0 picks free ports")
+	cmd.Flags().IntVar(&o.BasePort, "base-port", 15432, "Ordo port of node 1 (node i: base+i-1; its PostgreSQL: base+100+i-1, Raft +200, metrics +300, admin API +400); 0 picks free ports")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "keep the cluster's data in this directory between runs (default: a temporary directory, removed on exit)")
 	cmd.Flags().StringVar(&o.Protocol, "protocol", "dbsm", "termination protocol: dbsm (serializable) or dbsm-si (snapshot isolation)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")

@@ -15,6 +15,10 @@
 //     peers are verified against, read from files, reloaded when the files
 //     change (Watch) or when asked (Reload, on SIGHUP), and the server and
 //     client tls.Configs that read the current material at every handshake.
+//   - admin.go: the TLS of the admin API: the node's side
+//     (Peer.AdminServerConfig: client certificates of the CA, node id not
+//     required) and ordoctl's (AdminClientConfig: the server must name a
+//     node id).
 //
 // Goroutines: none of its own; Watch runs in its caller's goroutine until
 // its context ends. Peer is safe for concurrent use: handshakes read the

@@ -205,22 +205,31 @@ func (p *Peer) ClientConfig() *tls.Config {
 }
 
 func (p *Peer) verify(chain []*x509.Certificate, usage x509.ExtKeyUsage) error {
-	if len(chain) == 0 {
-		return fmt.Errorf("%w: no certificate presented", ErrUntrusted)
-	}
-	m := p.cur.Load()
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	leaf := chain[0]
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: m.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return fmt.Errorf("%w: %q (issuer %q): %v", ErrUntrusted, leaf.Subject.CommonName, leaf.Issuer.CommonName, err)
+	leaf, err := verifyChain(p.cur.Load().pool, chain, usage)
+	if err != nil {
+		return err
 	}
 	if _, err := NodeID(leaf); err != nil {
 		return fmt.Errorf("%w: %v", ErrUntrusted, err)
 	}
 	return nil
+}
+
+// verifyChain verifies chain (leaf first, as presented) against pool for
+// usage and returns the leaf.
+func verifyChain(pool *x509.CertPool, chain []*x509.Certificate, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, fmt.Errorf("%w: no certificate presented", ErrUntrusted)
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	leaf := chain[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return nil, fmt.Errorf("%w: %q (issuer %q): %v", ErrUntrusted, leaf.Subject.CommonName, leaf.Issuer.CommonName, err)
+	}
+	return leaf, nil
 }
 
 // Watch reloads the files every interval until ctx ends, and logs each

@@ -1,7 +1,8 @@
 // Package demo runs a local Ordo cluster for people to try: N PostgreSQL
 // servers started by pglocal, with one replicating Ordo node in front of
-// each, the nodes authenticating each other with mutual TLS (a CA and node
-// certificates made at every start in the data directory's certs/).
+// each, the nodes authenticating each other with mutual TLS (a CA, node
+// certificates and an admin client certificate for ordoctl made at every
+// start in the data directory's certs/).
 //
 // Run owns every process and goroutine it starts and stops them all before it
 // returns, whatever the reason (context cancelled by Ctrl-C, an error while
@@ -16,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,8 +34,9 @@ type Options struct {
 	// Nodes is the number of nodes (default 3).
 	Nodes int
 	// BasePort puts node i's Ordo port on BasePort+i-1, its PostgreSQL
-	// server on BasePort+100+i-1, its Raft port on BasePort+200+i-1 and its
-	// metrics on BasePort+300+i-1. Zero picks free ports.
+	// server on BasePort+100+i-1, its Raft port on BasePort+200+i-1, its
+	// metrics on BasePort+300+i-1 and its admin API on BasePort+400+i-1.
+	// Zero picks free ports.
 	BasePort int
 	// Dir keeps the cluster's data between runs (Dir/postgres/node1, …,
 	// Dir/ordo/node1, …). Empty means a temporary directory removed on exit.
@@ -52,6 +55,7 @@ type Node struct {
 	Ordo     string // connection URL of the node's Ordo port
 	Postgres string // connection URL of the node's own PostgreSQL server
 	Metrics  string // the node's Prometheus endpoint
+	Admin    string // the node's admin API (host:port)
 }
 
 // Run starts the cluster, prints one line per node
@@ -75,7 +79,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Nodes > config.MaxNodes {
 		return fmt.Errorf("demo: at most %d nodes", config.MaxNodes)
 	}
-	if o.BasePort < 0 || o.BasePort+300+o.Nodes > 65535 {
+	if o.BasePort < 0 || o.BasePort+400+o.Nodes > 65535 {
 		return fmt.Errorf("demo: base port %d out of range", o.BasePort)
 	}
 	pgOpts := pglocal.Options{N: o.Nodes, Fsync: true}
@@ -118,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 	// Mutual TLS between the nodes, as in a real deployment: a new CA and
 	// node certificates at every start (nothing else depends on them).
 	certDir := filepath.Join(dataDir, "certs")
-	peerTLS, err := makeCerts(certDir, len(pg.Servers))
+	peerTLS, adminTLS, err := makeCerts(certDir, len(pg.Servers))
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -141,7 +145,9 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("demo: %s: %w (choose another --base-port)", s.Name, err)
 		}
 		cfg := &config.Node{
-			ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], MetricsListen: metrics,
+			// the admin port need not be known before the node starts
+			// (127.0.0.1:0: the node binds a free one; AdminAddr says which)
+			ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], MetricsListen: metrics, AdminListen: port(400, i),
 			Postgres: s.DSN("postgres"), DataDir: filepath.Join(dataDir, "ordo", s.Name),
 			Peers: peers, Protocol: o.Protocol, PeerTLS: peerTLS[i],
 		}
@@ -159,6 +165,7 @@ func Run(ctx context.Context, o Options) error {
 			Ordo:     connURL(n.ClientAddr(), s.User, s.Password),
 			Postgres: s.DSN("postgres"),
 			Metrics:  "http://" + metrics + "/metrics",
+			Admin:    n.AdminAddr(),
 		})
 	}
 	failed := make(chan error, len(running))
@@ -172,6 +179,11 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "\n%d nodes ready in %.1fs (protocol %s); every node is writable. Connect with e.g.\n  psql '%s'\n",
 		len(nodes), time.Since(began).Seconds(), o.Protocol, nodes[0].Ordo)
 	fmt.Fprintf(o.Out, "Metrics: %s (and the other nodes' ports).\n", nodes[0].Metrics)
+	admins := make([]string, len(nodes))
+	for i, n := range nodes {
+		admins[i] = n.Admin
+	}
+	fmt.Fprintf(o.Out, "Administer it (docs/admin.md) with\n  %s\n", ordoctlCommand(admins, adminTLS))
 	if o.Dir != "" {
 		fmt.Fprintf(o.Out, "Data is kept in %s.\n", o.Dir)
 	}
@@ -189,22 +201,48 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// makeCerts writes a CA and the certificates of nodes 1…n into dir,
-// replacing earlier ones, and returns each node's peer_tls.
-func makeCerts(dir string, n int) ([]config.PeerTLS, error) {
+// makeCerts writes a CA, the certificates of nodes 1…n and the client
+// certificate "admin" into dir, replacing earlier ones, and returns each
+// node's peer_tls and the admin client's files (CA in CAFile).
+func makeCerts(dir string, n int) ([]config.PeerTLS, config.PeerTLS, error) {
 	o := certs.Options{Dir: dir, Overwrite: true}
 	if _, err := certs.CreateCA(o); err != nil {
-		return nil, err
+		return nil, config.PeerTLS{}, err
 	}
+	ca := filepath.Join(dir, certs.CACertFile)
 	var out []config.PeerTLS
 	for i := 1; i <= n; i++ {
 		if _, err := certs.CreateNode(o, uint64(i), []string{"127.0.0.1", "localhost"}); err != nil {
-			return nil, err
+			return nil, config.PeerTLS{}, err
 		}
 		cert, key := certs.NodeFiles(uint64(i))
-		out = append(out, config.PeerTLS{CertFile: filepath.Join(dir, cert), KeyFile: filepath.Join(dir, key), CAFile: filepath.Join(dir, certs.CACertFile)})
+		out = append(out, config.PeerTLS{CertFile: filepath.Join(dir, cert), KeyFile: filepath.Join(dir, key), CAFile: ca})
 	}
-	return out, nil
+	if _, err := certs.CreateClient(o, "admin"); err != nil {
+		return nil, config.PeerTLS{}, err
+	}
+	cert, key := certs.ClientFiles("admin")
+	return out, config.PeerTLS{CertFile: filepath.Join(dir, cert), KeyFile: filepath.Join(dir, key), CAFile: ca}, nil
+}
+
+// ordoctlCommand is the ordoctl command line that shows the status of the
+// nodes whose admin APIs listen on endpoints, authenticated with the client
+// certificate in client (what Run prints).
+func ordoctlCommand(endpoints []string, client config.PeerTLS) string {
+	return fmt.Sprintf("%s status --endpoints %s --cacert %s --cert %s --key %s",
+		ordoctlPath(), strings.Join(endpoints, ","), client.CAFile, client.CertFile, client.KeyFile)
+}
+
+// ordoctlPath is the ordoctl beside the running executable (make demo
+// builds both into bin/), else "ordoctl" from the PATH.
+func ordoctlPath() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "ordoctl")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	return "ordoctl"
 }
 
 // resolvePort turns "host:0" into a free port now, so addresses can be

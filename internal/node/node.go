@@ -6,8 +6,10 @@
 // Start order (each step needs the previous ones): bootstrap the local
 // PostgreSQL (ordo schema, publication, slot), catalog and analyzer,
 // capture, applier, total order (started after the applied prefix the
-// database proves), replication engine, then the client listener last, so
-// no client is served before the node can replicate. Stop runs it backwards.
+// database proves), replication engine, the client listener, so no client
+// is served before the node can replicate, then what operators use: the
+// metrics address (/metrics, /readyz) and the admin API (internal/admin,
+// authenticated as admin.NodeAuth says). Stop runs it backwards.
 //
 // Never: serve clients while the replication engine is not running; hide a
 // component's failure (it ends Run with the error).
@@ -15,7 +17,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ordo-db/ordo/internal/admin"
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/apply"
 	"github.com/ordo-db/ordo/internal/capture"
@@ -60,6 +62,8 @@ type Node struct {
 	wire    *wire.Server
 	ln      net.Listener
 	metrics *http.Server
+	admin   *admin.Server
+	adminLn net.Listener
 	peerTLS *certs.Peer // nil without peer_tls
 
 	cancel context.CancelFunc
@@ -100,6 +104,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		return nil, fmt.Errorf("node: connect to PostgreSQL (%s): %w", redact(cfg.Postgres), err)
 	}
 	defer conn.Close(context.Background())
+	pgVersion := conn.PgConn().ParameterStatus("server_version")
 	if err := apply.Bootstrap(ctx, conn); err != nil {
 		return nil, fmt.Errorf("node: bootstrap: %w", err)
 	}
@@ -271,6 +276,8 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 			n.errc <- fmt.Errorf("clients: %w", err)
 		}
 	}()
+	// 7. Operators: readiness and metrics, the admin API.
+	ready := admin.NewReadiness(n.order, rep)
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
@@ -278,8 +285,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("GET /schema", n.serveSchema)
-		mux.HandleFunc("POST /schema/check", n.serveSchemaCheck)
+		mux.Handle(admin.PathReady, ready)
 		n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		n.wg.Add(1)
 		go func() {
@@ -289,30 +295,41 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 			}
 		}()
 	}
+	auth, tokenFile, err := admin.NodeAuth(cfg, n.peerTLS, log)
+	if err != nil {
+		return nil, fmt.Errorf("node: admin API: %w", err)
+	}
+	n.admin, err = admin.New(admin.Config{
+		NodeID: cfg.ID, Order: n.order, Replica: rep, Ready: ready, Metrics: n.reg, PostgresVersion: pgVersion,
+		CertificationWindow: cfg.CertificationWindow, Auth: auth, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	adminAddr := cfg.AdminListen
+	if adminAddr == "" {
+		adminAddr = config.DefaultAdminListen
+	}
+	if n.adminLn, err = net.Listen("tcp", adminAddr); err != nil {
+		return nil, fmt.Errorf("node: listen for the admin API on %s (admin_listen): %w", adminAddr, err)
+	}
+	if err := admin.WriteAddrFile(cfg.DataDir, n.adminLn.Addr().String()); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.admin.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.errc <- fmt.Errorf("admin API: %w", err)
+		}
+	}()
+	if auth.TLS != nil {
+		log.Info("admin API serving", "admin_listen", n.adminLn.Addr().String(), "auth", "client certificates of the peer CA")
+	} else {
+		log.Info("admin API serving", "admin_listen", n.adminLn.Addr().String(), "auth", "bearer token", "token_file", tokenFile)
+	}
 	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", cfg.Protocol, "replay_from", startAfter)
 	return n, nil
-}
-
-// serveSchema answers GET /schema: the latest schema comparisons with the
-// other nodes, as JSON.
-func (n *Node) serveSchema(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(n.replica.Schema())
-}
-
-// serveSchemaCheck answers POST /schema/check: every node fingerprints its
-// schema at one position of the order and compares; GET /schema shows the
-// outcome once the fingerprints are delivered.
-func (n *Node) serveSchemaCheck(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	seqno, err := n.replica.RequestSchemaCheck(ctx)
-	if err != nil {
-		http.Error(w, "schema check: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]uint64{"at_seqno": seqno})
 }
 
 // peerTLSWatch is how often a node looks for new peer TLS files.
@@ -338,6 +355,9 @@ func (n *Node) ReloadPeerTLS() error {
 
 // ClientAddr returns the address clients connect to.
 func (n *Node) ClientAddr() string { return n.ln.Addr().String() }
+
+// AdminAddr returns the address of the node's admin API.
+func (n *Node) AdminAddr() string { return n.adminLn.Addr().String() }
 
 // Replica returns the node's replication engine.
 func (n *Node) Replica() *replica.Replica { return n.replica }
@@ -365,6 +385,13 @@ func (n *Node) Stop() {
 		}
 		if n.metrics != nil {
 			_ = n.metrics.Shutdown(ctx)
+		}
+		if n.admin != nil {
+			_ = n.admin.Shutdown(ctx)
+		}
+		if n.adminLn != nil {
+			n.adminLn.Close() // if Start failed before serving it
+			admin.RemoveAddrFile(n.cfg.DataDir, n.adminLn.Addr().String())
 		}
 		if n.cancel != nil {
 			n.cancel()

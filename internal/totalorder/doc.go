@@ -10,6 +10,7 @@
 //	n.MarkApplied(seq)                       // the consumer durably applied everything <= seq
 //	idx, err := n.ReadIndex(ctx)             // linearizable read index
 //	n.AddNode(ctx, id, addr) / n.RemoveNode(ctx, id)
+//	n.Leader(), n.Members(), n.Status(), n.Delivered(), n.PeersApplied() // what operators see (internal/admin)
 //	n.Stop()                                 // waits for every goroutine
 //
 // Seqnos are Raft log indexes. Deliveries carry only proposed payloads: a new

@@ -736,6 +736,23 @@ func (n *Node) PeerApplied(id, applied uint64) {
 	n.mu.Unlock()
 }
 
+// Delivered returns the seqno of the last entry handed to the delivery
+// stream (StartAfter before the first).
+func (n *Node) Delivered() uint64 { return n.lastDelivered.Load() }
+
+// PeersApplied returns the applied index each other member last reported
+// (what its consumer marked applied, carried in its transport batches); a
+// member not heard from yet is absent.
+func (n *Node) PeersApplied() map[uint64]uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[uint64]uint64, len(n.peerApplied))
+	for id, a := range n.peerApplied {
+		out[id] = a
+	}
+	return out
+}
+
 // IsRemoved implements transport.Handler.
 func (n *Node) IsRemoved(id uint64) bool {
 	n.mu.Lock()

@@ -23,8 +23,26 @@ type Node struct {
 	Listen string `yaml:"listen"`
 	// PeerListen is the address other nodes reach this one on (Raft over gRPC).
 	PeerListen string `yaml:"peer_listen"`
-	// MetricsListen serves /metrics (empty: no metrics endpoint).
+	// MetricsListen serves /metrics and /readyz, unauthenticated (empty:
+	// neither is served).
 	MetricsListen string `yaml:"metrics_listen"`
+	// AdminListen is the address of the node's admin API, which ordoctl
+	// speaks to (docs/admin.md). Default 127.0.0.1:0: a free loopback
+	// port, chosen at each start. Whatever it is, the node writes the
+	// address it listens on into DataDir/admin.addr. It is always
+	// authenticated: by client certificates of the peer CA when PeerTLS is
+	// set, otherwise by a bearer token (AdminToken, AdminTokenFile, or on
+	// a loopback address a token the node generates into
+	// DataDir/admin.token).
+	AdminListen string `yaml:"admin_listen"`
+	// AdminToken is the bearer token of the admin API, at least 16
+	// characters (without PeerTLS only). Prefer AdminTokenFile: this file
+	// is then a secret.
+	AdminToken string `yaml:"admin_token"`
+	// AdminTokenFile holds the bearer token of the admin API (leading and
+	// trailing white space ignored); the node reads it again when it
+	// changes.
+	AdminTokenFile string `yaml:"admin_token_file"`
 	// Postgres is the connection string of the node's own PostgreSQL
 	// server, for a superuser (replication slots, prepared transactions
 	// and session_replication_role need one).
@@ -122,6 +140,20 @@ var Protocols = []string{"dbsm", "dbsm-si"}
 // without PeerTLS and without Insecure.
 var ErrPlaintextPeers = errors.New("peer_tls: required when peer_listen is not a loopback address")
 
+// ErrAnonymousAdmin is returned (joined with the other problems) by Load,
+// Parse and Validate for an admin API reachable from other hosts on
+// AdminListen with neither PeerTLS (client certificates) nor a token.
+var ErrAnonymousAdmin = errors.New("admin_listen: an admin API off loopback needs peer_tls or an admin token")
+
+// DefaultAdminListen is the admin address of a node that names none: a
+// free loopback port (the node writes the one it got into
+// DataDir/admin.addr).
+const DefaultAdminListen = "127.0.0.1:0"
+
+// AdminTokenMinLength is the length a configured admin token must have
+// at least.
+const AdminTokenMinLength = 16
+
 // Load reads and validates a YAML file, and checks that the files it names
 // (certificates, keys) exist.
 func Load(path string) (*Node, error) { return load(path, true) }
@@ -188,6 +220,9 @@ func (n *Node) Defaults() {
 		plain := n.TLS.CertFile == ""
 		n.TLS.AllowPlaintext = &plain
 	}
+	if n.AdminListen == "" {
+		n.AdminListen = DefaultAdminListen
+	}
 }
 
 // Validate reports every problem of the configuration at once, including
@@ -211,6 +246,9 @@ func (n *Node) validate(files bool) error {
 		if _, _, err := net.SplitHostPort(n.MetricsListen); err != nil {
 			bad("metrics_listen: %q is not host:port: %v", n.MetricsListen, err)
 		}
+	}
+	if _, _, err := net.SplitHostPort(n.AdminListen); n.AdminListen != "" && err != nil {
+		bad("admin_listen: %q is not host:port: %v", n.AdminListen, err)
 	}
 	if n.Postgres == "" {
 		bad("postgres: required (connection string of this node's PostgreSQL, superuser)")
@@ -275,8 +313,9 @@ func (n *Node) validate(files bool) error {
 	if n.Insecure && pt.CertFile != "" {
 		bad("insecure: true and peer_tls both set: remove one")
 	}
+	errs = append(errs, n.validateAdmin()...)
 	if files {
-		for _, f := range []string{n.TLS.CertFile, n.TLS.KeyFile, pt.CertFile, pt.KeyFile, pt.CAFile} {
+		for _, f := range []string{n.TLS.CertFile, n.TLS.KeyFile, pt.CertFile, pt.KeyFile, pt.CAFile, n.AdminTokenFile} {
 			if f != "" {
 				if _, err := os.Stat(f); err != nil {
 					errs = append(errs, err)
@@ -285,6 +324,30 @@ func (n *Node) validate(files bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateAdmin checks how the admin API is authenticated: client
+// certificates with peer_tls, a token otherwise; never anonymous off
+// loopback.
+func (n *Node) validateAdmin() []error {
+	var errs []error
+	if n.AdminToken != "" && n.AdminTokenFile != "" {
+		errs = append(errs, errors.New("admin_token and admin_token_file both set: keep one"))
+	}
+	if n.PeerTLS.CertFile != "" && (n.AdminToken != "" || n.AdminTokenFile != "") {
+		errs = append(errs, errors.New("admin_token / admin_token_file: not used with peer_tls: the admin API then "+
+			"requires a client certificate of the peer CA (`ordo cert create-client`); remove the token"))
+	}
+	if t := n.AdminToken; t != "" && len(strings.TrimSpace(t)) < AdminTokenMinLength {
+		errs = append(errs, fmt.Errorf("admin_token: at least %d characters (e.g. `openssl rand -hex 32`)", AdminTokenMinLength))
+	}
+	if n.AdminListen != "" && !Loopback(n.AdminListen) && n.PeerTLS.CertFile == "" && n.AdminToken == "" && n.AdminTokenFile == "" {
+		errs = append(errs, fmt.Errorf("%w (admin_listen is %s): anyone who can reach that port could administer the "+
+			"cluster. Set peer_tls (the admin API then requires client certificates, `ordo cert create-client`), or "+
+			"admin_token_file (a file holding a token of at least %d characters), or listen on 127.0.0.1 (see docs/admin.md)",
+			ErrAnonymousAdmin, n.AdminListen, AdminTokenMinLength))
+	}
+	return errs
 }
 
 // Loopback reports whether addr (host:port) listens on a loopback address

@@ -125,3 +125,50 @@ func TestPeerTLSAccepted(t *testing.T) {
 	_, err = Parse(write(t, node("0.0.0.0:7001")))
 	require.ErrorIs(t, err, ErrPlaintextPeers)
 }
+
+// TestAdminListenDefault: without admin_listen, the admin API listens on
+// a free loopback port.
+func TestAdminListenDefault(t *testing.T) {
+	n, err := Load(write(t, node("127.0.0.1:7001")))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:0", n.AdminListen)
+	require.True(t, Loopback(n.AdminListen))
+}
+
+// TestAnonymousAdminRefused: an admin API reachable from other hosts
+// without peer TLS or a token does not start, and the error says how to
+// fix it; a token or peer TLS makes it acceptable.
+func TestAnonymousAdminRefused(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:7401", "10.0.0.1:7401", ":7401", "ordo1:7401"} {
+		_, err := Load(write(t, node("127.0.0.1:7001", "admin_listen: \""+addr+"\"")))
+		require.ErrorIs(t, err, ErrAnonymousAdmin, addr)
+		for _, want := range []string{"admin_listen is " + addr, "peer_tls", "admin_token_file", "docs/admin.md"} {
+			require.ErrorContains(t, err, want, addr)
+		}
+	}
+	n, err := Load(write(t, node("127.0.0.1:7001", "admin_listen: 0.0.0.0:7401", "admin_token: 0123456789abcdef0123")))
+	require.NoError(t, err)
+	require.Equal(t, "0123456789abcdef0123", n.AdminToken)
+
+	far := "peer_tls: {cert_file: /nonexistent/node.crt, key_file: /nonexistent/node.key, ca_file: /nonexistent/ca.crt}"
+	_, err = Parse(write(t, node("0.0.0.0:7001", far, "admin_listen: 0.0.0.0:7401")))
+	require.NoError(t, err, "peer TLS: the admin API requires client certificates")
+
+	// the token file must exist (Load), not when parsing for elsewhere
+	_, err = Load(write(t, node("127.0.0.1:7001", "admin_listen: 0.0.0.0:7401", "admin_token_file: /nonexistent/token")))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = Parse(write(t, node("127.0.0.1:7001", "admin_listen: 0.0.0.0:7401", "admin_token_file: /nonexistent/token")))
+	require.NoError(t, err)
+}
+
+func TestAdminTokenProblems(t *testing.T) {
+	_, err := Load(write(t, node("127.0.0.1:7001", "admin_token: short")))
+	require.ErrorContains(t, err, "admin_token: at least 16 characters")
+	_, err = Parse(write(t, node("127.0.0.1:7001", "admin_token: 0123456789abcdef0123", "admin_token_file: /x")))
+	require.ErrorContains(t, err, "admin_token and admin_token_file both set")
+	far := "peer_tls: {cert_file: /nonexistent/node.crt, key_file: /nonexistent/node.key, ca_file: /nonexistent/ca.crt}"
+	_, err = Parse(write(t, node("0.0.0.0:7001", far, "admin_token_file: /x")))
+	require.ErrorContains(t, err, "not used with peer_tls")
+	_, err = Parse(write(t, node("127.0.0.1:7001", "admin_listen: nonsense")))
+	require.ErrorContains(t, err, `admin_listen: "nonsense" is not host:port`)
+}

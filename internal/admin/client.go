@@ -1,0 +1,142 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ErrUnreachable is returned (wrapped) by Client's calls when the node
+// cannot be reached or the connection fails, a TLS handshake included (a
+// certificate the node refuses, or a node certificate ordoctl does not
+// trust), or what answers is not an admin API (a metrics address, an
+// HTTPS server asked in plaintext).
+var ErrUnreachable = errors.New("cannot reach the admin API")
+
+// ErrUnauthenticated is returned (wrapped) by Client's calls when the node
+// refuses the request's credentials (HTTP 401 or 403).
+var ErrUnauthenticated = errors.New("the admin API refused the credentials")
+
+// APIError is an error response of the admin API other than 401 and 403:
+// the node was reached and understood, but could not do what was asked.
+type APIError struct {
+	Endpoint string
+	Code     int
+	Message  string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Endpoint, http.StatusText(e.Code), e.Message)
+}
+
+// ClientOptions configures a Client.
+type ClientOptions struct {
+	// Token is sent as a bearer token (token-authenticated nodes).
+	Token string
+	// TLS is used for nodes with peer_tls (certs.AdminClientConfig); it
+	// makes "host:port" endpoints https.
+	TLS *tls.Config
+	// Timeout bounds each request (default 10s).
+	Timeout time.Duration
+}
+
+// Client calls one node's admin API.
+type Client struct {
+	endpoint string
+	base     string
+	token    string
+	hc       *http.Client
+}
+
+// NewClient returns a client of the admin API at endpoint: host:port, or a
+// URL with scheme http or https.
+func NewClient(endpoint string, o ClientOptions) *Client {
+	base := strings.TrimSuffix(endpoint, "/")
+	if !strings.Contains(base, "://") {
+		if o.TLS != nil {
+			base = "https://" + base
+		} else {
+			base = "http://" + base
+		}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	tr := &http.Transport{TLSClientConfig: o.TLS, ForceAttemptHTTP2: false, Proxy: nil}
+	return &Client{endpoint: endpoint, base: base, token: o.Token, hc: &http.Client{Timeout: o.Timeout, Transport: tr}}
+}
+
+// Endpoint is the endpoint the client was made for.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Status returns the node's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	return st, c.call(ctx, http.MethodGet, PathStatus, &st)
+}
+
+// Protocol returns the node's termination protocol.
+func (c *Client) Protocol(ctx context.Context) (Protocol, error) {
+	var p Protocol
+	return p, c.call(ctx, http.MethodGet, PathProtocol, &p)
+}
+
+// Schema returns the node's latest schema comparisons.
+func (c *Client) Schema(ctx context.Context) (SchemaStatus, error) {
+	var s SchemaStatus
+	return s, c.call(ctx, http.MethodGet, PathSchema, &s)
+}
+
+// StartSchemaCheck asks for a schema check and returns its seqno.
+func (c *Client) StartSchemaCheck(ctx context.Context) (uint64, error) {
+	var sc SchemaCheck
+	return sc.AtSeqno, c.call(ctx, http.MethodPost, PathSchemaCheck, &sc)
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+func (c *Client) call(ctx context.Context, method, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.endpoint, err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrUnreachable, c.endpoint, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%w %s: %v", ErrUnreachable, c.endpoint, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb ErrorBody
+		if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
+			// Not the admin API: a metrics address, an HTTPS server asked
+			// in plaintext, another program.
+			return fmt.Errorf("%w %s: not an Ordo admin API answer: %s: %.200s", ErrUnreachable, c.endpoint, resp.Status, strings.TrimSpace(string(body)))
+		}
+		msg := eb.Error
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return fmt.Errorf("%w (%s): %s", ErrUnauthenticated, c.endpoint, msg)
+		}
+		return &APIError{Endpoint: c.endpoint, Code: resp.StatusCode, Message: msg}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("%s: %s %s: unexpected answer: %w", c.endpoint, method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ordo-db/ordo/internal/admin"
+)
+
+// nodeProtocol is one endpoint's answer to `ordoctl protocol show`.
+type nodeProtocol struct {
+	Endpoint string          `json:"endpoint"`
+	Protocol *admin.Protocol `json:"protocol,omitempty"`
+	Error    string          `json:"error,omitempty"`
+}
+
+type protocolOutput struct {
+	Nodes []nodeProtocol `json:"nodes"`
+}
+
+func protocolCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "protocol",
+		Short: "The termination protocol of the cluster",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show",
+		Short: "Show the termination protocol each node runs and what it guarantees",
+		Long: `protocol show asks every node of --endpoints which termination protocol it
+runs (dbsm: 1-copy serializable; dbsm-si: 1-copy snapshot isolation), and
+exits 1 if they differ.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cs, err := g.clients()
+			if err != nil {
+				return err
+			}
+			defer closeAll(cs)
+			ps, errs := each(cmd.Context(), cs, func(ctx context.Context, c *admin.Client) (admin.Protocol, error) {
+				return c.Protocol(ctx)
+			})
+			out := protocolOutput{Nodes: []nodeProtocol{}}
+			var problems []error
+			names := map[string]bool{}
+			for i, c := range cs {
+				np := nodeProtocol{Endpoint: c.Endpoint()}
+				if errs[i] != nil {
+					np.Error = errs[i].Error()
+					problems = append(problems, errs[i])
+				} else {
+					np.Protocol = &ps[i]
+					names[ps[i].Name] = true
+				}
+				out.Nodes = append(out.Nodes, np)
+			}
+			if len(names) > 1 {
+				problems = append(problems, fmt.Errorf("%w: the nodes run different protocols", errCheckFailed))
+			}
+			err = g.render(cmd.OutOrStdout(), out, func(w io.Writer) {
+				fmt.Fprintln(w, "NODE\tENDPOINT\tPROTOCOL\tGUARANTEE\tCERTIFIES READS\tWINDOW\tSOURCE")
+				for _, n := range out.Nodes {
+					if p := n.Protocol; p != nil {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\t%d\t%s\n", p.NodeID, n.Endpoint, p.Name, dash(p.Guarantee), p.CertifiesReads, p.CertificationWindow, p.Source)
+					} else {
+						fmt.Fprintf(w, "-\t%s\tunreachable: %s\n", n.Endpoint, n.Error)
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+			return errors.Join(problems...)
+		},
+	})
+	return cmd
+}
