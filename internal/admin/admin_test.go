@@ -77,6 +77,13 @@ func (r *fakeReplica) CertifiesReads() bool         { return r.name == "dbsm" }
 func (r *fakeReplica) AppliedPrefix() uint64        { return r.prefix }
 func (r *fakeReplica) Err() error                   { return r.err }
 func (r *fakeReplica) Schema() replica.SchemaStatus { return r.schema }
+func (r *fakeReplica) Data() replica.DataStatus     { return replica.DataStatus{} }
+func (r *fakeReplica) RequestDataCheck(ctx context.Context) (uint64, error) {
+	return r.checkAt, r.checkErr
+}
+func (r *fakeReplica) TxnStatus(ctx context.Context, label string) (string, error) {
+	return "unknown", nil
+}
 func (r *fakeReplica) RequestSchemaCheck(ctx context.Context) (uint64, error) {
 	return r.checkAt, r.checkErr
 }

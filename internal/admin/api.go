@@ -9,6 +9,9 @@ const (
 	PathProtocol    = "/v1/protocol"     // GET: Protocol
 	PathSchema      = "/v1/schema"       // GET: SchemaStatus
 	PathSchemaCheck = "/v1/schema/check" // POST: SchemaCheck
+	PathData        = "/v1/data"         // GET: DataStatus
+	PathDataCheck   = "/v1/data/check"   // POST: SchemaCheck (the seqno of the data check)
+	PathTxn         = "/v1/txn"          // GET ?label=L: TxnStatus
 	// PathReady is served on the metrics address, unauthenticated:
 	// 200 or 503 with a Ready body.
 	PathReady = "/readyz"
@@ -109,6 +112,16 @@ type Protocol struct {
 	CertificationWindow uint64 `json:"certification_window"`
 	// Source is where the protocol in force comes from.
 	Source string `json:"source"`
+}
+
+// DataStatus is the latest data comparisons of a node with the others.
+type DataStatus = replica.DataStatus
+
+// TxnStatus is what became of the transaction labelled Label (SET
+// ordo.txn_label): committed, aborted or unknown (docs/outcomes.md).
+type TxnStatus struct {
+	Label  string `json:"label"`
+	Status string `json:"status"`
 }
 
 // SchemaStatus is the latest schema comparisons of a node with the others

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -98,6 +99,24 @@ func (c *Client) Schema(ctx context.Context) (SchemaStatus, error) {
 func (c *Client) StartSchemaCheck(ctx context.Context) (uint64, error) {
 	var sc SchemaCheck
 	return sc.AtSeqno, c.call(ctx, http.MethodPost, PathSchemaCheck, &sc)
+}
+
+// Data returns the node's latest data comparisons.
+func (c *Client) Data(ctx context.Context) (DataStatus, error) {
+	var s DataStatus
+	return s, c.call(ctx, http.MethodGet, PathData, &s)
+}
+
+// StartDataCheck asks for a data check and returns its seqno.
+func (c *Client) StartDataCheck(ctx context.Context) (uint64, error) {
+	var sc SchemaCheck
+	return sc.AtSeqno, c.call(ctx, http.MethodPost, PathDataCheck, &sc)
+}
+
+// TxnStatus asks what became of the transaction labelled label.
+func (c *Client) TxnStatus(ctx context.Context, label string) (TxnStatus, error) {
+	var t TxnStatus
+	return t, c.call(ctx, http.MethodGet, PathTxn+"?label="+url.QueryEscape(label), &t)
 }
 
 // Close releases the client's idle connections.

@@ -42,6 +42,12 @@ type Replica interface {
 	Schema() replica.SchemaStatus
 	// RequestSchemaCheck proposes a schema check and returns its seqno.
 	RequestSchemaCheck(ctx context.Context) (uint64, error)
+	Data() replica.DataStatus
+	// RequestDataCheck proposes a data check and returns its seqno.
+	RequestDataCheck(ctx context.Context) (uint64, error)
+	// TxnStatus answers, once caught up with the cluster, what became of
+	// the transaction labelled label.
+	TxnStatus(ctx context.Context, label string) (string, error)
 }
 
 var (

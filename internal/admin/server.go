@@ -77,6 +77,9 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(PathProtocol, only(http.MethodGet, s.protocol))
 	mux.Handle(PathSchema, only(http.MethodGet, s.schema))
 	mux.Handle(PathSchemaCheck, only(http.MethodPost, s.schemaCheck))
+	mux.Handle(PathData, only(http.MethodGet, s.data))
+	mux.Handle(PathDataCheck, only(http.MethodPost, s.dataCheck))
+	mux.Handle(PathTxn, only(http.MethodGet, s.txn))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -258,6 +261,39 @@ func (s *Server) protocol(w http.ResponseWriter, _ *http.Request) {
 		CertificationWindow: s.cfg.CertificationWindow,
 		Source:              "node configuration (protocol:); the same on every node",
 	})
+}
+
+func (s *Server) data(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Replica.Data())
+}
+
+func (s *Server) dataCheck(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), schemaCheckTimeout)
+	defer cancel()
+	seqno, err := s.cfg.Replica.RequestDataCheck(ctx)
+	if err != nil {
+		s.log.Warn("admin: data check not started", "by", caller(r), "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: "data check: " + err.Error()})
+		return
+	}
+	s.log.Info("admin: data check requested", "by", caller(r), "at_seqno", seqno)
+	writeJSON(w, http.StatusOK, SchemaCheck{AtSeqno: seqno})
+}
+
+func (s *Server) txn(w http.ResponseWriter, r *http.Request) {
+	label := r.URL.Query().Get("label")
+	if label == "" {
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "txn: give the transaction's label: ?label=…"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), schemaCheckTimeout)
+	defer cancel()
+	st, err := s.cfg.Replica.TxnStatus(ctx, label)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: "txn: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, TxnStatus{Label: label, Status: st})
 }
 
 func (s *Server) schema(w http.ResponseWriter, _ *http.Request) {

@@ -337,3 +337,22 @@ func bucketDiff(name string, mine, theirs *ordov1.TableSum, node uint32) []strin
 	}
 	return out
 }
+
+// TxnStatus answers, once this node has caught up with the cluster (a
+// sync read), what became of the transaction labelled label: "committed",
+// "aborted" or "unknown" (_ordo.txn_status; docs/outcomes.md).
+func (r *Replica) TxnStatus(ctx context.Context, label string) (string, error) {
+	if err := r.SyncRead(ctx); err != nil {
+		return "", fmt.Errorf("replica: catch up with the cluster: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		return "", fmt.Errorf("replica: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var st string
+	if err := conn.QueryRow(ctx, "SELECT _ordo.txn_status($1)", label).Scan(&st); err != nil {
+		return "", fmt.Errorf("replica: %w", err)
+	}
+	return st, nil
+}

@@ -187,6 +187,25 @@ func TestOrdoctlAgainstACluster(t *testing.T) {
 	_, _, code = octl.run("status", "--endpoints", c.cfgs[0].Listen, "--token-file", token(0), "--request-timeout", "2s")
 	require.Equal(t, ctl.ExitUnreachable, code)
 
+	// data check and transaction outcomes
+	out, errOut, code = octl.run("data-check", "-o", "json", "--data-dir", c.cfgs[1].DataDir)
+	require.Equal(t, ctl.ExitOK, code, "%s\n%s", out, errOut)
+	var dc struct {
+		Complete, Consistent bool
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dc), out)
+	require.True(t, dc.Complete && dc.Consistent, out)
+	for _, sql := range []string{"SET ordo.txn_label = 'admin-label'", "INSERT INTO admin_t VALUES (42, 'labelled')"} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	out, errOut, code = octl.run("txn-status", "admin-label", "--data-dir", c.cfgs[2].DataDir)
+	require.Equal(t, ctl.ExitOK, code, "%s\n%s", out, errOut)
+	require.Contains(t, out, "admin-label: committed")
+	out, _, code = octl.run("txn-status", "never-sent", "--data-dir", c.cfgs[2].DataDir)
+	require.Equal(t, ctl.ExitFailed, code)
+	require.Contains(t, out, "never-sent: unknown")
+
 	// usage errors
 	_, _, code = octl.run("status", "--bogus")
 	require.Equal(t, ctl.ExitUsage, code)
