@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 20m
 PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./test/e2e/...
 PG18_BIN  ?=
 
-.PHONY: all build demo test test-pg18 check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean
+.PHONY: all build demo test test-pg18 check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety
 
 all: build
 
@@ -82,3 +82,12 @@ bench-load:
 
 clean:
 	rm -rf bin .tools
+
+## safety: the Jepsen-style safety matrix (workload x nemesis x protocol,
+## docs/safety.md), not part of `make test`. Each run lasts SAFETY_TIME
+## (default 30s); histories and reports go under SAFETY_RESULTS (default
+## /tmp/ordo-safety); SAFETY_RUN narrows it, e.g. SAFETY_RUN=/dbsm-si/append/kill.
+safety:
+	@bash scripts/ensure-tools.sh go postgres
+	SAFETY_TIME=$${SAFETY_TIME:-30s} SAFETY_RESULTS=$${SAFETY_RESULTS:-/tmp/ordo-safety} \
+	  $(GO) test -count=1 -timeout 0 -v -run "TestMatrix$${SAFETY_RUN}" ./test/safety/

@@ -1,0 +1,322 @@
+package proccluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ordo-db/ordo/internal/pglocal"
+)
+
+// Options configures Start.
+type Options struct {
+	// N is the number of nodes (default 3).
+	N int
+	// Protocol is every node's protocol (dbsm, dbsm-si, …).
+	Protocol string
+	// Dir holds the nodes' configurations, data directories and logs
+	// (node1.yaml, node1/, node1.log, …). Required.
+	Dir string
+	// Bin is the ordo binary; empty means Build into Dir.
+	Bin string
+	// Extra lines are appended to every node's configuration, with @ID@
+	// replaced by the node's id.
+	Extra []string
+	// StartTimeout bounds each process start (default 60s).
+	StartTimeout time.Duration
+}
+
+// Cluster is a running set of `ordo start` processes, each in front of its
+// own PostgreSQL server.
+type Cluster struct {
+	PG  *pglocal.Cluster
+	Dir string
+
+	bin     string
+	timeout time.Duration
+	listen  []string
+	peer    []string
+	metrics []string
+	links   map[[2]int]*Link // [from, to] (0-based)
+
+	mu    sync.Mutex
+	procs []*exec.Cmd
+}
+
+// Build compiles cmd/ordo into dir and returns the binary's path. It must
+// run inside the module's tree.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "ordo")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/ordo-db/ordo/cmd/ordo").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("proccluster: go build: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Start starts o.N PostgreSQL servers and one `ordo start` process in front
+// of each, and returns once every node serves PostgreSQL clients. On error
+// everything already started is stopped.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.N <= 0 {
+		o.N = 3
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 60 * time.Second
+	}
+	if o.Dir == "" {
+		return nil, errors.New("proccluster: Options.Dir required")
+	}
+	if o.Bin == "" {
+		if o.Bin, err = Build(o.Dir); err != nil {
+			return nil, err
+		}
+	}
+	pg, err := pglocal.Start(ctx, pglocal.Options{N: o.N})
+	if err != nil {
+		return nil, fmt.Errorf("proccluster: %w", err)
+	}
+	c = &Cluster{PG: pg, Dir: o.Dir, bin: o.Bin, timeout: o.StartTimeout, procs: make([]*exec.Cmd, o.N), links: map[[2]int]*Link{}}
+	defer func() {
+		if err != nil {
+			c.Stop()
+			c = nil
+		}
+	}()
+	// Hold every node's ports until the links have theirs, so no link
+	// takes a port a node is about to bind.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for i := 0; i < o.N; i++ {
+		for _, list := range []*[]string{&c.listen, &c.peer, &c.metrics} {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			held = append(held, l)
+			*list = append(*list, l.Addr().String())
+		}
+	}
+	for i := 0; i < o.N; i++ {
+		for j := 0; j < o.N; j++ {
+			if i == j {
+				continue
+			}
+			l, err := NewLink(c.peer[j])
+			if err != nil {
+				return nil, err
+			}
+			c.links[[2]int{i, j}] = l
+		}
+	}
+	for i := 0; i < o.N; i++ {
+		var b strings.Builder
+		fmt.Fprintf(&b, "id: %d\nlisten: %s\npeer_listen: %s\nmetrics_listen: %s\npostgres: %s\ndata_dir: %s\nprotocol: %s\npropose_timeout: 3s\ncommit_timeout: 20s\npeers:\n",
+			i+1, c.listen[i], c.peer[i], c.metrics[i], pg.Servers[i].DSN("postgres"), filepath.Join(c.Dir, fmt.Sprint("node", i+1)), o.Protocol)
+		for j := 0; j < o.N; j++ {
+			addr := c.peer[j]
+			if j != i {
+				addr = c.links[[2]int{i, j}].Addr()
+			}
+			fmt.Fprintf(&b, "  %d: %s\n", j+1, addr)
+		}
+		for _, line := range o.Extra {
+			b.WriteString(strings.ReplaceAll(line, "@ID@", fmt.Sprint(i+1)) + "\n")
+		}
+		if err := os.WriteFile(c.config(i), []byte(b.String()), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range held {
+		l.Close()
+	}
+	held = nil
+	// Start every node at once: a node waits for a quorum before serving.
+	errs := make([]error, o.N)
+	var wg sync.WaitGroup
+	for i := 0; i < o.N; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.Start(i)
+		}()
+	}
+	wg.Wait()
+	return c, errors.Join(errs...)
+}
+
+// N is the number of nodes.
+func (c *Cluster) N() int { return len(c.procs) }
+
+func (c *Cluster) config(i int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("node%d.yaml", i+1))
+}
+
+// LogFile is node i's log (appended to by every start).
+func (c *Cluster) LogFile(i int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("node%d.log", i+1))
+}
+
+// Start starts node i's process (0-based) and waits until it serves
+// PostgreSQL clients. Its log is appended to LogFile(i).
+func (c *Cluster) Start(i int) error {
+	cmd := exec.Command(c.bin, "start", "--config", c.config(i), "--log-level", "info")
+	// Killed with the process that started it: a test that dies leaves no
+	// node behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.OpenFile(c.LogFile(i), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "=== proccluster: start at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	logf.Close() // the child holds its own descriptor
+	c.mu.Lock()
+	c.procs[i] = cmd
+	c.mu.Unlock()
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "serving PostgreSQL clients") {
+				close(ready)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	deadline := time.After(c.timeout)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ready:
+			return nil
+		case <-tick.C:
+			if c.Exited(i) {
+				return fmt.Errorf("proccluster: node %d exited while starting:\n%s", i+1, Tail(c.LogFile(i), 30))
+			}
+		case <-deadline:
+			return fmt.Errorf("proccluster: node %d did not serve within %s:\n%s", i+1, c.timeout, Tail(c.LogFile(i), 30))
+		}
+	}
+}
+
+// Kill sends SIGKILL to node i's process (if running) and reaps it.
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	p := c.procs[i]
+	c.procs[i] = nil
+	c.mu.Unlock()
+	if p != nil && p.Process != nil {
+		_ = p.Process.Signal(syscall.SIGKILL)
+		_ = p.Wait()
+	}
+}
+
+// Exited reports whether node i's process is not running: never started,
+// killed, or exited on its own (a zombie until Kill reaps it).
+func (c *Cluster) Exited(i int) bool {
+	c.mu.Lock()
+	p := c.procs[i]
+	c.mu.Unlock()
+	if p == nil || p.Process == nil {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+	if err != nil {
+		return true
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(rest, "Z")
+}
+
+// Stop kills every process, closes every link and stops PostgreSQL.
+func (c *Cluster) Stop() {
+	for i := range c.procs {
+		c.Kill(i)
+	}
+	for _, l := range c.links {
+		l.Close()
+	}
+	if c.PG != nil {
+		_ = c.PG.Stop()
+	}
+}
+
+// DSN is the connection URL of node i's Ordo port.
+func (c *Cluster) DSN(i int) string {
+	return fmt.Sprintf("postgres://ordo:ordo@%s/postgres?sslmode=disable&connect_timeout=5", c.listen[i])
+}
+
+// PGDSN is the connection URL of node i's own PostgreSQL server.
+func (c *Cluster) PGDSN(i int) string {
+	return c.PG.Servers[i].DSN("postgres") + "&connect_timeout=5"
+}
+
+// Metric reads one unlabelled sample from node i's /metrics.
+func (c *Cluster) Metric(i int, name string) (float64, error) {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + c.metrics[i] + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == name {
+			return strconv.ParseFloat(f[1], 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("proccluster: node %d exports no %s", i+1, name)
+}
+
+// Tail returns the last n lines of a file.
+func Tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

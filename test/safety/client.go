@@ -1,0 +1,151 @@
+package safety
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-db/ordo/test/safety/history"
+)
+
+// opTimeout bounds one operation; past it the outcome is indeterminate.
+const opTimeout = 30 * time.Second
+
+// client is one process of the history: one connection to one node, opened
+// again after it breaks. Nothing is retried: every attempt is an operation.
+type client struct {
+	process int
+	node    int // 0-based
+	dsn     string
+	rec     *history.Recorder
+	conn    *pgx.Conn
+}
+
+func (c *client) close() {
+	if c.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.conn.Close(ctx)
+		cancel()
+		c.conn = nil
+	}
+}
+
+func (c *client) connect(ctx context.Context) error {
+	if c.conn != nil && !c.conn.IsClosed() {
+		return nil
+	}
+	c.close()
+	conn, err := pgx.Connect(ctx, c.dsn)
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	return nil
+}
+
+func sqlstate(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// definitelyAborted reports whether a COMMIT (or an autocommit statement)
+// that returned err certainly did not commit: a serialization failure or
+// deadlock (class 40), or a transaction PostgreSQL had already aborted.
+// Everything else at commit time (08007, lost connections, shutdowns,
+// timeouts, unknown errors) is indeterminate.
+func definitelyAborted(err error) bool {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return true
+	}
+	code := sqlstate(err)
+	return strings.HasPrefix(code, "40") || code == "25P02" || code == "23505"
+}
+
+// errText is an error for the history, with its SQLSTATE.
+func errText(err error) string {
+	if code := sqlstate(err); code != "" {
+		return code + " " + err.Error()
+	}
+	return err.Error()
+}
+
+// txn runs one transaction as one operation: body's statements, then COMMIT.
+// An error before COMMIT is a fail (nothing was sent for replication); at
+// COMMIT it is a fail only when definitelyAborted says so, else info. body
+// returns the value recorded on completion (e.g. what it read).
+func (c *client) txn(f string, arg any, body func(ctx context.Context, tx pgx.Tx) (any, error)) (string, any) {
+	c.rec.Record(history.Invoke, c.process, c.node+1, f, arg, "")
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	done := func(typ string, v any, err error) (string, any) {
+		text := ""
+		if err != nil {
+			text = errText(err)
+			if sqlstate(err) == "" || (c.conn != nil && c.conn.IsClosed()) {
+				c.close()
+			}
+		}
+		if v == nil {
+			v = arg
+		}
+		c.rec.Record(typ, c.process, c.node+1, f, v, text)
+		return typ, v
+	}
+	if err := c.connect(ctx); err != nil {
+		return done(history.Fail, nil, err)
+	}
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		return done(history.Fail, nil, err)
+	}
+	v, err := body(ctx, tx)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return done(history.Fail, nil, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if definitelyAborted(err) {
+			return done(history.Fail, nil, err)
+		}
+		return done(history.Info, nil, err)
+	}
+	return done(history.OK, v, nil)
+}
+
+// exec runs one autocommit statement as one operation.
+func (c *client) exec(f string, arg any, sql string, args ...any) string {
+	typ, _ := c.txnless(f, arg, sql, args...)
+	return typ
+}
+
+func (c *client) txnless(f string, arg any, sql string, args ...any) (string, error) {
+	c.rec.Record(history.Invoke, c.process, c.node+1, f, arg, "")
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := c.connect(ctx); err != nil {
+		c.rec.Record(history.Fail, c.process, c.node+1, f, arg, errText(err))
+		return history.Fail, err
+	}
+	_, err := c.conn.Exec(ctx, sql, args...)
+	typ := history.OK
+	if err != nil {
+		typ = history.Info
+		if definitelyAborted(err) {
+			typ = history.Fail
+		}
+		if sqlstate(err) == "" || c.conn.IsClosed() {
+			c.close()
+		}
+		c.rec.Record(typ, c.process, c.node+1, f, arg, errText(err))
+		return typ, err
+	}
+	c.rec.Record(typ, c.process, c.node+1, f, arg, "")
+	return typ, nil
+}

@@ -1,0 +1,449 @@
+package safety
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/test/internal/proccluster"
+	"github.com/ordo-db/ordo/test/safety/history"
+)
+
+// Config describes one run.
+type Config struct {
+	Protocol  string   // dbsm or dbsm-si
+	Workloads []string // bank, append, wskew, sets; run at once, each on its own tables
+	Nemeses   []string // kill, partition, backend-kill; faults take turns; none: no faults
+	Duration  time.Duration
+	// Clients per workload (default 6), spread over the nodes.
+	Clients int
+	// FaultTime is how long each fault lasts (default 4s); QuietTime the
+	// healed time after it (default 3s).
+	FaultTime, QuietTime time.Duration
+	// FaultNode, if set (1-based), is the node every fault hits; 0 picks
+	// a random node for each fault.
+	FaultNode int
+	// Dir receives history.jsonl, report.txt and cluster/ (the nodes'
+	// configurations and logs). Required.
+	Dir string
+	// Bin is the ordo binary (empty: built into Dir).
+	Bin string
+	// Converge bounds the wait for identical data after healing (default 120s).
+	Converge time.Duration
+	// Seed of the clients' and the nemesis' choices (0: from the clock).
+	Seed uint64
+	// Logf, if set, receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Dir string
+	// Problems is empty when the run passed: each is a forbidden anomaly
+	// or a failed final check.
+	Problems []string
+	// Text is report.txt.
+	Text string
+}
+
+// run is the state of one Run.
+type run struct {
+	cfg       Config
+	cluster   *proccluster.Cluster
+	rec       *history.Recorder
+	seed      uint64
+	workloads []workload
+
+	mu       sync.Mutex
+	nextProc int
+	owner    map[int]string // process → workload
+	windows  []window       // nemesis windows
+	problems []string
+	notes    []string // supervisor restarts and the like, for the report
+	nodeMu   map[int]*nodeMutex
+	stopped  time.Duration // when the workloads stopped
+}
+
+func (r *run) newClient(owner string, node int) *client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.nextProc
+	r.nextProc++
+	r.owner[p] = owner
+	return &client{process: p, node: node, dsn: r.cluster.DSN(node), rec: r.rec}
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.cfg.Logf != nil {
+		r.cfg.Logf(format, args...)
+	}
+}
+
+func (r *run) problem(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+func (r *run) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf("%7.1fs ", r.rec.Since().Seconds())+fmt.Sprintf(format, args...))
+}
+
+// Run starts a 3-node cluster, runs the workloads under the nemeses for
+// cfg.Duration, heals, waits for convergence, checks everything and writes
+// the report. The error is for a run that could not be carried out (the
+// cluster did not start); what the run found is in Report.Problems.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Clients <= 0 {
+		cfg.Clients = 6
+	}
+	if cfg.FaultTime <= 0 {
+		cfg.FaultTime = 4 * time.Second
+	}
+	if cfg.QuietTime <= 0 {
+		cfg.QuietTime = 3 * time.Second
+	}
+	if cfg.Converge <= 0 {
+		cfg.Converge = 120 * time.Second
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("safety: Config.Dir required")
+	}
+	r := &run{cfg: cfg, seed: cfg.Seed, owner: map[int]string{}}
+	for _, name := range cfg.Workloads {
+		w, err := newWorkload(name)
+		if err != nil {
+			return nil, err
+		}
+		r.workloads = append(r.workloads, w)
+	}
+	for _, n := range cfg.Nemeses {
+		if _, ok := nemeses[n]; !ok {
+			return nil, fmt.Errorf("safety: unknown nemesis %q (kill, partition, backend-kill)", n)
+		}
+	}
+	clusterDir := filepath.Join(cfg.Dir, "cluster")
+	if err := os.MkdirAll(clusterDir, 0o755); err != nil {
+		return nil, err
+	}
+	var err error
+	if r.rec, err = history.Create(filepath.Join(cfg.Dir, "history.jsonl")); err != nil {
+		return nil, err
+	}
+	defer r.rec.Close()
+	r.logf("starting 3 nodes (%s) in %s", cfg.Protocol, cfg.Dir)
+	r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin})
+	if err != nil {
+		// Ports are picked free and then bound by the processes; on a
+		// machine shared with other tests one can be taken in between.
+		// Try once more, in a fresh directory.
+		r.logf("cluster did not start (%v); trying once more", err)
+		clusterDir = filepath.Join(cfg.Dir, "cluster-retry")
+		if err := os.MkdirAll(clusterDir, 0o755); err != nil {
+			return nil, err
+		}
+		r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin})
+		if err != nil {
+			return nil, err
+		}
+	}
+	defer r.cluster.Stop()
+
+	if err := r.setup(ctx); err != nil {
+		return nil, err
+	}
+	began := r.rec.Since()
+	r.logf("running %v under %v for %s (seed %d)", cfg.Workloads, cfg.Nemeses, cfg.Duration, cfg.Seed)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range r.workloads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(r, stop)
+		}()
+	}
+	nemesisDone := make(chan struct{})
+	supervisorStop := make(chan struct{})
+	var supervisor sync.WaitGroup
+	supervisor.Add(1)
+	go func() {
+		defer supervisor.Done()
+		r.supervise(supervisorStop)
+	}()
+	go func() {
+		defer close(nemesisDone)
+		r.nemesis(began + cfg.Duration)
+	}()
+	<-nemesisDone
+	for r.rec.Since() < began+cfg.Duration {
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	r.stopped = r.rec.Since()
+	r.logf("workloads stopped at %.1fs; healing and waiting for convergence", r.rec.Since().Seconds())
+
+	// The supervisor keeps restarting exited nodes until the checks end.
+	r.healAll()
+	if r.converge(ctx) {
+		r.serving(ctx)
+		r.converge(ctx)
+	}
+	for _, w := range r.workloads {
+		for _, p := range w.final(r) {
+			r.problem("%s", p)
+		}
+	}
+	close(supervisorStop)
+	supervisor.Wait()
+	r.finalChecks(ctx)
+	r.knownBugs()
+	rep := r.report()
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "report.txt"), []byte(rep.Text), 0o644); err != nil {
+		return rep, err
+	}
+	if len(rep.Problems) == 0 {
+		// Keep the logs and configurations, not the Raft data.
+		for i := 0; i < r.cluster.N(); i++ {
+			_ = os.RemoveAll(filepath.Join(clusterDir, fmt.Sprint("node", i+1)))
+		}
+	}
+	return rep, nil
+}
+
+func (r *run) setup(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.cluster.DSN(0))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE TABLE safety_probe (id int PRIMARY KEY, n int NOT NULL)"); err != nil {
+		return fmt.Errorf("safety: setup: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO safety_probe SELECT g, 0 FROM generate_series(1, $1) g", r.cluster.N()); err != nil {
+		return fmt.Errorf("safety: setup: %w", err)
+	}
+	for _, w := range r.workloads {
+		if err := w.setup(ctx, conn); err != nil {
+			return fmt.Errorf("safety: setup %s: %w", w.name(), err)
+		}
+	}
+	// Wait until every node has the tables.
+	if !r.settled(ctx, r.cfg.Converge) {
+		return fmt.Errorf("safety: setup did not reach every node:\n%s", r.state(ctx))
+	}
+	return nil
+}
+
+// healAll ends every fault: links restored, every stopped node started.
+func (r *run) healAll() {
+	r.cluster.Heal()
+	for i := 0; i < r.cluster.N(); i++ {
+		l := r.nodeLock(i) // not at the same time as the supervisor
+		l.Lock()
+		if r.cluster.Exited(i) {
+			r.cluster.Kill(i)
+			r.note("heal: node %d was down; starting it", i+1)
+			if err := r.cluster.Start(i); err != nil {
+				r.problem("node %d did not start after healing: %v", i+1, err)
+			}
+		}
+		l.Unlock()
+	}
+}
+
+// digests answers every workload's digest on node i's PostgreSQL, and its
+// number of prepared transactions.
+func (r *run) digests(ctx context.Context, i int) (string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := pgx.Connect(ctx, r.cluster.PGDSN(i))
+	if err != nil {
+		return "", 0, err
+	}
+	defer d.Close(ctx)
+	var parts []string
+	queries := []string{"SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM safety_probe"}
+	for _, w := range r.workloads {
+		queries = append(queries, w.digest())
+	}
+	for _, q := range queries {
+		var s string
+		if err := d.QueryRow(ctx, q).Scan(&s); err != nil {
+			return "", 0, err
+		}
+		parts = append(parts, s)
+	}
+	var prepared int
+	if err := d.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
+		return "", 0, err
+	}
+	return strings.Join(parts, "\n"), prepared, nil
+}
+
+// settled waits up to d for identical digests and no prepared transaction
+// on every node.
+func (r *run) settled(ctx context.Context, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(500 * time.Millisecond) {
+		seen := map[string]bool{}
+		ok := true
+		for i := 0; i < r.cluster.N() && ok; i++ {
+			s, prepared, err := r.digests(ctx, i)
+			ok = err == nil && prepared == 0
+			seen[s] = true
+		}
+		if ok && len(seen) == 1 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+func (r *run) converge(ctx context.Context) bool {
+	began := time.Now()
+	if r.settled(ctx, r.cfg.Converge) {
+		r.note("converged in %s", time.Since(began).Round(100*time.Millisecond))
+		return true
+	}
+	r.problem("nodes did not converge within %s (identical data, no prepared transactions):\n%s", r.cfg.Converge, r.state(ctx))
+	return false
+}
+
+// serving checks that an update through every node commits (retrying
+// certification failures for 30s).
+func (r *run) serving(ctx context.Context) {
+	for i := 0; i < r.cluster.N(); i++ {
+		c := r.newClient("probe", i)
+		var last string
+		ok := false
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			typ, err := c.txnless("probe", i+1, "UPDATE safety_probe SET n = n + 1 WHERE id = $1", i+1)
+			if typ == history.OK {
+				ok = true
+				break
+			}
+			last = fmt.Sprint(err)
+			if typ == history.Info {
+				break // its outcome is unknown: the digest would be ambiguous
+			}
+		}
+		c.close()
+		if !ok {
+			r.problem("node %d is not serving: an update through it did not commit (%s)", i+1, last)
+		}
+	}
+}
+
+// finalChecks: nothing prepared, no unreplicated commit, every node's data
+// identical (checked by converge), the histories checked.
+func (r *run) finalChecks(ctx context.Context) {
+	for i := 0; i < r.cluster.N(); i++ {
+		if r.cluster.Exited(i) {
+			r.problem("node %d exited during the final checks:\n%s", i+1, proccluster.Tail(r.cluster.LogFile(i), 20))
+			continue
+		}
+		v, err := r.cluster.Metric(i, "ordo_capture_unreplicated_commits_total")
+		if err != nil {
+			r.problem("node %d: metrics: %v", i+1, err)
+		} else if v != 0 {
+			r.problem("node %d: ordo_capture_unreplicated_commits_total = %v", i+1, v)
+		}
+	}
+	for i := 0; i < r.cluster.N(); i++ {
+		if _, prepared, err := r.digests(ctx, i); err != nil {
+			r.problem("node %d: reading its PostgreSQL: %v", i+1, err)
+		} else if prepared != 0 {
+			r.problem("node %d: %d prepared transactions left: %s", i+1, prepared, r.preparedGids(ctx, i))
+		}
+	}
+}
+
+// state describes every node for a failure message.
+func (r *run) state(ctx context.Context) string {
+	var b strings.Builder
+	for i := 0; i < r.cluster.N(); i++ {
+		s, prepared, err := r.digests(ctx, i)
+		fmt.Fprintf(&b, "node %d (exited: %v): prepared %d %s, err %v\n", i+1, r.cluster.Exited(i), prepared, r.preparedGids(ctx, i), err)
+		for _, line := range strings.Split(s, "\n") {
+			if len(line) > 300 {
+				line = line[:300] + "…"
+			}
+			fmt.Fprintf(&b, "    %s\n", line)
+		}
+		fmt.Fprintf(&b, "  log tail:\n    %s\n", strings.ReplaceAll(proccluster.Tail(r.cluster.LogFile(i), 12), "\n", "\n    "))
+	}
+	return b.String()
+}
+
+type nodeMutex = sync.Mutex
+
+func tailOf(r *run, i int) string {
+	return proccluster.Tail(r.cluster.LogFile(i), 6)
+}
+
+func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n        ") }
+
+// preparedGids lists node i's prepared transactions.
+func (r *run) preparedGids(ctx context.Context, i int) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, err := pgx.Connect(ctx, r.cluster.PGDSN(i))
+	if err != nil {
+		return ""
+	}
+	defer d.Close(ctx)
+	var gids string
+	_ = d.QueryRow(ctx, "SELECT coalesce(string_agg(gid || ' (prepared ' || prepared::text || ')', ', '), '') FROM pg_prepared_xacts").Scan(&gids)
+	return gids
+}
+
+// knownBugs names, among the problems, the signatures of known Ordo bugs
+// found in the nodes' logs, so a failure says what it is.
+func (r *run) knownBugs() {
+	r.mu.Lock()
+	failed := len(r.problems) > 0
+	r.mu.Unlock()
+	if !failed {
+		return
+	}
+	for i := 0; i < r.cluster.N(); i++ {
+		if old := r.oldPrepared(i); old != "" {
+			r.problem("KNOWN BUG (issue 14, item 3: prepared transactions nobody owns are not resolved while the node runs): node %d (exited: %v) has held %s for over 30 s", i+1, r.cluster.Exited(i), old)
+		}
+		b, _ := os.ReadFile(r.cluster.LogFile(i))
+		log := string(b)
+		if strings.Contains(log, "too many failed attempts") && strings.Contains(log, `"blockers":" prepared: `) {
+			r.problem("KNOWN BUG (issue 14, item 3: a prepared transaction nobody owns blocks the replay): node %d's apply was blocked by a leftover prepared transaction of its own until it gave up (\"too many failed attempts\") and stopped; see cluster/node%d.log", i+1, i+1)
+		}
+	}
+}
+
+// oldPrepared lists node i's prepared transactions older than 30 s.
+func (r *run) oldPrepared(i int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := pgx.Connect(ctx, r.cluster.PGDSN(i))
+	if err != nil {
+		return ""
+	}
+	defer d.Close(ctx)
+	var gids string
+	_ = d.QueryRow(ctx, `SELECT coalesce(string_agg(gid || ' (prepared ' || prepared::text || ')', ', '), '')
+		FROM pg_prepared_xacts WHERE prepared < now() - interval '30 seconds'`).Scan(&gids)
+	return gids
+}
