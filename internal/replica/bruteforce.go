@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -79,35 +79,17 @@ func (r *Replica) loadRolledBack(ctx context.Context) error {
 	return nil
 }
 
-// RollbackUndecided rolls back every prepared transaction of this node
-// whose outcome has not been delivered yet. The applier calls it (through
-// the node's OnBlocked) when a prepared transaction blocks an apply: the
-// apply was delivered first, so every undecided local transaction is
-// ordered after it. Should the order later commit one of them, the
-// delivery loop applies its write set instead of COMMIT PREPARED, so
-// rolling back a non-conflicting one is harmless.
+// RollbackUndecided rolls back every prepared transaction of this node.
+// The applier calls it (through the node's OnBlocked) when a prepared
+// transaction blocks an apply: the delivery loop is blocked in that apply,
+// so it has carried out every decision delivered before it, and every
+// prepared transaction of this node still there is undecided and ordered
+// after the apply, whoever owns it (a waiting session, an unknown outcome,
+// a leftover from before a restart or a crash, one whose session died).
+// Should the order later commit one of them, the delivery loop applies its
+// write set instead of COMMIT PREPARED, so rolling back a non-conflicting
+// one is harmless.
 func (r *Replica) RollbackUndecided(ctx context.Context) {
-	r.mu.Lock()
-	gids := make([]txn.GID, 0, len(r.waiters))
-	for gid, w := range r.waiters {
-		if !w.decided {
-			gids = append(gids, gid)
-		}
-	}
-	r.mu.Unlock()
-	r.rolledMu.Lock()
-	for gid := range r.orphans {
-		if !slices.Contains(gids, gid) {
-			gids = append(gids, gid)
-		}
-	}
-	gids = slices.DeleteFunc(gids, func(g txn.GID) bool { return r.rolledBack[g] })
-	r.rolledMu.Unlock()
-	if len(gids) == 0 {
-		r.log.Debug("a prepared transaction blocks an apply, and this node has no undecided one to roll back")
-		return
-	}
-	slices.Sort(gids)
 	r.bfMu.Lock()
 	defer r.bfMu.Unlock()
 	if r.bfConn == nil || r.bfConn.IsClosed() {
@@ -118,15 +100,91 @@ func (r *Replica) RollbackUndecided(ctx context.Context) {
 		}
 		r.bfConn = conn
 	}
+	gids, err := r.preparedHere(ctx, r.bfConn, 0)
+	if err != nil {
+		r.log.Warn("brute-force rollback: list prepared transactions", "err", err)
+		return
+	}
+	if len(gids) == 0 {
+		r.log.Debug("a prepared transaction blocks an apply, and this node has none to roll back")
+		return
+	}
 	for _, gid := range gids {
-		// The delivery loop is blocked in the apply that called us, so it
-		// cannot finish gid meanwhile; another call (one per apply worker)
-		// may have rolled it back since the list was made.
 		if r.isRolledBack(gid) {
+			// Recorded, but still prepared: this process died between
+			// the record and the rollback. The record stands.
+			if _, err := r.bfConn.Exec(ctx, "ROLLBACK PREPARED "+quoteGID(gid)); err != nil && !notPrepared(err) {
+				r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
+			}
 			continue
 		}
 		if err := r.rollBackEarly(ctx, r.bfConn, gid); err != nil {
 			r.log.Warn("brute-force rollback of a prepared transaction", "gid", gid, "err", err)
+		}
+	}
+}
+
+// preparedHere lists this node's prepared transactions prepared at least
+// olderThan ago, in gid order.
+func (r *Replica) preparedHere(ctx context.Context, conn *pgx.Conn, olderThan time.Duration) ([]txn.GID, error) {
+	rows, err := conn.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database()
+		AND prepared <= now() - make_interval(secs => $1) ORDER BY gid`, olderThan.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var gids []txn.GID
+	for _, g := range all {
+		if node, _, err := txn.ParseGID(g); err == nil && node == r.cfg.NodeID {
+			gids = append(gids, txn.GID(g))
+		}
+	}
+	return gids, nil
+}
+
+// sweepEvery is how often the sweep looks for prepared transactions nobody
+// owns, and how old one must be to be taken for such.
+const sweepEvery = 10 * time.Second
+
+// sweep, every sweepEvery while ctx lasts, orders the abort of this node's
+// prepared transactions that nobody owns: no session waits for them and
+// no abort of theirs is on its way (their session died with a backend
+// crash between PREPARE and its proposal, say). Left alone they would hold
+// their locks until the node restarts. Whichever of the transaction and
+// its abort is delivered first decides, on every node.
+func (r *Replica) sweep(ctx context.Context) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		conn, err := pgx.Connect(ctx, r.cfg.DSN)
+		if err != nil {
+			continue
+		}
+		gids, err := r.preparedHere(ctx, conn, 3*sweepEvery)
+		conn.Close(context.Background())
+		if err != nil {
+			continue
+		}
+		for _, gid := range gids {
+			r.mu.Lock()
+			_, waited := r.waiters[gid]
+			r.mu.Unlock()
+			r.rolledMu.Lock()
+			owned := r.orphans[gid] || r.rolledBack[gid]
+			r.rolledMu.Unlock()
+			if waited || owned {
+				continue
+			}
+			r.log.Warn("a prepared transaction nobody waits for is aborted through the order", "gid", gid)
+			r.abortInBackground(gid)
 		}
 	}
 }

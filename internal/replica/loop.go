@@ -43,6 +43,13 @@ func (r *Replica) Run(ctx context.Context) error {
 		conn.Close(context.Background())
 		return err
 	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		r.sweep(sweepCtx)
+	}()
+	defer stopSweep()
 	defer func() {
 		r.conn.Close(context.Background())
 		r.bfMu.Lock()
