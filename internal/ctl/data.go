@@ -41,21 +41,9 @@ differs or a member's checksums did not arrive within --timeout.`,
 			}
 			defer closeAll(cs)
 			ctx := cmd.Context()
-			var c *admin.Client
-			var at uint64
-			var unreachable []error
-			for _, cl := range cs {
-				if at, err = cl.StartDataCheck(ctx); err == nil {
-					c = cl
-					break
-				}
-				if !errors.Is(err, admin.ErrUnreachable) {
-					return err
-				}
-				unreachable = append(unreachable, err)
-			}
-			if c == nil {
-				return errors.Join(unreachable...)
+			c, at, err := startOnFirst(cs, func(c *admin.Client) (uint64, error) { return c.StartDataCheck(ctx) })
+			if err != nil {
+				return err
 			}
 			st, err := c.Status(ctx)
 			if err != nil {

@@ -51,24 +51,9 @@ did not arrive within --timeout.`,
 			}
 			defer closeAll(cs)
 			ctx := cmd.Context()
-			var (
-				c  *admin.Client
-				at uint64
-			)
-			var unreachable []error
-			for _, cl := range cs {
-				at, err = cl.StartSchemaCheck(ctx)
-				if err == nil {
-					c = cl
-					break
-				}
-				if !errors.Is(err, admin.ErrUnreachable) {
-					return err
-				}
-				unreachable = append(unreachable, err)
-			}
-			if c == nil {
-				return errors.Join(unreachable...)
+			c, at, err := startOnFirst(cs, func(c *admin.Client) (uint64, error) { return c.StartSchemaCheck(ctx) })
+			if err != nil {
+				return err
 			}
 			st, err := c.Status(ctx)
 			if err != nil {
@@ -92,6 +77,23 @@ did not arrive within --timeout.`,
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for every node's fingerprint")
 	return cmd
+}
+
+// startOnFirst starts a check on the first of cs that answers and returns
+// it with the check's seqno; an error other than unreachable ends it.
+func startOnFirst(cs []*admin.Client, start func(*admin.Client) (uint64, error)) (*admin.Client, uint64, error) {
+	var unreachable []error
+	for _, c := range cs {
+		at, err := start(c)
+		if err == nil {
+			return c, at, nil
+		}
+		if !errors.Is(err, admin.ErrUnreachable) {
+			return nil, 0, err
+		}
+		unreachable = append(unreachable, err)
+	}
+	return nil, 0, errors.Join(unreachable...)
 }
 
 // waitSchema polls c's comparisons until every other member's fingerprint
