@@ -412,7 +412,8 @@ func (r *run) preparedGids(ctx context.Context, i int) string {
 	return gids
 }
 
-// knownBugs names, among the problems, the signatures of known Ordo bugs
+// knownBugs names, among the problems, the signatures of Ordo bugs this
+// suite found before (fixed since: seeing one again is a regression),
 // found in the nodes' logs, so a failure says what it is.
 func (r *run) knownBugs() {
 	r.mu.Lock()
@@ -423,12 +424,12 @@ func (r *run) knownBugs() {
 	}
 	for i := 0; i < r.cluster.N(); i++ {
 		if old := r.oldPrepared(i); old != "" {
-			r.problem("KNOWN BUG (issue 14, item 3: prepared transactions nobody owns are not resolved while the node runs): node %d (exited: %v) has held %s for over 30 s", i+1, r.cluster.Exited(i), old)
+			r.problem("REGRESSION of a fixed bug (issue 14, item 3: prepared transactions nobody owns were not resolved while the node ran): node %d (exited: %v) has held %s for over 30 s", i+1, r.cluster.Exited(i), old)
 		}
 		b, _ := os.ReadFile(r.cluster.LogFile(i))
 		log := string(b)
 		if strings.Contains(log, "too many failed attempts") && strings.Contains(log, `"blockers":" prepared: `) {
-			r.problem("KNOWN BUG (issue 14, item 3: a prepared transaction nobody owns blocks the replay): node %d's apply was blocked by a leftover prepared transaction of its own until it gave up (\"too many failed attempts\") and stopped; see cluster/node%d.log", i+1, i+1)
+			r.problem("REGRESSION of a fixed bug (issue 14, item 3: a prepared transaction nobody owned blocked the replay): node %d's apply was blocked by a leftover prepared transaction of its own until it gave up (\"too many failed attempts\") and stopped; see cluster/node%d.log", i+1, i+1)
 		}
 	}
 }
