@@ -263,6 +263,9 @@ func TestReadyzMinority(t *testing.T) {
 	c.start(1)
 	c.start(2)
 	require.Eventually(t, func() bool { code, _ := readyz(0); return code == http.StatusOK }, 60*time.Second, 200*time.Millisecond, "ready again")
-	_, errOut, code = octl.run("status", "--data-dir", dataDir(0), "--data-dir", dataDir(1), "--data-dir", dataDir(2))
-	require.Equal(t, ctl.ExitOK, code, errOut)
+	// The restarted nodes learn the leader in their own time.
+	require.Eventually(t, func() bool {
+		_, errOut, code = octl.run("status", "--data-dir", dataDir(0), "--data-dir", dataDir(1), "--data-dir", dataDir(2))
+		return code == ctl.ExitOK
+	}, 60*time.Second, 500*time.Millisecond, "every node ready again: %s", errOut)
 }
