@@ -184,7 +184,7 @@ func (r *Replica) sweep(ctx context.Context) {
 				continue
 			}
 			r.log.Warn("a prepared transaction nobody waits for is aborted through the order", "gid", gid)
-			r.abortInBackground(gid)
+			r.abortInBackground(gid, "")
 		}
 	}
 }

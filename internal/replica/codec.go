@@ -159,8 +159,8 @@ func tableDesc(t *capture.Table) *ordov1.Table {
 
 func encodeEntry(e *ordov1.Entry) ([]byte, error) { return proto.Marshal(e) }
 
-func encodeAbort(gid txn.GID) ([]byte, error) {
-	return proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Abort{Abort: &ordov1.AbortEntry{Gid: string(gid)}}})
+func encodeAbort(gid txn.GID, label string) ([]byte, error) {
+	return proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Abort{Abort: &ordov1.AbortEntry{Gid: string(gid), Label: label}}})
 }
 
 // decodeKeys returns the keys of a delivered transaction.

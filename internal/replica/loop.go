@@ -147,6 +147,12 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 				return err
 			}
 		}
+		if a := e.GetAbort(); a != nil && a.Label != "" && d.Seqno > r.cfg.Proven {
+			// Aborted by its origin, maybe before its entry ever reached
+			// the order: recorded under its label (a commit ordered
+			// earlier still shows as committed: its proof row wins).
+			r.abortedLabels = append(r.abortedLabels, proof{d.Seqno, txn.GID(a.Gid), a.Label})
+		}
 		if err := r.deliverOther(ctx, d.Seqno, &e, &rn); err != nil {
 			return err
 		}

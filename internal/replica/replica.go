@@ -308,7 +308,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	})
 	if err != nil {
 		if proposed > 0 || fragErr != nil {
-			r.abortInBackground(t.GID)
+			r.abortInBackground(t.GID, t.Label)
 		} else {
 			r.forgetRolledBack(t.GID) // never proposed: nothing will finish it
 		}
@@ -328,13 +328,13 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if _, err := r.cfg.Order.Propose(pctx, payload); err != nil {
 		if errors.Is(err, totalorder.ErrTooLarge) {
 			if proposed > 0 {
-				r.abortInBackground(t.GID)
+				r.abortInBackground(t.GID, t.Label)
 			} else {
 				r.forgetRolledBack(t.GID)
 			}
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrTooLarge, err)
 		}
-		r.abortInBackground(t.GID)
+		r.abortInBackground(t.GID, t.Label)
 		return Outcome{}, fmt.Errorf("%w: %w", termination.ErrUnknownOutcome, err)
 	}
 	// The entry is committed in the order and handed to this node's
@@ -383,9 +383,9 @@ func (r *Replica) Prepared(gid txn.GID) (forget func()) {
 //
 // Until the order decides gid, it is an orphan: an apply it blocks rolls it
 // back (RollbackUndecided).
-func (r *Replica) abortInBackground(gid txn.GID) {
+func (r *Replica) abortInBackground(gid txn.GID, label string) {
 	r.orphan(gid)
-	payload, err := encodeAbort(gid)
+	payload, err := encodeAbort(gid, label)
 	if err != nil {
 		r.log.Error("encode abort", "gid", gid, "err", err)
 		return
@@ -454,7 +454,7 @@ func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
 			continue
 		}
 		r.log.Warn("aborting a prepared transaction left over from before a restart", "gid", g)
-		r.abortInBackground(txn.GID(g))
+		r.abortInBackground(txn.GID(g), "")
 	}
 	return nil
 }
