@@ -33,11 +33,14 @@ test: tools check
 	@$(MAKE) --no-print-directory test-pg18
 
 ## test-pg18: PG18_PKGS on PostgreSQL 18 (ORDO_PG_BIN set to its bin dir).
+## -count=1: a package whose TestMain starts the servers reads ORDO_PG_BIN
+## before go test's cache watches the environment, so a cached run on 15
+## would stand in for 18.
 test-pg18:
 	@bin="$(PG18_BIN)"; [ -n "$$bin" ] || bin=$$(bash scripts/ensure-tools.sh postgres18) || exit 1; \
 	  echo "== $(PG18_PKGS) on $$(ORDO_PG_BIN=$$bin $(GO) run ./internal/pglocal/pgversion)"; \
-	  echo "ORDO_PG_BIN=$$bin $(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)"; \
-	  ORDO_PG_BIN=$$bin $(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)
+	  echo "ORDO_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)"; \
+	  ORDO_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)
 
 tools:
 	@bash scripts/ensure-tools.sh go postgres postgres18 protoc lint >/dev/null
