@@ -2,8 +2,14 @@ package replica
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/termination"
 )
 
 // Applies and the loop's COMMIT PREPARED run with synchronous_commit =
@@ -44,6 +50,46 @@ func (r *Replica) markDurable(ctx context.Context, seqno uint64) {
 	}
 	r.marks = r.marks[i:]
 	if durable > 0 {
+		r.durable.Store(max(r.durable.Load(), durable))
 		r.cfg.Order.MarkApplied(durable)
+	}
+}
+
+// watchPostgres holds a connection that waits for nothing, so that the
+// node learns at once when PostgreSQL drops every connection (a backend
+// crash reinitializes it, and it loses the WAL it had not flushed): until
+// a fresh connection shows nothing acknowledged was lost, snapshots are
+// given only the flushed prefix (AppliedPrefix). If something was lost,
+// the node refuses updates and the delivery loop stops, so the node stops
+// and replays from what the database proves once restarted.
+func (r *Replica) watchPostgres(ctx context.Context, stopLoop context.CancelCauseFunc) {
+	for ctx.Err() == nil {
+		conn, err := pgx.Connect(ctx, r.cfg.DSN)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if r.suspect.Load() {
+			committed := uint64(0)
+			if r.cfg.Applier != nil {
+				committed = r.cfg.Applier.Committed()
+			}
+			if err := apply.LostCommits(ctx, conn, committed); err != nil {
+				err = fmt.Errorf("%w: %w", termination.ErrPostgresRestarted, err)
+				r.fail(err)
+				stopLoop(err)
+				conn.Close(context.Background())
+				return
+			}
+			r.suspect.Store(false)
+			r.log.Info("PostgreSQL is back and kept every acknowledged commit")
+		}
+		_, err = conn.WaitForNotification(ctx) // it LISTENs to nothing: returns when the connection is lost, or ctx ends
+		conn.Close(context.Background())
+		if ctx.Err() != nil {
+			return
+		}
+		r.suspect.Store(true)
+		r.log.Warn("lost the connection to PostgreSQL: until it proves nothing was lost, snapshots see only the flushed prefix", "err", err)
 	}
 }

@@ -27,9 +27,19 @@ const maxBatch = 64
 // their rows do not overlap, committed in seqno order). The applied prefix
 // moves past an entry only once it and every entry before it are decided
 // and carried out.
-func (r *Replica) Run(ctx context.Context) error {
+func (r *Replica) Run(parent context.Context) error {
 	defer r.bg.Wait()
 	defer r.stopWaiting()
+	// watchPostgres stops the loop with its cause when PostgreSQL lost
+	// acknowledged commits; the parent's end is a normal stop.
+	ctx, stop := context.WithCancelCause(parent)
+	defer stop(nil)
+	stopped := func() error {
+		if parent.Err() != nil {
+			return nil
+		}
+		return context.Cause(ctx)
+	}
 	conn, err := r.connectLoop(ctx)
 	if err != nil {
 		return err
@@ -44,10 +54,14 @@ func (r *Replica) Run(ctx context.Context) error {
 		return err
 	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
-	r.bg.Add(1)
+	r.bg.Add(2)
 	go func() {
 		defer r.bg.Done()
 		r.sweep(sweepCtx)
+	}()
+	go func() {
+		defer r.bg.Done()
+		r.watchPostgres(sweepCtx, stop)
 	}()
 	defer stopSweep()
 	defer func() {
@@ -63,7 +77,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		var batch []totalorder.Delivery
 		select {
 		case <-ctx.Done():
-			return nil
+			return stopped()
 		case d, ok := <-r.cfg.Order.Deliveries():
 			if !ok {
 				return nil
@@ -90,7 +104,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return stopped()
 			}
 			r.fail(err)
 			return err

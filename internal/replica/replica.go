@@ -97,6 +97,11 @@ type Replica struct {
 
 	prefix atomic.Uint64
 	failed atomic.Pointer[error]
+	// durable is the largest seqno whose WAL PostgreSQL flushed
+	// (markDurable); suspect is set while the node may have lost what was
+	// not flushed (watchPostgres).
+	durable atomic.Uint64
+	suspect atomic.Bool
 
 	mu       sync.Mutex
 	waiters  map[txn.GID]*waiter
@@ -191,6 +196,7 @@ func New(cfg Config) (*Replica, error) {
 	// snapshot_seqno of StartAfter would make the first transactions after
 	// a restart abort for conflicts they did not have).
 	r.prefix.Store(max(cfg.StartAfter, cfg.Proven))
+	r.durable.Store(max(cfg.StartAfter, cfg.Proven))
 	return r, nil
 }
 
@@ -202,7 +208,17 @@ func (r *Replica) CertifiesReads() bool { return r.cfg.Protocol == DBSM }
 
 // AppliedPrefix returns the largest seqno s such that every entry up to s
 // has been carried out on the local PostgreSQL.
-func (r *Replica) AppliedPrefix() uint64 { return r.prefix.Load() }
+//
+// While the node suspects its PostgreSQL crashed (durable.go: it may have
+// lost commits that were visible but not yet flushed), it is the prefix
+// known to be flushed instead: a snapshot_seqno must never claim what the
+// database may no longer hold.
+func (r *Replica) AppliedPrefix() uint64 {
+	if r.suspect.Load() {
+		return min(r.prefix.Load(), r.durable.Load())
+	}
+	return r.prefix.Load()
+}
 
 // WaitApplied waits until the applied prefix reaches seqno.
 func (r *Replica) WaitApplied(ctx context.Context, seqno uint64) error {
