@@ -238,7 +238,11 @@ func TestReload(t *testing.T) {
 	require.NoError(t, os.WriteFile(next.files(2).CA, bundle, 0o644))
 	_, err = p2next.Reload()
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(c.files(1).CA, bundle, 0o644))
+	// Replaced whole (write, then rename), as an operator's tooling does:
+	// the watcher must not catch a half-written file, which step 5 counts.
+	tmp := filepath.Join(c.dir, "bundle")
+	require.NoError(t, os.WriteFile(tmp, bundle, 0o644))
+	require.NoError(t, os.Rename(tmp, c.files(1).CA))
 	require.Eventually(t, func() bool {
 		_, cerr, serr := s.dial(p2next.ClientConfig())
 		return cerr == nil && serr == nil
