@@ -23,6 +23,11 @@ const DDLMessagePrefix = "ordo.ddl"
 // ran it. sql_drop records the objects a command dropped in a message of
 // its own, used for certification keys only.
 //
+// Each trigger also notes, in transaction-local settings the session's
+// write probe reads, that the transaction touched a temporary object
+// (ordo.temp_touched: a dropped one leaves no other trace) or recorded
+// replicated DDL (ordo.ddl_replicated).
+//
 // The triggers do not fire for Ordo's applies (session_replication_role
 // is replica there) and cannot be called directly. EXECUTE on
 // pg_logical_emit_message is revoked from PUBLIC (PostgreSQL grants it to
@@ -34,13 +39,23 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
 	objs pg_catalog.jsonb := '[]';
 	r record;
+	temp bool := false;
 BEGIN
 	FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
-		IF NOT r.is_temporary THEN
+		IF r.is_temporary THEN
+			temp := true;
+		ELSE
 			objs := objs || jsonb_build_array(jsonb_build_array(r.object_type, r.schema_name, r.object_name, r.object_identity));
 		END IF;
 	END LOOP;
+	IF temp THEN
+		PERFORM set_config('ordo.temp_touched', 'on', true);
+	END IF;
+	-- A command that dropped only temporary objects is not recorded at
+	-- its ddl_command_end (which fires next, and sees no objects).
+	PERFORM set_config('ordo.drop_temp', CASE WHEN temp AND jsonb_array_length(objs) = 0 THEN 'on' ELSE '' END, true);
 	IF jsonb_array_length(objs) > 0 THEN
+		PERFORM set_config('ordo.ddl_replicated', 'on', true);
 		PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('d', objs)::text);
 	END IF;
 END
@@ -68,11 +83,22 @@ BEGIN
 	h := md5(q);
 	FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
 		commands := commands + 1;
-		IF r.in_extension OR coalesce(r.schema_name LIKE 'pg\_temp%', false) OR coalesce(r.object_identity LIKE 'pg\_temp.%', false) THEN
-			CONTINUE; -- an extension's script (its CREATE EXTENSION is recorded), or a temporary object
+		IF coalesce(r.schema_name LIKE 'pg\_temp%', false) OR coalesce(r.object_identity LIKE 'pg\_temp.%', false) THEN
+			PERFORM set_config('ordo.temp_touched', 'on', true);
+			CONTINUE; -- a temporary object
+		END IF;
+		IF r.in_extension THEN
+			CONTINUE; -- an extension's script (its CREATE EXTENSION is recorded)
 		END IF;
 		objs := objs || jsonb_build_array(jsonb_build_array(r.object_type, r.schema_name, NULL, r.object_identity));
 	END LOOP;
+	IF current_setting('ordo.drop_temp', true) = 'on' THEN
+		PERFORM set_config('ordo.drop_temp', '', true);
+		IF commands = 0 THEN
+			PERFORM set_config('search_path', saved, true);
+			RETURN; -- it dropped only temporary objects
+		END IF;
+	END IF;
 	IF commands > 0 AND jsonb_array_length(objs) = 0 THEN
 		PERFORM set_config('search_path', saved, true);
 		RETURN;
@@ -85,6 +111,7 @@ BEGIN
 	ELSE
 		PERFORM set_config('ordo.ddl_last', h, true);
 	END IF;
+	PERFORM set_config('ordo.ddl_replicated', 'on', true);
 	PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('h', h, 'q', q, 't', tg_tag, 'o', objs,
 		's', jsonb_build_array(
 			jsonb_build_array('search_path', saved),

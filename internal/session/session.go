@@ -129,11 +129,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
 		s.rewrite(st, stmts)
+		s.rewriteIsolation(st, stmts)
 		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
 	case wire.KindParse:
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
 		s.rewrite(st, stmts)
+		s.rewriteIsolation(st, stmts)
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
 		if st.Name == "" {
@@ -169,6 +171,15 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				return err
 			}
 			if err := s.beforeSnapshot(ctx, true); err != nil {
+				return err
+			}
+		}
+		if !s.tx.snapshot && (s.tx.active || s.be.TxStatus() == 'T') && takesSnapshot(stmts) {
+			// PostgreSQL takes the transaction's snapshot when it parses a
+			// query: snapshot_seqno must be recorded before, and the
+			// isolation level fixed (SET TRANSACTION fails once a query
+			// ran).
+			if err := s.beforeSnapshot(ctx, first); err != nil {
 				return err
 			}
 		}
@@ -219,6 +230,104 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) {
 	}
 	st.Rewrite = stmts[0].Rewrite
 	s.be.Notice(stmts[0].Notice)
+}
+
+// takesSnapshot reports whether parsing stmts makes PostgreSQL take the
+// transaction's snapshot (queries do, utility statements do not); an
+// opaque statement is assumed to.
+func takesSnapshot(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		switch a.Kind {
+		case analysis.KindRead, analysis.KindWrite, analysis.KindOpaque:
+			return true
+		}
+	}
+	return false
+}
+
+// providedIsolation is the isolation level the cluster gives every
+// transaction, whatever the client asked: PostgreSQL runs them at
+// REPEATABLE READ, and under a protocol that certifies reads they are
+// serializable.
+func (s *session) providedIsolation() string {
+	if s.h.cfg.Replica.CertifiesReads() {
+		return "serializable"
+	}
+	return "repeatable read"
+}
+
+// rewriteIsolation keeps a BEGIN or SET TRANSACTION that asks for another
+// isolation level from changing the REPEATABLE READ every transaction
+// runs at (rewritten, the client still sees PostgreSQL's own reply), and
+// answers SHOW transaction_isolation with the level the cluster provides.
+func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Statement) {
+	if st.Rewrite != "" {
+		return
+	}
+	text, out, at := st.SQL, "", 0
+	for _, a := range stmts {
+		r := s.isolationRewrite(a)
+		if r == "" || a.Offset < at || a.Offset+len(a.SQL) > len(text) || text[a.Offset:a.Offset+len(a.SQL)] != a.SQL {
+			continue
+		}
+		out += text[at:a.Offset] + r
+		at = a.Offset + len(a.SQL)
+	}
+	if at > 0 {
+		st.Rewrite = out + text[at:]
+	}
+}
+
+// isolationRewrite is what rewriteIsolation puts in a's place ("" for
+// nothing).
+func (s *session) isolationRewrite(a *analysis.Statement) string {
+	switch {
+	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "transaction_isolation":
+		return "SELECT '" + s.providedIsolation() + "'::text AS transaction_isolation"
+	case a.Kind == analysis.KindTxn && a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" &&
+		(a.Txn.Op == analysis.TxnBegin || a.Txn.Op == analysis.TxnSetTransaction):
+		var b strings.Builder
+		switch {
+		case a.Txn.Op == analysis.TxnSetTransaction:
+			b.WriteString("SET TRANSACTION")
+		case strings.HasPrefix(strings.ToUpper(stripComments(a.SQL)), "START"):
+			b.WriteString("START TRANSACTION")
+		default:
+			b.WriteString("BEGIN")
+		}
+		b.WriteString(" ISOLATION LEVEL REPEATABLE READ")
+		switch a.Txn.ReadOnly {
+		case 1:
+			b.WriteString(" READ ONLY")
+		case -1:
+			b.WriteString(" READ WRITE")
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// stripComments drops the leading comments of a statement's text.
+func stripComments(sql string) string {
+	for {
+		sql = strings.TrimSpace(sql)
+		switch {
+		case strings.HasPrefix(sql, "--"):
+			i := strings.IndexByte(sql, '\n')
+			if i < 0 {
+				return ""
+			}
+			sql = sql[i+1:]
+		case strings.HasPrefix(sql, "/*"):
+			i := strings.Index(sql, "*/")
+			if i < 0 {
+				return ""
+			}
+			sql = sql[i+2:]
+		default:
+			return sql
+		}
+	}
 }
 
 func paramBinary(formats []int16, i int) bool {
@@ -420,9 +529,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		s.inTxn.Store(true)
 		if s.be.TxStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
-			if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
-				s.tx.fixIsolation = true
-			}
+			s.tx.fixIsolation = needsIsolationFix(a, m)
 		}
 	case analysis.TxnCommit:
 		if err := s.pendingErr; err != nil && !atParse {
@@ -462,11 +569,18 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		// PostgreSQL rolls back; the state resets at ReadyForQuery.
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)
-		if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
+		if needsIsolationFix(a, m) {
 			s.tx.fixIsolation = true
 		}
 	}
 	return nil
+}
+
+// needsIsolationFix reports whether BEGIN or SET TRANSACTION a asks for an
+// isolation level other than REPEATABLE READ and was not rewritten to it
+// (rewriteIsolation): the session then sets it before the first query.
+func needsIsolationFix(a *analysis.Statement, m at) bool {
+	return a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" && !strings.Contains(m.sent, "ISOLATION LEVEL REPEATABLE READ")
 }
 
 // noticeIsolation tells a client asking for SERIALIZABLE what it gets when

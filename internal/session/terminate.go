@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
@@ -19,18 +21,23 @@ import (
 // and the full probe is not needed.
 const quickProbe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL, pg_my_temp_schema() <> 0`
 
-// probe asks PostgreSQL what the open transaction wrote: whether it has an
-// xid, and whether it holds write locks on temporary or permanent
-// relations. A failed PREPARE would roll the transaction back, so the probe
-// comes first.
+// probe asks PostgreSQL what the open transaction did: whether it has an
+// xid, whether it touched a temporary object (holds any lock on a
+// temporary relation, or created or dropped a temporary object, which the
+// DDL event triggers note in ordo.temp_touched), and whether it wrote
+// replicated state (holds a write lock on a permanent relation, or ran
+// DDL the triggers recorded). PostgreSQL cannot PREPARE a transaction
+// that touched a temporary object, and a failed PREPARE would roll the
+// transaction back, so the probe comes first.
 const probe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL,
-  coalesce(bool_or(c.relpersistence = 't'), false),
-  coalesce(bool_or(c.relpersistence <> 't' AND n.nspname NOT IN ('pg_catalog', '_ordo')), false)
+  coalesce(bool_or(c.relpersistence = 't'), false) OR coalesce(current_setting('ordo.temp_touched', true) = 'on', false),
+  coalesce(bool_or(c.relpersistence <> 't' AND n.nspname NOT IN ('pg_catalog', '_ordo')
+    AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')), false)
+    OR coalesce(current_setting('ordo.ddl_replicated', true) = 'on', false)
 FROM pg_locks l
 JOIN pg_class c ON c.oid = l.relation
 JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
-  AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')`
+WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'`
 
 type written struct {
 	xid, temp, permanent bool
@@ -82,11 +89,12 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 		return "", false, t0, err
 	}
 	if !seqs && (!w.xid || (w.temp && !w.permanent)) {
-		return "", false, t0, nil
+		return "", false, t0, nil // read only, or only temporary objects: commits here
 	}
 	if w.temp {
 		s.rollback(ctx)
-		return "", false, t0, pgErr(codeFeatureNotSupported, "ordo: a %s that writes both temporary and replicated tables cannot be replicated; it was rolled back", what)
+		return "", false, t0, pgErr(codeFeatureNotSupported,
+			"ordo: this %s used temporary objects and also changed replicated tables, sequences or schema, so it cannot be replicated (PostgreSQL cannot PREPARE a transaction that touched a temporary object); it was rolled back. Do the replicated changes in a transaction of their own", what)
 	}
 	if err := s.afterDDL(ctx); err != nil {
 		s.rollback(ctx)
@@ -171,8 +179,13 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return err
 	}
 	if !replicate {
-		_, err := s.be.Exec(ctx, "COMMIT")
-		return err
+		// PostgreSQL's own error at COMMIT (a deferred constraint of a
+		// temporary table) is the statement's.
+		res, err := s.be.Exec(ctx, "COMMIT")
+		if err != nil {
+			return err
+		}
+		return res.Err
 	}
 	return s.terminate(ctx, gid, prepared)
 }
@@ -195,7 +208,22 @@ func (s *session) afterDDL(ctx context.Context) error {
 	return nil
 }
 
+// prepareFailed is the error of a PREPARE TRANSACTION that failed (the
+// transaction was rolled back). An error PostgreSQL raises at commit (a
+// deferred constraint) reaches the client as PostgreSQL raised it; its
+// refusal to prepare a transaction (a WITH HOLD cursor, an exported
+// snapshot) says why Ordo cannot replicate it.
 func prepareFailed(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == codeFeatureNotSupported && strings.HasPrefix(pe.Message, "cannot PREPARE") {
+		e := *pe
+		e.Message = "ordo: this transaction cannot be replicated and was rolled back: PostgreSQL cannot prepare" +
+			strings.TrimPrefix(pe.Message, "cannot PREPARE") + ", and Ordo replicates a transaction by preparing it"
+		return &e
+	}
+	if errors.As(err, &pe) {
+		return pe
+	}
 	return fmt.Errorf("ordo: could not prepare the transaction for replication (it was rolled back): %w", err)
 }
 

@@ -50,8 +50,10 @@ func errorResponse(err error) *pgproto3.ErrorResponse {
 		}
 		return &pgproto3.ErrorResponse{
 			Severity: sev, SeverityUnlocalized: sev, Code: code, Message: pe.Message,
-			Detail: pe.Detail, Hint: pe.Hint, SchemaName: pe.SchemaName, TableName: pe.TableName,
+			Detail: pe.Detail, Hint: pe.Hint, Position: pe.Position, InternalPosition: pe.InternalPosition,
+			InternalQuery: pe.InternalQuery, Where: pe.Where, SchemaName: pe.SchemaName, TableName: pe.TableName,
 			ColumnName: pe.ColumnName, DataTypeName: pe.DataTypeName, ConstraintName: pe.ConstraintName,
+			File: pe.File, Line: pe.Line, Routine: pe.Routine,
 		}
 	}
 	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInternal, Message: err.Error()}

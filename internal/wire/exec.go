@@ -12,6 +12,10 @@ import (
 type execState struct {
 	res  Result
 	done chan struct{}
+	// restore: a Parse of the client's unnamed statement follows the
+	// Query (with its own Sync), to put back what the Query destroyed;
+	// restoring is set once the Query's ReadyForQuery has arrived.
+	restore, restoring bool
 }
 
 var _ Backend = (*session)(nil)
@@ -33,6 +37,13 @@ func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
 	ex := &execState{done: make(chan struct{})}
 	ss.exec.Store(ex)
 	ss.sendServer(&pgproto3.Query{String: sql})
+	if p := ss.unnamed.current(); p != nil && !(ss.stmt.Kind == KindParse && ss.stmt.Name == "") {
+		// The Query destroys the unnamed statement; the client may still
+		// bind it (unless it is replacing it right now).
+		ex.restore = true
+		ss.sendServer(p)
+		ss.sendServer(&pgproto3.Sync{})
+	}
 	if err := ss.flushServer(); err != nil {
 		ss.exec.Store(nil)
 		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)
@@ -120,6 +131,13 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 	case *pgproto3.CommandComplete:
 		ex.res.Tags = append(ex.res.Tags, string(m.CommandTag))
 	case *pgproto3.ErrorResponse:
+		if ex.restoring {
+			// The unnamed statement no longer parses (its objects
+			// changed): the client's Bind of it fails as it would have.
+			ss.srv.log.Debug("could not restore the unnamed statement", "session", ss.id, "err", m.Message)
+			ss.unnamed.closed()
+			return true
+		}
 		if ex.res.Err == nil {
 			ex.res.Err = pgError(m)
 		}
@@ -130,7 +148,14 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		_, _ = ss.server.Write(b)
 	case *pgproto3.ReadyForQuery:
 		ss.txStatus.Store(uint32(m.TxStatus))
-		ex.res.TxStatus = m.TxStatus
+		if ex.restore && !ex.restoring {
+			ex.restoring = true
+			ex.res.TxStatus = m.TxStatus
+			return true
+		}
+		if !ex.restoring {
+			ex.res.TxStatus = m.TxStatus
+		}
 		ss.exec.Store(nil)
 		close(ex.done)
 	}

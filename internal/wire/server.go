@@ -212,18 +212,26 @@ func (s *Server) admit(ss *session) bool {
 	return true
 }
 
-// registerKey assigns ss a unique BackendKeyData.
-func (s *Server) registerKey(ss *session) {
+// registerKey assigns ss its BackendKeyData: the process id of its
+// PostgreSQL backend (pid, so that pg_backend_pid(), pg_stat_activity and
+// pg_terminate_backend find what the client knows; sessions are one to one
+// with backends) and a secret of Ordo's own, so that cancel requests come
+// to Ordo. A pid of 0 (PostgreSQL sent no BackendKeyData) gets one of
+// Ordo's own, unused by any session.
+func (s *Server) registerKey(ss *session, pid uint32) {
 	var b [4]byte
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		_, _ = rand.Read(b[:])
-		pid := s.nextPID.Add(1) & 0x7fffffff
-		if pid == 0 {
-			continue
+		p := pid
+		if p == 0 {
+			p = s.nextPID.Add(1) & 0x7fffffff
+			if p == 0 {
+				continue
+			}
 		}
-		k := uint64(pid)<<32 | uint64(binary.BigEndian.Uint32(b[:]))
+		k := uint64(p)<<32 | uint64(binary.BigEndian.Uint32(b[:]))
 		if _, dup := s.cancelKey[k]; dup {
 			continue
 		}

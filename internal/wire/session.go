@@ -66,11 +66,18 @@ type session struct {
 	rejects     map[string]*pgproto3.ErrorResponse
 	nrejects    atomic.Int32
 	exec        atomic.Pointer[execState]
+	unnamed     unnamedTracker // the client's unnamed statement (Exec restores it)
 	// hold is set by HoldReady: the backend goroutine does not relay the
 	// ReadyForQuery that brings outstanding to zero; the session goroutine
 	// runs ReadyHolder.BeforeReady and sends it (finishHeld).
 	hold       atomic.Bool
 	holdCopyIn atomic.Bool // a CopyInResponse arrived while holding
+	// holdTag: the held unit is a simple Query, whose last CommandComplete
+	// is held too (heldTag): PostgreSQL ends a query's implicit
+	// transaction before it reports the last statement's completion, so a
+	// client sees either that CommandComplete or the commit's error.
+	holdTag atomic.Bool
+	heldTag atomic.Pointer[pgproto3.CommandComplete]
 	// abortErr replaces the next ErrorResponse of the transaction (Abort);
 	// interrupt asks the session goroutine, woken from its client read, to
 	// roll back an idle transaction.
@@ -459,12 +466,14 @@ func (ss *session) clientLoop() error {
 						continue
 					}
 					ss.outstanding.Add(1)
+					ss.unnamed.sentSync(false)
 					ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
 					ss.sendServer(&pgproto3.Sync{})
 					continue
 				}
 			}
 			ss.outstanding.Add(1)
+			ss.unnamed.sentSync(true)
 		case *pgproto3.Parse:
 			// The hook runs before batchOpen is set: as the first message
 			// of a unit it may still Exec at the boundary.
@@ -479,6 +488,7 @@ func (ss *session) clientLoop() error {
 				}
 			}
 			ss.batchOpen = true
+			ss.unnamed.sentParse(m)
 		case *pgproto3.Bind:
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindBind, Name: m.PreparedStatement, Portal: m.DestinationPortal,
@@ -491,6 +501,9 @@ func (ss *session) clientLoop() error {
 			ss.batchOpen = true
 		case *pgproto3.Close:
 			ss.batchOpen = true
+			if m.ObjectType == 'S' && m.Name == "" {
+				ss.unnamed.closed()
+			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name}
 				if ss.rejectExtended() {
@@ -508,6 +521,7 @@ func (ss *session) clientLoop() error {
 				// PostgreSQL ignores Sync during COPY FROM STDIN.
 				ss.outstanding.Add(1)
 				ss.syncsSinceExec++
+				ss.unnamed.sentSync(false)
 			}
 		case *pgproto3.Flush:
 		case *pgproto3.FunctionCall:
@@ -676,7 +690,12 @@ func (ss *session) Notice(msg string) {
 }
 
 // HoldReady implements Backend.
-func (ss *session) HoldReady() { ss.hold.Store(true) }
+func (ss *session) HoldReady() {
+	ss.hold.Store(true)
+	if ss.stmt.Kind == KindQuery {
+		ss.holdTag.Store(true)
+	}
+}
 
 // finishHeld completes a unit whose ReadyForQuery is held: it waits for
 // PostgreSQL to answer the unit, runs ReadyHolder.BeforeReady and sends the
@@ -702,6 +721,8 @@ func (ss *session) finishHeld() error {
 		return nil // COPY in progress: the client sends data next
 	}
 	ss.hold.Store(false)
+	ss.holdTag.Store(false)
+	tag := ss.heldTag.Swap(nil)
 	var herr error
 	ss.hookMu.Lock()
 	ss.drainEventsLocked()
@@ -714,6 +735,8 @@ func (ss *session) finishHeld() error {
 	if herr != nil {
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 		ss.writeClient(errorResponse(herr))
+	} else if tag != nil {
+		ss.writeClient(tag)
 	}
 	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
 	if ss.srv.idleTimeouts {
@@ -835,6 +858,20 @@ func (ss *session) backendLoop() {
 		}
 		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
 			continue
+		}
+		ss.unnamed.reply(msg)
+		if ss.holdTag.Load() {
+			// The last CommandComplete of a held query waits for
+			// finishHeld; an earlier one goes out before what follows it.
+			if _, rfq := msg.(*pgproto3.ReadyForQuery); !rfq {
+				if t := ss.heldTag.Swap(nil); t != nil {
+					ss.sendClient(t)
+				}
+				if m, ok := msg.(*pgproto3.CommandComplete); ok {
+					ss.heldTag.Store(&pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
+					continue
+				}
+			}
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:

@@ -274,7 +274,6 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 
 	// After AuthenticationOk: ParameterStatus, BackendKeyData, notices, then
 	// ReadyForQuery (or a FATAL such as "database does not exist").
-	s.registerKey(ss)
 	for {
 		msg, err := ss.fe.Receive()
 		if err != nil {
@@ -283,6 +282,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		switch m := msg.(type) {
 		case *pgproto3.BackendKeyData:
 			ss.backendPID, ss.backendSecret = m.ProcessID, m.SecretKey
+			s.registerKey(ss, m.ProcessID)
 			ss.sendClient(&pgproto3.BackendKeyData{ProcessID: uint32(ss.key >> 32), SecretKey: uint32(ss.key)})
 			continue
 		case *pgproto3.ErrorResponse:
@@ -290,6 +290,9 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 			_ = ss.flushClient()
 			return nil, nil
 		case *pgproto3.ReadyForQuery:
+			if ss.key == 0 {
+				s.registerKey(ss, 0)
+			}
 			ss.txStatus.Store(uint32(m.TxStatus))
 			if err := ss.flushClient(); err != nil {
 				return nil, err

@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/internal/pglocal"
+)
+
+// sideBySide is a 3-node cluster and a plain PostgreSQL server of the same
+// version: each script runs on both, through Ordo's node 1 and directly,
+// and their replies must match.
+type sideBySide struct {
+	c     *cluster
+	plain *pglocal.Cluster
+}
+
+func startSideBySide(t *testing.T, protocol string) *sideBySide {
+	c := startCluster(t, 3, protocol)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	plain, err := pglocal.Start(ctx, pglocal.Options{N: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = plain.Stop() })
+	return &sideBySide{c: c, plain: plain}
+}
+
+// conns opens a connection through node 1 and one to the plain server.
+func (sb *sideBySide) conns(t *testing.T) (ordo, plain *pgx.Conn) {
+	ordo = sb.c.connect(0)
+	plain, err := pgx.Connect(context.Background(), sb.plain.Servers[0].DSN("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { plain.Close(context.Background()) })
+	return ordo, plain
+}
+
+// simple runs sql with the simple protocol and returns every reply as
+// text: each statement's tag and rows, and the error PostgreSQL raised
+// (SQLSTATE, message, detail, position), and the transaction status after.
+func simple(conn *pgconn.PgConn, sql string) string {
+	var b strings.Builder
+	results, err := conn.Exec(context.Background(), sql).ReadAll()
+	for _, r := range results {
+		for _, row := range r.Rows {
+			fmt.Fprintf(&b, "row %q\n", row)
+		}
+		if r.Err == nil {
+			fmt.Fprintf(&b, "tag %s\n", r.CommandTag)
+		}
+	}
+	b.WriteString(describeErr(err))
+	fmt.Fprintf(&b, "status %c\n", conn.TxStatus())
+	return b.String()
+}
+
+func describeErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	if pe, ok := err.(*pgconn.PgError); ok {
+		return fmt.Sprintf("error %s %s: %s (detail %q, position %d)\n", pe.Severity, pe.Code, pe.Message, pe.Detail, pe.Position)
+	}
+	return "error " + err.Error() + "\n"
+}
+
+// same runs each script on both connections and requires identical
+// replies.
+func same(t *testing.T, ordo, plain *pgx.Conn, scripts ...string) {
+	t.Helper()
+	for _, sql := range scripts {
+		want := simple(plain.PgConn(), sql)
+		got := simple(ordo.PgConn(), sql)
+		require.Equal(t, want, got, "through Ordo and on PostgreSQL: %s", sql)
+	}
+}
+
+func TestCompatCommitErrorsReachTheClient(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	for _, table := range []string{"temp table dt", "table dp"} {
+		name := table[strings.LastIndex(table, " ")+1:]
+		same(t, o, p,
+			"create "+table+"(id text primary key, n int unique deferrable initially deferred)",
+			"insert into "+name+" values ('a', 1), ('b', 2)",
+			// Autocommit, simple protocol: the deferred check fails at commit.
+			"update "+name+" set n = n + 1 where id = 'a' returning *",
+			// In a block, at COMMIT.
+			"begin",
+			"update "+name+" set n = 2 where id = 'a'",
+			"commit",
+			"select * from "+name+" order by id",
+		)
+		// Autocommit, extended protocol.
+		_, errO := o.Exec(ctx, "update "+name+" set n = $1 where id = 'a'", 2)
+		_, errP := p.Exec(ctx, "update "+name+" set n = $1 where id = 'a'", 2)
+		require.Equal(t, describeErr(errP), describeErr(errO), name)
+		require.NotEmpty(t, describeErr(errO))
+	}
+	// A deferred foreign key.
+	same(t, o, p,
+		"create table fp(id int primary key)",
+		"create table fc(id int primary key, p int references fp deferrable initially deferred)",
+		"insert into fc values (1, 7)",
+		"begin", "insert into fc values (2, 8)", "commit",
+		"select count(*) from fc")
+}
+
+func TestCompatTemporaryTables(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	o, p := sb.conns(t)
+	same(t, o, p,
+		"create temp table tt(x int)",
+		"insert into tt values (1)",
+		"select * from tt",
+		"drop table tt",
+		"begin",
+		"create temp table tt2(x int)",
+		"insert into tt2 values (1)",
+		"drop table tt2",
+		"commit",
+		"create temp table tt3(x int) on commit drop",
+	)
+	// A transaction that touched a temporary table and writes a
+	// replicated one cannot be prepared: refused, naming the reason.
+	_, err := o.Exec(context.Background(), "create table perm(x int primary key)")
+	require.NoError(t, err)
+	_, err = o.Exec(context.Background(), "create temp table src(x int); insert into src values (5)")
+	require.NoError(t, err)
+	_, err = o.Exec(context.Background(), "insert into perm select x from src")
+	require.Error(t, err)
+	require.Equal(t, "0A000", sqlstate(err))
+	require.Contains(t, err.Error(), "temporary")
+}
+
+func TestCompatUnnamedStatementSurvives(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a := c.connect(0)
+	_, err := a.Exec(ctx, "create table us(id int primary key, v text)")
+	require.NoError(t, err)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		cfg, err := pgx.ParseConfig(c.dsn(0))
+		require.NoError(t, err)
+		cfg.DefaultQueryExecMode = mode
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		for i := 0; i < 3; i++ {
+			_, err = conn.Exec(ctx, "insert into us values ($1, $2)", int(mode)*10+i, mode.String())
+			require.NoError(t, err, mode.String())
+		}
+		conn.Close(ctx)
+	}
+}
+
+func TestCompatBackendPIDIsTheBackends(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(0)
+	var pid uint32
+	require.NoError(t, a.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid))
+	require.Equal(t, a.PgConn().PID(), pid)
+	var ok bool
+	require.NoError(t, b.QueryRow(ctx, "select pg_terminate_backend($1)", int(pid)).Scan(&ok))
+	require.True(t, ok)
+	require.Eventually(t, func() bool {
+		return a.Ping(ctx) != nil
+	}, 10*time.Second, 50*time.Millisecond, "a client whose backend was terminated keeps working")
+}
+
+func TestCompatIsolationLevels(t *testing.T) {
+	// SHOW transaction_isolation reports what the cluster provides: every
+	// transaction under dbsm is serializable (certified with its reads);
+	// PostgreSQL itself runs it at REPEATABLE READ.
+	c := startCluster(t, 3, "dbsm")
+	o := c.connect(0)
+	for _, sql := range []string{
+		"show transaction_isolation",
+		"begin isolation level serializable; show transaction_isolation; commit",
+		"begin isolation level read committed; show transaction_isolation; commit",
+		"begin; set transaction isolation level repeatable read; show transaction_isolation; commit",
+	} {
+		require.Contains(t, simple(o.PgConn(), sql), `row ["serializable"]`, sql)
+	}
+}
+
+// TestCompatSerializableRetryLoop is two clients on two nodes in a
+// write-skew loop at SERIALIZABLE, with statements prepared lazily inside
+// the transaction (psycopg, pgx): the only error either may see is 40001,
+// and the invariant holds.
+func TestCompatSerializableRetryLoop(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	setup := c.connect(0)
+	_, err := setup.Exec(ctx, "create table oncall(id int primary key, on_duty bool not null)")
+	require.NoError(t, err)
+	_, err = setup.Exec(ctx, "insert into oncall values (1, true), (2, true)")
+	require.NoError(t, err)
+	c.waitConverged()
+	a, b := c.connect(0), c.connect(1)
+	round := func(conn *pgx.Conn, me int) error {
+		if _, err := conn.Exec(ctx, "begin isolation level serializable"); err != nil {
+			return err
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "select count(*) from oncall where on_duty and id > $1", 0).Scan(&n); err != nil {
+			_, _ = conn.Exec(ctx, "rollback")
+			return err
+		}
+		if n == 2 {
+			if _, err := conn.Exec(ctx, "update oncall set on_duty = false where id = $1", me); err != nil {
+				_, _ = conn.Exec(ctx, "rollback")
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, "commit")
+		return err
+	}
+	aborts := 0
+	for r := 0; r < 20; r++ {
+		errs := make(chan error, 2)
+		go func() { errs <- round(a, 1) }()
+		go func() { errs <- round(b, 2) }()
+		for i := 0; i < 2; i++ {
+			if err := <-errs; err != nil {
+				require.Equal(t, "40001", sqlstate(err), "round %d: %v", r, err)
+				aborts++
+			}
+		}
+		var n int
+		require.NoError(t, setup.QueryRow(ctx, "select count(*) from oncall where on_duty").Scan(&n))
+		require.GreaterOrEqual(t, n, 1, "round %d: write skew committed", r)
+		_, err := setup.Exec(ctx, "update oncall set on_duty = true")
+		require.NoError(t, err)
+		c.waitConverged()
+	}
+	t.Logf("%d aborts in 20 rounds", aborts)
+}
