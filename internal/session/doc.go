@@ -23,7 +23,23 @@
 //     Without an xid the transaction read only and commits locally.
 //  6. An explicit COMMIT is terminated the same way when it arrives, then
 //     "PREPARE TRANSACTION gid; BEGIN" leaves an empty transaction for the
-//     client's own COMMIT to end, so the client sees PostgreSQL's own reply.
+//     client's own COMMIT to end, so the client sees PostgreSQL's own reply
+//     (COMMIT AND CHAIN ends it and starts the next).
+//  7. Several statements before one Sync (pgx batches, JDBC executeBatch,
+//     pipelines) run in PostgreSQL's implicit transaction: an update after
+//     reads in it makes it a block there (wire.Backend.BeginHere), with the
+//     snapshot_seqno and reads the batch had from its start, and it is
+//     terminated as a wrapped statement at the Sync.
+//  8. A query string with transaction control among other statements
+//     ("BEGIN; …; COMMIT") is split at each control statement
+//     (wire.Split): Ordo opens the string's implicit transaction itself, a
+//     BEGIN in it makes it the client's block, and each COMMIT is
+//     terminated at its own boundary.
+//  9. Work that touched only temporary objects commits locally (PostgreSQL
+//     cannot prepare it); with replicated changes it is refused, naming
+//     why. BEGIN and SET TRANSACTION asking for another isolation level
+//     are rewritten to REPEATABLE READ, and SHOW transaction_isolation
+//     answers the level the cluster provides.
 //
 // Files: hooks.go (wire.Hooks, the registry of sessions by backend pid),
 // session.go (per-session state machine), terminate.go (steps 5 and 6),

@@ -56,6 +56,12 @@ type session struct {
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
+	// unitSnap is the applied prefix when the current batch began, and
+	// unitReads the read keys of its autocommit statements so far (dbsm):
+	// the snapshot_seqno and reads of its implicit transaction, should a
+	// later statement of the batch update (beginHere).
+	unitSnap  uint64
+	unitReads txn.ReadSet
 	// label is the client's name for its current or next update
 	// transaction (SET ordo.txn_label), recorded with its outcome.
 	label      string
@@ -95,6 +101,12 @@ const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 // Statement implements wire.SessionHooks.
 func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	first := !s.unitStarted
+	if first {
+		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
+		if s.unitReads.Len() > 0 || s.unitReads.All() {
+			s.unitReads = txn.ReadSet{}
+		}
+	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
 		// Read-your-writes anywhere: before anything that may look at data
 		// (PostgreSQL resolves names at Parse), catch up with the cluster.
@@ -128,6 +140,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	case wire.KindQuery:
 		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
+		if st.Pieces == 0 {
+			if pieces := splitPieces(st.SQL, stmts); pieces != nil {
+				s.unitStarted = false // each piece starts at a boundary
+				return &wire.Split{Pieces: pieces}
+			}
+		} else if err := s.piece(ctx, stmts); err != nil {
+			return err
+		}
 		s.rewrite(st, stmts)
 		s.rewriteIsolation(st, stmts)
 		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
@@ -230,6 +250,86 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) {
 	}
 	st.Rewrite = stmts[0].Rewrite
 	s.be.Notice(stmts[0].Notice)
+}
+
+// splitPieces returns the pieces a query string is run as when it holds
+// transaction control among other statements (Rails, migrations, psql -c
+// "BEGIN; …; COMMIT"): Ordo must act at a COMMIT, so each
+// transaction-control statement is a piece of its own, and the statements
+// between are grouped. nil: run the string whole.
+func splitPieces(sql string, stmts []*analysis.Statement) []string {
+	n, control := 0, false
+	for _, a := range stmts {
+		if a.Kind != analysis.KindEmpty {
+			n++
+		}
+		if a.Kind == analysis.KindTxn {
+			control = true
+		}
+	}
+	if n < 2 || !control {
+		return nil
+	}
+	var pieces []string
+	start, end := -1, -1 // the open group of statements
+	for _, a := range stmts {
+		if a.Kind == analysis.KindEmpty {
+			continue
+		}
+		lo, hi := a.Offset, a.Offset+len(a.SQL)
+		if lo < 0 || hi > len(sql) || sql[lo:hi] != a.SQL || lo < end {
+			return nil // offsets not as expected: run it whole
+		}
+		if a.Kind == analysis.KindTxn {
+			if start >= 0 {
+				pieces = append(pieces, sql[start:end])
+				start = -1
+			}
+			pieces = append(pieces, a.SQL)
+			end = hi
+			continue
+		}
+		if start < 0 {
+			start = lo
+		}
+		end = hi
+	}
+	if start >= 0 {
+		pieces = append(pieces, sql[start:end])
+	}
+	return pieces
+}
+
+// piece follows the transaction a piece of a split query runs in.
+// PostgreSQL runs a string's statements in one implicit transaction; a
+// BEGIN in the string makes it a transaction block (what ran before it
+// included), and after a COMMIT or ROLLBACK the next statement starts
+// another. Ordo opens the implicit transaction itself, as for a wrapped
+// autocommit statement, and a BEGIN in it only makes it the client's.
+func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error {
+	var ctl *analysis.TxnControl
+	if len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn {
+		ctl = stmts[0].Txn
+	}
+	if ctl != nil && ctl.Op == analysis.TxnBegin && s.tx.wrapped && s.be.TxStatus() == 'T' {
+		s.tx.wrapped = false
+		s.unitStarted = false // answered without PostgreSQL: no ReadyForQuery
+		tag := "BEGIN"
+		if strings.HasPrefix(strings.ToUpper(stripComments(stmts[0].SQL)), "START") {
+			tag = "START TRANSACTION"
+		}
+		return &wire.Completed{Tag: tag}
+	}
+	if ctl != nil && ctl.Op != analysis.TxnSetTransaction {
+		return nil // PostgreSQL answers transaction control outside a block itself
+	}
+	if s.be.TxStatus() == 'I' && !s.tx.active {
+		if err := s.wrap(ctx); err != nil {
+			return err
+		}
+		return s.beforeSnapshot(ctx, true)
+	}
+	return nil
 }
 
 // takesSnapshot reports whether parsing stmts makes PostgreSQL take the
@@ -484,15 +584,27 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		if status == 'I' && !s.tx.active {
 			if a.Updates() {
 				if !atBoundary {
-					return pgErr(codeFeatureNotSupported,
-						"ordo: an update statement pipelined after other statements without a transaction block cannot be replicated; wrap it in BEGIN … COMMIT")
-				}
-				if err := s.wrap(ctx); err != nil {
+					if m.kind == wire.KindQuery {
+						return pgErr(codeFeatureNotSupported,
+							"ordo: an update statement pipelined after other statements without a transaction block cannot be replicated; wrap it in BEGIN … COMMIT")
+					}
+					// Pipelined after other statements of the batch
+					// (pgx SendBatch, JDBC executeBatch, libpq
+					// pipelines): PostgreSQL already runs them in an
+					// implicit transaction; make it a block, to be
+					// terminated at the batch's Sync.
+					s.beginHere()
+				} else if err := s.wrap(ctx); err != nil {
 					return err
 				}
 			} else {
-				// An autocommit read runs on the local snapshot; nothing
-				// to track.
+				// An autocommit read runs on the local snapshot. Under
+				// a protocol that certifies reads, its keys are kept
+				// until the batch ends, should a later statement of the
+				// batch make its implicit transaction an update.
+				if s.h.cfg.Replica.CertifiesReads() {
+					s.trackReads(&s.unitReads, a, params)
+				}
 				continue
 			}
 		}
@@ -554,8 +666,17 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			return pgErr(codeFeatureNotSupported,
 				"ordo: COMMIT pipelined after other statements in one batch cannot be replicated; send COMMIT after a Sync")
 		}
+		if a.Txn.Chain && atParse {
+			return pgErr(codeFeatureNotSupported, "ordo: COMMIT AND CHAIN prepared with the extended protocol is not supported; send it as a simple query")
+		}
 		if a.Txn.Chain {
-			return pgErr(codeFeatureNotSupported, "ordo: COMMIT AND CHAIN is not supported")
+			// The client's COMMIT AND CHAIN ends the empty transaction
+			// commitExplicit leaves and starts the next one.
+			if err := s.commitExplicit(ctx); err != nil {
+				return err
+			}
+			s.tx = txState{active: true}
+			return nil
 		}
 		if atParse {
 			// Terminate now, while the backend is at a boundary, but a
@@ -566,7 +687,11 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 		return s.commitExplicit(ctx)
 	case analysis.TxnRollback:
-		// PostgreSQL rolls back; the state resets at ReadyForQuery.
+		// PostgreSQL rolls back; the state resets at ReadyForQuery, or
+		// now for ROLLBACK AND CHAIN, which starts the next transaction.
+		if a.Txn.Chain && s.be.TxStatus() != 'I' {
+			s.tx = txState{active: true}
+		}
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)
 		if needsIsolationFix(a, m) {
@@ -661,6 +786,19 @@ func (s *session) sync(ctx context.Context) error {
 	return nil
 }
 
+// beginHere makes the implicit transaction of the batch being sent a
+// transaction block that the batch's Sync does not end (see wrap). Its
+// snapshot was taken by an earlier statement of the batch: snapshot_seqno
+// is the applied prefix when the batch began, and its reads so far are
+// the transaction's.
+func (s *session) beginHere() {
+	s.be.BeginHere()
+	s.tx = txState{active: true, wrapped: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
+	s.unitReads = txn.ReadSet{}
+	s.inTxn.Store(true)
+	s.be.HoldReady()
+}
+
 // track adds a statement's reads and DDL to the transaction.
 func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 	if a.Kind == analysis.KindDDL {
@@ -676,24 +814,29 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 	if !s.h.cfg.Replica.CertifiesReads() {
 		return
 	}
+	s.trackReads(&s.tx.reads, a, params)
+}
+
+// trackReads adds a statement's read keys to reads.
+func (s *session) trackReads(reads *txn.ReadSet, a *analysis.Statement, params []analysis.Param) {
 	if a.ReadsAll {
-		s.tx.reads.AddAll()
+		reads.AddAll()
 		return
 	}
 	fp, err := a.Bind(params)
 	if err != nil {
 		if errors.Is(err, analysis.ErrParams) {
-			s.tx.reads.AddAll()
+			reads.AddAll()
 		}
 		return
 	}
 	if fp.All {
-		s.tx.reads.AddAll()
+		reads.AddAll()
 		return
 	}
-	s.tx.reads.SetLimit(s.h.cfg.KeyEscalationRows)
+	reads.SetLimit(s.h.cfg.KeyEscalationRows)
 	for _, k := range fp.Reads {
-		s.tx.reads.Add(k)
+		reads.Add(k)
 	}
 }
 

@@ -163,10 +163,12 @@ func (s *session) runNotify(ctx context.Context) error {
 // BeforeReady implements wire.ReadyHolder: it terminates a wrapped
 // autocommit statement before the client sees ReadyForQuery.
 func (s *session) BeforeReady(ctx context.Context) error {
-	defer func() { s.tx = txState{} }()
 	if !s.tx.wrapped {
+		// Nothing wrapped is open (a COMMIT of a split query ended it),
+		// or a BEGIN made it the client's own block.
 		return nil
 	}
+	defer func() { s.tx = txState{} }()
 	switch s.be.TxStatus() {
 	case 'E':
 		s.rollback(ctx)

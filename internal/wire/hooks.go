@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Hooks lets a session layer (replication) observe and steer every client
@@ -87,6 +88,9 @@ type Statement struct {
 	// Rewrite may be set by Statement for a Query or a Parse: PostgreSQL
 	// then receives this text in place of SQL.
 	Rewrite string
+	// Piece and Pieces: a Query the hooks split (Split) is reported
+	// piece by piece, Piece counting from 1; 0 for a Query sent whole.
+	Piece, Pieces int
 }
 
 // Backend is the session's PostgreSQL connection as the hooks see it.
@@ -123,6 +127,14 @@ type Backend interface {
 	// ReadyForQuery that ends the current unit (the Query being reported,
 	// or the next Sync) until the hooks' ReadyHolder.BeforeReady has run.
 	HoldReady()
+	// BeginHere, called from SessionHooks.Statement for a Parse or Bind
+	// that is not the first message of its batch, outside a transaction
+	// block, makes the implicit transaction PostgreSQL runs the batch in a
+	// transaction block, as a BEGIN sent just before the message would:
+	// PostgreSQL includes in it what the batch ran before. Its replies are
+	// not relayed. The block stays open at the batch's Sync (HoldReady
+	// and ReadyHolder end it).
+	BeginHere()
 }
 
 // Completed, returned by SessionHooks.Statement for a KindQuery, answers
@@ -132,6 +144,31 @@ type Backend interface {
 type Completed struct{ Tag string }
 
 func (c *Completed) Error() string { return "wire: answered by the session: " + c.Tag }
+
+// Split, returned by SessionHooks.Statement for a KindQuery (not itself a
+// piece), makes the session run the query as consecutive pieces of its
+// text, each sent to PostgreSQL as a Query of its own once the previous
+// one is answered, so that the hooks act between them (a COMMIT in the
+// middle of a string):
+//
+//  1. Statement is called for each piece (Piece, Pieces set) as for a
+//     Query at a boundary: it may Exec, HoldReady, rewrite it, answer it
+//     (Completed: the client receives only its CommandComplete) or refuse
+//     it.
+//  2. The client receives the replies of every piece but only the last
+//     ReadyForQuery, as for one Query; ReadyForQuery is reported to the
+//     hooks for every piece.
+//  3. After a piece that failed (an ErrorResponse) or was refused, the
+//     rest is not run, as PostgreSQL skips the rest of a string after an
+//     error.
+//  4. A held ReadyForQuery (HoldReady in any piece) is released after
+//     the last piece run: ReadyHolder.BeforeReady runs once, then.
+//
+// The hooks own what splitting means for transactions (PostgreSQL runs a
+// string's statements in one implicit transaction).
+type Split struct{ Pieces []string }
+
+func (s *Split) Error() string { return fmt.Sprintf("wire: split into %d pieces", len(s.Pieces)) }
 
 // ReadyHolder is an optional interface of SessionHooks, used when a
 // Statement call asked for HoldReady.

@@ -78,6 +78,15 @@ type session struct {
 	// client sees either that CommandComplete or the commit's error.
 	holdTag atomic.Bool
 	heldTag atomic.Pointer[pgproto3.CommandComplete]
+	// quietReady: the next ReadyForQuery ends a piece of a split query
+	// other than the last, and is not relayed (runSplit); sawError: an
+	// ErrorResponse was relayed since runSplit last cleared it.
+	quietReady atomic.Bool
+	sawError   atomic.Bool
+	// injected counts the BEGINs BeginHere sent whose replies the backend
+	// goroutine has not yet recognized and dropped (inject.go).
+	injected atomic.Int32
+	inj      injectMatch // backend goroutine
 	// abortErr replaces the next ErrorResponse of the transaction (Abort);
 	// interrupt asks the session goroutine, woken from its client read, to
 	// roll back an idle transaction.
@@ -452,6 +461,13 @@ func (ss *session) clientLoop() error {
 					m.String = ss.rewrite
 				}
 				if err != nil {
+					var sp *Split
+					if errors.As(err, &sp) && len(sp.Pieces) > 0 {
+						if err := ss.runSplit(sp.Pieces); err != nil {
+							return err
+						}
+						continue
+					}
 					var c *Completed
 					if errors.As(err, &c) {
 						// Answered by the hooks: nothing reaches PostgreSQL.
@@ -859,6 +875,9 @@ func (ss *session) backendLoop() {
 		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
 			continue
 		}
+		if ss.injected.Load() > 0 && ss.matchInjected(msg) {
+			continue
+		}
 		ss.unnamed.reply(msg)
 		if ss.holdTag.Load() {
 			// The last CommandComplete of a held query waits for
@@ -882,9 +901,10 @@ func (ss *session) backendLoop() {
 				}
 				ss.abortedTxn.Store(false)
 			}
-			if ss.hold.Load() && ss.outstanding.Load() <= 1 {
-				// Held for the session goroutine (finishHeld): everything
-				// before it must reach the client first.
+			if (ss.hold.Load() && ss.outstanding.Load() <= 1) || ss.quietReady.Swap(false) {
+				// Held for the session goroutine (finishHeld), or the end
+				// of a piece of a split query that is not the last:
+				// everything before it must reach the client first.
 				if err := ss.flushClient(); err != nil {
 					ss.terminate(nil)
 					return
@@ -952,6 +972,7 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
+			ss.sawError.Store(true)
 			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
 				if ss.lateCancels.Load() > 0 {
 					ss.lateCancels.Add(-1)

@@ -109,7 +109,7 @@ func TestCompatCommitErrorsReachTheClient(t *testing.T) {
 		"create table fp(id int primary key)",
 		"create table fc(id int primary key, p int references fp deferrable initially deferred)",
 		"insert into fc values (1, 7)",
-		"begin", "insert into fc values (2, 8)", "commit",
+		"begin; insert into fc values (2, 8); commit;",
 		"select count(*) from fc")
 }
 
@@ -138,6 +138,58 @@ func TestCompatTemporaryTables(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "0A000", sqlstate(err))
 	require.Contains(t, err.Error(), "temporary")
+}
+
+func TestCompatBatchesAndMultiStatementStrings(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	same(t, o, p,
+		"create table bt(id int primary key, v text)",
+		"begin; insert into bt values (1, 'a'); commit;",
+		"insert into bt values (2, 'b'); insert into bt values (3, 'c')",
+		"insert into bt values (4, 'd'); insert into bt values (4, 'dup')",
+		"begin; insert into bt values (5, 'e'); commit and chain; insert into bt values (6, 'f'); commit;",
+		"insert into bt values (7, 'g'); begin; insert into bt values (8, 'h'); commit; insert into bt values (9, 'i')",
+		"begin; insert into bt values (20, 'x'); rollback; insert into bt values (21, 'y')",
+		"select 1; begin; insert into bt values (22, 'z')",
+		"commit",
+		"begin; insert into bt values (23, 'w'); insert into bt values (1, 'dup'); commit;",
+		"rollback",
+		"begin; savepoint s; insert into bt values (24, 'v'); rollback to s; insert into bt values (25, 'u'); commit",
+		"select * from bt order by id",
+	)
+	for _, conn := range []*pgx.Conn{o, p} {
+		b := &pgx.Batch{}
+		b.Queue("select count(*) from bt")
+		b.Queue("insert into bt values (10, 'x')")
+		b.Queue("insert into bt values ($1, $2)", 11, "y")
+		b.Queue("update bt set v = 'z' where id = 10")
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+		// A batch that fails part-way rolls back as one transaction.
+		b = &pgx.Batch{}
+		b.Queue("select count(*) from bt")
+		b.Queue("insert into bt values (12, 'w')")
+		b.Queue("insert into bt values (10, 'dup')")
+		require.Equal(t, "23505", sqlstate(conn.SendBatch(ctx, b).Close()))
+		// One that fails before its first update runs none of it.
+		b = &pgx.Batch{}
+		b.Queue("select 1/0")
+		b.Queue("insert into bt values (13, 'v')")
+		require.Equal(t, "22012", sqlstate(conn.SendBatch(ctx, b).Close()))
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "select count(*) from bt where id = 13").Scan(&n))
+		require.Zero(t, n)
+	}
+	var want int
+	require.NoError(t, p.QueryRow(ctx, "select count(*) from bt").Scan(&want))
+	sb.c.waitConverged()
+	for i := 0; i < 3; i++ {
+		var n int
+		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select count(*) from bt").Scan(&n))
+		require.Equal(t, want, n, "node %d", i+1)
+	}
+	require.Zero(t, sb.c.unreplicated(0))
 }
 
 func TestCompatUnnamedStatementSurvives(t *testing.T) {

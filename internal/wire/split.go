@@ -1,0 +1,91 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// runSplit runs a Query the hooks split into pieces (see Split). It runs on
+// the session goroutine, at a boundary (the hooks were just called for the
+// Query's first message).
+func (ss *session) runSplit(pieces []string) error {
+	lost := func(err error) error { return fmt.Errorf("%w: %w", errBackendLost, err) }
+	for i, piece := range pieces {
+		last := i == len(pieces)-1
+		ss.stmt = Statement{Kind: KindQuery, SQL: piece, Piece: i + 1, Pieces: len(pieces)}
+		err := ss.callStatement()
+		if err != nil {
+			var c *Completed
+			if errors.As(err, &c) {
+				if err := ss.flushServer(); err != nil {
+					return lost(err)
+				}
+				if err := ss.waitIdle(ss.ctx); err != nil {
+					return nil
+				}
+				if t := ss.heldTag.Swap(nil); t != nil {
+					ss.writeClient(t) // an earlier piece's, before this one's
+				}
+				ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
+				if last {
+					return ss.endSplit(false)
+				}
+				continue
+			}
+			// Refused: PostgreSQL fails at this point, and the rest is
+			// not run.
+			ss.outstanding.Add(1)
+			ss.unnamed.sentSync(false)
+			ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+			ss.sendServer(&pgproto3.Sync{})
+			return ss.endSplit(true)
+		}
+		sql := piece
+		if ss.rewrite != "" {
+			sql = ss.rewrite
+		}
+		ss.sawError.Store(false)
+		ss.quietReady.Store(!last && !ss.hold.Load())
+		ss.outstanding.Add(1)
+		ss.unnamed.sentSync(true)
+		ss.sendServer(&pgproto3.Query{String: sql})
+		if last {
+			if ss.hold.Load() {
+				return ss.finishHeld()
+			}
+			return nil // its ReadyForQuery is relayed as any Query's
+		}
+		if err := ss.flushServer(); err != nil {
+			return lost(err)
+		}
+		if err := ss.waitIdle(ss.ctx); err != nil {
+			return nil
+		}
+		if ss.sawError.Load() {
+			return ss.endSplit(false) // PostgreSQL would skip the rest
+		}
+	}
+	return nil
+}
+
+// endSplit ends a split query early (after a failed piece) or after an
+// answered last piece: the held ReadyForQuery is released, or one is sent.
+// sent: a Sync whose ReadyForQuery is still to come was sent last.
+func (ss *session) endSplit(sent bool) error {
+	if ss.hold.Load() {
+		return ss.finishHeld()
+	}
+	if sent {
+		return nil // its ReadyForQuery is relayed
+	}
+	if err := ss.flushServer(); err != nil {
+		return fmt.Errorf("%w: %w", errBackendLost, err)
+	}
+	if err := ss.waitIdle(ss.ctx); err != nil {
+		return nil
+	}
+	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
+	return nil
+}
