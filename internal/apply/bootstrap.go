@@ -44,7 +44,15 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 		WHEN EXISTS (SELECT 1 FROM _ordo.aborted a WHERE a.label = $1) THEN 'aborted'
 		ELSE 'unknown' END
 $$;
+-- The largest seqno committed here, as the calling statement sees it:
+-- commits are in seqno order, so everything up to it is decided and
+-- carried out in that statement's snapshot (dbsm-rc's snapshot_seqno).
+CREATE OR REPLACE FUNCTION _ordo.committed_prefix() RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	SELECT coalesce(max(seqno), 0) FROM _ordo.applied
+$$;
 GRANT USAGE ON SCHEMA _ordo TO PUBLIC;
+GRANT EXECUTE ON FUNCTION _ordo.committed_prefix() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`
 
 // Bootstrap creates the ordo schema and its tables if they do not exist,

@@ -25,6 +25,7 @@ import (
 const (
 	DBSM   = termination.DBSM
 	DBSMSI = termination.DBSMSI
+	DBSMRC = termination.DBSMRC
 )
 
 // ErrPostgresRestarted is termination.ErrPostgresRestarted, returned by

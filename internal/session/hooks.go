@@ -95,15 +95,21 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 			"ordo: database %q is not replicated by this cluster; connect to %q (or list it in local_databases to use it unreplicated)",
 			info.Database, h.cfg.Database)}
 	}
-	res, err := be.Exec(ctx, "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ; "+
-		"SELECT pg_backend_pid(), current_setting('search_path'), current_user")
+	rc := h.cfg.Replica.Name() == termination.DBSMRC
+	q := "SELECT pg_backend_pid(), current_setting('search_path'), current_user"
+	if !rc {
+		// Every transaction runs at REPEATABLE READ; under dbsm-rc at
+		// the level the client asks.
+		q = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ; " + q
+	}
+	res, err := be.Exec(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	s := &session{h: h, be: be, info: info, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
+	s := &session{h: h, be: be, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
 	if len(res.Rows) == 1 && len(res.Rows[0]) == 3 {
 		s.pid = parseUint32(res.Rows[0][0])
 		s.searchPath = res.Rows[0][1]

@@ -20,6 +20,10 @@ type session struct {
 	info wire.SessionInfo
 	pid  uint32
 
+	// rc: the protocol is dbsm-rc; transactions run at the isolation
+	// level the client asks.
+	rc bool
+
 	user       string
 	searchPath string
 	env        analysis.Env
@@ -382,9 +386,9 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 // nothing).
 func (s *session) isolationRewrite(a *analysis.Statement) string {
 	switch {
-	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "transaction_isolation":
+	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "transaction_isolation" && !s.rc:
 		return "SELECT '" + s.providedIsolation() + "'::text AS transaction_isolation"
-	case a.Kind == analysis.KindTxn && a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" &&
+	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn.Isolation) &&
 		(a.Txn.Op == analysis.TxnBegin || a.Txn.Op == analysis.TxnSetTransaction):
 		var b strings.Builder
 		switch {
@@ -641,7 +645,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		s.inTxn.Store(true)
 		if s.be.TxStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
-			s.tx.fixIsolation = needsIsolationFix(a, m)
+			s.tx.fixIsolation = s.needsIsolationFix(a, m)
 		}
 	case analysis.TxnCommit:
 		if err := s.pendingErr; err != nil && !atParse {
@@ -694,7 +698,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)
-		if needsIsolationFix(a, m) {
+		if s.needsIsolationFix(a, m) {
 			s.tx.fixIsolation = true
 		}
 	}
@@ -702,10 +706,20 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 }
 
 // needsIsolationFix reports whether BEGIN or SET TRANSACTION a asks for an
-// isolation level other than REPEATABLE READ and was not rewritten to it
-// (rewriteIsolation): the session then sets it before the first query.
-func needsIsolationFix(a *analysis.Statement, m at) bool {
-	return a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" && !strings.Contains(m.sent, "ISOLATION LEVEL REPEATABLE READ")
+// isolation level Ordo runs at REPEATABLE READ and was not rewritten to
+// it (rewriteIsolation): the session then sets it before the first query.
+func (s *session) needsIsolationFix(a *analysis.Statement, m at) bool {
+	return s.fixesIsolation(a.Txn.Isolation) && !strings.Contains(m.sent, "ISOLATION LEVEL REPEATABLE READ")
+}
+
+// fixesIsolation reports whether a transaction asking for level runs at
+// REPEATABLE READ instead: every level but REPEATABLE READ itself, and
+// under dbsm-rc only SERIALIZABLE (the cluster certifies no reads).
+func (s *session) fixesIsolation(level string) bool {
+	if s.rc {
+		return level == "serializable"
+	}
+	return level != "" && level != "repeatable read"
 }
 
 // noticeIsolation tells a client asking for SERIALIZABLE what it gets when
@@ -741,7 +755,11 @@ func (s *session) setting(a *analysis.Statement) {
 // wrap starts a transaction block for an autocommit update statement and
 // holds the unit's ReadyForQuery until it is terminated.
 func (s *session) wrap(ctx context.Context) error {
-	res, err := s.be.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ"
+	if s.rc {
+		begin = "BEGIN" // at the session's own level
+	}
+	res, err := s.be.Exec(ctx, begin)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,18 +40,34 @@ JOIN pg_class c ON c.oid = l.relation
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'`
 
+// quickProbeRC is quickProbe that also reads the prefix committed in the
+// probe's own snapshot, dbsm-rc's snapshot_seqno.
+const quickProbeRC = quickProbe + `, _ordo.committed_prefix()`
+
 type written struct {
 	xid, temp, permanent bool
+	// prefix is the committed prefix the probe saw (dbsm-rc only).
+	prefix uint64
 }
 
 func (s *session) probe(ctx context.Context) (written, error) {
-	res, err := s.be.Exec(ctx, quickProbe)
+	q, cols := quickProbe, 2
+	if s.rc {
+		q, cols = quickProbeRC, 3
+	}
+	res, err := s.be.Exec(ctx, q)
 	if err != nil {
 		return written{}, err
 	}
-	if res.Err == nil && len(res.Rows) == 1 && len(res.Rows[0]) == 2 && (res.Rows[0][0] != "t" || res.Rows[0][1] != "t") {
-		xid := res.Rows[0][0] == "t"
-		return written{xid: xid, permanent: xid}, nil
+	var prefix uint64
+	if res.Err == nil && len(res.Rows) == 1 && len(res.Rows[0]) == cols {
+		if s.rc {
+			prefix, _ = strconv.ParseUint(res.Rows[0][2], 10, 64)
+		}
+		if res.Rows[0][0] != "t" || res.Rows[0][1] != "t" {
+			xid := res.Rows[0][0] == "t"
+			return written{xid: xid, permanent: xid, prefix: prefix}, nil
+		}
 	}
 	if res.Err == nil {
 		res, err = s.be.Exec(ctx, probe)
@@ -70,7 +87,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
 	}
 	r := res.Rows[0]
-	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t"}, nil
+	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t", prefix: prefix}, nil
 }
 
 // prepare decides how the open transaction ends and, if it must be
@@ -99,6 +116,17 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 	if err := s.afterDDL(ctx); err != nil {
 		s.rollback(ctx)
 		return "", false, t0, err
+	}
+	if s.rc {
+		// READ COMMITTED: each statement saw the latest commits, and an
+		// UPDATE that waited for a lock worked on the version committed
+		// meanwhile. So the transaction is certified against the prefix
+		// committed now, while it still holds every lock it took: a
+		// remote transaction applied here since its first statement
+		// either came before its writes to the same rows (it saw it) or
+		// waited for its locks, and an apply waiting for an uncertified
+		// transaction's lock aborts it (replica, bruteforce.go).
+		s.tx.snapSeq = w.prefix
 	}
 	gid = s.h.nextGID()
 	t0 = s.h.m.since(stageProbe, t0)

@@ -11,6 +11,11 @@ import (
 const (
 	DBSM   = "dbsm"
 	DBSMSI = "dbsm-si"
+	// DBSMRC is for READ COMMITTED applications: transactions run at the
+	// level the client asks (READ COMMITTED by default) and are
+	// certified for write-write conflicts only, against the prefix
+	// committed when they end (docs/protocols.md).
+	DBSMRC = "dbsm-rc"
 )
 
 // Protocol is a termination protocol as a session sees it. The delivery

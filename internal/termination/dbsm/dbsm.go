@@ -38,11 +38,13 @@ type Decider struct {
 
 var _ termination.Decider = (*Decider)(nil)
 
-// New returns a decider for protocol (termination.DBSM or DBSMSI) with a
-// certification window of window seqnos, fed entries after seqno start.
+// New returns a decider for protocol (termination.DBSM, DBSMSI or DBSMRC;
+// the last two certify write keys only, and differ only in the
+// snapshot_seqno their sessions give) with a certification window of
+// window seqnos, fed entries after seqno start.
 func New(protocol string, window, start uint64) (*Decider, error) {
-	if protocol != termination.DBSM && protocol != termination.DBSMSI {
-		return nil, fmt.Errorf("dbsm: unknown protocol %q (want %s or %s)", protocol, termination.DBSM, termination.DBSMSI)
+	if protocol != termination.DBSM && protocol != termination.DBSMSI && protocol != termination.DBSMRC {
+		return nil, fmt.Errorf("dbsm: unknown protocol %q (want %s, %s or %s)", protocol, termination.DBSM, termination.DBSMSI, termination.DBSMRC)
 	}
 	if window == 0 {
 		return nil, fmt.Errorf("dbsm: the certification window must be positive")

@@ -297,3 +297,33 @@ func TestNewRefusesUnknownProtocols(t *testing.T) {
 	_, err = New(termination.DBSM, 0, 0)
 	require.Error(t, err)
 }
+
+// TestReadCommittedCertifiesWritesOnly: dbsm-rc decides like dbsm-si (its
+// sessions differ, in the snapshot_seqno they give).
+func TestReadCommittedCertifiesWritesOnly(t *testing.T) {
+	d, err := New(termination.DBSMRC, 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := txn.RowKey("public", "t", "1")
+	w := func(s uint64, gid string, snap uint64, mode txn.Mode) termination.Decision {
+		st, err := d.Step(&termination.Entry{Seqno: s, Kind: termination.KindTxn, GID: txn.GID(gid), Origin: 1,
+			Protocol: termination.DBSMRC, SnapshotSeqno: snap, Keys: []txn.KeyMode{{Key: row, Mode: mode}}})
+		if err != nil || len(st.Decisions) != 1 {
+			t.Fatalf("step %d: %v %+v", s, err, st)
+		}
+		return st.Decisions[0]
+	}
+	if !w(1, "a", 0, txn.X).Commit {
+		t.Fatal("the first writer aborted")
+	}
+	if !w(2, "b", 0, txn.S).Commit {
+		t.Fatal("a read of a row written after its snapshot aborted: dbsm-rc certifies writes only")
+	}
+	if w(3, "c", 0, txn.X).Commit {
+		t.Fatal("a write of a row written after its snapshot committed")
+	}
+	if !w(4, "d", 3, txn.X).Commit {
+		t.Fatal("a write whose snapshot includes the earlier writes aborted")
+	}
+}

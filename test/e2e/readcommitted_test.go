@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// dbsm-rc: applications written for PostgreSQL's default READ COMMITTED,
+// which never retry a 40001 between local sessions.
+
+func rcCounter(t *testing.T, c *cluster) {
+	t.Helper()
+	_, err := c.connect(0).Exec(context.Background(), "create table ctr(k int primary key, v int not null); insert into ctr values (1, 0), (2, 0)")
+	require.NoError(t, err)
+	c.waitConverged()
+}
+
+func ctrValue(t *testing.T, conn *pgx.Conn, k int) int {
+	t.Helper()
+	var v int
+	require.NoError(t, conn.QueryRow(context.Background(), "select v from ctr where k = $1", k).Scan(&v))
+	return v
+}
+
+func TestReadCommittedLocalSessionsWaitAndBothCommit(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-rc")
+	rcCounter(t, c)
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(0)
+	var level string
+	require.NoError(t, a.QueryRow(ctx, "show transaction_isolation").Scan(&level))
+	require.Equal(t, "read committed", level)
+
+	for round := 0; round < 3; round++ {
+		tx, err := a.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 1")
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Exec(ctx, "update ctr set v = v + 1 where k = 1") // waits for a's lock
+			done <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, <-done, "round %d: the waiting session must commit, as on PostgreSQL", round)
+	}
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		require.Equal(t, 6, ctrValue(t, c.direct(i), 1), "node %d", i+1)
+	}
+}
+
+func TestReadCommittedNoLostUpdatesAcrossNodes(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-rc")
+	rcCounter(t, c)
+	ctx := context.Background()
+	var mu sync.Mutex
+	committed, aborted := 0, 0
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		conn := c.connect(w)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				_, err := conn.Exec(ctx, "update ctr set v = v + 1 where k = 1")
+				mu.Lock()
+				if err == nil {
+					committed++
+				} else {
+					require.Equal(t, "40001", sqlstate(err), "%v", err)
+					aborted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	c.waitConverged()
+	t.Logf("%d committed, %d aborted", committed, aborted)
+	for i := 0; i < 3; i++ {
+		require.Equal(t, committed, ctrValue(t, c.direct(i), 1), "node %d: every committed increment, and only those", i+1)
+	}
+}
+
+// An apply that lands between two writing statements of a transaction:
+// on a row the transaction wrote, it aborts the transaction (it waits for
+// its lock); on a row it writes next, the next statement works on the
+// applied version and the transaction commits.
+func TestReadCommittedApplyBetweenWritingStatements(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-rc")
+	rcCounter(t, c)
+	ctx := context.Background()
+	local, remote := c.connect(0), c.connect(1)
+
+	// The remote write is to the row the transaction already wrote.
+	tx, err := local.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 1")
+	require.NoError(t, err)
+	_, err = remote.Exec(ctx, "update ctr set v = v + 10 where k = 1")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 2")
+	if err == nil {
+		err = tx.Commit(ctx)
+	} else {
+		_ = tx.Rollback(ctx)
+	}
+	require.Equal(t, "40001", sqlstate(err), "the apply must abort the transaction holding its lock: %v", err)
+	c.waitConverged()
+	require.Equal(t, 10, ctrValue(t, c.direct(0), 1))
+	require.Equal(t, 0, ctrValue(t, c.direct(0), 2))
+
+	// The remote write is to the row the transaction writes next.
+	tx, err = local.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 1")
+	require.NoError(t, err)
+	_, err = remote.Exec(ctx, "update ctr set v = v + 10 where k = 2")
+	require.NoError(t, err)
+	require.NoError(t, c.nodes[0].Replica().SyncRead(ctx)) // applied on node 1
+	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 2")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		require.Equal(t, 11, ctrValue(t, c.direct(i), 1), "node %d", i+1)
+		require.Equal(t, 11, ctrValue(t, c.direct(i), 2), "node %d: both increments, none lost", i+1)
+	}
+}
