@@ -240,6 +240,9 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 	if e == nil {
 		return fmt.Errorf("replica: the decider decided seqno %d (%s), which is not a delivered transaction", dec.Seqno, dec.GID)
 	}
+	if dec.Commit && dec.Seqno > r.committing.Load() {
+		r.committing.Store(dec.Seqno) // before it can be seen (VisiblePrefix)
+	}
 	delete(r.pending, dec.Seqno)
 	r.count(dec)
 	if !dec.Commit && e.Label != "" && dec.Seqno > r.cfg.Proven {

@@ -97,6 +97,10 @@ type Replica struct {
 	m   *metrics
 
 	prefix atomic.Uint64
+	// committing is the largest seqno whose commit the loop has begun to
+	// carry out: its effects may be visible in PostgreSQL before prefix
+	// reaches it (VisiblePrefix).
+	committing atomic.Uint64
 	failed atomic.Pointer[error]
 	// durable is the largest seqno whose WAL PostgreSQL flushed
 	// (markDurable); suspect is set while the node may have lost what was
@@ -220,6 +224,38 @@ func (r *Replica) AppliedPrefix() uint64 {
 	}
 	return r.prefix.Load()
 }
+
+// VisiblePrefix returns the applied prefix once it covers every commit
+// that may have been visible in PostgreSQL when it was called: it waits
+// (at most visibleWait) for the commits the loop was carrying out then to
+// be published, and returns the prefix as it is if they are not (a
+// commit waiting for a lock of the caller's transaction cannot finish).
+// dbsm-rc certifies a transaction that ended after its writes against it
+// (docs/configuration.md).
+func (r *Replica) VisiblePrefix(ctx context.Context) uint64 {
+	target := r.committing.Load()
+	timer := time.NewTimer(visibleWait)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		ch := r.prefixCh
+		r.mu.Unlock()
+		if r.prefix.Load() >= target {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		break
+	}
+	return r.AppliedPrefix()
+}
+
+// visibleWait bounds VisiblePrefix's wait.
+const visibleWait = 200 * time.Millisecond
 
 // WaitApplied waits until the applied prefix reaches seqno.
 func (r *Replica) WaitApplied(ctx context.Context, seqno uint64) error {

@@ -60,6 +60,22 @@ type session struct {
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
+	// unitStatus is the transaction status PostgreSQL will be in when it
+	// reaches the message being reported, where it differs from the last
+	// ReadyForQuery's: a ROLLBACK, COMMIT or BEGIN earlier in the batch
+	// (0: as the last ReadyForQuery said).
+	unitStatus byte
+	// The blocks Ordo opened in the current unit, for BeforeReady to
+	// tell a failed block of Ordo's (rolled back, as PostgreSQL rolls
+	// back a failed implicit transaction) from the client's, even where
+	// s.tx went by a statement PostgreSQL skipped after an error (a
+	// ROLLBACK): wrapExec, one opened by Exec at the unit's start (it
+	// surely ran); wrapInjected, one or more by beginHere (they ran if
+	// Backend.InjectedBegins passed wrapInjectedAt); wrapBegins,
+	// Backend.Begins when the first was opened.
+	wrapExec, wrapInjected bool
+	wrapInjectedAt         int64
+	wrapBegins             int64
 	// unitSnap is the applied prefix when the current batch began, and
 	// unitReads the read keys of its autocommit statements so far (dbsm):
 	// the snapshot_seqno and reads of its implicit transaction, should a
@@ -95,6 +111,14 @@ type txState struct {
 	// resets it to REPEATABLE READ before the first statement.
 	fixIsolation bool
 	done         bool // terminated; the client's COMMIT ends an empty txn
+	// begins is Backend.Begins when Ordo opened a wrapped block: more at
+	// its end means the client's own BEGIN ran in it, making it theirs;
+	// clientBegan: one was bound in it.
+	begins      int64
+	clientBegan bool
+	// injected: Ordo's block was opened by beginHere, and the client's
+	// BEGINs after it are counted by Backend.BeginsSinceInjected.
+	injected bool
 }
 
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
@@ -106,6 +130,7 @@ const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	first := !s.unitStarted
 	if first {
+		s.unitStatus = 0
 		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}
@@ -131,7 +156,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return errBruteForce
 		}
 	}
-	if first && st.Kind == wire.KindParse && s.aborted.Load() && s.be.TxStatus() == 'E' {
+	if first && st.Kind == wire.KindParse && s.aborted.Load() && s.txStatus() == 'E' {
 		// Aborted by brute force while idle: the transaction is failed,
 		// and PostgreSQL would refuse to parse anything in it (drivers
 		// such as pgbench prepare lazily, mid-transaction). End it so the
@@ -164,7 +189,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.sent[st.Name] = sentText(st)
 		if st.Name == "" {
 			s.heldUnnamed = ""
-			if len(stmts) == 1 && stmts[0].Kind == analysis.KindNotify && (s.tx.active || s.be.TxStatus() == 'T') {
+			if len(stmts) == 1 && stmts[0].Kind == analysis.KindNotify && (s.tx.active || s.txStatus() == 'T') {
 				// PostgreSQL refuses to PREPARE a transaction that ran
 				// NOTIFY, LISTEN or UNLISTEN: hold it, and let
 				// PostgreSQL run a no-op in its place (the client sees
@@ -190,7 +215,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// drivers send Parse/Bind/Execute/Sync in one unit (pgjdbc,
 		// libpq's PQexecParams), so at Bind it would be too late. A unit
 		// that only prepares the statement commits an empty transaction.
-		if first && updates(stmts) && s.be.TxStatus() == 'I' && !s.tx.active {
+		if first && updates(stmts) && s.txStatus() == 'I' && !s.tx.active {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
@@ -198,7 +223,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				return err
 			}
 		}
-		if !s.tx.snapshot && (s.tx.active || s.be.TxStatus() == 'T') && takesSnapshot(stmts) {
+		if !s.tx.snapshot && (s.tx.active || s.txStatus() == 'T') && takesSnapshot(stmts) {
 			// PostgreSQL takes the transaction's snapshot when it parses a
 			// query: snapshot_seqno must be recorded before, and the
 			// isolation level fixed (SET TRANSACTION fails once a query
@@ -207,7 +232,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				return err
 			}
 		}
-		if first && setsSequence(stmts) && s.be.TxStatus() != 'E' {
+		if first && setsSequence(stmts) && s.txStatus() != 'E' {
 			// Parse runs nothing: the positions now are those before the
 			// statement executes, later in this unit.
 			return s.noteSequences(ctx)
@@ -216,7 +241,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	case wire.KindBind:
 		s.unitStarted = true
 		if st.Name == "" && s.heldUnnamed != "" {
-			if !s.tx.active && s.be.TxStatus() != 'T' {
+			if !s.tx.active && s.txStatus() != 'T' {
 				return pgErr(codeFeatureNotSupported,
 					"ordo: a NOTIFY, LISTEN or UNLISTEN prepared inside a transaction cannot be executed outside it; send it again")
 			}
@@ -224,6 +249,18 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return nil
 		}
 		stmts := s.stmts[st.Name]
+		if st.Name == "" && first {
+			// What PostgreSQL holds, which is not the last Parse this
+			// session saw if that one failed or was skipped.
+			sql, ok := s.be.Unnamed()
+			if !ok {
+				return nil // PostgreSQL reports that it does not exist
+			}
+			if sql != s.sent[""] {
+				stmts = s.analyze(sql)
+				s.stmts[""], s.sent[""] = stmts, sql
+			}
+		}
 		if stmts == nil {
 			// Never parsed through this session (PostgreSQL will report an
 			// unknown statement): assume the worst.
@@ -233,7 +270,28 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		for i, p := range st.Params {
 			params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
 		}
-		if isTxnControl(stmts) && !first && s.pendingErr == nil && (s.tx.done || !hasCommit(stmts)) {
+		if err := s.inImplicit(stmts); err != nil {
+			return err
+		}
+		if !first && len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin &&
+			!s.tx.active && s.txStatus() == 'I' {
+			// A BEGIN after other statements of the batch makes their
+			// implicit transaction the client's block (if it runs: an
+			// error before it leaves nothing open at the Sync).
+			s.inTxn.Store(true)
+			s.tx = txState{active: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
+			s.unitReads = txn.ReadSet{}
+			s.unitStatus = 'T'
+			return nil
+		}
+		if isTxnControl(stmts) && !first && s.pendingErr == nil && (s.tx.done || !hasCommit(stmts)) && !hasRollback(stmts) {
+			if s.tx.done && hasCommit(stmts) {
+				// The COMMIT of the transaction terminated when it was
+				// parsed runs now: what follows in the batch is a new
+				// transaction.
+				s.tx = txState{}
+				s.unitStatus = 'I'
+			}
 			return nil // acted on when parsed earlier in this unit
 		}
 		return s.execute(ctx, stmts, params, at{wire.KindBind, first, s.sent[st.Name]})
@@ -249,7 +307,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 // as rewritten, and tells the client. Inside a transaction block
 // PostgreSQL refuses the statement itself, as it would without Ordo.
 func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) {
-	if len(stmts) != 1 || stmts[0].Rewrite == "" || s.be.TxStatus() != 'I' || s.tx.active {
+	if len(stmts) != 1 || stmts[0].Rewrite == "" || s.txStatus() != 'I' || s.tx.active {
 		return
 	}
 	st.Rewrite = stmts[0].Rewrite
@@ -315,25 +373,69 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 	if len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn {
 		ctl = stmts[0].Txn
 	}
-	if ctl != nil && ctl.Op == analysis.TxnBegin && s.tx.wrapped && s.be.TxStatus() == 'T' {
+	if ctl != nil && ctl.Op == analysis.TxnBegin && s.tx.wrapped && s.txStatus() == 'T' {
 		s.tx.wrapped = false
-		s.unitStarted = false // answered without PostgreSQL: no ReadyForQuery
+		s.wrapExec, s.wrapInjected = false, false // the client's block now
+		s.unitStarted = false                     // answered without PostgreSQL: no ReadyForQuery
 		tag := "BEGIN"
 		if strings.HasPrefix(strings.ToUpper(stripComments(stmts[0].SQL)), "START") {
 			tag = "START TRANSACTION"
 		}
 		return &wire.Completed{Tag: tag}
 	}
+	if err := s.inImplicit(stmts); err != nil {
+		return err
+	}
 	if ctl != nil && ctl.Op != analysis.TxnSetTransaction {
 		return nil // PostgreSQL answers transaction control outside a block itself
 	}
-	if s.be.TxStatus() == 'I' && !s.tx.active {
+	if s.txStatus() == 'I' && !s.tx.active {
 		if err := s.wrap(ctx); err != nil {
 			return err
 		}
 		return s.beforeSnapshot(ctx, true)
 	}
 	return nil
+}
+
+// inImplicit makes transaction control executed in an implicit
+// transaction that Ordo runs as a block (a wrapped statement, a batch, a
+// split string) behave as in PostgreSQL's implicit transaction: a BEGIN
+// makes it the client's block, and savepoints are refused as PostgreSQL
+// refuses them there.
+func (s *session) inImplicit(stmts []*analysis.Statement) error {
+	if !s.tx.wrapped || s.tx.clientBegan || len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn {
+		// (After a BEGIN of the client's in the block, savepoints are
+		// theirs: it ran, or an error before it skips them too.)
+		return nil
+	}
+	name := ""
+	switch stmts[0].Txn.Op {
+	case analysis.TxnBegin:
+		// PostgreSQL warns that a transaction is in progress (it is
+		// Ordo's block), and the block is the client's from now on, if
+		// it runs: BeforeReady tells by the BEGINs executed.
+		s.tx.clientBegan = true
+	case analysis.TxnSavepoint:
+		name = "SAVEPOINT"
+	case analysis.TxnRelease:
+		name = "RELEASE SAVEPOINT"
+	case analysis.TxnRollbackTo:
+		name = "ROLLBACK TO SAVEPOINT"
+	}
+	if name != "" {
+		return pgErr("25P01", "%s can only be used in transaction blocks", name)
+	}
+	return nil
+}
+
+// txStatus is the transaction status PostgreSQL will be in when it
+// reaches the message being reported (see unitStatus).
+func (s *session) txStatus() byte {
+	if s.unitStatus != 0 {
+		return s.unitStatus
+	}
+	return s.be.TxStatus()
 }
 
 // takesSnapshot reports whether parsing stmts makes PostgreSQL take the
@@ -508,6 +610,15 @@ func isTxnControl(stmts []*analysis.Statement) bool {
 	return false
 }
 
+func hasRollback(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnRollback {
+			return true
+		}
+	}
+	return false
+}
+
 func hasCommit(stmts []*analysis.Statement) bool {
 	for _, a := range stmts {
 		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnCommit {
@@ -572,7 +683,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			s.setting(a)
 			continue
 		case analysis.KindNotify:
-			if s.be.TxStatus() == 'T' && m.first && len(stmts) == 1 && m.kind == wire.KindQuery {
+			if s.txStatus() == 'T' && m.first && len(stmts) == 1 && m.kind == wire.KindQuery {
 				s.tx.notify = append(s.tx.notify, a.SQL)
 				s.unitStarted = false // no ReadyForQuery comes for a completed query
 				return &wire.Completed{Tag: notifyTag(a.Tag)}
@@ -581,7 +692,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		case analysis.KindEmpty, analysis.KindLocal:
 			continue
 		}
-		status := s.be.TxStatus()
+		status := s.txStatus()
 		if status == 'E' {
 			continue // PostgreSQL rejects it: the transaction already failed
 		}
@@ -643,7 +754,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 	case analysis.TxnBegin:
 		s.noticeIsolation(a.Txn.Isolation, m)
 		s.inTxn.Store(true)
-		if s.be.TxStatus() == 'I' && !s.tx.active {
+		if s.txStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
 			s.tx.fixIsolation = s.needsIsolationFix(a, m)
 		}
@@ -652,7 +763,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.pendingErr = nil
 			return err
 		}
-		if s.aborted.Load() && s.be.TxStatus() != 'I' && atBoundary {
+		if s.aborted.Load() && s.txStatus() != 'I' && atBoundary {
 			// Chosen as a brute-force victim: whether or not the cancel
 			// reached a statement (it races with the statement's end), the
 			// transaction must not commit, and the client must learn why.
@@ -663,10 +774,18 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			}
 			return errBruteForce
 		}
-		if s.tx.done || !s.tx.active || s.be.TxStatus() != 'T' {
-			return nil // nothing to replicate: PostgreSQL answers as usual
+		if s.tx.done || !s.tx.active || s.txStatus() != 'T' {
+			// Nothing to replicate: PostgreSQL answers as usual, and
+			// what follows in the batch is a new transaction.
+			if !atParse {
+				s.tx, s.unitStatus = txState{}, 'I'
+			}
+			return nil
 		}
 		if !atBoundary {
+			if atParse {
+				return nil // prepared only: it acts when it is executed
+			}
 			return pgErr(codeFeatureNotSupported,
 				"ordo: COMMIT pipelined after other statements in one batch cannot be replicated; send COMMIT after a Sync")
 		}
@@ -689,12 +808,26 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.pendingErr = s.commitExplicit(ctx)
 			return nil
 		}
-		return s.commitExplicit(ctx)
+		if err := s.commitExplicit(ctx); err != nil {
+			return err
+		}
+		// The client's COMMIT ends the empty transaction left open:
+		// what follows in the batch is a new transaction.
+		s.tx, s.unitStatus = txState{}, 'I'
+		return nil
 	case analysis.TxnRollback:
-		// PostgreSQL rolls back; the state resets at ReadyForQuery, or
-		// now for ROLLBACK AND CHAIN, which starts the next transaction.
-		if a.Txn.Chain && s.be.TxStatus() != 'I' {
-			s.tx = txState{active: true}
+		// PostgreSQL rolls back. What follows in the same batch runs in
+		// a new implicit transaction (or, for ROLLBACK AND CHAIN, a new
+		// block): an update there must be wrapped anew, not taken for
+		// part of the transaction that ended.
+		if m.kind != wire.KindParse {
+			if a.Txn.Chain && (s.tx.active || s.txStatus() != 'I') {
+				s.tx = txState{active: true}
+				s.unitStatus = 'T'
+			} else {
+				s.tx = txState{}
+				s.unitStatus = 'I'
+			}
 		}
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)
@@ -769,7 +902,9 @@ func (s *session) wrap(ctx context.Context) error {
 		}
 		return res.Err
 	}
-	s.tx = txState{active: true, wrapped: true}
+	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins()}
+	s.noteWrap(false)
+	s.unitStatus = 0 // Exec brought the status up to date
 	s.inTxn.Store(true)
 	s.be.HoldReady()
 	return nil
@@ -804,14 +939,28 @@ func (s *session) sync(ctx context.Context) error {
 	return nil
 }
 
+// noteWrap notes a block Ordo opens in the current unit (see wrapExec).
+func (s *session) noteWrap(injected bool) {
+	if !s.wrapExec && !s.wrapInjected {
+		s.wrapBegins = s.be.Begins()
+	}
+	if !injected {
+		s.wrapExec = true
+	} else if !s.wrapInjected {
+		s.wrapInjected, s.wrapInjectedAt = true, s.be.InjectedBegins()
+	}
+}
+
 // beginHere makes the implicit transaction of the batch being sent a
 // transaction block that the batch's Sync does not end (see wrap). Its
 // snapshot was taken by an earlier statement of the batch: snapshot_seqno
 // is the applied prefix when the batch began, and its reads so far are
 // the transaction's.
 func (s *session) beginHere() {
+	s.noteWrap(true)
 	s.be.BeginHere()
-	s.tx = txState{active: true, wrapped: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
+	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
+	s.unitStatus = 'T'
 	s.unitReads = txn.ReadSet{}
 	s.inTxn.Store(true)
 	s.be.HoldReady()
@@ -861,6 +1010,7 @@ func (s *session) trackReads(reads *txn.ReadSet, a *analysis.Statement, params [
 // ReadyForQuery implements wire.SessionHooks.
 func (s *session) ReadyForQuery(status byte) {
 	s.unitStarted = false
+	s.unitStatus = 0
 	s.inTxn.Store(status != 'I')
 	if status == 'I' {
 		if s.labelLocal {

@@ -127,6 +127,10 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 		// waited for its locks, and an apply waiting for an uncertified
 		// transaction's lock aborts it (replica, bruteforce.go).
 		s.tx.snapSeq = w.prefix
+		if vp, ok := s.h.cfg.Replica.(termination.VisiblePrefixer); ok {
+			// Local commits prove themselves after they are visible.
+			s.tx.snapSeq = max(s.tx.snapSeq, vp.VisiblePrefix(ctx))
+		}
 	}
 	gid = s.h.nextGID()
 	t0 = s.h.m.since(stageProbe, t0)
@@ -191,9 +195,37 @@ func (s *session) runNotify(ctx context.Context) error {
 // BeforeReady implements wire.ReadyHolder: it terminates a wrapped
 // autocommit statement before the client sees ReadyForQuery.
 func (s *session) BeforeReady(ctx context.Context) error {
+	ours := s.wrapExec || (s.wrapInjected && s.be.InjectedBegins() > s.wrapInjectedAt)
+	s.wrapExec, s.wrapInjected = false, false
+	if s.be.TxStatus() == 'E' && (s.tx.wrapped || ours) {
+		if ours && s.be.Begins() == s.wrapBegins {
+			// A block Ordo opened failed, and no BEGIN of the client's
+			// made it theirs: PostgreSQL would have rolled back the
+			// implicit transaction.
+			s.rollback(ctx)
+			s.tx = txState{}
+			return nil
+		}
+		// The failed block is the client's (Ordo's BEGIN was skipped
+		// after an error earlier in the batch, or the client's BEGIN
+		// ran in it).
+		s.tx.wrapped = false
+		return nil
+	}
 	if !s.tx.wrapped {
 		// Nothing wrapped is open (a COMMIT of a split query ended it),
 		// or a BEGIN made it the client's own block.
+		return nil
+	}
+	clientBegan := s.be.Begins() > s.tx.begins
+	if s.tx.injected {
+		clientBegan = s.be.BeginsSinceInjected() > 0
+	}
+	if clientBegan && s.be.TxStatus() != 'I' {
+		// The client's BEGIN ran in the block Ordo opened: as in
+		// PostgreSQL, what ran before it is part of the client's block,
+		// which stays open (failed or not).
+		s.tx.wrapped = false
 		return nil
 	}
 	defer func() { s.tx = txState{} }()

@@ -58,6 +58,13 @@ type Preparer interface {
 	Prepared(gid txn.GID) (forget func())
 }
 
+// VisiblePrefixer is the optional capability of a protocol engine that
+// knows which commits a local statement may see: dbsm-rc's sessions
+// certify against it.
+type VisiblePrefixer interface {
+	VisiblePrefix(ctx context.Context) uint64
+}
+
 // ClassScheduler is the optional capability of a conservative protocol
 // (cons): transactions wait for their conflict classes before they run.
 type ClassScheduler interface {

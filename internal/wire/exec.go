@@ -135,7 +135,7 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 			// The unnamed statement no longer parses (its objects
 			// changed): the client's Bind of it fails as it would have.
 			ss.srv.log.Debug("could not restore the unnamed statement", "session", ss.id, "err", m.Message)
-			ss.unnamed.closed()
+			ss.unnamed.forget()
 			return true
 		}
 		if ex.res.Err == nil {

@@ -135,6 +135,20 @@ type Backend interface {
 	// not relayed. The block stays open at the batch's Sync (HoldReady
 	// and ReadyHolder end it).
 	BeginHere()
+	// Begins counts the client's BEGINs PostgreSQL has executed
+	// (CommandComplete "BEGIN"): comparing two counts tells whether one
+	// ran in between.
+	Begins() int64
+	// InjectedBegins counts the BEGINs of BeginHere PostgreSQL executed
+	// (one an earlier error of its batch made it skip is not counted).
+	InjectedBegins() int64
+	// BeginsSinceInjected counts the client's BEGINs PostgreSQL executed
+	// after the last BEGIN of BeginHere it executed.
+	BeginsSinceInjected() int64
+	// Unnamed returns the text PostgreSQL holds as the client's unnamed
+	// prepared statement, and false if it holds none (or the session
+	// cannot tell). Exact at the first message of a batch.
+	Unnamed() (sql string, ok bool)
 }
 
 // Completed, returned by SessionHooks.Statement for a KindQuery, answers

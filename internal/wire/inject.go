@@ -10,10 +10,11 @@ const injectedName = "ordo_begin"
 //
 // The BEGIN is parsed, bound, executed and closed under a name of its own
 // (the client's unnamed statement and portal stay as they are). Its five
-// replies arrive together, in order, unless an earlier message of the
-// batch failed, and then none does (PostgreSQL skips to the Sync).
+// replies arrive in their place among the client's, unless an earlier
+// message of the batch failed, and then none does (PostgreSQL skips to the
+// Sync); unnamedTracker knows which replies are theirs and drops them.
 func (ss *session) BeginHere() {
-	ss.injected.Add(1)
+	ss.unnamed.sentInjected()
 	ss.sendServer(&pgproto3.Parse{Name: injectedName, Query: "BEGIN"})
 	ss.sendServer(&pgproto3.Bind{DestinationPortal: injectedName, PreparedStatement: injectedName})
 	ss.sendServer(&pgproto3.Execute{Portal: injectedName})
@@ -21,66 +22,19 @@ func (ss *session) BeginHere() {
 	ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: injectedName})
 }
 
-// injectMatch recognizes the replies to BeginHere's messages among the
-// client's: ParseComplete, BindComplete, CommandComplete "BEGIN", then two
-// CloseCompletes. A ParseComplete and a BindComplete that may start that
-// sequence are held until the CommandComplete shows whose they are. The
-// client's own replies cannot form it: BeginHere is only called outside a
-// transaction block, and a BEGIN the client sent earlier in the batch
-// would have opened one.
-type injectMatch struct {
-	held   int // 0, 1 (a ParseComplete) or 2 (and a BindComplete)
-	closes int // CloseCompletes still to drop
-}
+// BeginsSinceInjected implements Backend.
+func (ss *session) BeginsSinceInjected() int64 { return ss.beginsSinceInjected.Load() }
 
-// matchInjected runs on the backend goroutine while injected > 0 and
-// reports whether msg was consumed (held or dropped).
-func (ss *session) matchInjected(msg pgproto3.BackendMessage) bool {
-	m := &ss.inj
-	if m.closes > 0 {
-		if _, ok := msg.(*pgproto3.CloseComplete); ok {
-			m.closes--
-			if m.closes == 0 {
-				ss.injected.Add(-1)
-			}
-			return true
-		}
-		m.closes = 0 // cannot happen: PostgreSQL answers them together
-		ss.injected.Add(-1)
-		return false
-	}
-	switch x := msg.(type) {
-	case *pgproto3.ParseComplete:
-		ss.releaseHeld()
-		m.held = 1
-		return true
-	case *pgproto3.BindComplete:
-		if m.held == 1 {
-			m.held = 2
-			return true
-		}
-	case *pgproto3.CommandComplete:
-		if m.held == 2 && string(x.CommandTag) == "BEGIN" {
-			m.held, m.closes = 0, 2
-			return true
-		}
-	case *pgproto3.ReadyForQuery:
-		// The batch ended: a BEGIN not seen was skipped after an error.
-		ss.releaseHeld()
-		ss.injected.Store(0)
-		return false
-	}
-	ss.releaseHeld()
-	return false
-}
+// InjectedBegins implements Backend.
+func (ss *session) InjectedBegins() int64 { return ss.injectedBegins.Load() }
 
-// releaseHeld relays the held replies: they were the client's.
-func (ss *session) releaseHeld() {
-	if ss.inj.held >= 1 {
-		ss.sendClient(&pgproto3.ParseComplete{})
+// Begins implements Backend.
+func (ss *session) Begins() int64 { return ss.begins.Load() }
+
+// Unnamed implements Backend.
+func (ss *session) Unnamed() (string, bool) {
+	if p := ss.unnamed.current(); p != nil {
+		return p.Query, true
 	}
-	if ss.inj.held >= 2 {
-		ss.sendClient(&pgproto3.BindComplete{})
-	}
-	ss.inj.held = 0
+	return "", false
 }

@@ -83,10 +83,10 @@ type session struct {
 	// ErrorResponse was relayed since runSplit last cleared it.
 	quietReady atomic.Bool
 	sawError   atomic.Bool
-	// injected counts the BEGINs BeginHere sent whose replies the backend
-	// goroutine has not yet recognized and dropped (inject.go).
-	injected atomic.Int32
-	inj      injectMatch // backend goroutine
+	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	// injectedBegins counts BeginHere's BEGINs executed.
+	injectedBegins      atomic.Int64
+	beginsSinceInjected atomic.Int64
 	// abortErr replaces the next ErrorResponse of the transaction (Abort);
 	// interrupt asks the session goroutine, woken from its client read, to
 	// roll back an idle transaction.
@@ -117,6 +117,7 @@ type session struct {
 	batchOpen      bool // extended-protocol messages sent since the last Sync
 	copying        bool // client is sending COPY data
 	skipping       bool // a message of this batch was rejected
+	deferredReject *deferredReject
 	syncsSinceExec int
 	rejectSeq      uint64
 	inBytes        int64
@@ -183,6 +184,20 @@ func (ss *session) flushClient() error {
 		ss.cbuf = ss.cbuf[:0]
 	}
 	return err
+}
+
+// deferredReject is a hook's refusal of a Bind, raised at the portal's
+// Execute.
+type deferredReject struct {
+	portal string
+	err    error
+}
+
+// sendTracked is sendServer for a message sent in place of the client's:
+// its reply goes to the client (unnamedTracker follows it).
+func (ss *session) sendTracked(msg pgproto3.FrontendMessage) {
+	ss.unnamed.sent(msg)
+	ss.sendServer(msg)
 }
 
 // sendServer appends msg to the bytes pending for PostgreSQL.
@@ -482,14 +497,12 @@ func (ss *session) clientLoop() error {
 						continue
 					}
 					ss.outstanding.Add(1)
-					ss.unnamed.sentSync(false)
-					ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
-					ss.sendServer(&pgproto3.Sync{})
+					ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+					ss.sendTracked(&pgproto3.Sync{})
 					continue
 				}
 			}
 			ss.outstanding.Add(1)
-			ss.unnamed.sentSync(true)
 		case *pgproto3.Parse:
 			// The hook runs before batchOpen is set: as the first message
 			// of a unit it may still Exec at the boundary.
@@ -504,22 +517,22 @@ func (ss *session) clientLoop() error {
 				}
 			}
 			ss.batchOpen = true
-			ss.unnamed.sentParse(m)
 		case *pgproto3.Bind:
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindBind, Name: m.PreparedStatement, Portal: m.DestinationPortal,
 					ParamFormats: m.ParameterFormatCodes, Params: m.Parameters, ResultFormats: m.ResultFormatCodes}
-				if ss.rejectExtended() {
-					ss.batchOpen = true
-					continue
+				if err := ss.callStatement(); err != nil {
+					// PostgreSQL raises an error of running a statement
+					// at its Execute, after BindComplete (and the
+					// portal's description): the refusal waits for the
+					// portal's Execute, and is dropped if none comes
+					// before the Sync (nothing ran).
+					ss.deferredReject = &deferredReject{portal: m.DestinationPortal, err: err}
 				}
 			}
 			ss.batchOpen = true
 		case *pgproto3.Close:
 			ss.batchOpen = true
-			if m.ObjectType == 'S' && m.Name == "" {
-				ss.unnamed.closed()
-			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name}
 				if ss.rejectExtended() {
@@ -529,15 +542,21 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Execute:
 			ss.batchOpen = true
 			ss.syncsSinceExec = 0
+			if d := ss.deferredReject; d != nil && d.portal == m.Portal {
+				ss.deferredReject = nil
+				ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
+				ss.skipping = true
+				continue
+			}
 		case *pgproto3.Describe:
 			ss.batchOpen = true
 		case *pgproto3.Sync:
 			ss.batchOpen, ss.skipping = false, false
+			ss.deferredReject = nil
 			if !ss.copying {
 				// PostgreSQL ignores Sync during COPY FROM STDIN.
 				ss.outstanding.Add(1)
 				ss.syncsSinceExec++
-				ss.unnamed.sentSync(false)
 			}
 		case *pgproto3.Flush:
 		case *pgproto3.FunctionCall:
@@ -563,6 +582,9 @@ func (ss *session) clientLoop() error {
 			ss.srv.m.errors.WithLabelValues("protocol").Inc()
 			ss.terminate(fatal(codeProtocolViolation, "unexpected message type %T after startup", msg))
 			return nil
+		}
+		if _, sync := msg.(*pgproto3.Sync); !sync || !ss.copying {
+			ss.unnamed.sent(msg)
 		}
 		ss.sendServer(msg)
 		if ss.hold.Load() {
@@ -785,7 +807,7 @@ func (ss *session) rejectExtended() bool {
 	if err == nil {
 		return false
 	}
-	ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+	ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
 	ss.skipping = true
 	return true
 }
@@ -875,10 +897,17 @@ func (ss *session) backendLoop() {
 		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
 			continue
 		}
-		if ss.injected.Load() > 0 && ss.matchInjected(msg) {
+		if drop, began := ss.unnamed.reply(msg); drop {
+			if began {
+				ss.beginsSinceInjected.Store(0)
+				ss.injectedBegins.Add(1)
+			}
 			continue
 		}
-		ss.unnamed.reply(msg)
+		if m, ok := msg.(*pgproto3.CommandComplete); ok && (string(m.CommandTag) == "BEGIN" || string(m.CommandTag) == "START TRANSACTION") {
+			ss.begins.Add(1)
+			ss.beginsSinceInjected.Add(1)
+		}
 		if ss.holdTag.Load() {
 			// The last CommandComplete of a held query waits for
 			// finishHeld; an earlier one goes out before what follows it.

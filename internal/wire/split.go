@@ -37,9 +37,8 @@ func (ss *session) runSplit(pieces []string) error {
 			// Refused: PostgreSQL fails at this point, and the rest is
 			// not run.
 			ss.outstanding.Add(1)
-			ss.unnamed.sentSync(false)
-			ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
-			ss.sendServer(&pgproto3.Sync{})
+			ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+			ss.sendTracked(&pgproto3.Sync{})
 			return ss.endSplit(true)
 		}
 		sql := piece
@@ -49,8 +48,7 @@ func (ss *session) runSplit(pieces []string) error {
 		ss.sawError.Store(false)
 		ss.quietReady.Store(!last && !ss.hold.Load())
 		ss.outstanding.Add(1)
-		ss.unnamed.sentSync(true)
-		ss.sendServer(&pgproto3.Query{String: sql})
+		ss.sendTracked(&pgproto3.Query{String: sql})
 		if last {
 			if ss.hold.Load() {
 				return ss.finishHeld()

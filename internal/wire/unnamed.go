@@ -6,17 +6,23 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// unnamedTracker follows the client's unnamed prepared statement, so that
+// unnamedTracker follows the replies to the client's messages (and to the
+// messages Ordo injects among them, whose replies it recognizes by their
+// place alone) and the client's unnamed prepared statement, so that
 // a hook's Exec, whose simple Query makes PostgreSQL destroy it, leaves
 // it as the client knew it: nothing Ordo sends on a client's backend may
 // change state the client can observe.
 //
-// PostgreSQL answers the messages of a connection in order. The session
-// goroutine queues each Parse and Sync (and Query) it sends for the
-// client; the backend goroutine takes them off as their replies arrive:
-// a ParseComplete answers the first queued Parse, an ErrorResponse fails
-// it or skips every Parse queued before the next Sync, and a
-// ReadyForQuery ends a Sync or Query.
+// PostgreSQL answers the messages of a connection in order, each
+// extended-protocol message with one final reply (ParseComplete,
+// BindComplete, RowDescription or NoData, CommandComplete,
+// EmptyQueryResponse or PortalSuspended, CloseComplete) or an
+// ErrorResponse, after which it skips every message up to the Sync. The
+// session goroutine queues each message it sends for the client; the
+// backend goroutine takes them off as their replies arrive, and so knows
+// which Parse of the unnamed statement succeeded, failed (which drops the
+// old one too) or was skipped (which leaves it), and when a Close or a
+// simple Query destroyed it.
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
@@ -25,74 +31,135 @@ type unnamedTracker struct {
 	stmt *pgproto3.Parse
 }
 
+type trackedKind uint8
+
+const (
+	trackedParse trackedKind = iota + 1
+	trackedOther             // Bind, Describe, Execute, Close of something else
+	trackedCloseUnnamed
+	trackedSync
+	trackedQuery // destroys the unnamed statement
+)
+
 type trackedMsg struct {
-	parse *pgproto3.Parse // nil: a Sync or a Query
-	query bool            // a simple Query, which destroys the unnamed statement
+	kind  trackedKind
+	parse *pgproto3.Parse // trackedParse
+	// injected: sent by Ordo (BeginHere), not the client: its reply is
+	// dropped; begin marks its Execute of BEGIN.
+	injected, begin bool
 }
 
-// sentParse notes a Parse sent for the client.
-func (u *unnamedTracker) sentParse(m *pgproto3.Parse) {
-	cp := &pgproto3.Parse{Name: m.Name, Query: m.Query, ParameterOIDs: append([]uint32(nil), m.ParameterOIDs...)}
+// sentInjected notes BeginHere's messages: Parse, Bind, Execute and two
+// Closes, in that order.
+func (u *unnamedTracker) sentInjected() {
 	u.mu.Lock()
-	u.queue = append(u.queue, trackedMsg{parse: cp})
+	u.queue = append(u.queue,
+		trackedMsg{kind: trackedOther, injected: true}, trackedMsg{kind: trackedOther, injected: true},
+		trackedMsg{kind: trackedOther, injected: true, begin: true},
+		trackedMsg{kind: trackedOther, injected: true}, trackedMsg{kind: trackedOther, injected: true})
 	u.mu.Unlock()
 }
 
-// sentSync notes a Sync (query false) or a Query sent for the client.
-func (u *unnamedTracker) sentSync(query bool) {
+// sent notes a message sent to PostgreSQL for the client.
+func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) {
+	var m trackedMsg
+	switch x := msg.(type) {
+	case *pgproto3.Parse:
+		m = trackedMsg{kind: trackedParse, parse: &pgproto3.Parse{Name: x.Name, Query: x.Query, ParameterOIDs: append([]uint32(nil), x.ParameterOIDs...)}}
+	case *pgproto3.Close:
+		m.kind = trackedOther
+		if x.ObjectType == 'S' && x.Name == "" {
+			m.kind = trackedCloseUnnamed
+		}
+	case *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute:
+		m.kind = trackedOther
+	case *pgproto3.Sync, *pgproto3.FunctionCall:
+		m.kind = trackedSync
+	case *pgproto3.Query:
+		m.kind = trackedQuery
+	default:
+		return // no reply of its own (Flush, COPY data)
+	}
 	u.mu.Lock()
-	u.queue = append(u.queue, trackedMsg{query: query})
+	u.queue = append(u.queue, m)
 	u.mu.Unlock()
 }
 
-// closed notes the client's Close of its unnamed statement.
-func (u *unnamedTracker) closed() {
+// reply follows one message of PostgreSQL's replies to the client's
+// messages. drop: it answers a message Ordo injected (BeginHere), and
+// began: it is the CommandComplete of its BEGIN.
+func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
+	final := false
+	switch msg.(type) {
+	case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.RowDescription, *pgproto3.NoData,
+		*pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse, *pgproto3.PortalSuspended, *pgproto3.CloseComplete:
+		final = true
+	case *pgproto3.ErrorResponse, *pgproto3.ReadyForQuery:
+	default:
+		return false, false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.queue) == 0 {
+		return false, false
+	}
+	front := u.queue[0]
+	switch {
+	case front.kind == trackedQuery:
+		// A simple Query's replies end with its ReadyForQuery.
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			u.queue = u.queue[1:]
+			u.stmt = nil
+		}
+	case front.kind == trackedSync:
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			u.queue = u.queue[1:]
+		} else {
+			u.lost()
+		}
+	case final:
+		u.queue = u.queue[1:]
+		if front.injected {
+			return true, front.begin
+		}
+		switch front.kind {
+		case trackedParse:
+			if front.parse.Name == "" {
+				u.stmt = front.parse
+			}
+		case trackedCloseUnnamed:
+			u.stmt = nil
+		}
+	default:
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			u.lost()
+			return false, false
+		}
+		// An ErrorResponse: the front message failed (a failed Parse of
+		// the unnamed statement has dropped the old one), and the rest
+		// up to the Sync is skipped.
+		if front.kind == trackedParse && front.parse.Name == "" {
+			u.stmt = nil
+		}
+		u.queue = u.queue[1:]
+		for len(u.queue) > 0 && u.queue[0].kind != trackedSync && u.queue[0].kind != trackedQuery {
+			u.queue = u.queue[1:]
+		}
+	}
+	return false, false
+}
+
+// forget notes that the unnamed statement no longer exists.
+func (u *unnamedTracker) forget() {
 	u.mu.Lock()
 	u.stmt = nil
 	u.mu.Unlock()
 }
 
-// reply follows one message of PostgreSQL's replies to the client's
-// messages.
-func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) {
-	switch msg.(type) {
-	case *pgproto3.ParseComplete, *pgproto3.ErrorResponse, *pgproto3.ReadyForQuery:
-	default:
-		return
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	switch msg.(type) {
-	case *pgproto3.ParseComplete:
-		if len(u.queue) > 0 && u.queue[0].parse != nil {
-			if u.queue[0].parse.Name == "" {
-				u.stmt = u.queue[0].parse
-			}
-			u.queue = u.queue[1:]
-		}
-	case *pgproto3.ErrorResponse:
-		// The first queued Parse failed, or the error was an earlier
-		// message's and every Parse up to the Sync is skipped: which,
-		// is not known here, so an unnamed one among them leaves the
-		// unnamed statement unknown.
-		for len(u.queue) > 0 && u.queue[0].parse != nil {
-			if u.queue[0].parse.Name == "" {
-				u.stmt = nil
-			}
-			u.queue = u.queue[1:]
-		}
-	case *pgproto3.ReadyForQuery:
-		for len(u.queue) > 0 {
-			m := u.queue[0]
-			u.queue = u.queue[1:]
-			if m.parse == nil {
-				if m.query {
-					u.stmt = nil
-				}
-				break
-			}
-		}
-	}
+// lost forgets what is known: the replies did not match the messages.
+func (u *unnamedTracker) lost() {
+	u.queue = u.queue[:0]
+	u.stmt = nil
 }
 
 // current returns the client's unnamed statement, if it is known to

@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSessionMessageSequences is a model client sending random sequences
+// of Parse, Bind, Describe, Execute, Close, Sync and Query (single
+// statements and strings of several, with and without transaction
+// control) to a node and to a plain PostgreSQL server side by side: the
+// replies must match, message by message (notices and parameter statuses
+// aside), and the table must end the same. ORDO_SESSION_FUZZ_ROUNDS runs
+// more rounds (default 60), ORDO_SESSION_FUZZ_SEED another seed.
+func TestSessionMessageSequences(t *testing.T) {
+	rounds := 60
+	if v, err := strconv.Atoi(os.Getenv("ORDO_SESSION_FUZZ_ROUNDS")); err == nil {
+		rounds = v
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("ORDO_SESSION_FUZZ_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds", seed, rounds)
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	for _, c := range []*pgconn.PgConn{o.PgConn(), p.PgConn()} {
+		_, err := c.Exec(ctx, "create table fz(k int primary key, v int not null)").ReadAll()
+		require.NoError(t, err)
+	}
+	hijack := func(dsn string) *pgconn.HijackedConn {
+		c, err := pgconn.Connect(ctx, dsn)
+		require.NoError(t, err)
+		h, err := c.Hijack()
+		require.NoError(t, err)
+		t.Cleanup(func() { h.Conn.Close() })
+		return h
+	}
+	ordo, plain := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var recent []string
+	for r := 0; r < rounds; r++ {
+		msgs, text := randomUnit(rng)
+		want := exchange(t, plain, msgs)
+		got := exchange(t, ordo, msgs)
+		require.Equal(t, want, got, "round %d (seed %d): %s", r, seed, text)
+		recent = append(recent, fmt.Sprintf("round %d: %s", r, text))
+		if len(recent) > 8 {
+			recent = recent[1:]
+		}
+		// The decoder reports a commit that bypassed Ordo soon after.
+		require.Zero(t, sb.c.unreplicated(0), "seed %d, after:\n%s", seed, strings.Join(recent, "\n"))
+	}
+	for _, h := range []*pgconn.HijackedConn{ordo, plain} {
+		exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}})
+	}
+	sum := func(c *pgconn.PgConn) string {
+		res, err := c.Exec(ctx, "select coalesce(string_agg(k || '=' || v, ',' order by k), '') from fz").ReadAll()
+		require.NoError(t, err)
+		return string(res[0].Rows[0][0])
+	}
+	require.Equal(t, sum(p.PgConn()), sum(o.PgConn()))
+	sb.c.waitConverged()
+	require.Equal(t, sb.c.checksum(0, "fz"), sb.c.checksum(1, "fz"))
+	require.Zero(t, sb.c.unreplicated(0))
+}
+
+// fuzzStatements are the statements the model client sends, with their
+// number of parameters.
+var fuzzStatements = []struct {
+	sql    string
+	params int
+}{
+	{"select v from fz where k = $1", 1},
+	{"select count(*) from fz", 0},
+	{"insert into fz values ($1, $2)", 2},
+	{"insert into fz values ($1, $2) on conflict (k) do update set v = excluded.v", 2},
+	{"update fz set v = v + 1 where k = $1", 1},
+	{"delete from fz where k = $1", 1},
+	{"begin", 0},
+	{"commit", 0},
+	{"rollback", 0},
+	{"savepoint s", 0},
+	{"rollback to savepoint s", 0},
+	{"select 1/0", 0},
+	{"selec broken", 0},
+}
+
+// randomUnit returns a random sequence of client messages ending with a
+// Sync or a Query, and a description of it.
+func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
+	var msgs []pgproto3.FrontendMessage
+	var desc []string
+	param := func() []byte { return []byte(strconv.Itoa(rng.IntN(6))) }
+	if rng.IntN(3) == 0 {
+		// A simple query: one statement or several.
+		n := 1 + rng.IntN(4)
+		var parts []string
+		for i := 0; i < n; i++ {
+			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
+			sql := s.sql
+			for j := s.params; j >= 1; j-- {
+				sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(j), string(param()))
+			}
+			parts = append(parts, sql)
+		}
+		q := strings.Join(parts, "; ")
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}, "Query " + q
+	}
+	// Extended protocol: up to four statements, each Parse (unnamed, or
+	// named and closed after), Bind, Describe, Execute; sometimes a Parse
+	// alone, bound in a later unit (the unnamed statement must survive).
+	n := 1 + rng.IntN(4)
+	for i := 0; i < n; i++ {
+		s := fuzzStatements[rng.IntN(len(fuzzStatements))]
+		for i > 0 && s.sql == "commit" {
+			// A COMMIT after other messages of a batch is refused
+			// (docs/compatibility.md): only first.
+			s = fuzzStatements[rng.IntN(len(fuzzStatements))]
+		}
+		name := ""
+		if rng.IntN(3) == 0 {
+			name = "fz" + strconv.Itoa(i)
+		}
+		if i > 0 || rng.IntN(5) > 0 {
+			// (Binding the unnamed statement from before only first: it
+			// may be a COMMIT, refused after other messages of a batch.)
+			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: s.sql})
+			desc = append(desc, fmt.Sprintf("Parse %q %s", name, s.sql))
+		} else {
+			desc = append(desc, fmt.Sprintf("(unnamed from before) %s", s.sql))
+			name, s.params = "", -1 // bind whatever the unnamed statement is
+		}
+		if s.params >= 0 && rng.IntN(6) == 0 {
+			continue // prepared only
+		}
+		var params [][]byte
+		for j := 0; j < max(s.params, 0); j++ {
+			params = append(params, param())
+		}
+		if s.params < 0 {
+			params = nil
+		}
+		msgs = append(msgs, &pgproto3.Bind{PreparedStatement: name, Parameters: params})
+		if rng.IntN(2) == 0 {
+			msgs = append(msgs, &pgproto3.Describe{ObjectType: 'P'})
+		}
+		msgs = append(msgs, &pgproto3.Execute{})
+		if name != "" {
+			msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: name})
+		}
+	}
+	msgs = append(msgs, &pgproto3.Sync{})
+	return msgs, strings.Join(desc, "; ") + "; Sync"
+}
+
+// exchange sends msgs and returns the replies up to the ReadyForQuery of
+// the last one, as text.
+func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
+	t.Helper()
+	for _, m := range msgs {
+		h.Frontend.Send(m)
+	}
+	require.NoError(t, h.Frontend.Flush())
+	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var b strings.Builder
+	for {
+		msg, err := h.Frontend.Receive()
+		require.NoError(t, err, "so far: %s", b.String())
+		switch m := msg.(type) {
+		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+		case *pgproto3.ErrorResponse:
+			fmt.Fprintf(&b, "Error %s %s\n", m.Code, m.Message)
+		case *pgproto3.CommandComplete:
+			fmt.Fprintf(&b, "Complete %s\n", m.CommandTag)
+		case *pgproto3.DataRow:
+			var vals []string
+			for _, v := range m.Values {
+				vals = append(vals, string(v))
+			}
+			fmt.Fprintf(&b, "Row %q\n", vals)
+		case *pgproto3.RowDescription:
+			var names []string
+			for _, f := range m.Fields {
+				names = append(names, string(f.Name))
+			}
+			fmt.Fprintf(&b, "RowDescription %q\n", names)
+		case *pgproto3.ReadyForQuery:
+			fmt.Fprintf(&b, "Ready %c\n", m.TxStatus)
+			return b.String()
+		default:
+			fmt.Fprintf(&b, "%T\n", msg)
+		}
+	}
+}
