@@ -101,7 +101,7 @@ type Replica struct {
 	// carry out: its effects may be visible in PostgreSQL before prefix
 	// reaches it (VisiblePrefix).
 	committing atomic.Uint64
-	failed atomic.Pointer[error]
+	failed     atomic.Pointer[error]
 	// durable is the largest seqno whose WAL PostgreSQL flushed
 	// (markDurable); suspect is set while the node may have lost what was
 	// not flushed (watchPostgres).
