@@ -262,6 +262,8 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		ListenAddr: cfg.Listen, BackendAddr: backend,
 		TLSCertFile: cfg.TLS.CertFile, TLSKeyFile: cfg.TLS.KeyFile, AllowPlaintext: *cfg.TLS.AllowPlaintext,
 		MaxConns: cfg.MaxConnections, Logger: log, Registerer: n.reg,
+		StartupTimeout: cfg.AuthTimeout, MaxStartupConns: cfg.MaxUnauthenticated,
+		MaxStartupConnsPerSource: cfg.MaxUnauthenticatedPerSource, MaxStartupPacketLen: cfg.MaxStartupPacketBytes,
 	}, hooks)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)

@@ -30,8 +30,12 @@ type Server struct {
 	sessions  map[*session]struct{} // established sessions
 	cancelKey map[uint64]*session   // our BackendKeyData -> session
 	active    int                   // sessions counted against MaxConns
-	draining  bool
-	addr      net.Addr
+	// Connections not yet authenticated, in all and by source IP
+	// (MaxStartupConns, MaxStartupConnsPerSource).
+	unauthed       int
+	unauthedSource map[string]int
+	draining       bool
+	addr           net.Addr
 
 	idleTimeouts bool // IdleTimeout or IdleInTxTimeout set
 
@@ -56,6 +60,8 @@ func NewServer(cfg Config, hooks Hooks) (*Server, error) {
 		conns:     make(map[net.Conn]struct{}),
 		sessions:  make(map[*session]struct{}),
 		cancelKey: make(map[uint64]*session),
+
+		unauthedSource: make(map[string]int),
 	}
 	s.idleTimeouts = c.IdleTimeout > 0 || c.IdleInTxTimeout > 0
 	var b [4]byte
@@ -188,7 +194,12 @@ func (s *Server) handle(c net.Conn) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
+	src, admitted := s.enterStartup(c)
+	if !admitted {
+		return
+	}
 	ss, err := s.startup(c)
+	s.leaveStartup(src)
 	if err != nil || ss == nil {
 		if err != nil {
 			s.log.Debug("client startup failed", "remote", c.RemoteAddr().String(), "err", err)
@@ -196,6 +207,49 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	ss.run()
+}
+
+// enterStartup counts a connection not yet authenticated against
+// MaxStartupConns and MaxStartupConnsPerSource. Over either limit, the
+// client gets FATAL 53300 at once (as PostgreSQL answers when it cannot
+// start a backend: before reading anything, so also in reply to an
+// SSLRequest) and ok is false. Otherwise leaveStartup(src) must follow.
+func (s *Server) enterStartup(c net.Conn) (src string, ok bool) {
+	src = c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(src); err == nil {
+		src = host
+	}
+	s.mu.Lock()
+	total, fromSrc := s.unauthed < s.cfg.MaxStartupConns, s.unauthedSource[src] < s.cfg.MaxStartupConnsPerSource
+	if total && fromSrc {
+		s.unauthed++
+		s.unauthedSource[src]++
+		s.m.unauthed.Inc()
+	}
+	s.mu.Unlock()
+	switch {
+	case !fromSrc:
+		s.log.Warn("refused a client: too many unauthenticated connections from its address", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConnsPerSource)
+		s.reject(c, "source_limit", fatal(codeTooManyConnections, "sorry, too many connections from %s not yet authenticated (ordo limit %d per address)", src, s.cfg.MaxStartupConnsPerSource))
+		return src, false
+	case !total:
+		s.log.Warn("refused a client: too many unauthenticated connections", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConns)
+		s.reject(c, "startup_limit", fatal(codeTooManyConnections, "sorry, too many connections not yet authenticated (ordo limit %d)", s.cfg.MaxStartupConns))
+		return src, false
+	}
+	return src, true
+}
+
+// leaveStartup ends what enterStartup counted: the connection is
+// authenticated, or gone.
+func (s *Server) leaveStartup(src string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unauthed--
+	if s.unauthedSource[src]--; s.unauthedSource[src] <= 0 {
+		delete(s.unauthedSource, src)
+	}
+	s.m.unauthed.Dec()
 }
 
 // admit counts a new session against MaxConns and registers it.
