@@ -3,8 +3,8 @@
 //
 // transport.go defines the Transport and Handler interfaces (the contract
 // the Raft node relies on); check.go checks received messages; grpc.go
-// implements Transport on gRPC with the ordo.v1.Raft service: each node keeps one long-lived client stream to each
-// peer and sends batches of marshalled raftpb.Messages (up to MaxBatch per
+// implements Transport on gRPC with the ordo.v1.Raft service: each node
+// keeps one long-lived client stream to each peer and sends batches of marshalled raftpb.Messages (up to MaxBatch per
 // RaftBatch, whatever has queued while the previous batch was being sent).
 // Each batch also carries the sender's durable applied index, which peers
 // use to decide how far the group may compact. errors.go holds the
