@@ -28,8 +28,9 @@ import (
 // mutual TLS between them (certificates made as `ordo cert` makes them),
 // checks they replicate, then speaks to node 1's peer port as an impostor:
 // node 2's certificate used to send as node 3, a client certificate of
-// another CA, and a client certificate of the cluster's CA (no node id).
-// Each is refused and logged by node 1, and the cluster keeps working.
+// another CA, a client certificate of the cluster's CA (no node id), and
+// node 2's own certificate sending malformed Raft messages. Each is refused
+// and logged by node 1, and the cluster keeps working.
 func TestPeerTLSRefusesImpostors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := certs.CreateCA(certs.Options{Dir: dir})
@@ -79,9 +80,9 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
 		return cfg
 	}
-	// send opens a stream to node 1 with cfg and sends one heartbeat from
+	// sendMsg opens a stream to node 1 with cfg and sends one message as
 	// node `from`; it returns the status the stream ended with.
-	send := func(cfg *tls.Config, from uint64) error {
+	sendMsg := func(cfg *tls.Config, from uint64, msg raftpb.Message) error {
 		conn, err := grpc.NewClient(n1.PeerListen, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 		require.NoError(t, err)
 		defer conn.Close()
@@ -91,11 +92,16 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		m, err := (&raftpb.Message{Type: raftpb.MsgHeartbeat, From: from, To: 1}).Marshal()
+		msg.From, msg.To = from, 1
+		m, err := msg.Marshal()
 		require.NoError(t, err)
 		_ = s.Send(&ordov1.RaftBatch{From: from, To: 1, Messages: [][]byte{m}})
 		_, err = s.CloseAndRecv()
 		return err
+	}
+
+	send := func(cfg *tls.Config, from uint64) error {
+		return sendMsg(cfg, from, raftpb.Message{Type: raftpb.MsgHeartbeat})
 	}
 
 	// node 2's certificate, sending as node 3
@@ -112,6 +118,14 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 	err = send(withCert(dir, "alice"), 2)
 	require.Error(t, err)
 	require.Eventually(t, func() bool { return strings.Contains(node1(), "names no Ordo node id") }, 10*time.Second, 50*time.Millisecond, node1())
+
+	// node 2's own certificate, but messages raft would panic on or take
+	// for its own: refused before raft sees them
+	for _, m := range []raftpb.Message{{Type: -3, Term: 1}, {Type: raftpb.MsgStorageAppendResp, Term: 1, Index: 1 << 40}} {
+		err = sendMsg(node2.ClientConfig(), 2, m)
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(node1(), "refused a peer stream: a malformed raft message") }, 10*time.Second, 50*time.Millisecond, node1())
 
 	// none of it disturbed the cluster
 	replicated("after_impostors")
