@@ -30,7 +30,9 @@ import (
 // node 2's certificate used to send as node 3, a client certificate of
 // another CA, a client certificate of the cluster's CA (no node id), and
 // node 2's own certificate sending malformed Raft messages. Each is refused
-// and logged by node 1, and the cluster keeps working.
+// and logged by node 1, and the cluster keeps working. Clients must use TLS
+// (the node's certificate made by `ordo cert create-server`); SIGHUP
+// reloads both the peer and the client certificate.
 func TestPeerTLSRefusesImpostors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := certs.CreateCA(certs.Options{Dir: dir})
@@ -41,17 +43,31 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 	}
 	_, err = certs.CreateClient(certs.Options{Dir: dir}, "alice")
 	require.NoError(t, err)
+	_, err = certs.CreateServer(certs.Options{Dir: dir}, "clients", []string{"127.0.0.1"})
+	require.NoError(t, err)
 	otherDir := t.TempDir()
 	_, err = certs.CreateCA(certs.Options{Dir: otherDir})
 	require.NoError(t, err)
 	_, err = certs.CreateClient(certs.Options{Dir: otherDir}, "mallory")
 	require.NoError(t, err)
 
-	c := startProcCluster(t, 3, "dbsm", fmt.Sprintf("peer_tls: {cert_file: %[1]s/node-@ID@.crt, key_file: %[1]s/node-@ID@.key, ca_file: %[1]s/ca.crt}", dir))
+	c := startProcCluster(t, 3, "dbsm", fmt.Sprintf("peer_tls: {cert_file: %[1]s/node-@ID@.crt, key_file: %[1]s/node-@ID@.key, ca_file: %[1]s/ca.crt}", dir),
+		fmt.Sprintf("tls: {cert_file: %[1]s/server-clients.crt, key_file: %[1]s/server-clients.key, allow_plaintext: false}", dir))
 	ctx := context.Background()
+	// Clients must use TLS, and can verify the node's certificate with the CA.
+	tlsDSN := strings.Replace(c.dsn(0), "sslmode=disable", "sslmode=verify-full&sslrootcert="+filepath.Join(dir, "ca.crt"), 1)
+	_, err = pgx.Connect(ctx, c.dsn(0))
+	require.Error(t, err, "a plaintext client")
+	require.Equal(t, "28000", sqlstate(err), "%v", err)
+	clientSerial := func() string {
+		conn, err := pgx.Connect(ctx, tlsDSN)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		return conn.PgConn().Conn().(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
 	replicated := func(table string) {
 		t.Helper()
-		conn, err := pgx.Connect(ctx, c.dsn(0))
+		conn, err := pgx.Connect(ctx, tlsDSN)
 		require.NoError(t, err)
 		defer conn.Close(ctx)
 		_, err = conn.Exec(ctx, "CREATE TABLE "+table+" (k int PRIMARY KEY)")
@@ -143,8 +159,10 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
-	before := served()
+	before, clientBefore := served(), clientSerial()
 	_, err = certs.CreateNode(certs.Options{Dir: dir, Overwrite: true}, 1, []string{"127.0.0.1"})
+	require.NoError(t, err)
+	_, err = certs.CreateServer(certs.Options{Dir: dir, Overwrite: true}, "clients", []string{"127.0.0.1"})
 	require.NoError(t, err)
 	require.NoError(t, c.procs[0].Process.Signal(syscall.SIGHUP))
 	// (the node's own watch may see the new files first: either reloads)
@@ -153,5 +171,11 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 	},
 		10*time.Second, 50*time.Millisecond, node1())
 	require.NotEqual(t, before, served())
+	// the client certificate too, on the same signal
+	require.Eventually(t, func() bool {
+		return strings.Contains(node1(), "client TLS files reloaded") || strings.Contains(node1(), "client TLS files changed: reloaded")
+	},
+		10*time.Second, 50*time.Millisecond, node1())
+	require.NotEqual(t, clientBefore, clientSerial())
 	replicated("after_rotation")
 }
