@@ -95,6 +95,12 @@ func peerSeeds() [][]byte {
 			Entries: []raftpb.Entry{{Index: 4, Term: 5, Data: []byte("not an envelope")}}}),
 		encodePeerMessages(raftpb.Message{Type: raftpb.MsgApp, Term: 5, LogTerm: 1, Index: 3, Commit: 4,
 			Entries: []raftpb.Entry{{Index: 4, Term: 5, Type: raftpb.EntryConfChange, Data: []byte{0xff}}}}),
+		// A snapshot whose configuration raft cannot restore, or restores
+		// to another one.
+		encodePeerMessages(raftpb.Message{Type: raftpb.MsgSnap, Term: 3, Snapshot: &raftpb.Snapshot{
+			Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1}, Learners: []uint64{1}}}}}),
+		encodePeerMessages(raftpb.Message{Type: raftpb.MsgSnap, Term: 3, Snapshot: &raftpb.Snapshot{
+			Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1, 1, 2}}}}}),
 		// Well-formed: a leader of term 2 appends and commits an entry.
 		encodePeerMessages(raftpb.Message{Type: raftpb.MsgApp, Term: 2, LogTerm: 1, Index: 3, Commit: 4,
 			Entries: []raftpb.Entry{{Index: 4, Term: 2, Data: env(2, "payload")}}},

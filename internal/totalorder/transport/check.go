@@ -4,7 +4,9 @@ import (
 	"fmt"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/confchange"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // CheckMessage reports (wrapping ErrBadMessage) what makes m, received
@@ -23,7 +25,8 @@ import (
 //     takes non-contiguous entries as a conflict with committed ones: a
 //     panic);
 //   - every entry's type is one raft knows;
-//   - a MsgSnap carries a snapshot.
+//   - a MsgSnap carries a snapshot whose configuration raft can restore as
+//     it is (a voter that is also a learner, a duplicate id: a panic).
 func CheckMessage(m *raftpb.Message) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrBadMessage, m.Type, fmt.Sprintf(format, args...))
@@ -59,6 +62,26 @@ func CheckMessage(m *raftpb.Message) error {
 		if m.Snapshot == nil {
 			return bad("no snapshot")
 		}
+		if err := checkConfState(m.Snapshot.Metadata); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return nil
+}
+
+// checkConfState reports whether raft could restore the configuration of a
+// snapshot exactly (it panics when it cannot, or when what it restored
+// differs): it does what raft's restore does, on a tracker of its own.
+func checkConfState(md raftpb.SnapshotMetadata) error {
+	cs := md.ConfState
+	cfg, prs, err := confchange.Restore(confchange.Changer{Tracker: tracker.MakeProgressTracker(1, 0), LastIndex: md.Index}, cs)
+	if err != nil {
+		return fmt.Errorf("snapshot configuration %v: %w", cs, err)
+	}
+	t := tracker.MakeProgressTracker(1, 0)
+	t.Config, t.Progress = cfg, prs
+	if err := cs.Equivalent(t.ConfState()); err != nil {
+		return fmt.Errorf("snapshot configuration %v: %w", cs, err)
 	}
 	return nil
 }
