@@ -101,6 +101,15 @@ func peerSeeds() [][]byte {
 			Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1}, Learners: []uint64{1}}}}}),
 		encodePeerMessages(raftpb.Message{Type: raftpb.MsgSnap, Term: 3, Snapshot: &raftpb.Snapshot{
 			Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1, 1, 2}}}}}),
+		// Made leader of term 2 by node 2's vote, then told node 2 holds
+		// entries this node never had.
+		encodePeerMessages(raftpb.Message{Type: raftpb.MsgTimeoutNow, Term: 1},
+			raftpb.Message{Type: raftpb.MsgVoteResp, Term: 2},
+			raftpb.Message{Type: raftpb.MsgAppResp, Term: 2, Index: 1 << 40},
+			raftpb.Message{Type: raftpb.MsgHeartbeatResp, Term: 2},
+			raftpb.Message{Type: raftpb.MsgAppResp, Term: 2, Index: 1 << 40, Reject: true, RejectHint: 1 << 41, LogTerm: 7},
+			raftpb.Message{Type: raftpb.MsgProp, Entries: []raftpb.Entry{{Data: env(2, "p")}}},
+			raftpb.Message{Type: raftpb.MsgReadIndex, Entries: []raftpb.Entry{{Data: []byte("ctx")}}}),
 		// Well-formed: a leader of term 2 appends and commits an entry.
 		encodePeerMessages(raftpb.Message{Type: raftpb.MsgApp, Term: 2, LogTerm: 1, Index: 3, Commit: 4,
 			Entries: []raftpb.Entry{{Index: 4, Term: 2, Data: env(2, "payload")}}},
