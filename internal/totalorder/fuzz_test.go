@@ -101,8 +101,8 @@ func peerSeeds() [][]byte {
 			Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1}, Learners: []uint64{1}}}}}),
 		encodePeerMessages(raftpb.Message{Type: raftpb.MsgSnap, Term: 3, Snapshot: &raftpb.Snapshot{
 			Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1, 1, 2}}}}}),
-		// Made leader of term 2 by node 2's vote, then told node 2 holds
-		// entries this node never had.
+		// An election forced by MsgTimeoutNow, node 2's vote, then
+		// acknowledgements of entries this node never had.
 		encodePeerMessages(raftpb.Message{Type: raftpb.MsgTimeoutNow, Term: 1},
 			raftpb.Message{Type: raftpb.MsgVoteResp, Term: 2},
 			raftpb.Message{Type: raftpb.MsgAppResp, Term: 2, Index: 1 << 40},
