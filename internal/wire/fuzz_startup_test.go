@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,7 +203,9 @@ func FuzzStartup(f *testing.F) {
 
 	fb := startFakeBackend(f)
 	certFile, keyFile := testCert(f)
+	var logs syncLog
 	p := startProxy(f, nil, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		c.BackendAddr = fb.ln.Addr().String()
 		c.TLSCertFile, c.TLSKeyFile, c.AllowPlaintext = certFile, keyFile, true
 		c.StartupTimeout = 3 * time.Second
@@ -251,5 +255,30 @@ func FuzzStartup(f *testing.F) {
 			}
 		}
 		_, _ = h.Write(startupBytes(&pgproto3.Terminate{}))
+		// Checked last: a panic is logged once the panicking session's
+		// own cleanup has closed the input's connection.
+		if l := logs.take(); strings.Contains(l, "panic") {
+			t.Fatalf("the proxy panicked: %s", l)
+		}
 	})
+}
+
+// syncLog collects log output across goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.b.String()
+	l.b.Reset()
+	return s
 }

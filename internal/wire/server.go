@@ -34,6 +34,7 @@ type Server struct {
 	// (MaxStartupConns, MaxStartupConnsPerSource).
 	unauthed       int
 	unauthedSource map[string]int
+	lastRefusalLog map[string]time.Time // by limit: refusals are logged at most every 10 s
 	draining       bool
 	addr           net.Addr
 
@@ -62,6 +63,7 @@ func NewServer(cfg Config, hooks Hooks) (*Server, error) {
 		cancelKey: make(map[uint64]*session),
 
 		unauthedSource: make(map[string]int),
+		lastRefusalLog: make(map[string]time.Time),
 	}
 	s.idleTimeouts = c.IdleTimeout > 0 || c.IdleInTxTimeout > 0
 	var b [4]byte
@@ -198,8 +200,10 @@ func (s *Server) handle(c net.Conn) {
 	if !admitted {
 		return
 	}
-	ss, err := s.startup(c)
-	s.leaveStartup(src)
+	ss, err := func() (*session, error) {
+		defer s.leaveStartup(src) // even if startup panics
+		return s.startup(c)
+	}()
 	if err != nil || ss == nil {
 		if err != nil {
 			s.log.Debug("client startup failed", "remote", c.RemoteAddr().String(), "err", err)
@@ -221,20 +225,34 @@ func (s *Server) enterStartup(c net.Conn) (src string, ok bool) {
 	}
 	s.mu.Lock()
 	total, fromSrc := s.unauthed < s.cfg.MaxStartupConns, s.unauthedSource[src] < s.cfg.MaxStartupConnsPerSource
-	if total && fromSrc {
+	reason := ""
+	switch {
+	case !fromSrc:
+		reason = "source_limit"
+	case !total:
+		reason = "startup_limit"
+	default:
 		s.unauthed++
 		s.unauthedSource[src]++
 		s.m.unauthed.Inc()
 	}
+	logIt := false
+	if now := time.Now(); reason != "" && now.Sub(s.lastRefusalLog[reason]) >= 10*time.Second {
+		s.lastRefusalLog[reason], logIt = now, true
+	}
 	s.mu.Unlock()
-	switch {
-	case !fromSrc:
-		s.log.Warn("refused a client: too many unauthenticated connections from its address", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConnsPerSource)
-		s.reject(c, "source_limit", fatal(codeTooManyConnections, "sorry, too many connections from %s not yet authenticated (ordo limit %d per address)", src, s.cfg.MaxStartupConnsPerSource))
+	switch reason {
+	case "source_limit":
+		if logIt {
+			s.log.Warn("refused a client: too many unauthenticated connections from its address (logged at most every 10 s)", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConnsPerSource)
+		}
+		s.reject(c, reason, fatal(codeTooManyConnections, "sorry, too many connections from %s not yet authenticated (ordo limit %d per address)", src, s.cfg.MaxStartupConnsPerSource))
 		return src, false
-	case !total:
-		s.log.Warn("refused a client: too many unauthenticated connections", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConns)
-		s.reject(c, "startup_limit", fatal(codeTooManyConnections, "sorry, too many connections not yet authenticated (ordo limit %d)", s.cfg.MaxStartupConns))
+	case "startup_limit":
+		if logIt {
+			s.log.Warn("refused a client: too many unauthenticated connections (logged at most every 10 s)", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConns)
+		}
+		s.reject(c, reason, fatal(codeTooManyConnections, "sorry, too many connections not yet authenticated (ordo limit %d)", s.cfg.MaxStartupConns))
 		return src, false
 	}
 	return src, true

@@ -423,7 +423,7 @@ func isProtocolError(err error) bool {
 // (nil) or fails.
 func (ss *session) clientLoop() error {
 	for {
-		msg, err := ss.be.Receive()
+		msg, err := receive(ss.be)
 		if err != nil {
 			if ss.isClosed() {
 				return nil

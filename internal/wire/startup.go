@@ -290,7 +290,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		if err := be.SetAuthType(expect); err != nil {
 			return nil, err
 		}
-		cm, err := be.Receive()
+		cm, err := receive(be)
 		if err != nil {
 			return nil, ss.startupFailed(err, false)
 		}
