@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 20m
 PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./test/e2e/...
 PG18_BIN  ?=
 
-.PHONY: all build demo test test-pg18 check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety
 
 all: build
 
@@ -26,11 +26,41 @@ demo:
 	./bin/ordo demo $(DEMO_FLAGS)
 
 ## test: static checks, every test of the default suite on PostgreSQL 15,
-## then the replication packages (PG18_PKGS) on PostgreSQL 18.
+## then the replication packages (PG18_PKGS) on PostgreSQL 18, then a short
+## run of the fuzz targets for hostile peers and clients (fuzz-short).
 test: tools check
 	@echo "== $(PKGS) on $$($(GO) run ./internal/pglocal/pgversion)"
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
 	@$(MAKE) --no-print-directory test-pg18
+	@$(MAKE) --no-print-directory fuzz-short
+
+# Fuzz targets, as package:target. Their seed corpora (f.Add and
+# testdata/fuzz) run with every `go test`; `make fuzz` fuzzes each for
+# FUZZTIME, `make fuzz-short` (part of `make test`) the ones for what
+# peers and unauthenticated clients can send for FUZZTIME_SHORT each.
+FUZZ_SECURITY := ./internal/wire:FuzzStartup ./internal/totalorder/transport:FuzzStream \
+	./internal/totalorder:FuzzPeerMessages ./internal/replica:FuzzEntries
+FUZZ_ALL := $(FUZZ_SECURITY) ./internal/wire:FuzzClientMessages ./internal/capture:FuzzDecode \
+	./internal/txn:FuzzEncodeValues ./internal/analysis:FuzzAnalyze
+FUZZTIME ?= 60s
+FUZZTIME_SHORT ?= 5s
+
+define run_fuzz
+	@for t in $(1); do pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "$(GO) test -run '^$$' -fuzz '^'$$name'$$' -fuzztime $(2) $$pkg"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(2) $$pkg || exit 1; \
+	done
+endef
+
+## fuzz-short: each fuzz target for hostile input for FUZZTIME_SHORT (5s).
+fuzz-short:
+	$(call run_fuzz,$(FUZZ_SECURITY),$(FUZZTIME_SHORT))
+
+## fuzz: every fuzz target for FUZZTIME (default 60s each), e.g.
+## `make fuzz FUZZTIME=10m`. A failure leaves its input in the package's
+## testdata/fuzz: keep it there as a regression case once fixed.
+fuzz:
+	$(call run_fuzz,$(FUZZ_ALL),$(FUZZTIME))
 
 ## test-pg18: PG18_PKGS on PostgreSQL 18 (ORDO_PG_BIN set to its bin dir).
 ## -count=1: a package whose TestMain starts the servers reads ORDO_PG_BIN

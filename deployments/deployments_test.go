@@ -52,6 +52,16 @@ func requirePeerTLS(t *testing.T, where string, n *config.Node) {
 	}
 }
 
+// requireClientTLS fails unless node n serves its client port with TLS
+// only: the shipped deployments listen for clients on every address, and
+// passwords and rows would otherwise cross the network in clear.
+func requireClientTLS(t *testing.T, where string, n *config.Node) {
+	t.Helper()
+	if n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.TLS.AllowPlaintext == nil || *n.TLS.AllowPlaintext {
+		t.Errorf("%s: node %d does not require TLS of its clients (tls %+v): every shipped node configuration must", where, n.ID, n.TLS)
+	}
+}
+
 // TestComposeNodeConfigsAreValid loads every node configuration the
 // compose file mounts with Ordo's own loader (config.Parse: the files it
 // names are in the containers), and checks the cluster they describe: ids,
@@ -90,7 +100,11 @@ func TestComposeNodeConfigsAreValid(t *testing.T) {
 				continue
 			}
 			requirePeerTLS(t, "compose service "+name, n)
+			requireClientTLS(t, "compose service "+name, n)
 			requireAdmin(t, "compose service "+name, n)
+			if filepath.Dir(n.TLS.CertFile) != filepath.Dir(n.PeerTLS.CertFile) {
+				t.Errorf("service %s: its client certificate is not in the volume the certs service fills", name)
+			}
 			if hc := strings.Join(svc.Healthcheck.Test, " "); !strings.Contains(hc, "/readyz") || !strings.Contains(hc, "127.0.0.1/"+port(t, n.MetricsListen)) {
 				t.Errorf("service %s: its healthcheck %q does not ask /readyz on its metrics port %s", name, hc, n.MetricsListen)
 			}
@@ -139,8 +153,14 @@ func TestComposeNodeConfigsAreValid(t *testing.T) {
 		}
 	}
 	script := fmt.Sprint(compose.Services["certs"].Command)
+	srvCert, srvKey := certs.ServerFiles("clients")
+	if n := nodes[1]; n != nil && (filepath.Base(n.TLS.CertFile) != srvCert || filepath.Base(n.TLS.KeyFile) != srvKey) {
+		t.Errorf("node 1's client certificate is %s, not the %s the certs service makes", n.TLS.CertFile, srvCert)
+	}
 	for _, want := range []string{"ordo cert create-ca --dir /ca", "ordo cert create-node --dir /ca --id $$i", "for i in 1 2 3",
-		"ordo cert create-client --dir /ca --name admin", "/ca/node-$$i.key /ca/client-admin.crt /ca/client-admin.key /certs$$i/", "chown -R 10001:10001"} {
+		"ordo cert create-client --dir /ca --name admin", "ordo cert create-server --dir /ca --name clients",
+		"--host localhost", "--host ordo1 --host ordo2 --host ordo3",
+		"/ca/node-$$i.key /ca/client-admin.crt /ca/client-admin.key", "/ca/" + srvCert + " /ca/" + srvKey + " /certs$$i/", "chown -R 10001:10001"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("the certs service's script does not run %q: %s", want, script)
 		}
@@ -357,6 +377,7 @@ func TestKubernetesManifest(t *testing.T) {
 	replicas := spec["replicas"].(int)
 	service := spec["serviceName"].(string)
 	peerTLSDirs, peerTLSFiles := map[string]bool{}, map[string]bool{}
+	clientTLSDirs, clientTLSFiles := map[string]bool{}, map[string]bool{}
 	var metricsPort, adminPort string
 	for ordinal := 0; ordinal < replicas; ordinal++ {
 		path := filepath.Join(t.TempDir(), "node.yaml")
@@ -368,7 +389,10 @@ func TestKubernetesManifest(t *testing.T) {
 			t.Fatalf("pod ordo-%d: %v", ordinal, err)
 		}
 		requirePeerTLS(t, fmt.Sprintf("pod ordo-%d", ordinal), n)
+		requireClientTLS(t, fmt.Sprintf("pod ordo-%d", ordinal), n)
 		requireAdmin(t, fmt.Sprintf("pod ordo-%d", ordinal), n)
+		clientTLSDirs[filepath.Dir(n.TLS.CertFile)] = true
+		clientTLSFiles[filepath.Base(n.TLS.CertFile)], clientTLSFiles[filepath.Base(n.TLS.KeyFile)] = true, true
 		metricsPort, adminPort = port(t, n.MetricsListen), port(t, n.AdminListen)
 		peerTLSDirs[filepath.Dir(n.PeerTLS.CertFile)] = true
 		for _, f := range []string{n.PeerTLS.CertFile, n.PeerTLS.KeyFile, n.PeerTLS.CAFile} {
@@ -430,6 +454,7 @@ func TestKubernetesManifest(t *testing.T) {
 		}
 	}
 	checkPeerTLSVolume(t, pod, peerTLSDirs, peerTLSFiles)
+	checkClientTLSVolume(t, pod, clientTLSDirs, clientTLSFiles)
 
 	// Scraped once per pod, not also through the client Service.
 	if ann, _ := kinds["Service/ordo"]["metadata"].(map[string]any)["annotations"].(map[string]any); ann["prometheus.io/scrape"] != nil {
@@ -532,6 +557,80 @@ func checkPeerTLSVolume(t *testing.T, pod map[string]any, dirs, files map[string
 	} else if usages := fmt.Sprint(spec["usages"]); !strings.Contains(usages, "client auth") || strings.Contains(usages, "server auth") || spec["uris"] != nil {
 		t.Errorf("Secret ordo-admin-tls: usages %s, uris %v: a client certificate naming no node", usages, spec["uris"])
 	}
+}
+
+// checkClientTLSVolume: the directory of the client certificate the
+// rendered configurations name is mounted in the ordo container from a
+// Secret that holds both files, and cert-manager.yaml issues that Secret
+// as a server certificate for the Service clients connect to.
+func checkClientTLSVolume(t *testing.T, pod map[string]any, dirs, files map[string]bool) {
+	t.Helper()
+	if len(dirs) != 1 {
+		t.Fatalf("the pods' client TLS files are in %d directories, want one: %v", len(dirs), dirs)
+	}
+	var volume string
+	for _, c := range pod["containers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] != "ordo" {
+			continue
+		}
+		for _, m := range c["volumeMounts"].([]any) {
+			m := m.(map[string]any)
+			if dirs[m["mountPath"].(string)] {
+				volume = m["name"].(string)
+			}
+		}
+	}
+	if volume == "" {
+		t.Fatalf("no volume is mounted at the client TLS directory %v in the ordo container", dirs)
+	}
+	var secret string
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if v["name"] != volume {
+			continue
+		}
+		sec, _ := v["secret"].(map[string]any)
+		if sec == nil {
+			t.Fatalf("volume %s is not a Secret", volume)
+		}
+		secret = sec["secretName"].(string)
+		paths := map[string]bool{}
+		for _, it := range sec["items"].([]any) {
+			paths[it.(map[string]any)["path"].(string)] = true
+		}
+		for f := range files {
+			if !paths[f] {
+				t.Errorf("the client TLS volume %s does not provide %s", volume, f)
+			}
+		}
+	}
+	b, err := os.ReadFile("kubernetes/cert-manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatal(err)
+		}
+		spec, _ := doc["spec"].(map[string]any)
+		if doc["kind"] != "Certificate" || spec["secretName"] != secret {
+			continue
+		}
+		if usages := fmt.Sprint(spec["usages"]); !strings.Contains(usages, "server auth") || strings.Contains(usages, "client auth") || spec["uris"] != nil {
+			t.Errorf("Secret %s: usages %s, uris %v: a server certificate naming no node", secret, usages, spec["uris"])
+		}
+		if names := fmt.Sprint(spec["dnsNames"]); !strings.Contains(names, "ordo ") && !strings.HasPrefix(names, "[ordo ") {
+			t.Errorf("Secret %s: dnsNames %s do not name the Service ordo", secret, names)
+		}
+		return
+	}
+	t.Errorf("cert-manager.yaml issues no certificate into Secret %s (client TLS)", secret)
 }
 
 // checkOrdoContainer: the ordo container exposes the metrics and admin

@@ -14,16 +14,17 @@ import (
 func certCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cert",
-		Short: "Create the certificates of a cluster: a CA, node and client certificates",
+		Short: "Create the certificates of a cluster: a CA, node, client and server certificates",
 		Long: `Creates the certificates nodes authenticate each other with (peer_tls in a
 node's configuration; see docs/security.md). Keys are ECDSA P-256, written
 with mode 0600; existing files are never replaced without --overwrite.
 
   ordo cert create-ca --dir certs
   ordo cert create-node --dir certs --id 1 --host 10.0.0.1 --host node1.example
-  ordo cert create-client --dir certs --name alice`,
+  ordo cert create-client --dir certs --name alice
+  ordo cert create-server --dir certs --name db --host db.example`,
 	}
-	cmd.AddCommand(createCACmd(), createNodeCmd(), createClientCmd())
+	cmd.AddCommand(createCACmd(), createNodeCmd(), createClientCmd(), createServerCmd())
 	return cmd
 }
 
@@ -106,5 +107,35 @@ TLS accepts it (ordoctl --cert, --key and --cacert; docs/admin.md).`,
 	certFlags(cmd, &o, certs.ClientLifetime)
 	cmd.Flags().StringVar(&name, "name", "", "the client's name (the certificate's CN)")
 	_ = cmd.MarkFlagRequired("name")
+	return cmd
+}
+
+func createServerCmd() *cobra.Command {
+	var (
+		o     certs.Options
+		name  string
+		hosts []string
+	)
+	cmd := &cobra.Command{
+		Use:   "create-server --name NAME --host HOST [--host HOST…]",
+		Short: "Create a certificate for the client port (server-NAME.crt, server-NAME.key), signed by the CA",
+		Long: `Creates the certificate nodes present to PostgreSQL clients (tls: in a
+node's configuration): CN NAME, every host name or IP address clients reach
+the nodes by (--host; one certificate may serve several nodes, or a load
+balancer's name), server authentication only. Clients verify it with the
+CA's certificate (sslrootcert=ca.crt sslmode=verify-full). It names no node
+id: peer ports and the admin API refuse it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			written, err := certs.CreateServer(o, name, hosts)
+			printWritten(cmd.OutOrStdout(), written)
+			return err
+		},
+	}
+	certFlags(cmd, &o, certs.ServerLifetime)
+	cmd.Flags().StringVar(&name, "name", "", "the certificate's name (its CN and file names)")
+	cmd.Flags().StringArrayVar(&hosts, "host", nil, "a host name or IP address clients connect to (repeat for each)")
+	_ = cmd.MarkFlagRequired("name")
+	_ = cmd.MarkFlagRequired("host")
 	return cmd
 }

@@ -36,7 +36,10 @@ func TestCertCommands(t *testing.T) {
 	}
 	_, err = run(certCmd(), "create-client", "--dir", dir, "--name", "alice")
 	require.NoError(t, err)
-	for name, mode := range map[string]os.FileMode{"ca.crt": 0o644, "ca.key": 0o600, "node-2.crt": 0o644, "node-2.key": 0o600, "client-alice.key": 0o600} {
+	_, err = run(certCmd(), "create-server", "--dir", dir, "--name", "db", "--host", "db.example")
+	require.NoError(t, err)
+	for name, mode := range map[string]os.FileMode{"ca.crt": 0o644, "ca.key": 0o600, "node-2.crt": 0o644, "node-2.key": 0o600, "client-alice.key": 0o600,
+		"server-db.crt": 0o644, "server-db.key": 0o600} {
 		st, err := os.Stat(filepath.Join(dir, name))
 		require.NoError(t, err)
 		require.Equal(t, mode, st.Mode().Perm(), name)

@@ -87,8 +87,9 @@ func startCmd() *cobra.Command {
 docs/configuration.md): it bootstraps the local PostgreSQL on first start
 (the _ordo schema, a publication and a logical replication slot), joins the
 Raft group of its peers, and serves PostgreSQL clients until interrupted.
-On SIGHUP it reads its peer TLS files again (it also notices changes by
-itself within seconds); new peer connections use them.`,
+On SIGHUP it reads its peer TLS files and its client certificate (tls:)
+again (it also notices changes by itself within seconds); new connections
+use them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
@@ -123,6 +124,9 @@ itself within seconds); new peer connections use them.`,
 				case <-hup:
 					if err := n.ReloadPeerTLS(); err != nil {
 						log.Error("SIGHUP: peer TLS files not reloaded; keeping the previous certificates", "err", err)
+					}
+					if err := n.ReloadClientTLS(); err != nil {
+						log.Error("SIGHUP: client TLS files not reloaded; keeping the previous certificate", "err", err)
 					}
 				}
 			}

@@ -19,11 +19,11 @@ func (p *Peer) AdminServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return p.cur.Load().cert, nil
+			return p.w.get().cert, nil
 		},
 		ClientAuth: tls.RequireAnyClientCert,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := verifyChain(p.cur.Load().pool, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
+			_, err := verifyChain(p.w.get().pool, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
 			return err
 		},
 	}

@@ -26,13 +26,14 @@ const (
 	CALifetime     = 10 * 365 * 24 * time.Hour
 	NodeLifetime   = 366 * 24 * time.Hour
 	ClientLifetime = 366 * 24 * time.Hour
+	ServerLifetime = 366 * 24 * time.Hour
 )
 
 // backdate starts every certificate's validity a little in the past, so a
 // peer whose clock is slightly behind accepts a certificate made just now.
 const backdate = time.Hour
 
-// ErrBadRequest is returned by NewAuthority, IssueNode, IssueClient and the
+// ErrBadRequest is returned by NewAuthority, IssueNode, IssueClient, IssueServer and the
 // Create functions for a request they cannot honour: a node id out of
 // range, no host, a client name that is not a plain name, a lifetime that
 // is not positive.
@@ -122,16 +123,8 @@ func (a *Authority) IssueNode(id uint64, hosts []string, lifetime time.Duration)
 		return nil, err
 	}
 	tmpl.URIs = []*url.URL{NodeURI(id)}
-	for _, h := range hosts {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return nil, fmt.Errorf("%w: empty host", ErrBadRequest)
-		}
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
+	if err := addHosts(tmpl, hosts); err != nil {
+		return nil, err
 	}
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	return a.issue(tmpl)
@@ -152,6 +145,45 @@ func (a *Authority) IssueClient(name string, lifetime time.Duration) (*Pair, err
 	}
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	return a.issue(tmpl)
+}
+
+// IssueServer makes the certificate a node presents to PostgreSQL clients
+// on its client port (tls: in its configuration): CN name, the hosts and
+// IP addresses clients reach it by, server auth only. It names no node id
+// and cannot authenticate a client, so neither a peer port nor the admin
+// API accepts it.
+func (a *Authority) IssueServer(name string, hosts []string, lifetime time.Duration) (*Pair, error) {
+	if !clientName.MatchString(name) {
+		return nil, fmt.Errorf("%w: server name %q: use letters, digits and . _ @ - (at most 64)", ErrBadRequest, name)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("%w: a server certificate needs at least one host name or IP address", ErrBadRequest)
+	}
+	tmpl, err := template(pkix.Name{CommonName: name, Organization: []string{"Ordo"}}, lifetime)
+	if err != nil {
+		return nil, err
+	}
+	if err := addHosts(tmpl, hosts); err != nil {
+		return nil, err
+	}
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	return a.issue(tmpl)
+}
+
+// addHosts names hosts in tmpl's DNS and IP SANs.
+func addHosts(tmpl *x509.Certificate, hosts []string) error {
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return fmt.Errorf("%w: empty host", ErrBadRequest)
+		}
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	return nil
 }
 
 func (a *Authority) issue(tmpl *x509.Certificate) (*Pair, error) {

@@ -79,6 +79,21 @@ func TestCreateFiles(t *testing.T) {
 	_, err = NodeID(client)
 	require.ErrorIs(t, err, ErrNoNodeID)
 	require.Equal(t, "alice", client.Subject.CommonName)
+
+	_, err = CreateServer(o, "db", []string{"db.example", "10.0.0.9"})
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), mode(t, filepath.Join(dir, "server-db.key")))
+	server := readCert(t, filepath.Join(dir, "server-db.crt"))
+	_, err = server.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	require.NoError(t, err)
+	require.NoError(t, server.VerifyHostname("db.example"))
+	require.NoError(t, server.VerifyHostname("10.0.0.9"))
+	_, err = server.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.Error(t, err, "a server certificate cannot authenticate a client")
+	_, err = NodeID(server)
+	require.ErrorIs(t, err, ErrNoNodeID)
+	_, err = CreateServer(o, "nohost", nil)
+	require.ErrorIs(t, err, ErrBadRequest)
 }
 
 // TestCreateRefusesToOverwrite: existing files are kept (all of them:

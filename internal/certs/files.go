@@ -27,8 +27,13 @@ func ClientFiles(name string) (cert, key string) {
 	return "client-" + name + ".crt", "client-" + name + ".key"
 }
 
+// ServerFiles are the names of the files of server certificate name.
+func ServerFiles(name string) (cert, key string) {
+	return "server-" + name + ".crt", "server-" + name + ".key"
+}
+
 // ErrExists is returned (wrapped, with the file's name) by CreateCA,
-// CreateNode and CreateClient when a file they would write exists and
+// CreateNode, CreateClient and CreateServer when a file they would write exists and
 // Options.Overwrite is not set. Nothing is written then.
 var ErrExists = errors.New("certs: file exists (pass --overwrite to replace it)")
 
@@ -183,4 +188,20 @@ func writeFile(f file) error {
 		return fmt.Errorf("certs: write %s: %w", f.path, err)
 	}
 	return nil
+}
+
+// CreateServer signs a server certificate for the client port, CN name,
+// reachable at hosts, with the CA of Options, and writes
+// Dir/server-<name>.crt and .key.
+func CreateServer(o Options, name string, hosts []string) ([]string, error) {
+	a, err := loadAuthority(o)
+	if err != nil {
+		return nil, err
+	}
+	p, err := a.IssueServer(name, hosts, o.lifetime(ServerLifetime))
+	if err != nil {
+		return nil, err
+	}
+	cert, key := ServerFiles(name)
+	return writePair(o, p, cert, key)
 }

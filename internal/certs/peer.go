@@ -1,17 +1,12 @@
 package certs
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -26,11 +21,12 @@ type Files struct {
 // connection (expired, wrong key usage), or names no node id.
 var ErrUntrusted = errors.New("certs: peer certificate not trusted")
 
-// ErrBadMaterial is returned (wrapped) by LoadPeer and Reload when the
-// files do not make a usable whole: a certificate that does not match its
-// key, is not signed by a CA of the CA file, has expired, cannot serve both
-// ends of a connection, or names another node than this one.
-var ErrBadMaterial = errors.New("certs: unusable peer TLS files")
+// ErrBadMaterial is returned (wrapped) by LoadPeer, LoadServerCert and
+// their Reload when the files do not make a usable whole: a certificate
+// that does not match its key, has expired, cannot serve its side of a
+// connection, or (peer TLS) is not signed by a CA of the CA file or names
+// another node than this one.
+var ErrBadMaterial = errors.New("certs: unusable TLS files")
 
 // Peer is a node's peer TLS material, kept current: its own certificate and
 // key, and the pool of CAs peers' certificates must chain to. The tls.Configs
@@ -39,14 +35,10 @@ var ErrBadMaterial = errors.New("certs: unusable peer TLS files")
 type Peer struct {
 	id    uint64
 	files Files
-	cur   atomic.Pointer[material]
-
-	mu  sync.Mutex // serializes reloads; guards bad
-	bad [sha256.Size]byte
+	w     watched[*material]
 }
 
 type material struct {
-	raw   [3][]byte // cert, key, CA files as read
 	cert  *tls.Certificate
 	leaf  *x509.Certificate
 	inter *x509.CertPool // intermediates sent with our certificate
@@ -57,15 +49,10 @@ type material struct {
 // usable whole (see ErrBadMaterial).
 func LoadPeer(f Files, id uint64) (*Peer, error) {
 	p := &Peer{id: id, files: f}
-	raw, err := p.read()
-	if err != nil {
+	p.w = watched[*material]{what: "peer TLS", paths: []string{f.Cert, f.Key, f.CA}, load: p.load}
+	if err := p.w.init(); err != nil {
 		return nil, err
 	}
-	m, err := p.load(raw)
-	if err != nil {
-		return nil, err
-	}
-	p.cur.Store(m)
 	return p, nil
 }
 
@@ -73,60 +60,11 @@ func LoadPeer(f Files, id uint64) (*Peer, error) {
 // them current: changed reports whether they did. On an error the previous
 // material stays in use.
 func (p *Peer) Reload() (changed bool, err error) {
-	changed, _, err = p.reload()
+	changed, _, err = p.w.reload()
 	return changed, err
 }
 
-// reload is Reload; fresh reports an error about file contents that have
-// not failed before (Watch logs each failure once, not at every tick).
-func (p *Peer) reload() (changed, fresh bool, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	raw, err := p.read()
-	if err != nil {
-		return false, p.failed([]byte(err.Error())), err
-	}
-	cur := p.cur.Load()
-	if bytes.Equal(raw[0], cur.raw[0]) && bytes.Equal(raw[1], cur.raw[1]) && bytes.Equal(raw[2], cur.raw[2]) {
-		return false, false, nil
-	}
-	m, err := p.load(raw)
-	if err != nil {
-		return false, p.failed(raw[:]...), err
-	}
-	p.cur.Store(m)
-	p.bad = [sha256.Size]byte{}
-	return true, false, nil
-}
-
-// failed records what failed to load and reports whether it differs from
-// the last failure.
-func (p *Peer) failed(what ...[]byte) bool {
-	h := sha256.New()
-	for _, b := range what {
-		h.Write(b)
-		h.Write([]byte{0})
-	}
-	var sum [sha256.Size]byte
-	copy(sum[:], h.Sum(nil))
-	fresh := sum != p.bad
-	p.bad = sum
-	return fresh
-}
-
-func (p *Peer) read() ([3][]byte, error) {
-	var raw [3][]byte
-	for i, path := range []string{p.files.Cert, p.files.Key, p.files.CA} {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return raw, fmt.Errorf("certs: peer TLS: %w", err)
-		}
-		raw[i] = b
-	}
-	return raw, nil
-}
-
-func (p *Peer) load(raw [3][]byte) (*material, error) {
+func (p *Peer) load(raw [][]byte) (*material, error) {
 	cert, err := tls.X509KeyPair(raw[0], raw[1])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s and %s: %v", ErrBadMaterial, p.files.Cert, p.files.Key, err)
@@ -160,11 +98,11 @@ func (p *Peer) load(raw [3][]byte) (*material, error) {
 	if id != p.id {
 		return nil, fmt.Errorf("%w: %s is the certificate of node %d, this is node %d", ErrBadMaterial, p.files.Cert, id, p.id)
 	}
-	return &material{raw: raw, cert: &cert, leaf: leaf, inter: inter, pool: pool}, nil
+	return &material{cert: &cert, leaf: leaf, inter: inter, pool: pool}, nil
 }
 
 // Certificate is the node's current certificate.
-func (p *Peer) Certificate() *x509.Certificate { return p.cur.Load().leaf }
+func (p *Peer) Certificate() *x509.Certificate { return p.w.get().leaf }
 
 // ServerConfig is the TLS configuration for accepting peer connections:
 // TLS 1.3, the current certificate, and a client certificate required and
@@ -173,7 +111,7 @@ func (p *Peer) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return p.cur.Load().cert, nil
+			return p.w.get().cert, nil
 		},
 		// Verified in VerifyConnection against the pool current at the
 		// handshake, not a pool fixed in this Config.
@@ -193,7 +131,7 @@ func (p *Peer) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return p.cur.Load().cert, nil
+			return p.w.get().cert, nil
 		},
 		// The standard verification is replaced, not skipped:
 		// VerifyConnection verifies the chain against the current pool.
@@ -205,7 +143,7 @@ func (p *Peer) ClientConfig() *tls.Config {
 }
 
 func (p *Peer) verify(chain []*x509.Certificate, usage x509.ExtKeyUsage) error {
-	leaf, err := verifyChain(p.cur.Load().pool, chain, usage)
+	leaf, err := verifyChain(p.w.get().pool, chain, usage)
 	if err != nil {
 		return err
 	}
@@ -236,21 +174,10 @@ func verifyChain(pool *x509.CertPool, chain []*x509.Certificate, usage x509.ExtK
 // change and each new failure (the previous material stays in use until
 // the files load whole).
 func (p *Peer) Watch(ctx context.Context, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		changed, fresh, err := p.reload()
-		switch {
-		case changed:
-			c := p.Certificate()
-			log.Info("peer TLS files changed: reloaded", "cert", p.files.Cert, "serial", c.SerialNumber.Text(16), "not_after", c.NotAfter)
-		case err != nil && fresh:
-			log.Error("peer TLS files changed but do not load; keeping the previous certificates", "err", err)
-		}
-	}
+	p.w.watch(ctx, every, func() {
+		c := p.Certificate()
+		log.Info("peer TLS files changed: reloaded", "cert", p.files.Cert, "serial", c.SerialNumber.Text(16), "not_after", c.NotAfter)
+	}, func(err error) {
+		log.Error("peer TLS files changed but do not load; keeping the previous certificates", "err", err)
+	})
 }

@@ -17,6 +17,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,8 @@ type Node struct {
 	admin   *admin.Server
 	adminLn net.Listener
 	peerTLS *certs.Peer // nil without peer_tls
+	// clientTLS is the client port's certificate (nil without tls).
+	clientTLS *certs.ServerCert
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -181,7 +184,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			n.peerTLS.Watch(runCtx, peerTLSWatch, log)
+			n.peerTLS.Watch(runCtx, tlsWatch, log)
 		}()
 	}
 	tr, err := transport.NewGRPC(gcfg)
@@ -258,10 +261,25 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if err != nil {
 		return nil, err
 	}
+	var clientTLS *tls.Config
+	if cfg.TLS.CertFile != "" {
+		// Reloaded when the files change, like the peer certificates.
+		if n.clientTLS, err = certs.LoadServerCert(cfg.TLS.CertFile, cfg.TLS.KeyFile); err != nil {
+			return nil, fmt.Errorf("node: tls: %w", err)
+		}
+		clientTLS = n.clientTLS.TLSConfig()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.clientTLS.Watch(runCtx, tlsWatch, log)
+		}()
+	}
 	n.wire, err = wire.NewServer(wire.Config{
 		ListenAddr: cfg.Listen, BackendAddr: backend,
-		TLSCertFile: cfg.TLS.CertFile, TLSKeyFile: cfg.TLS.KeyFile, AllowPlaintext: *cfg.TLS.AllowPlaintext,
+		TLSConfig: clientTLS, AllowPlaintext: *cfg.TLS.AllowPlaintext,
 		MaxConns: cfg.MaxConnections, Logger: log, Registerer: n.reg,
+		StartupTimeout: cfg.AuthTimeout, MaxStartupConns: cfg.MaxUnauthenticated,
+		MaxStartupConnsPerSource: cfg.MaxUnauthenticatedPerSource, MaxStartupPacketLen: cfg.MaxStartupPacketBytes,
 	}, hooks)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -332,8 +350,8 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	return n, nil
 }
 
-// peerTLSWatch is how often a node looks for new peer TLS files.
-const peerTLSWatch = 5 * time.Second
+// tlsWatch is how often a node looks for new peer and client TLS files.
+const tlsWatch = 5 * time.Second
 
 // ReloadPeerTLS reads the peer TLS files again now (ordo start does on
 // SIGHUP); new peer connections use them. On an error the previous
@@ -349,6 +367,25 @@ func (n *Node) ReloadPeerTLS() error {
 	if changed {
 		c := n.peerTLS.Certificate()
 		n.log.Info("peer TLS files reloaded", "serial", c.SerialNumber.Text(16), "not_after", c.NotAfter)
+	}
+	return nil
+}
+
+// ReloadClientTLS reads the client port's certificate and key again now
+// (ordo start does on SIGHUP); new client connections use them. On an
+// error the previous certificate stays in use. Without tls it does
+// nothing.
+func (n *Node) ReloadClientTLS() error {
+	if n.clientTLS == nil {
+		return nil
+	}
+	changed, err := n.clientTLS.Reload()
+	if err != nil {
+		return fmt.Errorf("node: tls: %w", err)
+	}
+	if changed {
+		c := n.clientTLS.Certificate()
+		n.log.Info("client TLS files reloaded", "serial", c.SerialNumber.Text(16), "not_after", c.NotAfter)
 	}
 	return nil
 }

@@ -50,6 +50,11 @@
 //     proposal id, payload), so the origin matches the committed entry to
 //     its waiting Propose and can retry safely; consumers never see the
 //     envelope.
+//   - check.go: what a peer's message is checked for beyond the
+//     transport's checks (entries this package can apply; a heartbeat
+//     may not commit past the end of the log), refused before raft, which
+//     panics on such input. FuzzPeerMessages (fuzz_test.go) steps
+//     arbitrary messages into a running node.
 //   - config.go, errors.go, metrics.go.
 //   - storage/: the durable log, hard state and snapshots (see below).
 //   - transport/: the Transport interface and its gRPC implementation

@@ -117,7 +117,17 @@ func (n *Node) run() {
 	var (
 		remote []raftpb.Message
 		props  []proposal
+		// lastIndex is the index of the last entry of raft's log, as of
+		// the last Ready (check.go): a heartbeat may not commit past it.
+		lastIndex = n.lastIndex0
 	)
+	stepRemote := func(m raftpb.Message) {
+		if err := checkCommit(&m, lastIndex); err != nil {
+			n.refused(err)
+			return
+		}
+		_ = rn.Step(m) // errors are stale or unknown-peer messages: dropped
+	}
 	for {
 		select {
 		case <-n.stopc:
@@ -140,12 +150,12 @@ func (n *Node) run() {
 			n.proposeBatch(rn, props)
 			clear(props) // drop references to the payloads
 		case m := <-n.recvc:
-			_ = rn.Step(m) // errors are stale or unknown-peer messages: dropped
+			stepRemote(m)
 		drainRecv:
 			for range 4096 {
 				select {
 				case m := <-n.recvc:
-					_ = rn.Step(m)
+					stepRemote(m)
 				default:
 					break drainRecv
 				}
@@ -185,6 +195,12 @@ func (n *Node) run() {
 				switch m.To {
 				case raft.LocalAppendThread:
 					ch = n.appendc
+					if m.Snapshot != nil && !raft.IsEmptySnap(*m.Snapshot) {
+						lastIndex = m.Snapshot.Metadata.Index
+					}
+					if len(m.Entries) > 0 {
+						lastIndex = m.Entries[len(m.Entries)-1].Index
+					}
 				case raft.LocalApplyThread:
 					ch = n.applyc
 				default:
@@ -200,7 +216,7 @@ func (n *Node) run() {
 					case ch <- m:
 						sent = true
 					case r := <-n.recvc:
-						_ = rn.Step(r)
+						stepRemote(r)
 					case f := <-n.ctrlc:
 						f(rn)
 					case <-n.stopc:

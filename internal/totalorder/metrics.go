@@ -18,6 +18,7 @@ type metrics struct {
 	snapshotsRecv    prometheus.Counter
 	inflight         prometheus.Gauge
 	logSync          prometheus.Histogram
+	refused          prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -54,10 +55,12 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Name:    "ordo_totalorder_log_save_seconds",
 			Help:    "Time to write and fsync one batch of log records.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_refused_messages_total", Help: "Raft messages from peers refused before raft saw them (check.go)."}),
 	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.proposalRetries, m.commitLatency,
-			m.leaderChanges, m.isLeader, m.term, m.applied, m.delivered, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync} {
+			m.leaderChanges, m.isLeader, m.term, m.applied, m.delivered, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync, m.refused} {
 			if err := r.Register(c); err != nil {
 				return nil, err
 			}

@@ -67,6 +67,9 @@ type Node struct {
 	durable  atomic.Uint64 // MarkApplied
 	failed   atomic.Pointer[error]
 
+	lastRefusal atomic.Int64 // unix nanoseconds of the last refusal logged
+	lastIndex0  uint64       // the log's last index when run starts
+
 	mu          sync.Mutex
 	waiters     map[uint64]*waiter // proposal id -> its Propose call
 	ccWaiters   map[uint64]chan struct{}
@@ -205,6 +208,10 @@ func Start(cfg Config) (_ *Node, err error) {
 				err = fmt.Errorf("%w: raft rejected the stored state: %v", storage.ErrCorrupt, r)
 			}
 		}()
+		n.lastIndex0, err = st.Raft().LastIndex()
+		if err != nil {
+			return
+		}
 		n.raw, err = raft.NewRawNode(rc)
 		if err != nil {
 			err = fmt.Errorf("totalorder: raft: %w", err)
@@ -223,6 +230,7 @@ func Start(cfg Config) (_ *Node, err error) {
 			if err = n.raw.Bootstrap(peers); err != nil {
 				err = fmt.Errorf("totalorder: bootstrap: %w", err)
 			}
+			n.lastIndex0 = uint64(len(peers)) // one conf change each
 		}
 	}()
 	if err != nil {
@@ -700,9 +708,27 @@ func (n *Node) setMembers(cs raftpb.ConfState) {
 
 var _ transport.Handler = (*Node)(nil)
 
-// Process implements transport.Handler.
+// Process implements transport.Handler. A message whose entries are not
+// this package's is refused (check.go).
 func (n *Node) Process(ctx context.Context, m raftpb.Message) error {
+	if err := checkEntries(&m); err != nil {
+		n.refused(err)
+		return err
+	}
 	return n.step(ctx, m)
+}
+
+// refused counts and logs (at most every 10 s) a refused peer message.
+func (n *Node) refused(err error) {
+	n.m.refused.Inc()
+	now := time.Now().UnixNano()
+	last := n.lastRefusal.Load()
+	if now-last < int64(10*time.Second) || !n.lastRefusal.CompareAndSwap(last, now) {
+		return
+	}
+	if n.cfg.Logger != nil {
+		n.cfg.Logger.Warningf("refused a raft message from a peer: %v", err)
+	}
 }
 
 // ReportUnreachable implements transport.Handler.

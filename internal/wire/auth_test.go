@@ -86,7 +86,7 @@ func TestNothingBeforeAuthentication(t *testing.T) {
 
 // testCert writes a self-signed certificate for 127.0.0.1/localhost and
 // returns the cert and key paths.
-func testCert(t *testing.T) (certFile, keyFile string) {
+func testCert(t testing.TB) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -1,8 +1,11 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -40,6 +43,8 @@ func TestBadInputAfterStartup(t *testing.T) {
 		{"second StartupMessage", startup},
 		{"password after startup", msg('p', 9, []byte("pass\x00"))},
 		{"unterminated query", msg('Q', 8, []byte("abcd"))},
+		// pgproto3 panics decoding it (found by FuzzStartup).
+		{"empty query body", msg('Q', 4, nil)},
 		{"truncated bind", msg('B', 6, []byte("\x00\x00"))},
 		{"garbage", []byte("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09garbage")},
 	} {
@@ -137,5 +142,29 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReceiveMalformed: messages pgproto3 panics on when it decodes them
+// are protocol errors (found by FuzzStartup).
+func TestReceiveMalformed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		authType uint32
+		bytes    []byte
+	}{
+		{"empty Query", pgproto3.AuthTypeOk, msg('Q', 4, nil)},
+		{"SASLInitialResponse without its length", pgproto3.AuthTypeSASL, msg('p', 18, []byte("SCRAM-SHA-256\x00"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := pgproto3.NewBackend(bytes.NewReader(tc.bytes), io.Discard)
+			if err := be.SetAuthType(tc.authType); err != nil {
+				t.Fatal(err)
+			}
+			m, err := receive(be)
+			if !errors.Is(err, errMalformed) || !isProtocolError(err) {
+				t.Fatalf("got %T %v, want a protocol error", m, err)
+			}
+		})
 	}
 }

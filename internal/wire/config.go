@@ -39,8 +39,25 @@ type Config struct {
 	// ShutdownTimeout is how long Shutdown lets sessions finish when its
 	// context has no deadline (default 30s).
 	ShutdownTimeout time.Duration
-	// StartupTimeout bounds TLS, startup and authentication (default 60s).
+	// StartupTimeout bounds everything before a client is authenticated:
+	// the startup packet, SSL negotiation and the TLS handshake, and the
+	// authentication exchange (default 60s, PostgreSQL's
+	// authentication_timeout). A client still unauthenticated then gets
+	// FATAL 57014 "canceling authentication due to timeout" and is
+	// disconnected.
 	StartupTimeout time.Duration
+	// MaxStartupConns limits the connections not yet authenticated, from
+	// all sources together (default 256). A connection beyond it gets
+	// FATAL 53300 at once and is closed.
+	MaxStartupConns int
+	// MaxStartupConnsPerSource limits the connections not yet
+	// authenticated from one source IP address (default 64). A connection
+	// beyond it gets FATAL 53300 at once and is closed.
+	MaxStartupConnsPerSource int
+	// MaxStartupPacketLen is the largest startup packet accepted, length
+	// word included (default 10000, PostgreSQL's own limit; 1024 … 1 MiB).
+	// A larger one gets FATAL 08P01.
+	MaxStartupPacketLen int
 	// DialTimeout bounds connecting to PostgreSQL (default 5s).
 	DialTimeout time.Duration
 	// MaxMessageLen is the largest client message body accepted (default
@@ -76,6 +93,18 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 60 * time.Second
+	}
+	if cfg.MaxStartupConns <= 0 {
+		cfg.MaxStartupConns = 256
+	}
+	if cfg.MaxStartupConnsPerSource <= 0 {
+		cfg.MaxStartupConnsPerSource = 64
+	}
+	if cfg.MaxStartupPacketLen <= 0 {
+		cfg.MaxStartupPacketLen = 10000
+	}
+	if cfg.MaxStartupPacketLen < 1024 || cfg.MaxStartupPacketLen > 1<<20 {
+		return cfg, fmt.Errorf("wire: MaxStartupPacketLen %d is not between 1024 and 1 MiB", cfg.MaxStartupPacketLen)
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second

@@ -5,14 +5,19 @@
 //
 // Layers, in the order a connection meets them:
 //
-//  1. Server (server.go) accepts connections, enforces MaxConns, keeps the
-//     table of cancel keys, and shuts down gracefully.
-//  2. Startup (startup.go) handles SSLRequest (TLS terminates here),
-//     GSSENCRequest (refused), protocol version negotiation, CancelRequest,
-//     then connects to PostgreSQL and relays the authentication exchange
-//     (trust, password, md5, SCRAM-SHA-256 without channel binding) until
-//     PostgreSQL's first ReadyForQuery. The client gets its own
-//     BackendKeyData; the backend's stays here.
+//  1. Server (server.go) accepts connections, enforces MaxConns and, for
+//     connections not yet authenticated, MaxStartupConns and
+//     MaxStartupConnsPerSource (refused at once with FATAL 53300), keeps
+//     the table of cancel keys, and shuts down gracefully.
+//  2. Startup (startup.go) handles SSLRequest (TLS terminates here) and
+//     GSSENCRequest (refused), each at most once, protocol version
+//     negotiation, CancelRequest, then connects to PostgreSQL and relays
+//     the authentication exchange (trust, password, md5, SCRAM-SHA-256
+//     without channel binding) until PostgreSQL's first ReadyForQuery.
+//     All of it within StartupTimeout (then FATAL 57014), with a startup
+//     packet of at most MaxStartupPacketLen and client messages of at most
+//     64 KiB until authenticated. The client gets its own BackendKeyData;
+//     the backend's stays here.
 //  3. The session (session.go) relays messages in both directions with
 //     pgproto3 (Backend toward the client, Frontend toward PostgreSQL),
 //     tracking transaction status, outstanding sync points and COPY mode,
@@ -35,6 +40,10 @@
 // Bounded memory: messages are streamed one at a time; a direction writes
 // as soon as 32 KiB are pending, so a huge result or COPY never accumulates.
 // A single client message is limited to Config.MaxMessageLen.
+//
+// Fuzzing: FuzzStartup (a client's first bytes, through a stand-in
+// PostgreSQL) and FuzzClientMessages (after startup, through PostgreSQL);
+// limits_test.go tests each limit on real sockets.
 //
 // This package must never know about replication (that is the session
 // layer, plugged in through Hooks), must never send a client's messages to

@@ -24,6 +24,25 @@ const (
 	codeInternal             = "XX000"
 )
 
+// errMalformed is returned (wrapped) by receive for a client message
+// pgproto3 cannot decode without panicking.
+var errMalformed = errors.New("wire: malformed message")
+
+// receive reads the next client message. pgproto3 (v5.7.2) panics
+// decoding some malformed messages (a Query with an empty body, a
+// SASLInitialResponse shorter than its mechanism and length: found by
+// FuzzStartup); those are protocol violations like any other malformed
+// message, answered with FATAL 08P01. The message was read whole before it
+// was decoded, so the stream stays in step.
+func receive(be *pgproto3.Backend) (msg pgproto3.FrontendMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("%w: %v", errMalformed, r)
+		}
+	}()
+	return be.Receive()
+}
+
 // errIdle is returned by the client reader when the session was idle past
 // its timeout; code is the SQLSTATE to report.
 type errIdle struct{ code, msg string }

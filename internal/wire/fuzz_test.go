@@ -3,7 +3,9 @@ package wire
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +16,8 @@ import (
 // a successful startup (first byte even) or instead of a startup packet
 // (first byte odd). Invariants: whatever PostgreSQL and the proxy answer is
 // well-formed protocol, the connection ends or answers within a bounded
-// time, and the proxy keeps serving new sessions.
+// time, the proxy never panics (it would recover, and log it), and it
+// keeps serving new sessions.
 func FuzzClientMessages(f *testing.F) {
 	enc := func(msgs ...pgproto3.FrontendMessage) []byte {
 		var b []byte
@@ -43,7 +46,11 @@ func FuzzClientMessages(f *testing.F) {
 	f.Add(before([]byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e, 0, 0, 0, 1, 0, 0, 0, 2}))
 	f.Add(before([]byte("GET / HTTP/1.1\r\n\r\n")))
 
-	p := startProxy(f, nil, func(c *Config) { c.StartupTimeout = 2 * time.Second })
+	var logs syncLog
+	p := startProxy(f, nil, func(c *Config) {
+		c.StartupTimeout = 2 * time.Second
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -99,6 +106,9 @@ func FuzzClientMessages(f *testing.F) {
 		r.send(q("SELECT 42"))
 		if got := r.untilReady(); got != "RowDescription ?column?:23\nDataRow \"42\"\nCommandComplete SELECT 1\nReadyForQuery I\n" {
 			t.Fatalf("proxy broken after input: %s", got)
+		}
+		if l := logs.take(); strings.Contains(l, "panic") {
+			t.Fatalf("the proxy panicked: %s", l)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	connsActive   prometheus.Gauge
 	connsTotal    prometheus.Counter
+	unauthed      prometheus.Gauge       // connections not yet authenticated
 	connsRejected *prometheus.CounterVec // reason
 	bytesIn       prometheus.Counter     // from clients
 	bytesOut      prometheus.Counter     // to clients
@@ -19,6 +20,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		connsActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_wire_connections", Help: "Client sessions currently open."}),
+		unauthed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordo_wire_unauthenticated_connections", Help: "Client connections not yet authenticated (startup, TLS, authentication)."}),
 		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_wire_connections_total", Help: "Client connections accepted."}),
 		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -38,14 +41,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	// Every label value starts at 0, so rates and alerts see each series
 	// from the start rather than once the first event happens.
-	for _, reason := range []string{"protocol", "tls", "tls_required", "shutdown", "max_conns"} {
+	for _, reason := range []string{"protocol", "tls", "tls_required", "shutdown", "max_conns",
+		"startup_limit", "source_limit", "auth_timeout"} {
 		m.connsRejected.WithLabelValues(reason)
 	}
 	for _, kind := range []string{"protocol", "backend", "auth", "hook"} {
 		m.errors.WithLabelValues(kind)
 	}
 	if reg != nil {
-		reg.MustRegister(m.connsActive, m.connsTotal, m.connsRejected, m.bytesIn, m.bytesOut,
+		reg.MustRegister(m.connsActive, m.unauthed, m.connsTotal, m.connsRejected, m.bytesIn, m.bytesOut,
 			m.messagesIn, m.messagesOut, m.errors, m.cancels)
 	}
 	return m

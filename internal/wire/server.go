@@ -30,8 +30,13 @@ type Server struct {
 	sessions  map[*session]struct{} // established sessions
 	cancelKey map[uint64]*session   // our BackendKeyData -> session
 	active    int                   // sessions counted against MaxConns
-	draining  bool
-	addr      net.Addr
+	// Connections not yet authenticated, in all and by source IP
+	// (MaxStartupConns, MaxStartupConnsPerSource).
+	unauthed       int
+	unauthedSource map[string]int
+	lastRefusalLog map[string]time.Time // by limit: refusals are logged at most every 10 s
+	draining       bool
+	addr           net.Addr
 
 	idleTimeouts bool // IdleTimeout or IdleInTxTimeout set
 
@@ -56,6 +61,9 @@ func NewServer(cfg Config, hooks Hooks) (*Server, error) {
 		conns:     make(map[net.Conn]struct{}),
 		sessions:  make(map[*session]struct{}),
 		cancelKey: make(map[uint64]*session),
+
+		unauthedSource: make(map[string]int),
+		lastRefusalLog: make(map[string]time.Time),
 	}
 	s.idleTimeouts = c.IdleTimeout > 0 || c.IdleInTxTimeout > 0
 	var b [4]byte
@@ -188,7 +196,14 @@ func (s *Server) handle(c net.Conn) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
-	ss, err := s.startup(c)
+	src, admitted := s.enterStartup(c)
+	if !admitted {
+		return
+	}
+	ss, err := func() (*session, error) {
+		defer s.leaveStartup(src) // even if startup panics
+		return s.startup(c)
+	}()
 	if err != nil || ss == nil {
 		if err != nil {
 			s.log.Debug("client startup failed", "remote", c.RemoteAddr().String(), "err", err)
@@ -196,6 +211,63 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	ss.run()
+}
+
+// enterStartup counts a connection not yet authenticated against
+// MaxStartupConns and MaxStartupConnsPerSource. Over either limit, the
+// client gets FATAL 53300 at once (as PostgreSQL answers when it cannot
+// start a backend: before reading anything, so also in reply to an
+// SSLRequest) and ok is false. Otherwise leaveStartup(src) must follow.
+func (s *Server) enterStartup(c net.Conn) (src string, ok bool) {
+	src = c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(src); err == nil {
+		src = host
+	}
+	s.mu.Lock()
+	total, fromSrc := s.unauthed < s.cfg.MaxStartupConns, s.unauthedSource[src] < s.cfg.MaxStartupConnsPerSource
+	reason := ""
+	switch {
+	case !fromSrc:
+		reason = "source_limit"
+	case !total:
+		reason = "startup_limit"
+	default:
+		s.unauthed++
+		s.unauthedSource[src]++
+		s.m.unauthed.Inc()
+	}
+	logIt := false
+	if now := time.Now(); reason != "" && now.Sub(s.lastRefusalLog[reason]) >= 10*time.Second {
+		s.lastRefusalLog[reason], logIt = now, true
+	}
+	s.mu.Unlock()
+	switch reason {
+	case "source_limit":
+		if logIt {
+			s.log.Warn("refused a client: too many unauthenticated connections from its address (logged at most every 10 s)", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConnsPerSource)
+		}
+		s.reject(c, reason, fatal(codeTooManyConnections, "sorry, too many connections from %s not yet authenticated (ordo limit %d per address)", src, s.cfg.MaxStartupConnsPerSource))
+		return src, false
+	case "startup_limit":
+		if logIt {
+			s.log.Warn("refused a client: too many unauthenticated connections (logged at most every 10 s)", "remote", c.RemoteAddr().String(), "limit", s.cfg.MaxStartupConns)
+		}
+		s.reject(c, reason, fatal(codeTooManyConnections, "sorry, too many connections not yet authenticated (ordo limit %d)", s.cfg.MaxStartupConns))
+		return src, false
+	}
+	return src, true
+}
+
+// leaveStartup ends what enterStartup counted: the connection is
+// authenticated, or gone.
+func (s *Server) leaveStartup(src string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unauthed--
+	if s.unauthedSource[src]--; s.unauthedSource[src] <= 0 {
+		delete(s.unauthedSource, src)
+	}
+	s.m.unauthed.Dec()
 }
 
 // admit counts a new session against MaxConns and registers it.

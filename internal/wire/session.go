@@ -250,9 +250,10 @@ func (cr *clientReader) Read(p []byte) (int, error) {
 		timeout := ss.idleTimeout()
 		if timeout > 0 {
 			_ = ss.rawClient.SetReadDeadline(time.Now().Add(timeout))
-		} else if ss.srv.idleTimeouts {
+		} else if ss.srv.idleTimeouts && ss.established {
 			// The backend goroutine may have armed a deadline (see
-			// armIdle); busy sessions have none.
+			// armIdle); busy sessions have none. (Before the session is
+			// established, the startup deadline stands.)
 			_ = ss.rawClient.SetReadDeadline(time.Time{})
 			if t2 := ss.idleTimeout(); t2 > 0 { // became idle meanwhile
 				_ = ss.rawClient.SetReadDeadline(time.Now().Add(t2))
@@ -269,7 +270,7 @@ func (cr *clientReader) Read(p []byte) (int, error) {
 			ss.abortIdle()
 			continue
 		}
-		if n == 0 && ss.srv.idleTimeouts && errors.As(err, &ne) && ne.Timeout() && !ss.isClosed() {
+		if n == 0 && ss.srv.idleTimeouts && ss.established && errors.As(err, &ne) && ne.Timeout() && !ss.isClosed() {
 			if ss.idleTimeout() == 0 {
 				continue // became busy (e.g. a long statement): not idle
 			}
@@ -453,7 +454,7 @@ func isProtocolError(err error) bool {
 // (nil) or fails.
 func (ss *session) clientLoop() error {
 	for {
-		msg, err := ss.be.Receive()
+		msg, err := receive(ss.be)
 		if err != nil {
 			if ss.isClosed() {
 				return nil

@@ -44,7 +44,7 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 	conn := raw
 	deadline := time.Now().Add(s.cfg.StartupTimeout)
 	_ = raw.SetDeadline(deadline)
-	tlsDone := false
+	tlsDone, gssDone := false, false
 	var hdr [8]byte
 	for {
 		// Read only the 8-byte header ourselves: nothing past an SSLRequest
@@ -52,12 +52,15 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 		// the middle) sends early end up in the handshake and fail it
 		// (CVE-2021-23214).
 		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+			if s.authTimedOut(conn, err) {
+				return nil, nil
+			}
 			return nil, fmt.Errorf("read startup packet: %w", err)
 		}
 		length := binary.BigEndian.Uint32(hdr[0:4])
 		code := binary.BigEndian.Uint32(hdr[4:8])
-		if length < 8 || length > 10000 {
-			s.reject(conn, "protocol", fatal(codeProtocolViolation, "invalid length of startup packet: %d", length))
+		if length < 8 || length > uint32(s.cfg.MaxStartupPacketLen) {
+			s.reject(conn, "protocol", fatal(codeProtocolViolation, "invalid length of startup packet: %d (ordo accepts at most %d)", length, s.cfg.MaxStartupPacketLen))
 			return nil, nil
 		}
 		if length == 8 && code == sslRequestCode {
@@ -85,10 +88,15 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 			continue
 		}
 		if length == 8 && code == gssEncRequestCode {
+			if gssDone {
+				s.reject(conn, "protocol", fatal(codeProtocolViolation, "GSSENCRequest received twice"))
+				return nil, nil
+			}
 			// GSSAPI encryption is not supported: refuse, the client may go on.
 			if _, err := conn.Write([]byte{'N'}); err != nil {
 				return nil, err
 			}
+			gssDone = true
 			continue
 		}
 		var minor uint32
@@ -106,6 +114,9 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 		}
 		msg, err := be.ReceiveStartupMessage()
 		if err != nil {
+			if s.authTimedOut(conn, err) {
+				return nil, nil
+			}
 			s.reject(conn, "protocol", fatal(codeProtocolViolation, "invalid startup packet: %v", err))
 			return nil, nil
 		}
@@ -127,6 +138,29 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 	}
 }
 
+// authTimedOut reports whether err is the startup deadline passing; if so
+// it tells the client, as PostgreSQL's authentication_timeout does.
+func (s *Server) authTimedOut(conn net.Conn, err error) bool {
+	if !isTimeout(err) {
+		return false
+	}
+	s.reject(conn, "auth_timeout", authTimeout(s.cfg.StartupTimeout))
+	return true
+}
+
+func authTimeout(d time.Duration) *pgproto3.ErrorResponse {
+	return fatal(codeQueryCanceled, "canceling authentication due to timeout (ordo auth_timeout %s)", d)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// maxAuthMessageLen bounds a client message before authentication
+// (password, SASL): PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH.
+const maxAuthMessageLen = 65535
+
 // reject sends err to a client that has no session and counts it.
 func (s *Server) reject(conn net.Conn, reason string, e *pgproto3.ErrorResponse) {
 	s.m.connsRejected.WithLabelValues(reason).Inc()
@@ -140,6 +174,8 @@ func (s *Server) reject(conn net.Conn, reason string, e *pgproto3.ErrorResponse)
 // ReadyForQuery is pending in ss.startupRFQ.
 func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Backend, sm *pgproto3.StartupMessage, minor uint32, isTLS bool, deadline time.Time) (*session, error) {
 	ss := newSession(s, raw, conn, cr, be)
+	// Until authenticated, a client may send only small messages.
+	be.SetMaxBodyLen(min(s.cfg.MaxMessageLen, maxAuthMessageLen))
 	if !s.admit(ss) {
 		if s.isDraining() {
 			s.reject(conn, "shutdown", fatal(codeCannotConnectNow, "the ordo proxy is shutting down"))
@@ -203,7 +239,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 	for authed := false; !authed; {
 		msg, err := ss.fe.Receive()
 		if err != nil {
-			return nil, ss.backendLost(err)
+			return nil, ss.startupFailed(err, true)
 		}
 		var expect uint32 // the client response we wait for, if any
 		switch m := msg.(type) {
@@ -254,9 +290,9 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		if err := be.SetAuthType(expect); err != nil {
 			return nil, err
 		}
-		cm, err := be.Receive()
+		cm, err := receive(be)
 		if err != nil {
-			return nil, ss.clientFailed(err)
+			return nil, ss.startupFailed(err, false)
 		}
 		switch cm.(type) {
 		case *pgproto3.PasswordMessage, *pgproto3.SASLInitialResponse, *pgproto3.SASLResponse:
@@ -271,13 +307,14 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		}
 	}
 	_ = be.SetAuthType(pgproto3.AuthTypeOk)
+	be.SetMaxBodyLen(s.cfg.MaxMessageLen)
 
 	// After AuthenticationOk: ParameterStatus, BackendKeyData, notices, then
 	// ReadyForQuery (or a FATAL such as "database does not exist").
 	for {
 		msg, err := ss.fe.Receive()
 		if err != nil {
-			return nil, ss.backendLost(err)
+			return nil, ss.startupFailed(err, true)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.BackendKeyData:
@@ -310,6 +347,23 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		}
 		ss.sendClient(msg)
 	}
+}
+
+// startupFailed reports a read error before the session is established:
+// the startup deadline passing (StartupTimeout), else a failure of
+// PostgreSQL's connection (backend) or the client's.
+func (ss *session) startupFailed(err error, backend bool) error {
+	if isTimeout(err) {
+		ss.srv.m.connsRejected.WithLabelValues("auth_timeout").Inc()
+		ss.sendClient(authTimeout(ss.srv.cfg.StartupTimeout))
+		_ = ss.rawClient.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = ss.flushClient()
+		return fmt.Errorf("authentication: %w", err)
+	}
+	if backend {
+		return ss.backendLost(err)
+	}
+	return ss.clientFailed(err)
 }
 
 // errBackendLost wraps failures of the PostgreSQL connection.

@@ -104,6 +104,20 @@ type Node struct {
 	KeyEscalationRows int `yaml:"key_escalation_rows"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
+	// AuthTimeout bounds everything before a client is authenticated:
+	// startup packet, TLS handshake, authentication (default 60s, as
+	// PostgreSQL's authentication_timeout). A client still
+	// unauthenticated then gets FATAL 57014 and is disconnected.
+	AuthTimeout time.Duration `yaml:"auth_timeout"`
+	// MaxUnauthenticated limits client connections not yet authenticated,
+	// from all addresses (default 256); MaxUnauthenticatedPerSource, from
+	// one IP address (default 64). A connection beyond either gets FATAL
+	// 53300 at once.
+	MaxUnauthenticated          int `yaml:"max_unauthenticated_connections"`
+	MaxUnauthenticatedPerSource int `yaml:"max_unauthenticated_per_source"`
+	// MaxStartupPacketBytes is the largest startup packet a client may
+	// send (default 10000, PostgreSQL's limit; 1024 … 1048576).
+	MaxStartupPacketBytes int `yaml:"max_startup_packet_bytes"`
 	// LocalDatabases may be connected to through this node without being
 	// replicated: their sessions are relayed to PostgreSQL untouched. Any
 	// other database but the replicated one (the database of Postgres) is
@@ -199,6 +213,18 @@ func (n *Node) Defaults() {
 	if n.MaxConnections == 0 {
 		n.MaxConnections = 1000
 	}
+	if n.AuthTimeout == 0 {
+		n.AuthTimeout = 60 * time.Second
+	}
+	if n.MaxUnauthenticated == 0 {
+		n.MaxUnauthenticated = 256
+	}
+	if n.MaxUnauthenticatedPerSource == 0 {
+		n.MaxUnauthenticatedPerSource = 64
+	}
+	if n.MaxStartupPacketBytes == 0 {
+		n.MaxStartupPacketBytes = 10000
+	}
 	if n.ApplyWorkers == 0 {
 		n.ApplyWorkers = 1
 	}
@@ -284,6 +310,21 @@ func (n *Node) validate(files bool) error {
 	}
 	if n.ApplyWorkers < 1 || n.ApplyWorkers > 64 {
 		bad("apply_workers: must be between 1 and 64, got %d", n.ApplyWorkers)
+	}
+	if n.MaxConnections < 1 {
+		bad("max_connections: must be positive, got %d", n.MaxConnections)
+	}
+	if n.AuthTimeout < time.Second {
+		bad("auth_timeout: must be at least 1s, got %s", n.AuthTimeout)
+	}
+	if n.MaxUnauthenticated < 1 {
+		bad("max_unauthenticated_connections: must be positive, got %d", n.MaxUnauthenticated)
+	}
+	if n.MaxUnauthenticatedPerSource < 1 || n.MaxUnauthenticatedPerSource > n.MaxUnauthenticated {
+		bad("max_unauthenticated_per_source: must be between 1 and max_unauthenticated_connections (%d), got %d", n.MaxUnauthenticated, n.MaxUnauthenticatedPerSource)
+	}
+	if n.MaxStartupPacketBytes < 1024 || n.MaxStartupPacketBytes > 1<<20 {
+		bad("max_startup_packet_bytes: must be between 1024 and 1048576, got %d", n.MaxStartupPacketBytes)
 	}
 	if n.SequenceStride <= MaxNodes {
 		bad("sequence_stride: must be larger than the largest node id %d, got %d", MaxNodes, n.SequenceStride)

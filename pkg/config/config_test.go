@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -171,4 +172,26 @@ func TestAdminTokenProblems(t *testing.T) {
 	require.ErrorContains(t, err, "not used with peer_tls")
 	_, err = Parse(write(t, node("127.0.0.1:7001", "admin_listen: nonsense")))
 	require.ErrorContains(t, err, `admin_listen: "nonsense" is not host:port`)
+}
+
+func TestClientLimits(t *testing.T) {
+	n, err := Load(write(t, node("127.0.0.1:7001")))
+	require.NoError(t, err)
+	require.Equal(t, 60*time.Second, n.AuthTimeout)
+	require.Equal(t, 256, n.MaxUnauthenticated)
+	require.Equal(t, 64, n.MaxUnauthenticatedPerSource)
+	require.Equal(t, 10000, n.MaxStartupPacketBytes)
+
+	n, err = Load(write(t, node("127.0.0.1:7001")+"auth_timeout: 10s\nmax_unauthenticated_connections: 50\nmax_unauthenticated_per_source: 5\nmax_startup_packet_bytes: 4096\n"))
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, n.AuthTimeout)
+	require.Equal(t, 50, n.MaxUnauthenticated)
+	require.Equal(t, 5, n.MaxUnauthenticatedPerSource)
+	require.Equal(t, 4096, n.MaxStartupPacketBytes)
+
+	_, err = Load(write(t, node("127.0.0.1:7001")+"auth_timeout: 10ms\nmax_unauthenticated_connections: 8\nmax_unauthenticated_per_source: 9\nmax_startup_packet_bytes: 100\n"))
+	for _, want := range []string{"auth_timeout: must be at least 1s", "max_unauthenticated_per_source: must be between 1 and max_unauthenticated_connections (8), got 9",
+		"max_startup_packet_bytes: must be between 1024"} {
+		require.ErrorContains(t, err, want)
+	}
 }

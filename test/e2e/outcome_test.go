@@ -118,8 +118,9 @@ func TestUnknownOutcomeIsResolvable(t *testing.T) {
 }
 
 // TestOrdinaryRolesCannotWriteOrdoTables: Ordo's bookkeeping (proofs,
-// early rollbacks, outcomes) cannot be written or read by an ordinary
-// role through any node; the outcome check is open to everyone.
+// early rollbacks, outcomes) cannot be written, read, altered or replaced
+// by an ordinary role through any node, nor can the schema get objects of
+// its own; the outcome check is open to everyone.
 func TestOrdinaryRolesCannotWriteOrdoTables(t *testing.T) {
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
@@ -136,7 +137,13 @@ func TestOrdinaryRolesCannotWriteOrdoTables(t *testing.T) {
 			"INSERT INTO _ordo.applied (seqno, gid) VALUES (999999, 'ordo_9_9')",
 			"INSERT INTO _ordo.aborted (seqno, gid, label) VALUES (999999, 'ordo_9_9', 'forged')",
 			"DELETE FROM _ordo.rolled_back",
+			"UPDATE _ordo.applied SET gid = 'ordo_9_9'",
+			"TRUNCATE _ordo.aborted",
 			"SELECT count(*) FROM _ordo.applied",
+			"CREATE TABLE _ordo.mine (a int)",
+			"ALTER TABLE _ordo.applied ADD COLUMN x int",
+			"DROP TABLE _ordo.rolled_back",
+			"CREATE OR REPLACE FUNCTION _ordo.txn_status(label text) RETURNS text LANGUAGE sql AS $$SELECT 'committed'$$",
 			"SELECT pg_logical_emit_message(true, 'ordo.ddl', '{}')",
 		} {
 			_, err := conn.Exec(ctx, sql)

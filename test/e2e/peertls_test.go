@@ -28,8 +28,11 @@ import (
 // mutual TLS between them (certificates made as `ordo cert` makes them),
 // checks they replicate, then speaks to node 1's peer port as an impostor:
 // node 2's certificate used to send as node 3, a client certificate of
-// another CA, and a client certificate of the cluster's CA (no node id).
-// Each is refused and logged by node 1, and the cluster keeps working.
+// another CA, a client certificate of the cluster's CA (no node id), and
+// node 2's own certificate sending malformed Raft messages. Each is refused
+// and logged by node 1, and the cluster keeps working. Clients must use TLS
+// (the node's certificate made by `ordo cert create-server`); SIGHUP
+// reloads both the peer and the client certificate.
 func TestPeerTLSRefusesImpostors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := certs.CreateCA(certs.Options{Dir: dir})
@@ -40,17 +43,31 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 	}
 	_, err = certs.CreateClient(certs.Options{Dir: dir}, "alice")
 	require.NoError(t, err)
+	_, err = certs.CreateServer(certs.Options{Dir: dir}, "clients", []string{"127.0.0.1"})
+	require.NoError(t, err)
 	otherDir := t.TempDir()
 	_, err = certs.CreateCA(certs.Options{Dir: otherDir})
 	require.NoError(t, err)
 	_, err = certs.CreateClient(certs.Options{Dir: otherDir}, "mallory")
 	require.NoError(t, err)
 
-	c := startProcCluster(t, 3, "dbsm", fmt.Sprintf("peer_tls: {cert_file: %[1]s/node-@ID@.crt, key_file: %[1]s/node-@ID@.key, ca_file: %[1]s/ca.crt}", dir))
+	c := startProcCluster(t, 3, "dbsm", fmt.Sprintf("peer_tls: {cert_file: %[1]s/node-@ID@.crt, key_file: %[1]s/node-@ID@.key, ca_file: %[1]s/ca.crt}", dir),
+		fmt.Sprintf("tls: {cert_file: %[1]s/server-clients.crt, key_file: %[1]s/server-clients.key, allow_plaintext: false}", dir))
 	ctx := context.Background()
+	// Clients must use TLS, and can verify the node's certificate with the CA.
+	tlsDSN := strings.Replace(c.dsn(0), "sslmode=disable", "sslmode=verify-full&sslrootcert="+filepath.Join(dir, "ca.crt"), 1)
+	_, err = pgx.Connect(ctx, c.dsn(0))
+	require.Error(t, err, "a plaintext client")
+	require.Equal(t, "28000", sqlstate(err), "%v", err)
+	clientSerial := func() string {
+		conn, err := pgx.Connect(ctx, tlsDSN)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		return conn.PgConn().Conn().(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
 	replicated := func(table string) {
 		t.Helper()
-		conn, err := pgx.Connect(ctx, c.dsn(0))
+		conn, err := pgx.Connect(ctx, tlsDSN)
 		require.NoError(t, err)
 		defer conn.Close(ctx)
 		_, err = conn.Exec(ctx, "CREATE TABLE "+table+" (k int PRIMARY KEY)")
@@ -79,9 +96,9 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
 		return cfg
 	}
-	// send opens a stream to node 1 with cfg and sends one heartbeat from
+	// sendMsg opens a stream to node 1 with cfg and sends one message as
 	// node `from`; it returns the status the stream ended with.
-	send := func(cfg *tls.Config, from uint64) error {
+	sendMsg := func(cfg *tls.Config, from uint64, msg raftpb.Message) error {
 		conn, err := grpc.NewClient(n1.PeerListen, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 		require.NoError(t, err)
 		defer conn.Close()
@@ -91,11 +108,16 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		m, err := (&raftpb.Message{Type: raftpb.MsgHeartbeat, From: from, To: 1}).Marshal()
+		msg.From, msg.To = from, 1
+		m, err := msg.Marshal()
 		require.NoError(t, err)
 		_ = s.Send(&ordov1.RaftBatch{From: from, To: 1, Messages: [][]byte{m}})
 		_, err = s.CloseAndRecv()
 		return err
+	}
+
+	send := func(cfg *tls.Config, from uint64) error {
+		return sendMsg(cfg, from, raftpb.Message{Type: raftpb.MsgHeartbeat})
 	}
 
 	// node 2's certificate, sending as node 3
@@ -113,6 +135,14 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 	require.Error(t, err)
 	require.Eventually(t, func() bool { return strings.Contains(node1(), "names no Ordo node id") }, 10*time.Second, 50*time.Millisecond, node1())
 
+	// node 2's own certificate, but messages raft would panic on or take
+	// for its own: refused before raft sees them
+	for _, m := range []raftpb.Message{{Type: -3, Term: 1}, {Type: raftpb.MsgStorageAppendResp, Term: 1, Index: 1 << 40}} {
+		err = sendMsg(node2.ClientConfig(), 2, m)
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(node1(), "refused a peer stream: a malformed raft message") }, 10*time.Second, 50*time.Millisecond, node1())
+
 	// none of it disturbed the cluster
 	replicated("after_impostors")
 	for i := range c.metrics {
@@ -129,8 +159,10 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
-	before := served()
+	before, clientBefore := served(), clientSerial()
 	_, err = certs.CreateNode(certs.Options{Dir: dir, Overwrite: true}, 1, []string{"127.0.0.1"})
+	require.NoError(t, err)
+	_, err = certs.CreateServer(certs.Options{Dir: dir, Overwrite: true}, "clients", []string{"127.0.0.1"})
 	require.NoError(t, err)
 	require.NoError(t, c.procs[0].Process.Signal(syscall.SIGHUP))
 	// (the node's own watch may see the new files first: either reloads)
@@ -139,5 +171,11 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 	},
 		10*time.Second, 50*time.Millisecond, node1())
 	require.NotEqual(t, before, served())
+	// the client certificate too, on the same signal
+	require.Eventually(t, func() bool {
+		return strings.Contains(node1(), "client TLS files reloaded") || strings.Contains(node1(), "client TLS files changed: reloaded")
+	},
+		10*time.Second, 50*time.Millisecond, node1())
+	require.NotEqual(t, clientBefore, clientSerial())
 	replicated("after_rotation")
 }

@@ -179,6 +179,10 @@ func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.Raft
 		if b.To != t.cfg.ID {
 			return status.Errorf(codes.InvalidArgument, "batch for node %x reached node %x", b.To, t.cfg.ID)
 		}
+		if err := checkSender(b.From, t.cfg.ID); err != nil {
+			t.refuse(fmt.Sprintf("sender %d", b.From), "refused a peer stream: a batch from an impossible sender", "remote", remote, "err", err)
+			return status.Errorf(codes.InvalidArgument, "%v", err)
+		}
 		if proven != 0 && b.From != proven {
 			t.refuse(fmt.Sprintf("as %d %d", proven, b.From), "refused a peer stream: its certificate proves another node than the batch claims",
 				"remote", remote, "certificate_node", proven, "claimed_node", b.From)
@@ -191,7 +195,12 @@ func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.Raft
 		for _, raw := range b.Messages {
 			var m raftpb.Message
 			if err := m.Unmarshal(raw); err != nil {
-				return status.Errorf(codes.InvalidArgument, "bad raft message: %v", err)
+				t.refuse("unmarshal "+remote, "refused a peer stream: a raft message does not decode", "remote", remote, "batch_from", b.From, "err", err)
+				return status.Errorf(codes.InvalidArgument, "%v: %v", ErrBadMessage, err)
+			}
+			if err := CheckMessage(&m); err != nil {
+				t.refuse(fmt.Sprintf("check %d %s", b.From, m.Type), "refused a peer stream: a malformed raft message", "remote", remote, "batch_from", b.From, "err", err)
+				return status.Errorf(codes.InvalidArgument, "%v", err)
 			}
 			if m.From != b.From || m.To != t.cfg.ID {
 				t.refuse(fmt.Sprintf("msg %d %d %d", b.From, m.From, m.To), "refused a peer stream: a message's sender or recipient is not the batch's",
@@ -205,6 +214,10 @@ func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.Raft
 		}
 		for _, m := range msgs {
 			if err := t.h.Process(ctx, m); err != nil {
+				if errors.Is(err, ErrBadMessage) {
+					t.refuse(fmt.Sprintf("process %d %s", b.From, m.Type), "refused a peer stream: the node refused a raft message", "remote", remote, "batch_from", b.From, "err", err)
+					return status.Errorf(codes.InvalidArgument, "%v", err)
+				}
 				return status.Errorf(codes.Unavailable, "step: %v", err)
 			}
 		}

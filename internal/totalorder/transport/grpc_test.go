@@ -87,7 +87,7 @@ func TestOrderedDeliveryAndApplied(t *testing.T) {
 	t1.SetApplied(42)
 	const n = 5000
 	for i := 1; i <= n; i++ {
-		t1.Send([]raftpb.Message{{Type: raftpb.MsgApp, From: 1, To: 2, Index: uint64(i)}})
+		t1.Send([]raftpb.Message{{Type: raftpb.MsgApp, Term: 1, From: 1, To: 2, Index: uint64(i)}})
 		if i%500 == 0 {
 			waitFor(t, "queue to drain", func() bool { return h2.count() >= i-100 })
 		}
@@ -131,8 +131,8 @@ func TestBatchesStayUnderTheMessageLimit(t *testing.T) {
 	const n = 40
 	var ms []raftpb.Message
 	for i := 1; i <= n; i++ {
-		ms = append(ms, raftpb.Message{Type: raftpb.MsgApp, From: 1, To: 2, Index: uint64(i),
-			Entries: []raftpb.Entry{{Index: uint64(i), Data: make([]byte, 50<<10)}}})
+		ms = append(ms, raftpb.Message{Type: raftpb.MsgApp, Term: 1, From: 1, To: 2, Index: uint64(i),
+			Entries: []raftpb.Entry{{Index: uint64(i) + 1, Term: 1, Data: make([]byte, 50<<10)}}})
 	}
 	t1.AddPeer(2, t2.Addr())
 	t1.Send(ms) // queued at once: one drain sees them all
@@ -155,7 +155,7 @@ func TestRemovedSenderIsTold(t *testing.T) {
 	defer t1.Stop()
 	t1.AddPeer(2, t2.Addr())
 	for i := 0; i < 100; i++ {
-		t1.Send([]raftpb.Message{{Type: raftpb.MsgHeartbeat, From: 1, To: 2}})
+		t1.Send([]raftpb.Message{{Type: raftpb.MsgHeartbeat, Term: 1, From: 1, To: 2}})
 		select {
 		case <-h1.gone:
 			if h2.count() != 0 {

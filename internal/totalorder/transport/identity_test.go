@@ -92,7 +92,7 @@ func startTLS(t *testing.T, id uint64, tlsPeer *certs.Peer, h Handler, logs *log
 }
 
 func heartbeat(from, to uint64) []raftpb.Message {
-	return []raftpb.Message{{Type: raftpb.MsgHeartbeat, From: from, To: to}}
+	return []raftpb.Message{{Type: raftpb.MsgHeartbeat, Term: 1, From: from, To: to}}
 }
 
 // sendFor keeps sending from tr to node `to` for d (a refused sender
@@ -203,16 +203,24 @@ func TestIdentityForgedMessages(t *testing.T) {
 		}
 		return out
 	}
-	good := raftpb.Message{Type: raftpb.MsgHeartbeat, From: 2, To: 1}
+	good := raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 1, From: 2, To: 1}
 	for name, c := range map[string]struct {
 		b    *ordov1.RaftBatch
 		code codes.Code
 	}{
-		"batch claims node 3":         {&ordov1.RaftBatch{From: 3, To: 1, Messages: raw(raftpb.Message{Type: raftpb.MsgHeartbeat, From: 3, To: 1})}, codes.PermissionDenied},
-		"message from node 3":         {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgApp, From: 3, To: 1})}, codes.PermissionDenied},
-		"message to another node":     {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 3})}, codes.PermissionDenied},
+		"batch claims node 3":         {&ordov1.RaftBatch{From: 3, To: 1, Messages: raw(raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 1, From: 3, To: 1})}, codes.PermissionDenied},
+		"message from node 3":         {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgApp, Term: 1, From: 3, To: 1})}, codes.PermissionDenied},
+		"message to another node":     {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgApp, Term: 1, From: 2, To: 3})}, codes.PermissionDenied},
 		"batch addressed to node 3":   {&ordov1.RaftBatch{From: 2, To: 3, Messages: raw(good)}, codes.InvalidArgument},
 		"the right sender and target": {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, good)}, codes.OK},
+		// Malformed: refused whole too, whoever sends it.
+		"unknown message type":  {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: 99, Term: 1, From: 2, To: 1})}, codes.InvalidArgument},
+		"negative message type": {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: -1, Term: 1, From: 2, To: 1})}, codes.InvalidArgument},
+		"a local message":       {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgStorageAppendResp, Term: 1, From: 2, To: 1})}, codes.InvalidArgument},
+		"a vote without a term": {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgPreVote, From: 2, To: 1})}, codes.InvalidArgument},
+		"entries out of sequence": {&ordov1.RaftBatch{From: 2, To: 1, Messages: raw(good, raftpb.Message{Type: raftpb.MsgApp, Term: 2, From: 2, To: 1, Index: 5,
+			Entries: []raftpb.Entry{{Index: 6, Term: 2}, {Index: 2, Term: 2}}})}, codes.InvalidArgument},
+		"not a raft message": {&ordov1.RaftBatch{From: 2, To: 1, Messages: [][]byte{{0xff, 0xff}}}, codes.InvalidArgument},
 	} {
 		before := h1.count()
 		err := send(c.b)
