@@ -128,7 +128,7 @@ const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 
 // Statement implements wire.SessionHooks.
 func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
-	first := !s.unitStarted
+	first := st.AtBoundary
 	if first {
 		s.unitStatus = 0
 		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
@@ -773,6 +773,13 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 				return nil
 			}
 			return errBruteForce
+		}
+		if !atBoundary && s.tx.active && !s.tx.done && s.txStatus() != 'E' {
+			if atParse {
+				return nil // prepared only: it acts when it is executed
+			}
+			return pgErr(codeFeatureNotSupported,
+				"ordo: COMMIT pipelined after other statements in one batch cannot be replicated; send COMMIT after a Sync")
 		}
 		if s.tx.done || !s.tx.active || s.txStatus() != 'T' {
 			// Nothing to replicate: PostgreSQL answers as usual, and

@@ -91,6 +91,13 @@ type Statement struct {
 	// Piece and Pieces: a Query the hooks split (Split) is reported
 	// piece by piece, Piece counting from 1; 0 for a Query sent whole.
 	Piece, Pieces int
+	// AtBoundary: the message begins a unit (a Query, or the first
+	// message after a Sync) and PostgreSQL has answered every earlier
+	// one, its ReadyForQuery reported: the hooks may Exec. A message that
+	// begins a unit while earlier ones are unanswered (a client
+	// pipelining across Syncs) waits for them first, so that the hooks
+	// see it at a transaction boundary.
+	AtBoundary bool
 }
 
 // Backend is the session's PostgreSQL connection as the hooks see it.

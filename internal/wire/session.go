@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -184,6 +185,39 @@ func (ss *session) flushClient() error {
 		ss.cbuf = ss.cbuf[:0]
 	}
 	return err
+}
+
+// errFunctionCall refuses the FunctionCall message in a session with hooks.
+var errFunctionCall = &pgconn.PgError{Severity: "ERROR", Code: codeFeatureNotSupported,
+	Message: "ordo: the fast-path function call interface (FunctionCall) is not supported: what the function writes could not be replicated; call the function in a statement (SELECT f(...))"}
+
+// startUnit runs before a client message is handled. A message that
+// begins a unit (a Query, or an extended-protocol message after a Sync)
+// while PostgreSQL has not answered earlier units waits for it, so that
+// the hooks see every unit at a transaction boundary, with the
+// ReadyForQuery of the one before reported (pipelining across Syncs
+// through a replicating node is given up for that). It reports whether
+// msg is at a boundary.
+func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
+	if ss.hooks == nil || ss.batchOpen || ss.copying {
+		return false, nil
+	}
+	switch msg.(type) {
+	case *pgproto3.Query, *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Close, *pgproto3.Describe,
+		*pgproto3.Execute, *pgproto3.FunctionCall:
+	default:
+		return false, nil // Sync, Flush, Terminate, COPY data
+	}
+	if ss.outstanding.Load() > 0 {
+		if err := ss.flushServer(); err != nil {
+			return false, fmt.Errorf("%w: %w", errBackendLost, err)
+		}
+		if err := ss.waitIdle(ss.ctx); err != nil {
+			return false, nil // the session is ending
+		}
+		ss.deliverEvents()
+	}
+	return true, nil
 }
 
 // deferredReject is a hook's refusal of a Bind, raised at the portal's
@@ -467,11 +501,15 @@ func (ss *session) clientLoop() error {
 			return err
 		}
 		ss.inMsgs++
+		atBoundary, err := ss.startUnit(msg)
+		if err != nil {
+			return err
+		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			ss.syncsSinceExec = 0
 			if ss.hooks != nil {
-				ss.stmt = Statement{Kind: KindQuery, SQL: m.String}
+				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
 				err := ss.callStatement()
 				if err == nil && ss.rewrite != "" {
 					m.String = ss.rewrite
@@ -508,7 +546,7 @@ func (ss *session) clientLoop() error {
 			// The hook runs before batchOpen is set: as the first message
 			// of a unit it may still Exec at the boundary.
 			if ss.hooks != nil && !ss.skipping {
-				ss.stmt = Statement{Kind: KindParse, SQL: m.Query, Name: m.Name, ParamOIDs: m.ParameterOIDs}
+				ss.stmt = Statement{Kind: KindParse, SQL: m.Query, Name: m.Name, ParamOIDs: m.ParameterOIDs, AtBoundary: atBoundary}
 				if ss.rejectExtended() {
 					ss.batchOpen = true
 					continue
@@ -521,7 +559,7 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Bind:
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindBind, Name: m.PreparedStatement, Portal: m.DestinationPortal,
-					ParamFormats: m.ParameterFormatCodes, Params: m.Parameters, ResultFormats: m.ResultFormatCodes}
+					ParamFormats: m.ParameterFormatCodes, Params: m.Parameters, ResultFormats: m.ResultFormatCodes, AtBoundary: atBoundary}
 				if err := ss.callStatement(); err != nil {
 					// PostgreSQL raises an error of running a statement
 					// at its Execute, after BindComplete (and the
@@ -535,7 +573,7 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Close:
 			ss.batchOpen = true
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
-				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name}
+				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
 				if ss.rejectExtended() {
 					continue
 				}
@@ -562,6 +600,15 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Flush:
 		case *pgproto3.FunctionCall:
 			ss.outstanding.Add(1)
+			if ss.hooks != nil {
+				// The fast-path interface runs a function outside any
+				// statement the hooks could follow: what it writes would
+				// commit here alone. PostgreSQL fails at this point
+				// instead (a transaction block becomes failed).
+				ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(errFunctionCall)})
+				ss.sendTracked(&pgproto3.Sync{})
+				continue
+			}
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
 			if !ss.copying {
 				ss.copying = true

@@ -14,7 +14,7 @@ func (ss *session) runSplit(pieces []string) error {
 	lost := func(err error) error { return fmt.Errorf("%w: %w", errBackendLost, err) }
 	for i, piece := range pieces {
 		last := i == len(pieces)-1
-		ss.stmt = Statement{Kind: KindQuery, SQL: piece, Piece: i + 1, Pieces: len(pieces)}
+		ss.stmt = Statement{Kind: KindQuery, SQL: piece, Piece: i + 1, Pieces: len(pieces), AtBoundary: true}
 		err := ss.callStatement()
 		if err != nil {
 			var c *Completed

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ordo-db/ordo/internal/pglocal"
@@ -294,4 +295,94 @@ func TestCompatSerializableRetryLoop(t *testing.T) {
 		c.waitConverged()
 	}
 	t.Logf("%d aborts in 20 rounds", aborts)
+}
+
+// TestCompatPipelinedUnitsAreReplicated: units a client sends without
+// waiting for the replies to earlier ones (asyncpg, Npgsql, libpq
+// pipeline mode) are replicated like the same units sent one by one, or
+// refused; never committed on one node alone. So is a Close that begins a
+// batch before a Parse of a write, and the FunctionCall message is
+// refused.
+func TestCompatPipelinedUnitsAreReplicated(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	setup := c.connect(0)
+	_, err := setup.Exec(ctx, "create table pw(x int primary key)")
+	require.NoError(t, err)
+	pc, err := pgconn.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	send := func(msgs ...pgproto3.FrontendMessage) {
+		for _, m := range msgs {
+			h.Frontend.Send(m)
+		}
+		require.NoError(t, h.Frontend.Flush())
+	}
+	// Reads replies up to the n-th ReadyForQuery.
+	replies := func(n int) string {
+		var b strings.Builder
+		for n > 0 {
+			out := exchange(t, h, nil)
+			b.WriteString(out)
+			n--
+		}
+		return b.String()
+	}
+	q := func(s string) *pgproto3.Query { return &pgproto3.Query{String: s} }
+	send(q("begin"), q("insert into pw values (1)"), q("commit"))
+	require.NotContains(t, replies(3), "Error")
+	ext := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	var msgs []pgproto3.FrontendMessage
+	msgs = append(msgs, ext("begin")...)
+	msgs = append(msgs, &pgproto3.Sync{})
+	msgs = append(msgs, ext("insert into pw values (2)")...)
+	msgs = append(msgs, ext("commit")...)
+	msgs = append(msgs, &pgproto3.Sync{})
+	send(msgs...)
+	out := replies(2)
+	if strings.Contains(out, "Error") {
+		require.Contains(t, out, "ordo: COMMIT pipelined", out)
+		send(q("rollback"))
+		replies(1)
+	}
+	// A Close first in a batch, then a write.
+	send(&pgproto3.Parse{Name: "s0", Query: "select 1"}, &pgproto3.Sync{})
+	replies(1)
+	send(&pgproto3.Close{ObjectType: 'S', Name: "s0"}, &pgproto3.Parse{Name: "s1", Query: "insert into pw values ($1)"},
+		&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("3")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	require.NotContains(t, replies(1), "Error")
+	// FunctionCall: refused.
+	var oid uint32
+	require.NoError(t, setup.QueryRow(ctx, "select 'pg_backend_pid'::regproc::oid").Scan(&oid))
+	send(&pgproto3.FunctionCall{Function: oid})
+	require.Contains(t, replies(1), "Error 0A000 ordo: the fast-path function call interface")
+
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		var got []int
+		rows, err := c.direct(i).Query(ctx, "select x from pw order by x")
+		require.NoError(t, err)
+		for rows.Next() {
+			var x int
+			require.NoError(t, rows.Scan(&x))
+			got = append(got, x)
+		}
+		require.NoError(t, rows.Err())
+		require.Contains(t, [][]int{{1, 2, 3}, {1, 3}}, got, "node %d", i+1)
+		if i > 0 {
+			var first []int
+			rows, _ := c.direct(0).Query(ctx, "select x from pw order by x")
+			for rows.Next() {
+				var x int
+				_ = rows.Scan(&x)
+				first = append(first, x)
+			}
+			require.Equal(t, first, got, "node %d differs from node 1", i+1)
+		}
+	}
+	require.Zero(t, c.unreplicated(0))
 }
