@@ -139,7 +139,12 @@ deps_node() {
   rm -f "$d/package.json.new"
   # The released packages stand in for the monorepo's (whose pg-protocol
   # must be built with TypeScript): the same versions as the tag's.
-  ln -sfn "$d/node_modules" "$SUITES_DIR/node-postgres/packages/pg/node_modules"
+  local nm=$SUITES_DIR/node-postgres/packages/pg/node_modules
+  if [ -d "$nm" ] && [ ! -L "$nm" ]; then
+    echo "compat-suites: using the node_modules already in $nm" >&2
+  else
+    ln -sfn "$d/node_modules" "$nm"
+  fi
 }
 
 # ---- the servers -----------------------------------------------------------
