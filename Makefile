@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 20m
 PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./test/e2e/...
 PG18_BIN  ?=
 
-.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety compat-suites
 
 all: build
 
@@ -124,3 +124,11 @@ safety:
 	@bash scripts/ensure-tools.sh go postgres
 	SAFETY_TIME=$${SAFETY_TIME:-30s} SAFETY_RESULTS=$${SAFETY_RESULTS:-/tmp/ordo-safety} \
 	  $(GO) test -count=1 -timeout 0 -v -run "TestMatrix$${SAFETY_RUN}" ./test/safety/
+
+## compat-suites: drivers' own test suites (psycopg 3, pgjdbc, node-postgres),
+## checked out under SUITES_DIR, through a 3-node cluster and directly
+## against PostgreSQL; prints pass/fail/skip per suite both ways and a RESULT
+## line (docs/compatibility.md). Not part of `make test`.
+compat-suites:
+	@bash scripts/ensure-tools.sh go postgres
+	SUITES_DIR="$(SUITES_DIR)" bash scripts/compat-suites.sh

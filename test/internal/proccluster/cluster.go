@@ -36,6 +36,12 @@ type Options struct {
 	Extra []string
 	// StartTimeout bounds each process start (default 60s).
 	StartTimeout time.Duration
+	// Database is the replicated database (default "postgres"); Prepare
+	// must create it if it is another.
+	Database string
+	// Prepare, if set, runs once the PostgreSQL servers are up and before
+	// any node starts (to create roles and databases on every server).
+	Prepare func(ctx context.Context, pg *pglocal.Cluster) error
 }
 
 // Cluster is a running set of `ordo start` processes, each in front of its
@@ -43,6 +49,8 @@ type Options struct {
 type Cluster struct {
 	PG  *pglocal.Cluster
 	Dir string
+	// Database is the replicated database (Options.Database).
+	Database string
 
 	bin     string
 	timeout time.Duration
@@ -89,6 +97,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Dir == "" {
 		return nil, errors.New("proccluster: Options.Dir required")
 	}
+	if o.Database == "" {
+		o.Database = "postgres"
+	}
 	if o.Bin == "" {
 		if o.Bin, err = Build(o.Dir); err != nil {
 			return nil, err
@@ -98,13 +109,18 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("proccluster: %w", err)
 	}
-	c = &Cluster{PG: pg, Dir: o.Dir, bin: o.Bin, timeout: o.StartTimeout, procs: make([]*exec.Cmd, o.N), links: map[[2]int]*Link{}}
+	c = &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, procs: make([]*exec.Cmd, o.N), links: map[[2]int]*Link{}}
 	defer func() {
 		if err != nil {
 			c.Stop()
 			c = nil
 		}
 	}()
+	if o.Prepare != nil {
+		if err := o.Prepare(ctx, pg); err != nil {
+			return nil, fmt.Errorf("proccluster: prepare: %w", err)
+		}
+	}
 	// Hold every node's ports until the links have theirs, so no link
 	// takes a port a node is about to bind.
 	var held []net.Listener
@@ -138,7 +154,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	for i := 0; i < o.N; i++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "id: %d\nlisten: %s\npeer_listen: %s\nmetrics_listen: %s\npostgres: %s\ndata_dir: %s\nprotocol: %s\npropose_timeout: 3s\ncommit_timeout: 20s\npeers:\n",
-			i+1, c.listen[i], c.peer[i], c.metrics[i], pg.Servers[i].DSN("postgres"), filepath.Join(c.Dir, fmt.Sprint("node", i+1)), o.Protocol)
+			i+1, c.listen[i], c.peer[i], c.metrics[i], pg.Servers[i].DSN(o.Database), filepath.Join(c.Dir, fmt.Sprint("node", i+1)), o.Protocol)
 		for j := 0; j < o.N; j++ {
 			addr := c.peer[j]
 			if j != i {
@@ -281,12 +297,15 @@ func (c *Cluster) Stop() {
 
 // DSN is the connection URL of node i's Ordo port.
 func (c *Cluster) DSN(i int) string {
-	return fmt.Sprintf("postgres://ordo:ordo@%s/postgres?sslmode=disable&connect_timeout=5", c.listen[i])
+	return fmt.Sprintf("postgres://ordo:ordo@%s/%s?sslmode=disable&connect_timeout=5", c.listen[i], c.Database)
 }
+
+// Addr is node i's client address (host:port).
+func (c *Cluster) Addr(i int) string { return c.listen[i] }
 
 // PGDSN is the connection URL of node i's own PostgreSQL server.
 func (c *Cluster) PGDSN(i int) string {
-	return c.PG.Servers[i].DSN("postgres") + "&connect_timeout=5"
+	return c.PG.Servers[i].DSN(c.Database) + "&connect_timeout=5"
 }
 
 // Metric reads one unlabelled sample from node i's /metrics.
