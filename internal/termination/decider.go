@@ -17,12 +17,16 @@ import "github.com/ordo-db/ordo/internal/txn"
 //  4. Carry out Step.Decisions in the order given: COMMIT PREPARED or
 //     ROLLBACK PREPARED for the node's own transactions, applies for the
 //     others'; then answer the waiting sessions.
-//  5. Publish min(s, Settled()) as the applied prefix once everything up
+//  5. Propose Step.Proposals (outcome entries), in the background, until
+//     the order takes them; whether they win is the sequence's business.
+//  6. Publish min(s, Settled()) as the applied prefix once everything up
 //     to it is carried out.
 //
 // Step must be deterministic: two deciders of the same protocol fed the
-// same entries return the same Steps, whatever node they run on, whatever
-// the time. A decider never blocks and never does I/O; it is not safe for
+// same entries return the same Decisions, whatever node they run on,
+// whatever the time. Only Proposals may differ between nodes: they come
+// from what the node alone knows (under pgr, its own transactions' read
+// keys, Entry.Local), and they become decisions only once delivered. A decider never blocks and never does I/O; it is not safe for
 // concurrent use (the engine's delivery loop is its only caller).
 type Decider interface {
 	// Step feeds the entry delivered at e.Seqno. Entries arrive in
@@ -49,6 +53,9 @@ const (
 	KindFragment
 	// KindOther is an entry no protocol decides on (schema checks).
 	KindOther
+	// KindOutcome decides a transaction delivered earlier (pgr's
+	// OutcomeEntry): the first outcome delivered for it wins.
+	KindOutcome
 )
 
 // Replay is the outcome a restarted node's proof rows give for an entry
@@ -75,12 +82,30 @@ type Entry struct {
 	Keys          []txn.KeyMode
 	ReadAll       bool
 	Fragments     uint32 // fragments delivered before it
+	// Local is, on the transaction's origin only, what the origin alone
+	// knows of it (under pgr, its read keys); nil elsewhere, and on an
+	// origin that restarted since it proposed the transaction.
+	Local *Local
 	// Replayed, when not ReplayNone, is the outcome the node's proof rows
 	// give: the decider takes it instead of deciding anew, and updates
 	// its state as if it had decided so.
 	Replayed Replay
 	// KindFragment only: its index among the transaction's fragments.
 	Index uint32
+	// KindOutcome only: the seqno of the transaction's TxnEntry, whether
+	// it commits, and why not.
+	TxnSeqno uint64
+	Commit   bool
+	Reason   string
+	Cause    Cause
+}
+
+// Local is what a transaction's origin knows of it beyond its entry.
+type Local struct {
+	// Keys are every key of the transaction with its modes, reads (S)
+	// included; ReadAll marks a read the origin could not attribute.
+	Keys    []txn.KeyMode
+	ReadAll bool
 }
 
 // Step is what a decider made of one entry.
@@ -94,6 +119,18 @@ type Step struct {
 	// used (their TxnEntry, if it ever comes, aborts): the engine forgets
 	// them.
 	Expired []txn.GID
+	// Proposals are outcomes this node must propose (pgr: the origin's
+	// certification of its own transaction).
+	Proposals []Proposal
+}
+
+// Proposal is an outcome a node proposes for a delivered transaction.
+type Proposal struct {
+	GID      txn.GID
+	TxnSeqno uint64
+	Commit   bool
+	Reason   string
+	Cause    Cause
 }
 
 // Decision is the fate of one transaction.
@@ -122,5 +159,6 @@ const (
 	CauseCertification Cause = "certification" // a conflict with a transaction not in its snapshot
 	CauseTooOld        Cause = "too_old"       // its snapshot, or its first fragment, is older than the certification window
 	CauseOriginAbort   Cause = "origin_abort"  // its origin gave up, and its abort was ordered first
+	CauseOriginGone    Cause = "origin_gone"   // pgr: its origin failed, or restarted, before it proposed an outcome
 	CauseReplayed      Cause = "replayed"      // decided before this node restarted (not counted again)
 )

@@ -11,6 +11,7 @@ import (
 const (
 	DBSM   = "dbsm"
 	DBSMSI = "dbsm-si"
+	PGR    = "pgr"
 )
 
 // Protocol is a termination protocol as a session sees it. The delivery
