@@ -252,6 +252,7 @@ func (s *Server) counts() []TxnCount {
 var guarantees = map[string]string{
 	"dbsm":    "1-copy serializable",
 	"dbsm-si": "1-copy snapshot isolation",
+	"pgr":     "1-copy serializable",
 }
 
 func (s *Server) protocol(w http.ResponseWriter, _ *http.Request) {

@@ -212,7 +212,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	rep, err = replica.New(replica.Config{
 		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout,
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
-		Members: len(cfg.Peers),
+		Members: len(cfg.Peers), Suspects: n.suspects(cfg),
 		OnDDL: func(ctx context.Context) {
 			if _, err := cat.Refresh(ctx); err != nil {
 				log.Warn("catalog refresh after DDL", "err", err)

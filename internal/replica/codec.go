@@ -356,6 +356,8 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		return unknown(k.DataCheck)
 	case *ordov1.Entry_Vote:
 		return unknown(k.Vote)
+	case *ordov1.Entry_Outcome:
+		return unknown(k.Outcome)
 	case *ordov1.Entry_Data:
 		if unknown(k.Data) {
 			return true

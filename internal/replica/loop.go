@@ -64,6 +64,12 @@ func (r *Replica) Run(parent context.Context) error {
 		r.watchPostgres(sweepCtx, stop)
 	}()
 	defer stopSweep()
+	var gone <-chan time.Time // nil (off) unless a failure detector is configured
+	if r.cfg.Suspects != nil {
+		t := time.NewTicker(suspectEvery)
+		defer t.Stop()
+		gone = t.C
+	}
 	defer func() {
 		r.conn.Close(context.Background())
 		r.bfMu.Lock()
@@ -78,6 +84,9 @@ func (r *Replica) Run(parent context.Context) error {
 		select {
 		case <-ctx.Done():
 			return stopped()
+		case now := <-gone:
+			r.abortGone(now)
+			continue
 		case d, ok := <-r.cfg.Order.Deliveries():
 			if !ok {
 				return nil
@@ -152,6 +161,9 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if st.Hold {
 			r.holdFragment(d.Seqno, e.GetFragment(), d.Data)
 		}
+		for _, p := range st.Proposals {
+			r.proposeOutcome(p)
+		}
 		for _, dec := range st.Decisions {
 			if err := r.carryOut(ctx, d.Seqno, dec, &rn); err != nil {
 				var f *applyFailure
@@ -198,6 +210,9 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		t := k.Txn
 		ent.Kind, ent.GID, ent.Origin, ent.Protocol = termination.KindTxn, txn.GID(t.Gid), t.Origin, t.Protocol
 		ent.SnapshotSeqno, ent.Keys, ent.ReadAll, ent.Fragments = t.SnapshotSeqno, decodeKeys(t), t.ReadAll, t.Fragments
+		if t.Origin == r.cfg.NodeID {
+			ent.Local = r.localOf(ent.GID)
+		}
 		if decided, commit := r.replayed(seqno); decided {
 			ent.Replayed = termination.ReplayAbort
 			if commit {
@@ -209,6 +224,10 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		ent.Kind, ent.GID = termination.KindAbort, txn.GID(k.Abort.Gid)
 	case *ordov1.Entry_Fragment:
 		ent.Kind, ent.GID, ent.Index = termination.KindFragment, txn.GID(k.Fragment.Gid), k.Fragment.Index
+	case *ordov1.Entry_Outcome:
+		o := k.Outcome
+		ent.Kind, ent.GID, ent.TxnSeqno = termination.KindOutcome, txn.GID(o.Gid), o.TxnSeqno
+		ent.Commit, ent.Reason, ent.Cause = o.Commit, o.Reason, termination.Cause(o.Cause)
 	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote:
 		ent.Kind = termination.KindOther
 	default:
@@ -222,6 +241,10 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 // committed rows (appended to rn when they can be applied in a run), then
 // answer the waiting session.
 func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.Decision, rn *run) error {
+	if dec.Origin == r.cfg.NodeID {
+		r.forgetLocal(dec.GID)
+	}
+	delete(r.goneAborts, dec.GID)
 	if dec.Seqno == 0 {
 		// Aborted before its TxnEntry: the origin gave up on it. Its
 		// fragments are of no use, and the origin's transaction is rolled

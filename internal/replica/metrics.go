@@ -26,7 +26,7 @@ type metrics struct {
 func (m *metrics) initOutcomes(protocol string) {
 	for _, origin := range []string{"local", "remote"} {
 		m.outcomes.WithLabelValues(protocol, origin, "commit", "")
-		for _, reason := range []string{"certification", "too_old", "origin_abort"} {
+		for _, reason := range []string{"certification", "too_old", "origin_abort", "origin_gone"} {
 			m.outcomes.WithLabelValues(protocol, origin, "abort", reason)
 		}
 	}
@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ordo_replica_transactions_total",
-			Help: "Update transactions, by protocol, origin (local/remote), outcome (commit/abort) and abort reason: certification (a conflict), too_old (snapshot before the certification window), origin_abort (the origin gave up waiting, a timeout, and its abort was ordered first), brute_force (a local transaction aborted while it ran because it blocked an apply).",
+			Help: "Update transactions, by protocol, origin (local/remote), outcome (commit/abort) and abort reason: certification (a conflict), too_old (snapshot before the certification window), origin_abort (the origin gave up waiting, a timeout, and its abort was ordered first), origin_gone (pgr: the origin failed or restarted before it proposed the outcome), brute_force (a local transaction aborted while it ran because it blocked an apply).",
 		}, []string{"protocol", "origin", "outcome", "reason"}),
 		readKeys: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordo_replica_read_set_keys", Help: "Read keys certified per local transaction (dbsm).",

@@ -16,15 +16,17 @@ import (
 	"github.com/ordo-db/ordo/internal/schemacheck"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/termination/dbsm"
+	"github.com/ordo-db/ordo/internal/termination/pgr"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
-// Protocol names (termination.DBSM, termination.DBSMSI).
+// Protocol names (termination.DBSM, termination.DBSMSI, termination.PGR).
 const (
 	DBSM   = termination.DBSM
 	DBSMSI = termination.DBSMSI
+	PGR    = termination.PGR
 )
 
 // ErrPostgresRestarted is termination.ErrPostgresRestarted, returned by
@@ -43,7 +45,7 @@ type Orderer interface {
 // Config configures a Replica.
 type Config struct {
 	NodeID   uint32
-	Protocol string // DBSM or DBSMSI
+	Protocol string // DBSM, DBSMSI or PGR
 	// Window is the certification window (seqnos); cluster-wide.
 	Window uint64
 	// CommitTimeout bounds each proposal of a transaction and the wait
@@ -67,6 +69,11 @@ type Config struct {
 	// cannot carry out an entry others carried out asks the cluster to
 	// vote (vote.go). 0 turns votes off: such a node stops.
 	Members int
+	// Suspects, if set, returns the members the cluster's failure
+	// detection takes for gone (the Raft leader's view of who stopped
+	// answering; nil elsewhere): under pgr, a transaction whose origin
+	// stays suspected has its abort proposed (outcomes.go).
+	Suspects func() []uint32
 	// OnDDL is called on the delivery loop after a transaction with DDL
 	// committed, local or remote (to refresh the catalog and normalize
 	// sequences).
@@ -106,6 +113,10 @@ type Replica struct {
 	mu       sync.Mutex
 	waiters  map[txn.GID]*waiter
 	prefixCh chan struct{} // closed and replaced whenever prefix moves
+	// local holds, under pgr, what only the origin knows of its proposed
+	// transactions (their read keys) until they are decided: the
+	// decider certifies them with it (termination.Entry.Local).
+	local map[txn.GID]*termination.Local
 
 	// Owned by the delivery loop.
 	dec     termination.Decider
@@ -146,6 +157,11 @@ type Replica struct {
 	// (delivery loop only).
 	votes   *termination.Votes
 	skipped map[uint64]bool
+	// suspects are the origins taken for gone and since when; goneAborts
+	// the undecided transactions whose abort this node proposed because
+	// their origin was gone (outcomes.go; delivery loop only).
+	suspects   map[uint32]time.Time
+	goneAborts map[txn.GID]bool
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).
@@ -164,7 +180,14 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Window == 0 {
 		cfg.Window = 100000
 	}
-	dec, err := dbsm.New(cfg.Protocol, cfg.Window, cfg.StartAfter)
+	var dec termination.Decider
+	var err error
+	switch cfg.Protocol {
+	case PGR:
+		dec, err = pgr.New(cfg.NodeID, cfg.Window, cfg.StartAfter)
+	default:
+		dec, err = dbsm.New(cfg.Protocol, cfg.Window, cfg.StartAfter)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
@@ -179,6 +202,9 @@ func New(cfg Config) (*Replica, error) {
 		log:        cfg.Logger,
 		m:          newMetrics(cfg.Registerer),
 		waiters:    make(map[txn.GID]*waiter),
+		local:      make(map[txn.GID]*termination.Local),
+		suspects:   make(map[uint32]time.Time),
+		goneAborts: make(map[txn.GID]bool),
 		prefixCh:   make(chan struct{}),
 		dec:        dec,
 		pending:    make(map[uint64]*ordov1.TxnEntry),
@@ -200,11 +226,12 @@ func New(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
-// Name returns the protocol name (DBSM or DBSMSI).
+// Name returns the protocol name (DBSM, DBSMSI or PGR).
 func (r *Replica) Name() string { return r.cfg.Protocol }
 
-// CertifiesReads reports whether read keys are certified (dbsm).
-func (r *Replica) CertifiesReads() bool { return r.cfg.Protocol == DBSM }
+// CertifiesReads reports whether read keys are certified (dbsm, and pgr,
+// where they stay at the origin).
+func (r *Replica) CertifiesReads() bool { return r.cfg.Protocol == DBSM || r.cfg.Protocol == PGR }
 
 // AppliedPrefix returns the largest seqno s such that every entry up to s
 // has been carried out on the local PostgreSQL.
@@ -278,7 +305,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if t.WriteSet != nil {
 		r.m.writeRows.Observe(float64(len(t.WriteSet.Rows)))
 	}
-	if r.cfg.Protocol == DBSM {
+	if r.CertifiesReads() {
 		reads := 0
 		for _, k := range t.Keys {
 			if k.Mode&txn.S != 0 {
@@ -300,6 +327,11 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		r.waiters[t.GID] = w
 	}
 	w.writes = writes
+	if r.cfg.Protocol == PGR {
+		// The read keys stay here: the entry carries the write keys only.
+		r.local[t.GID] = &termination.Local{Keys: t.Keys, ReadAll: t.ReadAll}
+		t = writeKeysOnly(t)
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -327,6 +359,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 			r.abortInBackground(t.GID, t.Label)
 		} else {
 			r.forgetRolledBack(t.GID) // never proposed: nothing will finish it
+			r.forgetLocal(t.GID)
 		}
 		switch {
 		case fragErr == nil:
@@ -347,6 +380,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 				r.abortInBackground(t.GID, t.Label)
 			} else {
 				r.forgetRolledBack(t.GID)
+				r.forgetLocal(t.GID)
 			}
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrTooLarge, err)
 		}

@@ -51,8 +51,10 @@ type Node struct {
 	DataDir string `yaml:"data_dir"`
 	// Peers maps every member's id to its peer address, this node included.
 	Peers map[uint32]string `yaml:"peers"`
-	// Protocol is the termination protocol: "dbsm" (serializable) or
-	// "dbsm-si" (snapshot isolation). Every node must use the same.
+	// Protocol is the termination protocol: "dbsm" (serializable),
+	// "dbsm-si" (snapshot isolation) or "pgr" (Postgres-R: serializable,
+	// read sets certified at the origin only). Every node must use the
+	// same.
 	Protocol string `yaml:"protocol"`
 	// TLS for clients (optional).
 	TLS TLS `yaml:"tls"`
@@ -133,7 +135,7 @@ type PeerTLS struct {
 const MaxNodes = 64
 
 // Protocols Ordo implements.
-var Protocols = []string{"dbsm", "dbsm-si"}
+var Protocols = []string{"dbsm", "dbsm-si", "pgr"}
 
 // ErrPlaintextPeers is returned (joined with the other problems) by Load,
 // Parse and Validate for a node reachable from other hosts on PeerListen
