@@ -12,6 +12,7 @@ const (
 	PathData        = "/v1/data"         // GET: DataStatus
 	PathDataCheck   = "/v1/data/check"   // POST: SchemaCheck (the seqno of the data check)
 	PathTxn         = "/v1/txn"          // GET ?label=L: TxnStatus
+	PathClasses     = "/v1/classes"      // GET: Classes; POST ClassesChange: Classes
 	// PathReady is served on the metrics address, unauthenticated:
 	// 200 or 503 with a Ready body.
 	PathReady = "/readyz"

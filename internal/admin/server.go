@@ -80,6 +80,14 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(PathData, only(http.MethodGet, s.data))
 	mux.Handle(PathDataCheck, only(http.MethodPost, s.dataCheck))
 	mux.Handle(PathTxn, only(http.MethodGet, s.txn))
+	mux.HandleFunc(PathClasses, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodPost {
+			w.Header().Set("Allow", "GET, POST")
+			writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: r.URL.Path + " takes GET or POST"})
+			return
+		}
+		s.classes(w, r)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 	})

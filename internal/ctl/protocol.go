@@ -33,8 +33,8 @@ func protocolCmd(g *globals) *cobra.Command {
 		Use:   "show",
 		Short: "Show the termination protocol each node runs and what it guarantees",
 		Long: `protocol show asks every node of --endpoints which termination protocol it
-runs (dbsm: 1-copy serializable; dbsm-si: 1-copy snapshot isolation), and
-exits 1 if they differ.`,
+runs (dbsm and pgr: 1-copy serializable; dbsm-si: 1-copy snapshot
+isolation), and exits 1 if they differ.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cs, err := g.clients()

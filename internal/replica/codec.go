@@ -358,6 +358,25 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		return unknown(k.Vote)
 	case *ordov1.Entry_Outcome:
 		return unknown(k.Outcome)
+	case *ordov1.Entry_Classes:
+		if unknown(k.Classes) {
+			return true
+		}
+		for _, c := range k.Classes.Classes {
+			if unknown(c) {
+				return true
+			}
+			for _, tc := range c.Columns {
+				if unknown(tc) {
+					return true
+				}
+			}
+		}
+		for _, p := range k.Classes.Profiles {
+			if unknown(p) {
+				return true
+			}
+		}
 	case *ordov1.Entry_Data:
 		if unknown(k.Data) {
 			return true

@@ -53,6 +53,10 @@ func (r *Replica) Run(parent context.Context) error {
 		conn.Close(context.Background())
 		return err
 	}
+	if err := r.loadClasses(ctx); err != nil {
+		conn.Close(context.Background())
+		return err
+	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	r.bg.Add(2)
 	go func() {
@@ -228,7 +232,7 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		o := k.Outcome
 		ent.Kind, ent.GID, ent.TxnSeqno = termination.KindOutcome, txn.GID(o.Gid), o.TxnSeqno
 		ent.Commit, ent.Reason, ent.Cause = o.Commit, o.Reason, termination.Cause(o.Cause)
-	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote:
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote, *ordov1.Entry_Classes:
 		ent.Kind = termination.KindOther
 	default:
 		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
@@ -375,6 +379,8 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 		}
 	case *ordov1.Entry_Vote:
 		return r.deliverVote(k.Vote)
+	case *ordov1.Entry_Classes:
+		return r.deliverClasses(ctx, seqno, k.Classes)
 	}
 	return nil
 }

@@ -104,6 +104,8 @@ type Replica struct {
 
 	prefix atomic.Uint64
 	failed atomic.Pointer[error]
+	// classes is the conflict-class configuration in force (classes.go).
+	classes atomic.Pointer[ordov1.ClassConfig]
 	// durable is the largest seqno whose WAL PostgreSQL flushed
 	// (markDurable); suspect is set while the node may have lost what was
 	// not flushed (watchPostgres).
