@@ -56,6 +56,9 @@ const (
 	// KindOutcome decides a transaction delivered earlier (pgr's
 	// OutcomeEntry): the first outcome delivered for it wins.
 	KindOutcome
+	// KindBegin starts a cons transaction with its conflict classes
+	// (BeginEntry).
+	KindBegin
 )
 
 // Replay is the outcome a restarted node's proof rows give for an entry
@@ -82,6 +85,8 @@ type Entry struct {
 	Keys          []txn.KeyMode
 	ReadAll       bool
 	Fragments     uint32 // fragments delivered before it
+	// BeginSeqno is, under cons, the seqno of its BeginEntry.
+	BeginSeqno uint64
 	// Local is, on the transaction's origin only, what the origin alone
 	// knows of it (under pgr, its read keys); nil elsewhere, and on an
 	// origin that restarted since it proposed the transaction.
@@ -98,6 +103,9 @@ type Entry struct {
 	Commit   bool
 	Reason   string
 	Cause    Cause
+	// KindBegin only: the classes the transaction declared (its Origin
+	// is set too).
+	Classes []txn.ClassRef
 }
 
 // Local is what a transaction's origin knows of it beyond its entry.
@@ -122,6 +130,10 @@ type Step struct {
 	// Proposals are outcomes this node must propose (pgr: the origin's
 	// certification of its own transaction).
 	Proposals []Proposal
+	// Granted are transactions that now hold every class they declared
+	// (cons): their origin's session may run them. Granted after the
+	// Decisions of the same step are carried out.
+	Granted []txn.GID
 }
 
 // Proposal is an outcome a node proposes for a delivered transaction.

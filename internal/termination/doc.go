@@ -8,7 +8,7 @@
 //
 //   - termination (this package): leaf types and interfaces. A session
 //     imports it, never the engine (internal/replica) or a decider.
-//   - termination/dbsm (dbsm, dbsm-si), termination/pgr, and later
+//   - termination/dbsm (dbsm, dbsm-si), termination/pgr and
 //     termination/cons: one decider per protocol, a pure function of the
 //     delivered sequence and its own state (pgr's proposals also of what
 //     the origin alone knows, Entry.Local).

@@ -12,6 +12,7 @@ const (
 	DBSM   = "dbsm"
 	DBSMSI = "dbsm-si"
 	PGR    = "pgr"
+	CONS   = "cons"
 )
 
 // Protocol is a termination protocol as a session sees it. The delivery
