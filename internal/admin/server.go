@@ -261,6 +261,7 @@ var guarantees = map[string]string{
 	"dbsm":    "1-copy serializable",
 	"dbsm-si": "1-copy snapshot isolation",
 	"pgr":     "1-copy serializable",
+	"cons":    "1-copy serializable, no aborts from conflicts",
 }
 
 func (s *Server) protocol(w http.ResponseWriter, _ *http.Request) {

@@ -199,3 +199,10 @@ func Profile(cfg *ordov1.ClassConfig, cs *analysis.Classes, use string) ([]txn.C
 }
 
 var placeholder = regexp.MustCompile(`\{[A-Za-z_][A-Za-z0-9_]*\}`)
+
+// Set is a configuration in force with its checked form, as sessions use
+// it.
+type Set struct {
+	Config  *ordov1.ClassConfig
+	Classes *analysis.Classes
+}

@@ -3,7 +3,7 @@
 // everyone's outcomes on the local PostgreSQL in delivery order. What is
 // decided, and in which commit order, is not its business: a decider
 // (internal/termination/dbsm for dbsm and dbsm-si, internal/termination/pgr
-// for pgr) says so; the engine does every side effect (DESIGN.md "Engine
+// for pgr, internal/termination/cons for cons) says so; the engine does every side effect (DESIGN.md "Engine
 // and deciders").
 //
 // Layers and files:
@@ -19,6 +19,10 @@
 //   - outcomes.go: pgr's outcome entries: the origin's read keys kept for
 //     its decider, the proposals the decider asks for, and the aborts of
 //     transactions whose origin the failure detection names.
+//   - cons.go: cons: Begin (propose the classes, wait for the grant), End,
+//     grants handed to sessions, releases for gone origins.
+//   - classes.go: the conflict-class configuration, changed through the
+//     order and kept in _ordo.cluster_config.
 //   - proofs.go: proof rows, and the outcomes a restarted node replays.
 //   - schema.go: schema fingerprints and their comparison.
 //   - codec.go: the total-order payload (pkg/api/ordo/v1 Entry) to and from

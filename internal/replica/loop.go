@@ -177,6 +177,16 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 				return err
 			}
 		}
+		if len(st.Granted) > 0 {
+			// The granted transactions' snapshots must hold every
+			// earlier conflicting transaction: apply the run first.
+			if err := r.flush(ctx, &rn); err != nil {
+				return err
+			}
+			for _, gid := range st.Granted {
+				r.grant(gid)
+			}
+		}
 		if a := e.GetAbort(); a != nil && a.Label != "" && d.Seqno > r.cfg.Proven {
 			// Aborted by its origin, maybe before its entry ever reached
 			// the order: recorded under its label (a commit ordered
@@ -214,6 +224,7 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		t := k.Txn
 		ent.Kind, ent.GID, ent.Origin, ent.Protocol = termination.KindTxn, txn.GID(t.Gid), t.Origin, t.Protocol
 		ent.SnapshotSeqno, ent.Keys, ent.ReadAll, ent.Fragments = t.SnapshotSeqno, decodeKeys(t), t.ReadAll, t.Fragments
+		ent.BeginSeqno = t.BeginSeqno
 		if t.Origin == r.cfg.NodeID {
 			ent.Local = r.localOf(ent.GID)
 		}
@@ -228,6 +239,13 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		ent.Kind, ent.GID = termination.KindAbort, txn.GID(k.Abort.Gid)
 	case *ordov1.Entry_Fragment:
 		ent.Kind, ent.GID, ent.Index = termination.KindFragment, txn.GID(k.Fragment.Gid), k.Fragment.Index
+	case *ordov1.Entry_Begin:
+		b := k.Begin
+		ent.Kind, ent.GID, ent.Origin = termination.KindBegin, txn.GID(b.Gid), b.Origin
+		for _, c := range b.Classes {
+			ent.Classes = append(ent.Classes, txn.ClassRef{Name: c.Name, Label: c.Label, Value: c.Value})
+		}
+		r.begun[ent.GID] = b.Origin
 	case *ordov1.Entry_Outcome:
 		o := k.Outcome
 		ent.Kind, ent.GID, ent.TxnSeqno = termination.KindOutcome, txn.GID(o.Gid), o.TxnSeqno
@@ -249,6 +267,7 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 		r.forgetLocal(dec.GID)
 	}
 	delete(r.goneAborts, dec.GID)
+	delete(r.begun, dec.GID)
 	if dec.Seqno == 0 {
 		// Aborted before its TxnEntry: the origin gave up on it. Its
 		// fragments are of no use, and the origin's transaction is rolled

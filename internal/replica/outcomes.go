@@ -100,9 +100,10 @@ func (r *Replica) abortGone(now time.Time) {
 			delete(r.suspects, id)
 		}
 	}
-	if len(r.suspects) == 0 || len(r.pending) == 0 {
+	if len(r.suspects) == 0 {
 		return
 	}
+	r.abortGoneBegun(now)
 	seqnos := make([]uint64, 0, len(r.pending))
 	for s := range r.pending {
 		seqnos = append(seqnos, s)

@@ -13,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/schemacheck"
 	"github.com/ordo-db/ordo/internal/termination"
+	"github.com/ordo-db/ordo/internal/termination/cons"
 	"github.com/ordo-db/ordo/internal/termination/dbsm"
 	"github.com/ordo-db/ordo/internal/termination/pgr"
 	"github.com/ordo-db/ordo/internal/totalorder"
@@ -27,6 +29,7 @@ const (
 	DBSM   = termination.DBSM
 	DBSMSI = termination.DBSMSI
 	PGR    = termination.PGR
+	CONS   = termination.CONS
 )
 
 // ErrPostgresRestarted is termination.ErrPostgresRestarted, returned by
@@ -45,7 +48,7 @@ type Orderer interface {
 // Config configures a Replica.
 type Config struct {
 	NodeID   uint32
-	Protocol string // DBSM, DBSMSI or PGR
+	Protocol string // DBSM, DBSMSI, PGR or CONS
 	// Window is the certification window (seqnos); cluster-wide.
 	Window uint64
 	// CommitTimeout bounds each proposal of a transaction and the wait
@@ -105,7 +108,8 @@ type Replica struct {
 	prefix atomic.Uint64
 	failed atomic.Pointer[error]
 	// classes is the conflict-class configuration in force (classes.go).
-	classes atomic.Pointer[ordov1.ClassConfig]
+	classes  atomic.Pointer[ordov1.ClassConfig]
+	classSet atomic.Pointer[classes.Set]
 	// durable is the largest seqno whose WAL PostgreSQL flushed
 	// (markDurable); suspect is set while the node may have lost what was
 	// not flushed (watchPostgres).
@@ -119,6 +123,9 @@ type Replica struct {
 	// transactions (their read keys) until they are decided: the
 	// decider certifies them with it (termination.Entry.Local).
 	local map[txn.GID]*termination.Local
+	// cons holds this node's cons transactions between Begin and their
+	// TxnEntry or End (cons.go).
+	cons map[txn.GID]*consTxn
 
 	// Owned by the delivery loop.
 	dec     termination.Decider
@@ -164,6 +171,9 @@ type Replica struct {
 	// their origin was gone (outcomes.go; delivery loop only).
 	suspects   map[uint32]time.Time
 	goneAborts map[txn.GID]bool
+	// begun are the cons transactions holding or waiting for classes,
+	// with their origin (delivery loop only).
+	begun map[txn.GID]uint32
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).
@@ -187,6 +197,8 @@ func New(cfg Config) (*Replica, error) {
 	switch cfg.Protocol {
 	case PGR:
 		dec, err = pgr.New(cfg.NodeID, cfg.Window, cfg.StartAfter)
+	case CONS:
+		dec, err = cons.New(cfg.Window, cfg.StartAfter)
 	default:
 		dec, err = dbsm.New(cfg.Protocol, cfg.Window, cfg.StartAfter)
 	}
@@ -205,6 +217,8 @@ func New(cfg Config) (*Replica, error) {
 		m:          newMetrics(cfg.Registerer),
 		waiters:    make(map[txn.GID]*waiter),
 		local:      make(map[txn.GID]*termination.Local),
+		cons:       make(map[txn.GID]*consTxn),
+		begun:      make(map[txn.GID]uint32),
 		suspects:   make(map[uint32]time.Time),
 		goneAborts: make(map[txn.GID]bool),
 		prefixCh:   make(chan struct{}),
@@ -335,6 +349,11 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		t = writeKeysOnly(t)
 	}
 	r.mu.Unlock()
+	if r.cfg.Protocol == CONS {
+		c := *t
+		c.BeginSeqno = r.beginSeqno(t.GID)
+		t = &c
+	}
 	defer func() {
 		r.mu.Lock()
 		delete(r.waiters, t.GID)

@@ -85,6 +85,8 @@ type txState struct {
 	// resets it to REPEATABLE READ before the first statement.
 	fixIsolation bool
 	done         bool // terminated; the client's COMMIT ends an empty txn
+	// cons: its conflict classes (cons.go).
+	cons consTx
 }
 
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
@@ -390,6 +392,9 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		if !s.tx.active {
 			s.tx.active = true // inside a block the proxy saw begin in another unit
 		}
+		if err := s.consBegin(ctx, a, params); err != nil {
+			return err
+		}
 		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
 			return err
 		}
@@ -489,6 +494,8 @@ func (s *session) setting(a *analysis.Statement) {
 		s.envStale = true
 	case st.Name == "ordo.read_consistency" && !st.Show:
 		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
+	case (st.Name == "ordo.conflict_classes" || st.Name == "ordo.profile") && !st.Show:
+		s.consSetting(st.Name, st.Value)
 	case st.Name == "ordo.txn_label" && !st.Show:
 		// Names the current update transaction, or the next one: it is
 		// used by one termination, then forgotten.
@@ -591,6 +598,7 @@ func (s *session) ReadyForQuery(status byte) {
 		if s.labelLocal {
 			s.label, s.labelLocal = "", false
 		}
+		s.consEnd()
 		s.tx = txState{}
 		s.aborted.Store(false)
 	} else if status == 'T' && !s.tx.active {
@@ -599,4 +607,7 @@ func (s *session) ReadyForQuery(status byte) {
 }
 
 // Close implements wire.SessionHooks.
-func (s *session) Close() { s.h.forget(s) }
+func (s *session) Close() {
+	s.consEnd()
+	s.h.forget(s)
+}

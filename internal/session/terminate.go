@@ -92,7 +92,7 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 		s.rollback(ctx)
 		return "", false, t0, err
 	}
-	gid = s.h.nextGID()
+	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
 	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'"+then)
 	if err != nil {
@@ -115,6 +115,9 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 // arrives. On success it leaves an empty transaction open, which the
 // client's COMMIT (sent on after this returns) ends.
 func (s *session) commitExplicit(ctx context.Context) error {
+	if err := s.consCommit(ctx); err != nil {
+		return err
+	}
 	gid, replicate, prepared, err := s.prepare(ctx, "; BEGIN", "transaction")
 	if err != nil {
 		return err
@@ -155,7 +158,10 @@ func (s *session) runNotify(ctx context.Context) error {
 // BeforeReady implements wire.ReadyHolder: it terminates a wrapped
 // autocommit statement before the client sees ReadyForQuery.
 func (s *session) BeforeReady(ctx context.Context) error {
-	defer func() { s.tx = txState{} }()
+	defer func() {
+		s.consEnd() // its classes, unless its TxnEntry releases them
+		s.tx = txState{}
+	}()
 	if !s.tx.wrapped {
 		return nil
 	}
@@ -225,6 +231,10 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_rows / max_write_set_bytes on every node)", err)
 		}
 		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
+	}
+	if err := s.consCheckWrites(ws); err != nil {
+		s.abandon(gid)
+		return err
 	}
 	captured := s.h.m.since(stageCapture, prepared)
 	s.h.cfg.Logger.Debug("session: write set captured", "gid", gid, "after", captured.Sub(prepared))

@@ -3,17 +3,19 @@ package node
 import (
 	"go.etcd.io/raft/v3"
 
+	"github.com/ordo-db/ordo/internal/classes"
+	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
-// suspects returns the failure detection pgr's engine asks which origins
-// are gone (replica.Config.Suspects): on the Raft leader, the members that
+// suspects returns the failure detection pgr's and cons' engine asks
+// which origins are gone (replica.Config.Suspects): on the Raft leader, the members that
 // did not answer it within the last election timeout (raft's CheckQuorum
 // bookkeeping, Progress.RecentActive); elsewhere nobody. nil under the
 // protocols that need none.
 func (n *Node) suspects(cfg *config.Node) func() []uint32 {
-	if cfg.Protocol != termination.PGR {
+	if cfg.Protocol != termination.PGR && cfg.Protocol != termination.CONS {
 		return nil
 	}
 	return func() []uint32 {
@@ -29,4 +31,13 @@ func (n *Node) suspects(cfg *config.Node) func() []uint32 {
 		}
 		return out
 	}
+}
+
+// consClasses gives sessions the conflict classes in force under cons (nil
+// under the other protocols: sessions then take no classes).
+func consClasses(cfg *config.Node, rep *replica.Replica) func() classes.Set {
+	if cfg.Protocol != termination.CONS {
+		return nil
+	}
+	return rep.ClassSet
 }
