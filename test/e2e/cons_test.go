@@ -17,7 +17,8 @@ import (
 // concurrently, so none aborts (no 40001 of any kind), and the row counts
 // every commit on every node. A statement outside the declared classes is
 // refused naming its class, the transaction is aborted (its COMMIT rolls
-// back), and nothing of it is replicated; an undeclared autocommit statement gets its
+// back), and nothing of it is replicated (a table with a trigger needs
+// '*'); an undeclared autocommit statement gets its
 // classes from the analyzer, an undeclared transaction the catch-all.
 func TestConsHotRowWithoutAborts(t *testing.T) {
 	c := startCluster(t, 3, "cons")
@@ -92,6 +93,27 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	require.Contains(t, err.Error(), "public.other")
 	require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback, "the transaction is aborted: it can only roll back")
 
+	// A table with a trigger may write anywhere: its statements need '*'
+	// (the decoded write set is checked at commit too, behind this).
+	for _, sql := range []string{
+		"CREATE TABLE audited (id int PRIMARY KEY)",
+		`CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN UPDATE other SET v = 'by trigger' WHERE id = 1; RETURN NEW; END $$`,
+		"CREATE TRIGGER audit AFTER INSERT ON audited FOR EACH ROW EXECUTE FUNCTION audit()",
+	} {
+		_, err := setup.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	tx, err = conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.audited'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO audited VALUES (1)")
+	require.Error(t, err)
+	require.Equal(t, "55000", sqlstate(err), "%v", err)
+	require.Contains(t, err.Error(), "triggers")
+	require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+
 	// An undeclared transaction takes the catch-all and works.
 	_, err = conn.Exec(ctx, "BEGIN")
 	require.NoError(t, err)
@@ -108,6 +130,9 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT n, (SELECT v FROM other WHERE id = 1) FROM hot WHERE id = 1").Scan(&n, &v))
 		require.Equal(t, commits.Load()+1, n, "node %d: the refused transaction left nothing", i+1)
 		require.Equal(t, "catch-all", v)
+		var audited int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM audited").Scan(&audited))
+		require.Zero(t, audited, "node %d: the refused transaction on a table with a trigger left nothing", i+1)
 	}
 }
 
