@@ -89,6 +89,10 @@ func (r *fakeReplica) RequestSchemaCheck(ctx context.Context) (uint64, error) {
 	return r.checkAt, r.checkErr
 }
 func (r *fakeReplica) Classes() *ordov1.ClassConfig { return &ordov1.ClassConfig{} }
+func (r *fakeReplica) ProtocolSince() uint64        { return 0 }
+func (r *fakeReplica) SwitchProtocol(ctx context.Context, name string) (uint64, error) {
+	return 0, errors.New("not in this fake")
+}
 func (r *fakeReplica) ChangeClasses(ctx context.Context, e *ordov1.ClassesEntry) (*ordov1.ClassConfig, error) {
 	return nil, errors.New("not in this fake")
 }

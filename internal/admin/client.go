@@ -119,6 +119,17 @@ func (c *Client) TxnStatus(ctx context.Context, label string) (TxnStatus, error)
 	return t, c.call(ctx, http.MethodGet, PathTxn+"?label="+url.QueryEscape(label), &t)
 }
 
+// SwitchProtocol switches the cluster's protocol through the node and
+// returns the protocol once the node switched.
+func (c *Client) SwitchProtocol(ctx context.Context, name string) (Protocol, error) {
+	body, err := json.Marshal(ProtocolSwitch{Name: name})
+	if err != nil {
+		return Protocol{}, err
+	}
+	var p Protocol
+	return p, c.callBody(ctx, http.MethodPost, PathProtocol, body, &p)
+}
+
 // Classes returns the node's conflict-class configuration.
 func (c *Client) Classes(ctx context.Context) (Classes, error) {
 	var cs Classes

@@ -49,6 +49,11 @@ type Replica interface {
 	// TxnStatus answers, once caught up with the cluster, what became of
 	// the transaction labelled label.
 	TxnStatus(ctx context.Context, label string) (string, error)
+	// SwitchProtocol switches the cluster's protocol through the order and
+	// returns the switch's seqno once this node switched; ProtocolSince is
+	// the seqno of the latest switch (0: none).
+	SwitchProtocol(ctx context.Context, name string) (uint64, error)
+	ProtocolSince() uint64
 	// Classes is the conflict-class configuration in force.
 	Classes() *ordov1.ClassConfig
 	// ChangeClasses changes it through the order and returns the

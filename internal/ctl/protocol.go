@@ -78,5 +78,39 @@ isolation), and exits 1 if they differ.`,
 			return errors.Join(problems...)
 		},
 	})
+	cmd.AddCommand(&cobra.Command{
+		Use:       "set NAME",
+		Short:     "Switch the whole cluster to another termination protocol, online",
+		ValidArgs: []string{"dbsm", "dbsm-si", "pgr", "cons"},
+		Long: `protocol set switches the cluster to protocol NAME (dbsm, dbsm-si, pgr or
+cons, docs/protocols.md) through the first node of --endpoints that answers:
+the switch goes through the total order, so every node switches at the same
+seqno, while clients keep working. Transactions the old protocol has not
+decided by then abort with 40001 (retry them), as does any transaction whose
+snapshot predates the switch; none is lost or applied twice. It waits until
+that node switched and prints its protocol.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, err := g.clients()
+			if err != nil {
+				return err
+			}
+			defer closeAll(cs)
+			var got admin.Protocol
+			c, _, err := startOnFirst(cs, func(c *admin.Client) (uint64, error) {
+				p, err := c.SwitchProtocol(cmd.Context(), args[0])
+				got = p
+				return p.Since, err
+			})
+			if err != nil {
+				return err
+			}
+			out := protocolOutput{Nodes: []nodeProtocol{{Endpoint: c.Endpoint(), Protocol: &got}}}
+			return g.render(cmd.OutOrStdout(), out, func(w io.Writer) {
+				fmt.Fprintln(w, "NODE\tENDPOINT\tPROTOCOL\tGUARANTEE\tSINCE SEQNO")
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\n", got.NodeID, c.Endpoint(), got.Name, dash(got.Guarantee), got.Since)
+			})
+		},
+	})
 	return cmd
 }

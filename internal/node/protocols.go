@@ -5,7 +5,6 @@ import (
 
 	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/replica"
-	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
@@ -14,10 +13,7 @@ import (
 // did not answer it within the last election timeout (raft's CheckQuorum
 // bookkeeping, Progress.RecentActive); elsewhere nobody. nil under the
 // protocols that need none.
-func (n *Node) suspects(cfg *config.Node) func() []uint32 {
-	if cfg.Protocol != termination.PGR && cfg.Protocol != termination.CONS {
-		return nil
-	}
+func (n *Node) suspects(_ *config.Node) func() []uint32 {
 	return func() []uint32 {
 		st := n.order.Status()
 		if st.RaftState != raft.StateLeader {
@@ -33,11 +29,8 @@ func (n *Node) suspects(cfg *config.Node) func() []uint32 {
 	}
 }
 
-// consClasses gives sessions the conflict classes in force under cons (nil
-// under the other protocols: sessions then take no classes).
-func consClasses(cfg *config.Node, rep *replica.Replica) func() classes.Set {
-	if cfg.Protocol != termination.CONS {
-		return nil
-	}
+// consClasses gives sessions the conflict classes in force (they take
+// classes only while the cluster runs cons).
+func consClasses(_ *config.Node, rep *replica.Replica) func() classes.Set {
 	return rep.ClassSet
 }

@@ -359,6 +359,8 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		return unknown(k.Vote)
 	case *ordov1.Entry_Outcome:
 		return unknown(k.Outcome)
+	case *ordov1.Entry_Protocol:
+		return unknown(k.Protocol)
 	case *ordov1.Entry_Begin:
 		if unknown(k.Begin) {
 			return true

@@ -26,8 +26,9 @@ var _ termination.ClassScheduler = (*Replica)(nil)
 
 // consTxn is a cons transaction of this node between Begin and its end.
 type consTxn struct {
-	granted chan struct{}
-	begin   uint64 // seqno of its BeginEntry
+	granted  chan struct{}
+	begin    uint64 // seqno of its BeginEntry
+	switched bool   // closed granted because the cluster switched protocols
 }
 
 // ErrClassesNotGranted is returned by Begin when the transaction's
@@ -63,6 +64,13 @@ func (r *Replica) Begin(ctx context.Context, gid txn.GID, refs []txn.ClassRef) e
 	r.mu.Unlock()
 	select {
 	case <-ct.granted:
+		r.mu.Lock()
+		switched := ct.switched
+		r.mu.Unlock()
+		if switched {
+			r.End(gid)
+			return ErrProtocolSwitched
+		}
 		return nil
 	case <-ctx.Done():
 		r.End(gid)

@@ -23,6 +23,9 @@
 //     grants handed to sessions, releases for gone origins.
 //   - classes.go: the conflict-class configuration, changed through the
 //     order and kept in _ordo.cluster_config.
+//   - switch.go: the protocol in force, switched through the order (the
+//     old decider drains, a new one starts), its history kept in
+//     _ordo.cluster_config.
 //   - proofs.go: proof rows, and the outcomes a restarted node replays.
 //   - schema.go: schema fingerprints and their comparison.
 //   - codec.go: the total-order payload (pkg/api/ordo/v1 Entry) to and from

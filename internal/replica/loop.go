@@ -153,7 +153,14 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if err != nil {
 			return err
 		}
-		st, err := r.dec.Step(&ent)
+		var st termination.Step
+		if sw, ok := r.switchAborts(&ent); ok {
+			// Its protocol is no longer in force: aborted, on every node.
+			st, err = r.dec.Step(&termination.Entry{Seqno: d.Seqno, Kind: termination.KindOther})
+			st.Decisions = append(st.Decisions, sw)
+		} else {
+			st, err = r.dec.Step(&ent)
+		}
 		if err != nil {
 			return fmt.Errorf("replica: %w", err)
 		}
@@ -195,6 +202,11 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		}
 		if err := r.deliverOther(ctx, d.Seqno, &e, &rn); err != nil {
 			return err
+		}
+		if p := e.GetProtocol(); p != nil {
+			if err := r.switchTo(ctx, d.Seqno, p, &rn); err != nil {
+				return err
+			}
 		}
 		if settled := r.dec.Settled(); len(rn.items) > 0 {
 			rn.last = settled // published with the run
@@ -245,12 +257,14 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		for _, c := range b.Classes {
 			ent.Classes = append(ent.Classes, txn.ClassRef{Name: c.Name, Label: c.Label, Value: c.Value})
 		}
-		r.begun[ent.GID] = b.Origin
+		if r.loopProtocol == CONS {
+			r.begun[ent.GID] = b.Origin
+		}
 	case *ordov1.Entry_Outcome:
 		o := k.Outcome
 		ent.Kind, ent.GID, ent.TxnSeqno = termination.KindOutcome, txn.GID(o.Gid), o.TxnSeqno
 		ent.Commit, ent.Reason, ent.Cause = o.Commit, o.Reason, termination.Cause(o.Cause)
-	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote, *ordov1.Entry_Classes:
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote, *ordov1.Entry_Classes, *ordov1.Entry_Protocol:
 		ent.Kind = termination.KindOther
 	default:
 		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
@@ -362,9 +376,9 @@ func (r *Replica) count(dec termination.Decision) {
 		origin = "local"
 	}
 	if dec.Commit {
-		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "commit", "").Inc()
+		r.m.outcomes.WithLabelValues(r.loopProtocol, origin, "commit", "").Inc()
 	} else {
-		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort", string(dec.Cause)).Inc()
+		r.m.outcomes.WithLabelValues(r.loopProtocol, origin, "abort", string(dec.Cause)).Inc()
 	}
 }
 

@@ -16,9 +16,6 @@ import (
 	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/schemacheck"
 	"github.com/ordo-db/ordo/internal/termination"
-	"github.com/ordo-db/ordo/internal/termination/cons"
-	"github.com/ordo-db/ordo/internal/termination/dbsm"
-	"github.com/ordo-db/ordo/internal/termination/pgr"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
@@ -61,6 +58,9 @@ type Config struct {
 	DSN     string
 	Order   Orderer
 	Applier *apply.Applier
+	// History are the protocol switches the node made before a restart
+	// (LoadProtocolHistory): Protocol is the initial protocol only.
+	History []*ordov1.ProtocolSwitch
 	// StartAfter is the seqno the total order was started after; the
 	// applied prefix starts there.
 	StartAfter uint64
@@ -107,6 +107,8 @@ type Replica struct {
 
 	prefix atomic.Uint64
 	failed atomic.Pointer[error]
+	// protocol is the protocol in force for new transactions (switch.go).
+	protocol atomic.Pointer[string]
 	// classes is the conflict-class configuration in force (classes.go).
 	classes  atomic.Pointer[ordov1.ClassConfig]
 	classSet atomic.Pointer[classes.Set]
@@ -171,6 +173,14 @@ type Replica struct {
 	// their origin was gone (outcomes.go; delivery loop only).
 	suspects   map[uint32]time.Time
 	goneAborts map[txn.GID]bool
+	// loopProtocol is the protocol of the decider; history the switches,
+	// persisted; everInForce every protocol in force at some point
+	// (switch.go; delivery loop only). since is the seqno of the latest
+	// switch (guarded by mu).
+	loopProtocol string
+	history      []*ordov1.ProtocolSwitch
+	everInForce  map[string]bool
+	since        uint64
 	// begun are the cons transactions holding or waiting for classes,
 	// with their origin (delivery loop only).
 	begun map[txn.GID]uint32
@@ -192,16 +202,8 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Window == 0 {
 		cfg.Window = 100000
 	}
-	var dec termination.Decider
-	var err error
-	switch cfg.Protocol {
-	case PGR:
-		dec, err = pgr.New(cfg.NodeID, cfg.Window, cfg.StartAfter)
-	case CONS:
-		dec, err = cons.New(cfg.Window, cfg.StartAfter)
-	default:
-		dec, err = dbsm.New(cfg.Protocol, cfg.Window, cfg.StartAfter)
-	}
+	atStart, latest := protocolAt(&cfg, cfg.StartAfter)
+	dec, err := newDecider(atStart, cfg.NodeID, cfg.Window, cfg.StartAfter)
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
@@ -212,26 +214,37 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replica{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		m:          newMetrics(cfg.Registerer),
-		waiters:    make(map[txn.GID]*waiter),
-		local:      make(map[txn.GID]*termination.Local),
-		cons:       make(map[txn.GID]*consTxn),
-		begun:      make(map[txn.GID]uint32),
-		suspects:   make(map[uint32]time.Time),
-		goneAborts: make(map[txn.GID]bool),
-		prefixCh:   make(chan struct{}),
-		dec:        dec,
-		pending:    make(map[uint64]*ordov1.TxnEntry),
-		frags:      make(map[txn.GID]*fragments),
-		rolledBack: make(map[txn.GID]bool),
-		orphans:    make(map[txn.GID]bool),
-		down:       make(chan struct{}),
-		votes:      termination.NewVotes(cfg.Members),
-		skipped:    make(map[uint64]bool),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		m:            newMetrics(cfg.Registerer),
+		waiters:      make(map[txn.GID]*waiter),
+		local:        make(map[txn.GID]*termination.Local),
+		cons:         make(map[txn.GID]*consTxn),
+		begun:        make(map[txn.GID]uint32),
+		loopProtocol: atStart,
+		everInForce:  map[string]bool{cfg.Protocol: true},
+		history:      cfg.History,
+		suspects:     make(map[uint32]time.Time),
+		goneAborts:   make(map[txn.GID]bool),
+		prefixCh:     make(chan struct{}),
+		dec:          dec,
+		pending:      make(map[uint64]*ordov1.TxnEntry),
+		frags:        make(map[txn.GID]*fragments),
+		rolledBack:   make(map[txn.GID]bool),
+		orphans:      make(map[txn.GID]bool),
+		down:         make(chan struct{}),
+		votes:        termination.NewVotes(cfg.Members),
+		skipped:      make(map[uint64]bool),
 	}
-	r.m.initOutcomes(cfg.Protocol)
+	now := cfg.Protocol
+	for _, s := range cfg.History {
+		r.everInForce[s.Name] = true
+	}
+	if latest != nil {
+		now, r.since = latest.Name, latest.Seqno
+	}
+	r.m.initOutcomes(now)
+	r.protocol.Store(&now)
 	r.schema.own = make(map[uint64]schemacheck.Snapshot)
 	// Everything up to the proven prefix is in the database already: a
 	// snapshot taken while the node replays up to it is that recent (a
@@ -243,11 +256,11 @@ func New(cfg Config) (*Replica, error) {
 }
 
 // Name returns the protocol name (DBSM, DBSMSI or PGR).
-func (r *Replica) Name() string { return r.cfg.Protocol }
+func (r *Replica) Name() string { return *r.protocol.Load() }
 
 // CertifiesReads reports whether read keys are certified (dbsm, and pgr,
 // where they stay at the origin).
-func (r *Replica) CertifiesReads() bool { return r.cfg.Protocol == DBSM || r.cfg.Protocol == PGR }
+func (r *Replica) CertifiesReads() bool { p := r.Name(); return p == DBSM || p == PGR }
 
 // AppliedPrefix returns the largest seqno s such that every entry up to s
 // has been carried out on the local PostgreSQL.
@@ -343,13 +356,14 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		r.waiters[t.GID] = w
 	}
 	w.writes = writes
-	if r.cfg.Protocol == PGR {
+	protocol := r.Name() // in force when it terminates: its entry says so
+	if protocol == PGR {
 		// The read keys stay here: the entry carries the write keys only.
 		r.local[t.GID] = &termination.Local{Keys: t.Keys, ReadAll: t.ReadAll}
 		t = writeKeysOnly(t)
 	}
 	r.mu.Unlock()
-	if r.cfg.Protocol == CONS {
+	if protocol == CONS {
 		c := *t
 		c.BeginSeqno = r.beginSeqno(t.GID)
 		t = &c
@@ -364,7 +378,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	// abort is ordered so every node forgets the fragments it holds.
 	proposed := 0
 	var fragErr error
-	payload, err := encodeTxn(t, r.cfg.Protocol, r.cfg.MaxEntryBytes, func(payload []byte) error {
+	payload, err := encodeTxn(t, protocol, r.cfg.MaxEntryBytes, func(payload []byte) error {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
 		defer cancel()
 		if _, err := r.cfg.Order.Propose(pctx, payload); err != nil {
@@ -493,7 +507,7 @@ func (r *Replica) proposeInBackground(payload []byte, attempts int, gaveUp func(
 // CountBruteForce counts a local transaction aborted by brute force
 // before it reached the order (it blocked an apply while it ran).
 func (r *Replica) CountBruteForce() {
-	r.m.outcomes.WithLabelValues(r.cfg.Protocol, "local", "abort", "brute_force").Inc()
+	r.m.outcomes.WithLabelValues(r.Name(), "local", "abort", "brute_force").Inc()
 }
 
 // ResolveLeftovers aborts this node's prepared transactions left over from

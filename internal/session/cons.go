@@ -51,8 +51,7 @@ type consTx struct {
 	refused       error // a statement touched an undeclared class
 }
 
-// scheduler returns the protocol's class scheduler, or nil when the
-// cluster does not run cons.
+// scheduler returns the engine's class scheduler (nil if it has none).
 func (s *session) scheduler() termination.ClassScheduler {
 	if s.h.cfg.Classes == nil {
 		return nil
@@ -77,13 +76,18 @@ func (s *session) consSetting(name, value string) {
 // stays inside them.
 func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param) error {
 	sched := s.scheduler()
-	if sched == nil || a.Kind == analysis.KindSession {
+	ct := &s.tx.cons
+	if sched == nil || a.Kind == analysis.KindSession || (!ct.held && s.h.cfg.Replica.Name() != termination.CONS) {
 		return nil
 	}
 	set := s.h.cfg.Classes()
-	ct := &s.tx.cons
 	if ct.refused != nil {
 		return ct.refused
+	}
+	if !ct.held && s.tx.snapshot {
+		// Its snapshot predates its classes: the cluster switched to cons
+		// while it ran.
+		return pgErr(codeSerializationFailure, "ordo: the cluster switched to protocol cons while this transaction ran; retry it")
 	}
 	if !ct.held {
 		refs, err := s.consDeclared(set, a, params)
@@ -98,6 +102,10 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		err = sched.Begin(wctx, ct.gid, refs)
 		cancel()
+		if errors.Is(err, termination.ErrProtocolSwitched) {
+			ct.gid = ""
+			return pgErr(codeSerializationFailure, "ordo: %v; retry it", err)
+		}
 		if err != nil {
 			ct.gid = ""
 			return pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it", wait, refString(refs), err)

@@ -38,6 +38,14 @@ type Decider interface {
 	Settled() uint64
 }
 
+// Drainer is the optional capability of a decider that can hold
+// transactions undecided (pgr): when the cluster switches protocols, Drain
+// decides every one of them (abort), and returns every decision it still
+// held, in commit order. The decider is not used after.
+type Drainer interface {
+	Drain() []Decision
+}
+
 // Kind is what a delivered entry is, as far as deciders care.
 type Kind uint8
 
@@ -167,10 +175,11 @@ type Cause string
 
 // Causes of aborts.
 const (
-	CauseNone          Cause = ""              // it committed
-	CauseCertification Cause = "certification" // a conflict with a transaction not in its snapshot
-	CauseTooOld        Cause = "too_old"       // its snapshot, or its first fragment, is older than the certification window
-	CauseOriginAbort   Cause = "origin_abort"  // its origin gave up, and its abort was ordered first
-	CauseOriginGone    Cause = "origin_gone"   // pgr: its origin failed, or restarted, before it proposed an outcome
-	CauseReplayed      Cause = "replayed"      // decided before this node restarted (not counted again)
+	CauseNone          Cause = ""                // it committed
+	CauseCertification Cause = "certification"   // a conflict with a transaction not in its snapshot
+	CauseTooOld        Cause = "too_old"         // its snapshot, or its first fragment, is older than the certification window
+	CauseOriginAbort   Cause = "origin_abort"    // its origin gave up, and its abort was ordered first
+	CauseOriginGone    Cause = "origin_gone"     // pgr: its origin failed, or restarted, before it proposed an outcome
+	CauseSwitch        Cause = "protocol_switch" // the cluster switched protocols before it was decided
+	CauseReplayed      Cause = "replayed"        // decided before this node restarted (not counted again)
 )

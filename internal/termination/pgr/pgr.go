@@ -268,3 +268,14 @@ func (d *Decider) expireAborts(seqno uint64) {
 		}
 	}
 }
+
+var _ termination.Drainer = (*Decider)(nil)
+
+// Drain aborts every undecided transaction (the cluster switched
+// protocols) and returns every decision still held, in seqno order.
+func (d *Decider) Drain() []termination.Decision {
+	for _, p := range d.queue {
+		d.decide(p, false, "the cluster switched protocols before it was decided", termination.CauseSwitch)
+	}
+	return d.release()
+}

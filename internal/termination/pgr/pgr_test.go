@@ -216,3 +216,25 @@ func TestNewRefusesAZeroWindow(t *testing.T) {
 		t.Fatal("a zero window was accepted")
 	}
 }
+
+// TestDrain: at a protocol switch every undecided transaction aborts, and
+// the decisions held behind them are released in seqno order.
+func TestDrain(t *testing.T) {
+	d, err := New(3, 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(e termination.Entry) {
+		if _, err := d.Step(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(termination.Entry{Seqno: 1, Kind: termination.KindTxn, GID: "ordo_1_1", Origin: 1, Protocol: termination.PGR})
+	step(termination.Entry{Seqno: 2, Kind: termination.KindTxn, GID: "ordo_2_1", Origin: 2, Protocol: termination.PGR})
+	step(termination.Entry{Seqno: 3, Kind: termination.KindOutcome, GID: "ordo_2_1", TxnSeqno: 2, Commit: true})
+	got := render(termination.Step{Decisions: d.Drain()}, d.Settled())
+	want := "abort ordo_1_1 at 1 (origin 1) [protocol_switch]: the cluster switched protocols before it was decided\ncommit ordo_2_1 at 2 (origin 2)\nsettled 3\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
