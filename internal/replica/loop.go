@@ -175,43 +175,12 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		for _, p := range st.Proposals {
 			r.proposeOutcome(p)
 		}
-		for _, dec := range st.Decisions {
-			if err := r.carryOut(ctx, d.Seqno, dec, &rn); err != nil {
-				var f *applyFailure
-				if errors.As(err, &f) {
-					f.rest = batch[i+1:]
-				}
-				return err
+		if err := r.finishEntry(ctx, d, &e, st, 0, &rn); err != nil {
+			var f *applyFailure
+			if errors.As(err, &f) {
+				f.rest = batch[i+1:]
 			}
-		}
-		if len(st.Granted) > 0 {
-			// The granted transactions' snapshots must hold every
-			// earlier conflicting transaction: apply the run first.
-			if err := r.flush(ctx, &rn); err != nil {
-				return err
-			}
-			for _, gid := range st.Granted {
-				r.grant(gid)
-			}
-		}
-		if a := e.GetAbort(); a != nil && a.Label != "" && d.Seqno > r.cfg.Proven {
-			// Aborted by its origin, maybe before its entry ever reached
-			// the order: recorded under its label (a commit ordered
-			// earlier still shows as committed: its proof row wins).
-			r.abortedLabels = append(r.abortedLabels, proof{d.Seqno, txn.GID(a.Gid), a.Label})
-		}
-		if err := r.deliverOther(ctx, d.Seqno, &e, &rn); err != nil {
 			return err
-		}
-		if p := e.GetProtocol(); p != nil {
-			if err := r.switchTo(ctx, d.Seqno, p, &rn); err != nil {
-				return err
-			}
-		}
-		if settled := r.dec.Settled(); len(rn.items) > 0 {
-			rn.last = settled // published with the run
-		} else {
-			r.publish(settled)
 		}
 	}
 	if err := r.flush(ctx, &rn); err != nil {
@@ -224,6 +193,60 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		return err
 	}
 	r.markDurable(ctx, r.dec.Settled())
+	return nil
+}
+
+// finishEntry carries out what stepping the entry e, delivered as d, gave
+// (from its decision from on): the decisions in order, the grants, the
+// entry's own effects, then the applied prefix. When this node cannot
+// carry out a decision others carried out, the applyFailure it returns can
+// resume after it once the cluster voted to skip it (vote.go): a step may
+// hold several decisions (pgr releases them in seqno order).
+func (r *Replica) finishEntry(ctx context.Context, d totalorder.Delivery, e *ordov1.Entry, st termination.Step, from int, rn *run) error {
+	for j := from; j < len(st.Decisions); j++ {
+		if err := r.carryOut(ctx, d.Seqno, st.Decisions[j], rn); err != nil {
+			var f *applyFailure
+			if errors.As(err, &f) {
+				f.resume = func(ctx context.Context) error {
+					var rn run
+					if err := r.finishEntry(ctx, d, e, st, j+1, &rn); err != nil {
+						return err
+					}
+					return r.flush(ctx, &rn)
+				}
+			}
+			return err
+		}
+	}
+	if len(st.Granted) > 0 {
+		// The granted transactions' snapshots must hold every earlier
+		// conflicting transaction: apply the run first.
+		if err := r.flush(ctx, rn); err != nil {
+			return err
+		}
+		for _, gid := range st.Granted {
+			r.grant(gid)
+		}
+	}
+	if a := e.GetAbort(); a != nil && a.Label != "" && d.Seqno > r.cfg.Proven {
+		// Aborted by its origin, maybe before its entry ever reached
+		// the order: recorded under its label (a commit ordered
+		// earlier still shows as committed: its proof row wins).
+		r.abortedLabels = append(r.abortedLabels, proof{d.Seqno, txn.GID(a.Gid), a.Label})
+	}
+	if err := r.deliverOther(ctx, d.Seqno, e, rn); err != nil {
+		return err
+	}
+	if p := e.GetProtocol(); p != nil {
+		if err := r.switchTo(ctx, d.Seqno, p, rn); err != nil {
+			return err
+		}
+	}
+	if settled := r.dec.Settled(); len(rn.items) > 0 {
+		rn.last = settled // published with the run
+	} else {
+		r.publish(settled)
+	}
 	return nil
 }
 
