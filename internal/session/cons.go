@@ -75,43 +75,11 @@ func (s *session) consSetting(name, value string) {
 // transaction's classes if it does not hold them yet, then checks that a
 // stays inside them.
 func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param) error {
-	sched := s.scheduler()
+	held, err := s.consTake(ctx, a, params)
+	if err != nil || !held {
+		return err
+	}
 	ct := &s.tx.cons
-	if sched == nil || a.Kind == analysis.KindSession || (!ct.held && s.h.cfg.Replica.Name() != termination.CONS) {
-		return nil
-	}
-	set := s.h.cfg.Classes()
-	if ct.refused != nil {
-		return ct.refused
-	}
-	if !ct.held && s.tx.snapshot {
-		// Its snapshot predates its classes: the cluster switched to cons
-		// while it ran.
-		return pgErr(codeSerializationFailure, "ordo: the cluster switched to protocol cons while this transaction ran; retry it")
-	}
-	if !ct.held {
-		refs, err := s.consDeclared(set, a, params)
-		if err != nil {
-			return pgErr(codeUndeclaredClass, "ordo: %v", err)
-		}
-		ct.declared, ct.gid = refs, s.h.nextGID()
-		wait := s.h.cfg.ClassWait
-		if wait <= 0 {
-			wait = defaultClassWait
-		}
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		err = sched.Begin(wctx, ct.gid, refs)
-		cancel()
-		if errors.Is(err, termination.ErrProtocolSwitched) {
-			ct.gid = ""
-			return pgErr(codeSerializationFailure, "ordo: %v; retry it", err)
-		}
-		if err != nil {
-			ct.gid = ""
-			return pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it", wait, refString(refs), err)
-		}
-		ct.held = true
-	}
 	if a.Kind == analysis.KindDDL {
 		if !covers(ct.declared, txn.ClassRef{Name: analysis.AllClasses}) {
 			return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: DDL touches every conflict class, and this transaction declared only %s; declare '*' to run DDL", refString(ct.declared)))
@@ -122,10 +90,54 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 	if err != nil {
 		fp = &analysis.Footprint{All: true, WritesAll: a.Updates()}
 	}
-	if err := set.Classes.Check(s.h.cfg.Catalog.Current(), ct.declared, a, fp, true); err != nil {
+	if err := s.h.cfg.Classes().Classes.Check(s.h.cfg.Catalog.Current(), ct.declared, a, fp, true); err != nil {
 		return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: %v; the transaction can only roll back", err))
 	}
 	return nil
+}
+
+// consTake takes the transaction's classes, before statement a (params
+// nil at Parse) takes its snapshot, unless it holds them; held reports
+// whether it holds classes (false when the cluster does not run cons).
+func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []analysis.Param) (held bool, err error) {
+	sched := s.scheduler()
+	ct := &s.tx.cons
+	if sched == nil || a.Kind == analysis.KindSession || (!ct.held && s.h.cfg.Replica.Name() != termination.CONS) {
+		return false, nil
+	}
+	if ct.refused != nil {
+		return false, ct.refused
+	}
+	if ct.held {
+		return true, nil
+	}
+	if s.tx.snapshot {
+		// Its snapshot predates its classes: the cluster switched to cons
+		// while it ran.
+		return false, pgErr(codeSerializationFailure, "ordo: the cluster switched to protocol cons while this transaction ran; retry it")
+	}
+	refs, err := s.consDeclared(s.h.cfg.Classes(), a, params)
+	if err != nil {
+		return false, pgErr(codeUndeclaredClass, "ordo: %v", err)
+	}
+	ct.declared, ct.gid = refs, s.h.nextGID()
+	wait := s.h.cfg.ClassWait
+	if wait <= 0 {
+		wait = defaultClassWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	err = sched.Begin(wctx, ct.gid, refs)
+	cancel()
+	if errors.Is(err, termination.ErrProtocolSwitched) {
+		ct.gid = ""
+		return false, pgErr(codeSerializationFailure, "ordo: %v; retry it", err)
+	}
+	if err != nil {
+		ct.gid = ""
+		return false, pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it", wait, refString(refs), err)
+	}
+	ct.held = true
+	return true, nil
 }
 
 // consDeclared decides the classes of the transaction whose first
@@ -140,7 +152,9 @@ func (s *session) consDeclared(set classes.Set, a *analysis.Statement, params []
 	case s.tx.wrapped && a.Kind != analysis.KindDDL:
 		fp, err := a.Bind(params)
 		if err != nil {
-			break
+			// At Parse, without the parameters: the classes of the whole
+			// tables it names.
+			fp = &analysis.Footprint{All: a.ReadsAll, WritesAll: a.WritesAll}
 		}
 		uses, all, _ := set.Classes.Derive(s.h.cfg.Catalog.Current(), a, fp, true)
 		if all {

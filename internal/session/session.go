@@ -170,9 +170,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
-			if err := s.beforeSnapshot(ctx, true); err != nil {
-				return err
-			}
+		}
+		if err := s.atParse(ctx, stmts, first); err != nil {
+			return err
 		}
 		if first && setsSequence(stmts) && s.be.TxStatus() != 'E' {
 			// Parse runs nothing: the positions now are those before the
