@@ -29,7 +29,8 @@
 //
 // Files: hooks.go (wire.Hooks, the registry of sessions by backend pid),
 // session.go (per-session state machine), terminate.go (steps 5 and 6),
-// cons.go (conflict classes under cons), errors.go (the errors clients
+// cons.go (conflict classes under cons), parse.go (what precedes the
+// snapshot PostgreSQL takes at a Parse), errors.go (the errors clients
 // see).
 //
 // Goroutines: each session's hooks run on that session's wire goroutine
