@@ -24,6 +24,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/replica"
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
@@ -86,6 +87,14 @@ func (r *fakeReplica) TxnStatus(ctx context.Context, label string) (string, erro
 }
 func (r *fakeReplica) RequestSchemaCheck(ctx context.Context) (uint64, error) {
 	return r.checkAt, r.checkErr
+}
+func (r *fakeReplica) Classes() *ordov1.ClassConfig { return &ordov1.ClassConfig{} }
+func (r *fakeReplica) ProtocolSince() uint64        { return 0 }
+func (r *fakeReplica) SwitchProtocol(ctx context.Context, name string) (uint64, error) {
+	return 0, errors.New("not in this fake")
+}
+func (r *fakeReplica) ChangeClasses(ctx context.Context, e *ordov1.ClassesEntry) (*ordov1.ClassConfig, error) {
+	return nil, errors.New("not in this fake")
 }
 
 // healthy is node 1 of three, following leader 2: its log is applied to

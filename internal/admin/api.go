@@ -6,12 +6,13 @@ import "github.com/ordo-db/ordo/internal/replica"
 // 4xx or 5xx status.
 const (
 	PathStatus      = "/v1/status"       // GET: Status
-	PathProtocol    = "/v1/protocol"     // GET: Protocol
+	PathProtocol    = "/v1/protocol"     // GET: Protocol; POST ProtocolSwitch: Protocol once switched
 	PathSchema      = "/v1/schema"       // GET: SchemaStatus
 	PathSchemaCheck = "/v1/schema/check" // POST: SchemaCheck
 	PathData        = "/v1/data"         // GET: DataStatus
 	PathDataCheck   = "/v1/data/check"   // POST: SchemaCheck (the seqno of the data check)
 	PathTxn         = "/v1/txn"          // GET ?label=L: TxnStatus
+	PathClasses     = "/v1/classes"      // GET: Classes; POST ClassesChange: Classes
 	// PathReady is served on the metrics address, unauthenticated:
 	// 200 or 503 with a Ready body.
 	PathReady = "/readyz"
@@ -102,7 +103,7 @@ type TxnCount struct {
 // Protocol is the termination protocol a node runs.
 type Protocol struct {
 	NodeID uint32 `json:"node_id"`
-	// Name: dbsm or dbsm-si.
+	// Name: dbsm, dbsm-si, pgr or cons.
 	Name string `json:"name"`
 	// Guarantee is what the protocol promises clients.
 	Guarantee string `json:"guarantee"`
@@ -112,6 +113,14 @@ type Protocol struct {
 	CertificationWindow uint64 `json:"certification_window"`
 	// Source is where the protocol in force comes from.
 	Source string `json:"source"`
+	// Since is the seqno of the switch that put it in force (0: node.yaml's
+	// initial protocol, never switched).
+	Since uint64 `json:"since,omitempty"`
+}
+
+// ProtocolSwitch asks for a switch (POST /v1/protocol).
+type ProtocolSwitch struct {
+	Name string `json:"name"`
 }
 
 // DataStatus is the latest data comparisons of a node with the others.

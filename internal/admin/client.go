@@ -119,13 +119,53 @@ func (c *Client) TxnStatus(ctx context.Context, label string) (TxnStatus, error)
 	return t, c.call(ctx, http.MethodGet, PathTxn+"?label="+url.QueryEscape(label), &t)
 }
 
+// SwitchProtocol switches the cluster's protocol through the node and
+// returns the protocol once the node switched.
+func (c *Client) SwitchProtocol(ctx context.Context, name string) (Protocol, error) {
+	body, err := json.Marshal(ProtocolSwitch{Name: name})
+	if err != nil {
+		return Protocol{}, err
+	}
+	var p Protocol
+	return p, c.callBody(ctx, http.MethodPost, PathProtocol, body, &p)
+}
+
+// Classes returns the node's conflict-class configuration.
+func (c *Client) Classes(ctx context.Context) (Classes, error) {
+	var cs Classes
+	return cs, c.call(ctx, http.MethodGet, PathClasses, &cs)
+}
+
+// ChangeClasses changes the cluster's conflict classes through the node
+// and returns the configuration once the node applied the change.
+func (c *Client) ChangeClasses(ctx context.Context, ch ClassesChange) (Classes, error) {
+	body, err := json.Marshal(ch)
+	if err != nil {
+		return Classes{}, err
+	}
+	var cs Classes
+	return cs, c.callBody(ctx, http.MethodPost, PathClasses, body, &cs)
+}
+
 // Close releases the client's idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 func (c *Client) call(ctx context.Context, method, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	return c.callBody(ctx, method, path, nil, out)
+}
+
+// callBody is call with a JSON request body (nil: none).
+func (c *Client) callBody(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.endpoint, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -136,7 +176,7 @@ func (c *Client) call(ctx context.Context, method, path string, out any) error {
 		return fmt.Errorf("%w %s: %w", ErrUnreachable, c.endpoint, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return fmt.Errorf("%w %s: %v", ErrUnreachable, c.endpoint, err)
 	}

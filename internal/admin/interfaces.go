@@ -7,6 +7,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/totalorder"
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
 // Order is what the admin API reads of the total order
@@ -48,6 +49,16 @@ type Replica interface {
 	// TxnStatus answers, once caught up with the cluster, what became of
 	// the transaction labelled label.
 	TxnStatus(ctx context.Context, label string) (string, error)
+	// SwitchProtocol switches the cluster's protocol through the order and
+	// returns the switch's seqno once this node switched; ProtocolSince is
+	// the seqno of the latest switch (0: none).
+	SwitchProtocol(ctx context.Context, name string) (uint64, error)
+	ProtocolSince() uint64
+	// Classes is the conflict-class configuration in force.
+	Classes() *ordov1.ClassConfig
+	// ChangeClasses changes it through the order and returns the
+	// configuration once this node applied the change.
+	ChangeClasses(ctx context.Context, e *ordov1.ClassesEntry) (*ordov1.ClassConfig, error)
 }
 
 var (

@@ -3,7 +3,10 @@ package admin
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 
+	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/version"
 )
 
@@ -74,12 +78,30 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(PathStatus, only(http.MethodGet, s.status))
-	mux.Handle(PathProtocol, only(http.MethodGet, s.protocol))
+	mux.HandleFunc(PathProtocol, func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			s.protocol(w, r)
+		case http.MethodPost:
+			s.switchProtocol(w, r)
+		default:
+			w.Header().Set("Allow", "GET, POST")
+			writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: r.URL.Path + " takes GET or POST"})
+		}
+	})
 	mux.Handle(PathSchema, only(http.MethodGet, s.schema))
 	mux.Handle(PathSchemaCheck, only(http.MethodPost, s.schemaCheck))
 	mux.Handle(PathData, only(http.MethodGet, s.data))
 	mux.Handle(PathDataCheck, only(http.MethodPost, s.dataCheck))
 	mux.Handle(PathTxn, only(http.MethodGet, s.txn))
+	mux.HandleFunc(PathClasses, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodPost {
+			w.Header().Set("Allow", "GET, POST")
+			writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: r.URL.Path + " takes GET or POST"})
+			return
+		}
+		s.classes(w, r)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -253,15 +275,50 @@ var guarantees = map[string]string{
 	"dbsm":    "1-copy serializable",
 	"dbsm-si": "1-copy snapshot isolation",
 	"dbsm-rc": "read committed without lost updates across nodes",
+	"pgr":     "1-copy serializable",
+	"cons":    "1-copy serializable, no aborts from conflicts",
 }
 
 func (s *Server) protocol(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.protocolNow())
+}
+
+func (s *Server) protocolNow() Protocol {
 	rep := s.cfg.Replica
-	writeJSON(w, http.StatusOK, Protocol{
+	p := Protocol{
 		NodeID: s.cfg.NodeID, Name: rep.Name(), Guarantee: guarantees[rep.Name()], CertifiesReads: rep.CertifiesReads(),
 		CertificationWindow: s.cfg.CertificationWindow,
 		Source:              "node configuration (protocol:); the same on every node",
-	})
+		Since:               rep.ProtocolSince(),
+	}
+	if p.Since > 0 {
+		p.Source = fmt.Sprintf("cluster state: switched at seqno %d (ordoctl protocol set)", p.Since)
+	}
+	return p
+}
+
+func (s *Server) switchProtocol(w http.ResponseWriter, r *http.Request) {
+	var req ProtocolSwitch
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "protocol: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), schemaCheckTimeout)
+	defer cancel()
+	seqno, err := s.cfg.Replica.SwitchProtocol(ctx, req.Name)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, replica.ErrBadProtocol) {
+			code = http.StatusBadRequest
+		}
+		s.log.Warn("admin: protocol not switched", "by", caller(r), "to", req.Name, "err", err)
+		writeJSON(w, code, ErrorBody{Error: "protocol: " + err.Error()})
+		return
+	}
+	s.log.Info("admin: protocol switched", "by", caller(r), "to", req.Name, "seqno", seqno)
+	writeJSON(w, http.StatusOK, s.protocolNow())
 }
 
 func (s *Server) data(w http.ResponseWriter, _ *http.Request) {

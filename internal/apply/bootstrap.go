@@ -18,6 +18,8 @@ import (
 // decided yet (internal/replica, bruteforce.go). Labelled transactions
 // (SET ordo.txn_label) keep their label in their proof row, or, aborted,
 // in _ordo.aborted; _ordo.txn_status(label) answers from both, for anyone.
+// _ordo.cluster_config keeps the cluster configuration changed through the
+// order (the conflict classes), with the seqno that changed it.
 const bootstrapSQL = `
 CREATE SCHEMA IF NOT EXISTS _ordo;
 CREATE TABLE IF NOT EXISTS _ordo.applied (
@@ -37,6 +39,11 @@ CREATE TABLE IF NOT EXISTS _ordo.aborted (
 	label text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS aborted_label ON _ordo.aborted (label);
+CREATE TABLE IF NOT EXISTS _ordo.cluster_config (
+	name  text PRIMARY KEY,
+	seqno bigint NOT NULL,
+	value bytea NOT NULL
+);
 CREATE OR REPLACE FUNCTION _ordo.txn_status(label text) RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 	SELECT CASE

@@ -111,6 +111,22 @@ func (c *Certifier) Certify(seqno uint64, req *Request) Decision {
 	return d
 }
 
+// CheckAt decides whether the transaction delivered at seqno would commit,
+// without recording anything: its outcome is decided later (pgr, where
+// the origin certifies its transaction once every earlier one is
+// decided, and the index records it only when its commit outcome is
+// delivered, with Record or Skip at seqno). Every seqno before seqno must
+// have been recorded or skipped already.
+func (c *Certifier) CheckAt(seqno uint64, req *Request) Decision {
+	if seqno <= c.last {
+		panic(fmt.Sprintf("certifier: seqno %d checked after %d", seqno, c.last))
+	}
+	if seqno > c.cfg.Window {
+		c.trim(seqno - c.cfg.Window) // as Record or Skip at seqno will
+	}
+	return c.check(req)
+}
+
 // Record records keys committed at seqno without certifying them (entries
 // that always commit, such as DDL in total order).
 func (c *Certifier) Record(seqno uint64, keys []txn.KeyMode) {

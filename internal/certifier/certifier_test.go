@@ -268,3 +268,19 @@ func TestEscalatedWritesKeepEveryConflict(t *testing.T) {
 	require.True(t, c.Certify(1, &Request{Keys: escalated("a", 1, 2, 3)}).Commit)
 	require.True(t, c.Certify(2, &Request{Keys: write("b", 1)}).Commit, "another table")
 }
+
+// TestCheckAtRecordsNothing: pgr's origin checks its transaction at its
+// seqno; the index learns of it only when its outcome is recorded.
+func TestCheckAtRecordsNothing(t *testing.T) {
+	c := New(Config{CheckReads: true, Window: 10}, 0)
+	require.True(t, c.CheckAt(1, &Request{Keys: write("acct", 1)}).Commit)
+	require.True(t, c.CheckAt(1, &Request{Keys: write("acct", 1)}).Commit, "a check changes nothing")
+	c.Skip(1) // it aborted after all
+	require.True(t, c.CheckAt(2, &Request{Keys: write("acct", 1)}).Commit)
+	c.Record(2, write("acct", 1))
+	d := c.CheckAt(3, &Request{SnapshotSeqno: 1, Keys: read(row("acct", 1))})
+	require.False(t, d.Commit)
+	require.Equal(t, uint64(2), d.By)
+	require.Equal(t, ReasonTooOld, c.CheckAt(20, &Request{SnapshotSeqno: 5}).Reason, "the window trims at the checked seqno")
+	require.Panics(t, func() { c.CheckAt(2, &Request{}) })
+}

@@ -33,8 +33,8 @@ func protocolCmd(g *globals) *cobra.Command {
 		Use:   "show",
 		Short: "Show the termination protocol each node runs and what it guarantees",
 		Long: `protocol show asks every node of --endpoints which termination protocol it
-runs (dbsm: 1-copy serializable; dbsm-si: 1-copy snapshot isolation), and
-exits 1 if they differ.`,
+runs (dbsm and pgr: 1-copy serializable; dbsm-si: 1-copy snapshot
+isolation), and exits 1 if they differ.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cs, err := g.clients()
@@ -76,6 +76,40 @@ exits 1 if they differ.`,
 				return err
 			}
 			return errors.Join(problems...)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:       "set NAME",
+		Short:     "Switch the whole cluster to another termination protocol, online",
+		ValidArgs: []string{"dbsm", "dbsm-si", "pgr", "cons"},
+		Long: `protocol set switches the cluster to protocol NAME (dbsm, dbsm-si, pgr or
+cons, docs/protocols.md) through the first node of --endpoints that answers:
+the switch goes through the total order, so every node switches at the same
+seqno, while clients keep working. Transactions the old protocol has not
+decided by then abort with 40001 (retry them), as does any transaction whose
+snapshot predates the switch; none is lost or applied twice. It waits until
+that node switched and prints its protocol.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, err := g.clients()
+			if err != nil {
+				return err
+			}
+			defer closeAll(cs)
+			var got admin.Protocol
+			c, _, err := startOnFirst(cs, func(c *admin.Client) (uint64, error) {
+				p, err := c.SwitchProtocol(cmd.Context(), args[0])
+				got = p
+				return p.Since, err
+			})
+			if err != nil {
+				return err
+			}
+			out := protocolOutput{Nodes: []nodeProtocol{{Endpoint: c.Endpoint(), Protocol: &got}}}
+			return g.render(cmd.OutOrStdout(), out, func(w io.Writer) {
+				fmt.Fprintln(w, "NODE\tENDPOINT\tPROTOCOL\tGUARANTEE\tSINCE SEQNO")
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\n", got.NodeID, c.Endpoint(), got.Name, dash(got.Guarantee), got.Since)
+			})
 		},
 	})
 	return cmd

@@ -159,6 +159,10 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	history, err := replica.LoadProtocolHistory(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	// Replay a whole certification window before the proven prefix, so
 	// the certifier is rebuilt exactly as every other node has it; replay
 	// is idempotent (proof rows, prepared transactions already finished).
@@ -215,7 +219,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	rep, err = replica.New(replica.Config{
 		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout,
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
-		Members: len(cfg.Peers),
+		Members: len(cfg.Peers), Suspects: n.suspects(cfg), History: history,
 		OnDDL: func(ctx context.Context) {
 			if _, err := cat.Refresh(ctx); err != nil {
 				log.Warn("catalog refresh after DDL", "err", err)
@@ -240,6 +244,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
 		Logger: log, AfterDDL: normalize, KeyEscalationRows: cfg.KeyEscalationRows,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
+		Classes: consClasses(cfg, rep),
 	})
 	n.hooks = hooks
 	n.wg.Add(1)
@@ -346,7 +351,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	} else {
 		log.Info("admin API serving", "admin_listen", n.adminLn.Addr().String(), "auth", "bearer token", "token_file", tokenFile)
 	}
-	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", cfg.Protocol, "replay_from", startAfter)
+	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", rep.Name(), "replay_from", startAfter)
 	return n, nil
 }
 

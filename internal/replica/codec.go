@@ -30,6 +30,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		DdlSettings:   encodeSettings(t.DDLSettings),
 		Label:         t.Label,
 		SearchPath:    t.SearchPath,
+		BeginSeqno:    t.BeginSeqno,
 	}
 	for _, km := range t.Keys {
 		e.Keys = append(e.Keys, &ordov1.Key{
@@ -356,6 +357,38 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		return unknown(k.DataCheck)
 	case *ordov1.Entry_Vote:
 		return unknown(k.Vote)
+	case *ordov1.Entry_Outcome:
+		return unknown(k.Outcome)
+	case *ordov1.Entry_Protocol:
+		return unknown(k.Protocol)
+	case *ordov1.Entry_Begin:
+		if unknown(k.Begin) {
+			return true
+		}
+		for _, c := range k.Begin.Classes {
+			if unknown(c) {
+				return true
+			}
+		}
+	case *ordov1.Entry_Classes:
+		if unknown(k.Classes) {
+			return true
+		}
+		for _, c := range k.Classes.Classes {
+			if unknown(c) {
+				return true
+			}
+			for _, tc := range c.Columns {
+				if unknown(tc) {
+					return true
+				}
+			}
+		}
+		for _, p := range k.Classes.Profiles {
+			if unknown(p) {
+				return true
+			}
+		}
 	case *ordov1.Entry_Data:
 		if unknown(k.Data) {
 			return true

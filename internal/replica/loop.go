@@ -53,6 +53,10 @@ func (r *Replica) Run(parent context.Context) error {
 		conn.Close(context.Background())
 		return err
 	}
+	if err := r.loadClasses(ctx); err != nil {
+		conn.Close(context.Background())
+		return err
+	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	r.bg.Add(2)
 	go func() {
@@ -64,6 +68,12 @@ func (r *Replica) Run(parent context.Context) error {
 		r.watchPostgres(sweepCtx, stop)
 	}()
 	defer stopSweep()
+	var gone <-chan time.Time // nil (off) unless a failure detector is configured
+	if r.cfg.Suspects != nil {
+		t := time.NewTicker(suspectEvery)
+		defer t.Stop()
+		gone = t.C
+	}
 	defer func() {
 		r.conn.Close(context.Background())
 		r.bfMu.Lock()
@@ -78,6 +88,9 @@ func (r *Replica) Run(parent context.Context) error {
 		select {
 		case <-ctx.Done():
 			return stopped()
+		case now := <-gone:
+			r.abortGone(now)
+			continue
 		case d, ok := <-r.cfg.Order.Deliveries():
 			if !ok {
 				return nil
@@ -140,7 +153,14 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if err != nil {
 			return err
 		}
-		st, err := r.dec.Step(&ent)
+		var st termination.Step
+		if sw, ok := r.switchAborts(&ent); ok {
+			// Its protocol is no longer in force: aborted, on every node.
+			st, err = r.dec.Step(&termination.Entry{Seqno: d.Seqno, Kind: termination.KindOther})
+			st.Decisions = append(st.Decisions, sw)
+		} else {
+			st, err = r.dec.Step(&ent)
+		}
 		if err != nil {
 			return fmt.Errorf("replica: %w", err)
 		}
@@ -152,28 +172,15 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if st.Hold {
 			r.holdFragment(d.Seqno, e.GetFragment(), d.Data)
 		}
-		for _, dec := range st.Decisions {
-			if err := r.carryOut(ctx, d.Seqno, dec, &rn); err != nil {
-				var f *applyFailure
-				if errors.As(err, &f) {
-					f.rest = batch[i+1:]
-				}
-				return err
+		for _, p := range st.Proposals {
+			r.proposeOutcome(p)
+		}
+		if err := r.finishEntry(ctx, d, &e, st, 0, &rn); err != nil {
+			var f *applyFailure
+			if errors.As(err, &f) {
+				f.rest = batch[i+1:]
 			}
-		}
-		if a := e.GetAbort(); a != nil && a.Label != "" && d.Seqno > r.cfg.Proven {
-			// Aborted by its origin, maybe before its entry ever reached
-			// the order: recorded under its label (a commit ordered
-			// earlier still shows as committed: its proof row wins).
-			r.abortedLabels = append(r.abortedLabels, proof{d.Seqno, txn.GID(a.Gid), a.Label})
-		}
-		if err := r.deliverOther(ctx, d.Seqno, &e, &rn); err != nil {
 			return err
-		}
-		if settled := r.dec.Settled(); len(rn.items) > 0 {
-			rn.last = settled // published with the run
-		} else {
-			r.publish(settled)
 		}
 	}
 	if err := r.flush(ctx, &rn); err != nil {
@@ -189,6 +196,60 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	return nil
 }
 
+// finishEntry carries out what stepping the entry e, delivered as d, gave
+// (from its decision from on): the decisions in order, the grants, the
+// entry's own effects, then the applied prefix. When this node cannot
+// carry out a decision others carried out, the applyFailure it returns can
+// resume after it once the cluster voted to skip it (vote.go): a step may
+// hold several decisions (pgr releases them in seqno order).
+func (r *Replica) finishEntry(ctx context.Context, d totalorder.Delivery, e *ordov1.Entry, st termination.Step, from int, rn *run) error {
+	for j := from; j < len(st.Decisions); j++ {
+		if err := r.carryOut(ctx, d.Seqno, st.Decisions[j], rn); err != nil {
+			var f *applyFailure
+			if errors.As(err, &f) {
+				f.resume = func(ctx context.Context) error {
+					var rn run
+					if err := r.finishEntry(ctx, d, e, st, j+1, &rn); err != nil {
+						return err
+					}
+					return r.flush(ctx, &rn)
+				}
+			}
+			return err
+		}
+	}
+	if len(st.Granted) > 0 {
+		// The granted transactions' snapshots must hold every earlier
+		// conflicting transaction: apply the run first.
+		if err := r.flush(ctx, rn); err != nil {
+			return err
+		}
+		for _, gid := range st.Granted {
+			r.grant(gid)
+		}
+	}
+	if a := e.GetAbort(); a != nil && a.Label != "" && d.Seqno > r.cfg.Proven {
+		// Aborted by its origin, maybe before its entry ever reached
+		// the order: recorded under its label (a commit ordered
+		// earlier still shows as committed: its proof row wins).
+		r.abortedLabels = append(r.abortedLabels, proof{d.Seqno, txn.GID(a.Gid), a.Label})
+	}
+	if err := r.deliverOther(ctx, d.Seqno, e, rn); err != nil {
+		return err
+	}
+	if p := e.GetProtocol(); p != nil {
+		if err := r.switchTo(ctx, d.Seqno, p, rn); err != nil {
+			return err
+		}
+	}
+	if settled := r.dec.Settled(); len(rn.items) > 0 {
+		rn.last = settled // published with the run
+	} else {
+		r.publish(settled)
+	}
+	return nil
+}
+
 // decode turns the entry delivered at seqno into what the decider needs,
 // and keeps a transaction's entry until it is decided.
 func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, error) {
@@ -198,6 +259,10 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		t := k.Txn
 		ent.Kind, ent.GID, ent.Origin, ent.Protocol = termination.KindTxn, txn.GID(t.Gid), t.Origin, t.Protocol
 		ent.SnapshotSeqno, ent.Keys, ent.ReadAll, ent.Fragments = t.SnapshotSeqno, decodeKeys(t), t.ReadAll, t.Fragments
+		ent.BeginSeqno = t.BeginSeqno
+		if t.Origin == r.cfg.NodeID {
+			ent.Local = r.localOf(ent.GID)
+		}
 		if decided, commit := r.replayed(seqno); decided {
 			ent.Replayed = termination.ReplayAbort
 			if commit {
@@ -209,7 +274,20 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		ent.Kind, ent.GID = termination.KindAbort, txn.GID(k.Abort.Gid)
 	case *ordov1.Entry_Fragment:
 		ent.Kind, ent.GID, ent.Index = termination.KindFragment, txn.GID(k.Fragment.Gid), k.Fragment.Index
-	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote:
+	case *ordov1.Entry_Begin:
+		b := k.Begin
+		ent.Kind, ent.GID, ent.Origin = termination.KindBegin, txn.GID(b.Gid), b.Origin
+		for _, c := range b.Classes {
+			ent.Classes = append(ent.Classes, txn.ClassRef{Name: c.Name, Label: c.Label, Value: c.Value})
+		}
+		if r.loopProtocol == CONS {
+			r.begun[ent.GID] = b.Origin
+		}
+	case *ordov1.Entry_Outcome:
+		o := k.Outcome
+		ent.Kind, ent.GID, ent.TxnSeqno = termination.KindOutcome, txn.GID(o.Gid), o.TxnSeqno
+		ent.Commit, ent.Reason, ent.Cause = o.Commit, o.Reason, termination.Cause(o.Cause)
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote, *ordov1.Entry_Classes, *ordov1.Entry_Protocol:
 		ent.Kind = termination.KindOther
 	default:
 		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
@@ -222,6 +300,11 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 // committed rows (appended to rn when they can be applied in a run), then
 // answer the waiting session.
 func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.Decision, rn *run) error {
+	if dec.Origin == r.cfg.NodeID {
+		r.forgetLocal(dec.GID)
+	}
+	delete(r.goneAborts, dec.GID)
+	delete(r.begun, dec.GID)
 	if dec.Seqno == 0 {
 		// Aborted before its TxnEntry: the origin gave up on it. Its
 		// fragments are of no use, and the origin's transaction is rolled
@@ -319,9 +402,9 @@ func (r *Replica) count(dec termination.Decision) {
 		origin = "local"
 	}
 	if dec.Commit {
-		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "commit", "").Inc()
+		r.m.outcomes.WithLabelValues(r.loopProtocol, origin, "commit", "").Inc()
 	} else {
-		r.m.outcomes.WithLabelValues(r.cfg.Protocol, origin, "abort", string(dec.Cause)).Inc()
+		r.m.outcomes.WithLabelValues(r.loopProtocol, origin, "abort", string(dec.Cause)).Inc()
 	}
 }
 
@@ -355,6 +438,8 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 		}
 	case *ordov1.Entry_Vote:
 		return r.deliverVote(k.Vote)
+	case *ordov1.Entry_Classes:
+		return r.deliverClasses(ctx, seqno, k.Classes)
 	}
 	return nil
 }

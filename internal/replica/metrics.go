@@ -18,6 +18,7 @@ type metrics struct {
 	schemaConsistent prometheus.Gauge
 	dataMismatches   prometheus.Counter
 	votes            *prometheus.CounterVec // vote: ok, fail
+	classChanges     *prometheus.CounterVec // result: applied, refused
 	dataConsistent   prometheus.Gauge
 }
 
@@ -26,7 +27,7 @@ type metrics struct {
 func (m *metrics) initOutcomes(protocol string) {
 	for _, origin := range []string{"local", "remote"} {
 		m.outcomes.WithLabelValues(protocol, origin, "commit", "")
-		for _, reason := range []string{"certification", "too_old", "origin_abort"} {
+		for _, reason := range []string{"certification", "too_old", "origin_abort", "origin_gone"} {
 			m.outcomes.WithLabelValues(protocol, origin, "abort", reason)
 		}
 	}
@@ -38,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ordo_replica_transactions_total",
-			Help: "Update transactions, by protocol, origin (local/remote), outcome (commit/abort) and abort reason: certification (a conflict), too_old (snapshot before the certification window), origin_abort (the origin gave up waiting, a timeout, and its abort was ordered first), brute_force (a local transaction aborted while it ran because it blocked an apply).",
+			Help: "Update transactions, by protocol, origin (local/remote), outcome (commit/abort) and abort reason: certification (a conflict), too_old (snapshot before the certification window), origin_abort (the origin gave up waiting, a timeout, and its abort was ordered first), origin_gone (pgr: the origin failed or restarted before it proposed the outcome), brute_force (a local transaction aborted while it ran because it blocked an apply).",
 		}, []string{"protocol", "origin", "outcome", "reason"}),
 		readKeys: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordo_replica_read_set_keys", Help: "Read keys certified per local transaction (dbsm).",
@@ -74,6 +75,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_replica_votes_total",
 			Help: "Votes this node sent on entries some node could not carry out, by vote: fail (this node could not), ok (it could).",
 		}, []string{"vote"}),
+		classChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_replica_class_changes_total",
+			Help: "Changes of the conflict classes delivered, by result: applied, or refused (the result did not check out; refused alike by every node).",
+		}, []string{"result"}),
 		dataMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_data_mismatches_total",
 			Help: "Other nodes' data checksums that differed from this node's at the same position of the order (a data check).",
@@ -97,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.schemaConsistent.Set(1)
 	m.dataConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
 	}
 	return m
 }

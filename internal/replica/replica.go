@@ -13,19 +13,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/schemacheck"
 	"github.com/ordo-db/ordo/internal/termination"
-	"github.com/ordo-db/ordo/internal/termination/dbsm"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
-// Protocol names (termination.DBSM, termination.DBSMSI).
+// Protocol names (termination.DBSM, termination.DBSMSI, termination.PGR).
 const (
 	DBSM   = termination.DBSM
 	DBSMSI = termination.DBSMSI
 	DBSMRC = termination.DBSMRC
+	PGR    = termination.PGR
+	CONS   = termination.CONS
 )
 
 // ErrPostgresRestarted is termination.ErrPostgresRestarted, returned by
@@ -44,7 +46,7 @@ type Orderer interface {
 // Config configures a Replica.
 type Config struct {
 	NodeID   uint32
-	Protocol string // DBSM or DBSMSI
+	Protocol string // DBSM, DBSMSI, PGR or CONS
 	// Window is the certification window (seqnos); cluster-wide.
 	Window uint64
 	// CommitTimeout bounds each proposal of a transaction and the wait
@@ -57,6 +59,9 @@ type Config struct {
 	DSN     string
 	Order   Orderer
 	Applier *apply.Applier
+	// History are the protocol switches the node made before a restart
+	// (LoadProtocolHistory): Protocol is the initial protocol only.
+	History []*ordov1.ProtocolSwitch
 	// StartAfter is the seqno the total order was started after; the
 	// applied prefix starts there.
 	StartAfter uint64
@@ -68,6 +73,11 @@ type Config struct {
 	// cannot carry out an entry others carried out asks the cluster to
 	// vote (vote.go). 0 turns votes off: such a node stops.
 	Members int
+	// Suspects, if set, returns the members the cluster's failure
+	// detection takes for gone (the Raft leader's view of who stopped
+	// answering; nil elsewhere): under pgr, a transaction whose origin
+	// stays suspected has its abort proposed (outcomes.go).
+	Suspects func() []uint32
 	// OnDDL is called on the delivery loop after a transaction with DDL
 	// committed, local or remote (to refresh the catalog and normalize
 	// sequences).
@@ -101,7 +111,12 @@ type Replica struct {
 	// carry out: its effects may be visible in PostgreSQL before prefix
 	// reaches it (VisiblePrefix).
 	committing atomic.Uint64
-	failed     atomic.Pointer[error]
+	failed atomic.Pointer[error]
+	// protocol is the protocol in force for new transactions (switch.go).
+	protocol atomic.Pointer[string]
+	// classes is the conflict-class configuration in force (classes.go).
+	classes  atomic.Pointer[ordov1.ClassConfig]
+	classSet atomic.Pointer[classes.Set]
 	// durable is the largest seqno whose WAL PostgreSQL flushed
 	// (markDurable); suspect is set while the node may have lost what was
 	// not flushed (watchPostgres).
@@ -111,6 +126,13 @@ type Replica struct {
 	mu       sync.Mutex
 	waiters  map[txn.GID]*waiter
 	prefixCh chan struct{} // closed and replaced whenever prefix moves
+	// local holds, under pgr, what only the origin knows of its proposed
+	// transactions (their read keys) until they are decided: the
+	// decider certifies them with it (termination.Entry.Local).
+	local map[txn.GID]*termination.Local
+	// cons holds this node's cons transactions between Begin and their
+	// TxnEntry or End (cons.go).
+	cons map[txn.GID]*consTxn
 
 	// Owned by the delivery loop.
 	dec     termination.Decider
@@ -151,6 +173,22 @@ type Replica struct {
 	// (delivery loop only).
 	votes   *termination.Votes
 	skipped map[uint64]bool
+	// suspects are the origins taken for gone and since when; goneAborts
+	// the undecided transactions whose abort this node proposed because
+	// their origin was gone (outcomes.go; delivery loop only).
+	suspects   map[uint32]time.Time
+	goneAborts map[txn.GID]bool
+	// loopProtocol is the protocol of the decider; history the switches,
+	// persisted; everInForce every protocol in force at some point
+	// (switch.go; delivery loop only). since is the seqno of the latest
+	// switch (guarded by mu).
+	loopProtocol string
+	history      []*ordov1.ProtocolSwitch
+	everInForce  map[string]bool
+	since        uint64
+	// begun are the cons transactions holding or waiting for classes,
+	// with their origin (delivery loop only).
+	begun map[txn.GID]uint32
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).
@@ -169,7 +207,8 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Window == 0 {
 		cfg.Window = 100000
 	}
-	dec, err := dbsm.New(cfg.Protocol, cfg.Window, cfg.StartAfter)
+	atStart, latest := protocolAt(&cfg, cfg.StartAfter)
+	dec, err := newDecider(atStart, cfg.NodeID, cfg.Window, cfg.StartAfter)
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
@@ -180,21 +219,37 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replica{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		m:          newMetrics(cfg.Registerer),
-		waiters:    make(map[txn.GID]*waiter),
-		prefixCh:   make(chan struct{}),
-		dec:        dec,
-		pending:    make(map[uint64]*ordov1.TxnEntry),
-		frags:      make(map[txn.GID]*fragments),
-		rolledBack: make(map[txn.GID]bool),
-		orphans:    make(map[txn.GID]bool),
-		down:       make(chan struct{}),
-		votes:      termination.NewVotes(cfg.Members),
-		skipped:    make(map[uint64]bool),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		m:            newMetrics(cfg.Registerer),
+		waiters:      make(map[txn.GID]*waiter),
+		local:        make(map[txn.GID]*termination.Local),
+		cons:         make(map[txn.GID]*consTxn),
+		begun:        make(map[txn.GID]uint32),
+		loopProtocol: atStart,
+		everInForce:  map[string]bool{cfg.Protocol: true},
+		history:      cfg.History,
+		suspects:     make(map[uint32]time.Time),
+		goneAborts:   make(map[txn.GID]bool),
+		prefixCh:     make(chan struct{}),
+		dec:          dec,
+		pending:      make(map[uint64]*ordov1.TxnEntry),
+		frags:        make(map[txn.GID]*fragments),
+		rolledBack:   make(map[txn.GID]bool),
+		orphans:      make(map[txn.GID]bool),
+		down:         make(chan struct{}),
+		votes:        termination.NewVotes(cfg.Members),
+		skipped:      make(map[uint64]bool),
 	}
-	r.m.initOutcomes(cfg.Protocol)
+	now := cfg.Protocol
+	for _, s := range cfg.History {
+		r.everInForce[s.Name] = true
+	}
+	if latest != nil {
+		now, r.since = latest.Name, latest.Seqno
+	}
+	r.m.initOutcomes(now)
+	r.protocol.Store(&now)
 	r.schema.own = make(map[uint64]schemacheck.Snapshot)
 	// Everything up to the proven prefix is in the database already: a
 	// snapshot taken while the node replays up to it is that recent (a
@@ -205,11 +260,12 @@ func New(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
-// Name returns the protocol name (DBSM or DBSMSI).
-func (r *Replica) Name() string { return r.cfg.Protocol }
+// Name returns the protocol name (DBSM, DBSMSI or PGR).
+func (r *Replica) Name() string { return *r.protocol.Load() }
 
-// CertifiesReads reports whether read keys are certified (dbsm).
-func (r *Replica) CertifiesReads() bool { return r.cfg.Protocol == DBSM }
+// CertifiesReads reports whether read keys are certified (dbsm, and pgr,
+// where they stay at the origin).
+func (r *Replica) CertifiesReads() bool { p := r.Name(); return p == DBSM || p == PGR }
 
 // AppliedPrefix returns the largest seqno s such that every entry up to s
 // has been carried out on the local PostgreSQL.
@@ -315,7 +371,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if t.WriteSet != nil {
 		r.m.writeRows.Observe(float64(len(t.WriteSet.Rows)))
 	}
-	if r.cfg.Protocol == DBSM {
+	if r.CertifiesReads() {
 		reads := 0
 		for _, k := range t.Keys {
 			if k.Mode&txn.S != 0 {
@@ -337,7 +393,18 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		r.waiters[t.GID] = w
 	}
 	w.writes = writes
+	protocol := r.Name() // in force when it terminates: its entry says so
+	if protocol == PGR {
+		// The read keys stay here: the entry carries the write keys only.
+		r.local[t.GID] = &termination.Local{Keys: t.Keys, ReadAll: t.ReadAll}
+		t = writeKeysOnly(t)
+	}
 	r.mu.Unlock()
+	if protocol == CONS {
+		c := *t
+		c.BeginSeqno = r.beginSeqno(t.GID)
+		t = &c
+	}
 	defer func() {
 		r.mu.Lock()
 		delete(r.waiters, t.GID)
@@ -348,7 +415,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	// abort is ordered so every node forgets the fragments it holds.
 	proposed := 0
 	var fragErr error
-	payload, err := encodeTxn(t, r.cfg.Protocol, r.cfg.MaxEntryBytes, func(payload []byte) error {
+	payload, err := encodeTxn(t, protocol, r.cfg.MaxEntryBytes, func(payload []byte) error {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
 		defer cancel()
 		if _, err := r.cfg.Order.Propose(pctx, payload); err != nil {
@@ -364,6 +431,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 			r.abortInBackground(t.GID, t.Label)
 		} else {
 			r.forgetRolledBack(t.GID) // never proposed: nothing will finish it
+			r.forgetLocal(t.GID)
 		}
 		switch {
 		case fragErr == nil:
@@ -384,6 +452,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 				r.abortInBackground(t.GID, t.Label)
 			} else {
 				r.forgetRolledBack(t.GID)
+				r.forgetLocal(t.GID)
 			}
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrTooLarge, err)
 		}
@@ -475,7 +544,7 @@ func (r *Replica) proposeInBackground(payload []byte, attempts int, gaveUp func(
 // CountBruteForce counts a local transaction aborted by brute force
 // before it reached the order (it blocked an apply while it ran).
 func (r *Replica) CountBruteForce() {
-	r.m.outcomes.WithLabelValues(r.cfg.Protocol, "local", "abort", "brute_force").Inc()
+	r.m.outcomes.WithLabelValues(r.Name(), "local", "abort", "brute_force").Inc()
 }
 
 // ResolveLeftovers aborts this node's prepared transactions left over from

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -88,4 +89,46 @@ func TestFailedFragmentAbortsTheTransaction(t *testing.T) {
 		}
 		require.Equal(t, []string{"fragment", "fragment", "abort"}, kinds, name)
 	}
+}
+
+// TestPgrReadKeysStayAtTheOrigin: under pgr the TxnEntry carries the
+// write keys only; the read keys (and an unattributed read) stay with the
+// origin, which hands them to its decider when the entry is delivered.
+func TestPgrReadKeysStayAtTheOrigin(t *testing.T) {
+	order := &failingOrder{}
+	r, err := New(Config{NodeID: 1, Protocol: PGR, Order: order})
+	require.NoError(t, err)
+	keys := []txn.KeyMode{
+		{Key: txn.TableKey("public", "t"), Mode: txn.IX | txn.S},
+		{Key: txn.RowKey("public", "t", "1"), Mode: txn.X | txn.S},
+		{Key: txn.RowKey("public", "t", "2"), Mode: txn.S},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // nothing delivers its outcome: the session gives up
+		for order.count() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err = r.Terminate(ctx, &Txn{GID: "ordo_1_9", Origin: 1, Keys: keys, ReadAll: true})
+	require.ErrorIs(t, err, termination.ErrUnknownOutcome)
+	require.Len(t, order.accepted, 1)
+	e := order.accepted[0].GetTxn()
+	require.Equal(t, "pgr", e.Protocol)
+	require.False(t, e.ReadAll)
+	require.Equal(t, []txn.KeyMode{
+		{Key: txn.TableKey("public", "t"), Mode: txn.IX},
+		{Key: txn.RowKey("public", "t", "1"), Mode: txn.X},
+	}, decodeKeys(e))
+	local := r.localOf("ordo_1_9")
+	require.NotNil(t, local, "the origin keeps them until the transaction is decided")
+	require.Equal(t, keys, local.Keys)
+	require.True(t, local.ReadAll)
+	require.True(t, r.CertifiesReads())
+}
+
+func (o *failingOrder) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
 }

@@ -41,6 +41,9 @@ type applyFailure struct {
 	origin uint32
 	err    error
 	rest   []totalorder.Delivery
+	// resume carries out what remains of the step after the failed
+	// decision (nil: nothing).
+	resume func(ctx context.Context) error
 }
 
 func (f *applyFailure) Error() string {
@@ -83,6 +86,15 @@ func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
 			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", f.seqno, "origin", f.origin)
 			r.skipped[f.seqno] = true
 			r.publish(f.seqno)
+			if f.resume != nil {
+				if err := f.resume(ctx); err != nil {
+					var next *applyFailure
+					if errors.As(err, &next) {
+						next.rest = append(next.rest, held...)
+					}
+					return err
+				}
+			}
 			return r.deliverBatch(ctx, held)
 		}
 		var d totalorder.Delivery

@@ -9,9 +9,11 @@
 //  1. Every session runs at REPEATABLE READ (SET SESSION CHARACTERISTICS at
 //     start; SET TRANSACTION after a BEGIN that asked for another level).
 //  2. Before the first statement that takes the transaction's snapshot, it
-//     records snapshot_seqno (the replica's applied prefix).
-//  3. Each statement is analyzed (internal/analysis); under dbsm its read
-//     keys join the transaction's read set.
+//     records snapshot_seqno (the replica's applied prefix); under cons it
+//     first takes the transaction's conflict classes (cons.go).
+//  3. Each statement is analyzed (internal/analysis); under dbsm and pgr
+//     its read keys join the transaction's read set; under cons it must
+//     stay inside the declared classes.
 //  4. An update statement outside a transaction block (autocommit) is
 //     wrapped: the session sends BEGIN first and holds the ReadyForQuery of
 //     the statement's unit; when PostgreSQL has answered, it terminates the
@@ -43,7 +45,9 @@
 //
 // Files: hooks.go (wire.Hooks, the registry of sessions by backend pid),
 // session.go (per-session state machine), terminate.go (steps 5 and 6),
-// errors.go (the errors clients see).
+// cons.go (conflict classes under cons), parse.go (what precedes the
+// snapshot PostgreSQL takes at a Parse), errors.go (the errors clients
+// see).
 //
 // Goroutines: each session's hooks run on that session's wire goroutine
 // (serialized by the wire contract). The registry is shared and locked.

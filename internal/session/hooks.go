@@ -14,6 +14,7 @@ import (
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
 	"github.com/ordo-db/ordo/internal/wire"
@@ -50,6 +51,11 @@ type Config struct {
 	OnBruteForce func()
 	// Registerer receives the sessions' metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Classes, set under cons, returns the conflict classes in force
+	// (cons.go); ClassWait bounds a transaction's wait for its classes
+	// (default 30s).
+	Classes   func() classes.Set
+	ClassWait time.Duration
 }
 
 // Hooks implements wire.Hooks for a replicating node.

@@ -119,6 +119,8 @@ type txState struct {
 	// injected: Ordo's block was opened by beginHere, and the client's
 	// BEGINs after it are counted by Backend.BeginsSinceInjected.
 	injected bool
+	// cons: its conflict classes (cons.go).
+	cons consTx
 }
 
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
@@ -219,18 +221,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
-			if err := s.beforeSnapshot(ctx, true); err != nil {
-				return err
-			}
 		}
-		if !s.tx.snapshot && (s.tx.active || s.txStatus() == 'T') && takesSnapshot(stmts) {
-			// PostgreSQL takes the transaction's snapshot when it parses a
-			// query: snapshot_seqno must be recorded before, and the
-			// isolation level fixed (SET TRANSACTION fails once a query
-			// ran).
-			if err := s.beforeSnapshot(ctx, first); err != nil {
-				return err
-			}
+		if err := s.atParse(ctx, stmts, first); err != nil {
+			return err
 		}
 		if first && setsSequence(stmts) && s.txStatus() != 'E' {
 			// Parse runs nothing: the positions now are those before the
@@ -438,18 +431,6 @@ func (s *session) txStatus() byte {
 	return s.be.TxStatus()
 }
 
-// takesSnapshot reports whether parsing stmts makes PostgreSQL take the
-// transaction's snapshot (queries do, utility statements do not); an
-// opaque statement is assumed to.
-func takesSnapshot(stmts []*analysis.Statement) bool {
-	for _, a := range stmts {
-		switch a.Kind {
-		case analysis.KindRead, analysis.KindWrite, analysis.KindOpaque:
-			return true
-		}
-	}
-	return false
-}
 
 // providedIsolation is the isolation level the cluster gives every
 // transaction, whatever the client asked: PostgreSQL runs them at
@@ -726,6 +707,9 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		if !s.tx.active {
 			s.tx.active = true // inside a block the proxy saw begin in another unit
 		}
+		if err := s.consBegin(ctx, a, params); err != nil {
+			return err
+		}
 		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
 			return err
 		}
@@ -882,6 +866,8 @@ func (s *session) setting(a *analysis.Statement) {
 		s.envStale = true
 	case st.Name == "ordo.read_consistency" && !st.Show:
 		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
+	case (st.Name == "ordo.conflict_classes" || st.Name == "ordo.profile") && !st.Show:
+		s.consSetting(st.Name, st.Value)
 	case st.Name == "ordo.txn_label" && !st.Show:
 		// Names the current update transaction, or the next one: it is
 		// used by one termination, then forgotten.
@@ -1023,6 +1009,7 @@ func (s *session) ReadyForQuery(status byte) {
 		if s.labelLocal {
 			s.label, s.labelLocal = "", false
 		}
+		s.consEnd()
 		s.tx = txState{}
 		s.aborted.Store(false)
 	} else if status == 'T' && !s.tx.active {
@@ -1031,4 +1018,7 @@ func (s *session) ReadyForQuery(status byte) {
 }
 
 // Close implements wire.SessionHooks.
-func (s *session) Close() { s.h.forget(s) }
+func (s *session) Close() {
+	s.consEnd()
+	s.h.forget(s)
+}

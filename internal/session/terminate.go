@@ -132,7 +132,7 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 			s.tx.snapSeq = max(s.tx.snapSeq, vp.VisiblePrefix(ctx))
 		}
 	}
-	gid = s.h.nextGID()
+	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
 	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'"+then)
 	if err != nil {
@@ -155,6 +155,9 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 // arrives. On success it leaves an empty transaction open, which the
 // client's COMMIT (sent on after this returns) ends.
 func (s *session) commitExplicit(ctx context.Context) error {
+	if err := s.consCommit(ctx); err != nil {
+		return err
+	}
 	gid, replicate, prepared, err := s.prepare(ctx, "; BEGIN", "transaction")
 	if err != nil {
 		return err
@@ -203,7 +206,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 			// made it theirs: PostgreSQL would have rolled back the
 			// implicit transaction.
 			s.rollback(ctx)
-			s.tx = txState{}
+			s.endWrapped()
 			return nil
 		}
 		// The failed block is the client's (Ordo's BEGIN was skipped
@@ -228,7 +231,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		s.tx.wrapped = false
 		return nil
 	}
-	defer func() { s.tx = txState{} }()
+	defer s.endWrapped()
 	switch s.be.TxStatus() {
 	case 'E':
 		s.rollback(ctx)
@@ -250,6 +253,13 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return res.Err
 	}
 	return s.terminate(ctx, gid, prepared)
+}
+
+// endWrapped forgets the wrapped transaction that ended, and releases its
+// conflict classes (cons), unless its TxnEntry releases them.
+func (s *session) endWrapped() {
+	s.consEnd()
+	s.tx = txState{}
 }
 
 // afterDDL runs Config.AfterDDL in a transaction that ran DDL.
@@ -315,6 +325,10 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_rows / max_write_set_bytes on every node)", err)
 		}
 		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
+	}
+	if err := s.consCheckWrites(ws); err != nil {
+		s.abandon(gid)
+		return err
 	}
 	captured := s.h.m.since(stageCapture, prepared)
 	s.h.cfg.Logger.Debug("session: write set captured", "gid", gid, "after", captured.Sub(prepared))

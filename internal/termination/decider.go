@@ -17,12 +17,16 @@ import "github.com/ordo-db/ordo/internal/txn"
 //  4. Carry out Step.Decisions in the order given: COMMIT PREPARED or
 //     ROLLBACK PREPARED for the node's own transactions, applies for the
 //     others'; then answer the waiting sessions.
-//  5. Publish min(s, Settled()) as the applied prefix once everything up
+//  5. Propose Step.Proposals (outcome entries), in the background, until
+//     the order takes them; whether they win is the sequence's business.
+//  6. Publish min(s, Settled()) as the applied prefix once everything up
 //     to it is carried out.
 //
 // Step must be deterministic: two deciders of the same protocol fed the
-// same entries return the same Steps, whatever node they run on, whatever
-// the time. A decider never blocks and never does I/O; it is not safe for
+// same entries return the same Decisions, whatever node they run on,
+// whatever the time. Only Proposals may differ between nodes: they come
+// from what the node alone knows (under pgr, its own transactions' read
+// keys, Entry.Local), and they become decisions only once delivered. A decider never blocks and never does I/O; it is not safe for
 // concurrent use (the engine's delivery loop is its only caller).
 type Decider interface {
 	// Step feeds the entry delivered at e.Seqno. Entries arrive in
@@ -32,6 +36,14 @@ type Decider interface {
 	// Settled returns the largest seqno s such that every entry up to s
 	// is decided and its decision was returned by Step.
 	Settled() uint64
+}
+
+// Drainer is the optional capability of a decider that can hold
+// transactions undecided (pgr): when the cluster switches protocols, Drain
+// decides every one of them (abort), and returns every decision it still
+// held, in commit order. The decider is not used after.
+type Drainer interface {
+	Drain() []Decision
 }
 
 // Kind is what a delivered entry is, as far as deciders care.
@@ -49,6 +61,12 @@ const (
 	KindFragment
 	// KindOther is an entry no protocol decides on (schema checks).
 	KindOther
+	// KindOutcome decides a transaction delivered earlier (pgr's
+	// OutcomeEntry): the first outcome delivered for it wins.
+	KindOutcome
+	// KindBegin starts a cons transaction with its conflict classes
+	// (BeginEntry).
+	KindBegin
 )
 
 // Replay is the outcome a restarted node's proof rows give for an entry
@@ -75,12 +93,35 @@ type Entry struct {
 	Keys          []txn.KeyMode
 	ReadAll       bool
 	Fragments     uint32 // fragments delivered before it
+	// BeginSeqno is, under cons, the seqno of its BeginEntry.
+	BeginSeqno uint64
+	// Local is, on the transaction's origin only, what the origin alone
+	// knows of it (under pgr, its read keys); nil elsewhere, and on an
+	// origin that restarted since it proposed the transaction.
+	Local *Local
 	// Replayed, when not ReplayNone, is the outcome the node's proof rows
 	// give: the decider takes it instead of deciding anew, and updates
 	// its state as if it had decided so.
 	Replayed Replay
 	// KindFragment only: its index among the transaction's fragments.
 	Index uint32
+	// KindOutcome only: the seqno of the transaction's TxnEntry, whether
+	// it commits, and why not.
+	TxnSeqno uint64
+	Commit   bool
+	Reason   string
+	Cause    Cause
+	// KindBegin only: the classes the transaction declared (its Origin
+	// is set too).
+	Classes []txn.ClassRef
+}
+
+// Local is what a transaction's origin knows of it beyond its entry.
+type Local struct {
+	// Keys are every key of the transaction with its modes, reads (S)
+	// included; ReadAll marks a read the origin could not attribute.
+	Keys    []txn.KeyMode
+	ReadAll bool
 }
 
 // Step is what a decider made of one entry.
@@ -94,6 +135,22 @@ type Step struct {
 	// used (their TxnEntry, if it ever comes, aborts): the engine forgets
 	// them.
 	Expired []txn.GID
+	// Proposals are outcomes this node must propose (pgr: the origin's
+	// certification of its own transaction).
+	Proposals []Proposal
+	// Granted are transactions that now hold every class they declared
+	// (cons): their origin's session may run them. Granted after the
+	// Decisions of the same step are carried out.
+	Granted []txn.GID
+}
+
+// Proposal is an outcome a node proposes for a delivered transaction.
+type Proposal struct {
+	GID      txn.GID
+	TxnSeqno uint64
+	Commit   bool
+	Reason   string
+	Cause    Cause
 }
 
 // Decision is the fate of one transaction.
@@ -118,9 +175,11 @@ type Cause string
 
 // Causes of aborts.
 const (
-	CauseNone          Cause = ""              // it committed
-	CauseCertification Cause = "certification" // a conflict with a transaction not in its snapshot
-	CauseTooOld        Cause = "too_old"       // its snapshot, or its first fragment, is older than the certification window
-	CauseOriginAbort   Cause = "origin_abort"  // its origin gave up, and its abort was ordered first
-	CauseReplayed      Cause = "replayed"      // decided before this node restarted (not counted again)
+	CauseNone          Cause = ""                // it committed
+	CauseCertification Cause = "certification"   // a conflict with a transaction not in its snapshot
+	CauseTooOld        Cause = "too_old"         // its snapshot, or its first fragment, is older than the certification window
+	CauseOriginAbort   Cause = "origin_abort"    // its origin gave up, and its abort was ordered first
+	CauseOriginGone    Cause = "origin_gone"     // pgr: its origin failed, or restarted, before it proposed an outcome
+	CauseSwitch        Cause = "protocol_switch" // the cluster switched protocols before it was decided
+	CauseReplayed      Cause = "replayed"        // decided before this node restarted (not counted again)
 )

@@ -8,9 +8,10 @@
 //
 //   - termination (this package): leaf types and interfaces. A session
 //     imports it, never the engine (internal/replica) or a decider.
-//   - termination/dbsm, and later termination/pgr and termination/cons:
-//     one decider per protocol, a pure function of the delivered sequence
-//     and its own state.
+//   - termination/dbsm (dbsm, dbsm-si), termination/pgr and
+//     termination/cons: one decider per protocol, a pure function of the
+//     delivered sequence and its own state (pgr's proposals also of what
+//     the origin alone knows, Entry.Local).
 //   - internal/replica: the delivery engine, which owns every side effect
 //     (PostgreSQL, the network, clocks, fragments' payloads, proofs,
 //     applies, waiters, brute-force aborts) and feeds the decider.
@@ -19,7 +20,7 @@
 //   - protocol.go: Protocol, Txn, Outcome, the optional Preparer and
 //     ClassScheduler capabilities, protocol names.
 //   - errors.go: the errors Terminate returns.
-//   - decider.go: Decider, Entry, Step, Decision.
+//   - decider.go: Decider, Entry, Local, Step, Decision, Proposal.
 //   - fragments.go: Fragments, the rule every decider applies to
 //     transactions too large for one entry.
 //

@@ -28,3 +28,8 @@ var ErrInconsistent = errors.New("replica: node is inconsistent and refuses upda
 // acknowledged without flushing them may be lost, so the node must
 // restart and replay from what the database proves rather than carry on.
 var ErrPostgresRestarted = errors.New("replica: PostgreSQL restarted under this node; restart the node so it replays from what the database proves")
+
+// ErrProtocolSwitched is returned by ClassScheduler.Begin when the cluster
+// switched protocols while the transaction waited for its classes: it
+// aborted and holds nothing.
+var ErrProtocolSwitched = errors.New("replica: the cluster switched protocols; the transaction aborted")

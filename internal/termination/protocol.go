@@ -11,6 +11,8 @@ import (
 const (
 	DBSM   = "dbsm"
 	DBSMSI = "dbsm-si"
+	PGR    = "pgr"
+	CONS   = "cons"
 	// DBSMRC is for READ COMMITTED applications: transactions run at the
 	// level the client asks (READ COMMITTED by default) and are
 	// certified for write-write conflicts only, against the prefix
@@ -67,8 +69,17 @@ type VisiblePrefixer interface {
 
 // ClassScheduler is the optional capability of a conservative protocol
 // (cons): transactions wait for their conflict classes before they run.
+//
+//  1. Begin proposes gid with the classes it declares and returns once it
+//     holds them (every earlier transaction holding a conflicting class
+//     is carried out here), or with an error (ctx ended: its abort is
+//     ordered, so it holds nothing).
+//  2. The transaction ends with Terminate (its commit releases the
+//     classes) or, when it ends otherwise (read-only, rolled back, its
+//     session gone), with End, which releases them through the order.
 type ClassScheduler interface {
 	Begin(ctx context.Context, gid txn.GID, classes []txn.ClassRef) error
+	End(gid txn.GID)
 }
 
 // Txn is a prepared transaction to terminate.
@@ -83,6 +94,9 @@ type Txn struct {
 	DDLSettings   [][]capture.Setting // per DDL statement, the settings it ran under (nil: none)
 	SearchPath    string
 	Label         string // the client's name for it (SET ordo.txn_label), or ""
+	// BeginSeqno is, under cons, the seqno of its BeginEntry (set by the
+	// engine).
+	BeginSeqno uint64
 }
 
 // Outcome is the fate of a terminated transaction.

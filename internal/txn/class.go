@@ -38,3 +38,16 @@ func (r ClassRef) String() string {
 	b.WriteByte(']')
 	return b.String()
 }
+
+// AllClasses is the class name that stands for every class.
+const AllClasses = "*"
+
+// Conflicts reports whether transactions holding r and o may touch the
+// same rows: the same class where either is the whole class or both are
+// the same partition, or either is every class.
+func (r ClassRef) Conflicts(o ClassRef) bool {
+	if r.Name == AllClasses || o.Name == AllClasses {
+		return true
+	}
+	return r.Name == o.Name && (r.Whole() || o.Whole() || (r.Label == o.Label && r.Value == o.Value))
+}

@@ -52,8 +52,10 @@ type Node struct {
 	// Peers maps every member's id to its peer address, this node included.
 	Peers map[uint32]string `yaml:"peers"`
 	// Protocol is the termination protocol: "dbsm" (serializable),
-	// "dbsm-si" (snapshot isolation) or "dbsm-rc" (read committed, no lost
-	// updates across nodes). Every node must use the same.
+	// "dbsm-si" (snapshot isolation), "dbsm-rc" (read committed, no lost
+	// updates across nodes), "pgr" (Postgres-R: serializable, read sets
+	// certified at the origin only) or "cons" (serializable by conflict
+	// classes, no certification). Every node must use the same.
 	Protocol string `yaml:"protocol"`
 	// TLS for clients (optional).
 	TLS TLS `yaml:"tls"`
@@ -148,7 +150,7 @@ type PeerTLS struct {
 const MaxNodes = 64
 
 // Protocols Ordo implements.
-var Protocols = []string{"dbsm", "dbsm-si", "dbsm-rc"}
+var Protocols = []string{"dbsm", "dbsm-si", "dbsm-rc", "pgr", "cons"}
 
 // ErrPlaintextPeers is returned (joined with the other problems) by Load,
 // Parse and Validate for a node reachable from other hosts on PeerListen

@@ -96,35 +96,45 @@ func TestWriteThroughOneNodeIsVisibleEverywhere(t *testing.T) {
 	}
 }
 
+// TestConcurrentUpdatesOfOneRowOneWins: two nodes update one row at the
+// same time, five times over: exactly one commits each time, the other
+// gets 40001, replicas end identical. Under pgr the loser is found by its
+// origin alone, which orders the abort.
 func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
-	c := startCluster(t, 3, "dbsm-si")
-	ctx := context.Background()
-	a, b := c.connect(0), c.connect(1)
-	_, err := a.Exec(ctx, "CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO acct VALUES (1, 100)")
-	require.NoError(t, err)
-	c.waitConverged()
+	for _, protocol := range []string{"dbsm-si", "pgr"} {
+		t.Run(protocol, func(t *testing.T) {
+			c := startCluster(t, 3, protocol)
+			ctx := context.Background()
+			a, b := c.connect(0), c.connect(1)
+			_, err := a.Exec(ctx, "CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)")
+			require.NoError(t, err)
+			_, err = a.Exec(ctx, "INSERT INTO acct VALUES (1, 100)")
+			require.NoError(t, err)
+			c.waitConverged()
 
-	for round := 0; round < 5; round++ {
-		committed := c.commitConcurrently(fmt.Sprintf("round %d", round), a, b,
-			"UPDATE acct SET bal = bal + 1 WHERE id = 1", "UPDATE acct SET bal = bal + 10 WHERE id = 1")
-		require.Equal(t, 1, committed, "round %d: exactly one of two conflicting transactions commits", round)
-	}
-	sum := c.checksum(0, "acct")
-	for i := range c.nodes {
-		require.Equal(t, sum, c.checksum(i, "acct"))
+			for round := 0; round < 5; round++ {
+				committed := c.commitConcurrently(fmt.Sprintf("round %d", round), a, b,
+					"UPDATE acct SET bal = bal + 1 WHERE id = 1", "UPDATE acct SET bal = bal + 10 WHERE id = 1")
+				require.Equal(t, 1, committed, "round %d: exactly one of two conflicting transactions commits", round)
+			}
+			sum := c.checksum(0, "acct")
+			for i := range c.nodes {
+				require.Equal(t, sum, c.checksum(i, "acct"))
+				require.Zero(t, c.unreplicated(i))
+			}
+		})
 	}
 }
 
 // TestWriteSkew: two transactions on different nodes each read x and y and
-// write one of them. dbsm (serializable) lets at most one commit; dbsm-si
-// (snapshot isolation) lets both commit. This proves read sets are certified.
+// write one of them. dbsm and pgr (serializable) let at most one commit;
+// dbsm-si (snapshot isolation) lets both commit. This proves read sets are
+// certified (under pgr, by the origin alone).
 func TestWriteSkew(t *testing.T) {
 	for _, tc := range []struct {
 		protocol   string
 		bothCommit bool
-	}{{"dbsm", false}, {"dbsm-si", true}} {
+	}{{"dbsm", false}, {"dbsm-si", true}, {"pgr", false}} {
 		t.Run(tc.protocol, func(t *testing.T) {
 			c := startCluster(t, 3, tc.protocol)
 			ctx := context.Background()
@@ -165,7 +175,7 @@ func TestWriteSkew(t *testing.T) {
 // over 3 nodes; every read sums to the total, replicas end identical,
 // nothing commits unreplicated, and certification aborts happen.
 func TestBank(t *testing.T) {
-	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr"} {
 		t.Run(protocol, func(t *testing.T) {
 			c := startCluster(t, 3, protocol)
 			ctx := context.Background()

@@ -127,7 +127,7 @@ func TestMatrix(t *testing.T) {
 				FaultNode: 3, FaultTime: 10 * time.Second, QuietTime: 5 * time.Second, Duration: 36 * time.Second, Clients: 8})
 		})
 	}
-	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons"} {
 		for _, w := range []string{"bank", "append", "sets", "wskew"} {
 			for _, n := range []string{"none", "kill", "partition", "backend-kill"} {
 				if w == "wskew" && n != "none" {

@@ -22,8 +22,8 @@ const (
 )
 
 // Allowed returns the anomalies a protocol's promise permits: none under
-// dbsm (1-copy serializable), G2-item under dbsm-si (1-copy snapshot
-// isolation). Anything else is forbidden.
+// dbsm, pgr and cons (1-copy serializable), G2-item under dbsm-si (1-copy
+// snapshot isolation). Anything else is forbidden.
 func Allowed(protocol string) map[string]bool {
 	if protocol == "dbsm-si" {
 		return map[string]bool{G2Item: true}

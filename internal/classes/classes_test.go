@@ -1,0 +1,77 @@
+package classes
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
+)
+
+func split(name, label string, tables ...string) *ordov1.ClassDef {
+	c := &ordov1.ClassDef{Name: name, Label: label}
+	for i := 0; i < len(tables); i += 2 {
+		c.Tables = append(c.Tables, tables[i])
+		c.Columns = append(c.Columns, &ordov1.TableColumn{Table: tables[i], Column: tables[i+1]})
+	}
+	return c
+}
+
+func TestApplyUpsertsDeletesAndChecks(t *testing.T) {
+	e := &ordov1.ClassesEntry{
+		Classes: []*ordov1.ClassDef{
+			split("warehouse", "w", "public.warehouse", "w_id"),
+			split("district", "w", "public.district", "d_w_id"),
+			{Name: "item", Tables: []string{"public.item"}},
+		},
+		Profiles: []*ordov1.ProfileDef{{Name: "payment", Classes: "warehouse[w={w}], district[w={w}]"}},
+	}
+	cfg, err := Apply(nil, e, 7)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), cfg.Seqno)
+	require.Equal(t, []string{"district", "item", "warehouse"}, names(cfg), "sorted, so every node shows the same")
+
+	cs, err := Build(cfg)
+	require.NoError(t, err)
+	refs, err := Profile(cfg, cs, "payment(w=3)")
+	require.NoError(t, err)
+	require.Equal(t, "warehouse[w=3]", refs[0].String())
+	require.Equal(t, "district[w=3]", refs[1].String())
+	_, err = Profile(cfg, cs, "payment")
+	require.ErrorContains(t, err, "needs a value for w")
+	_, err = Profile(cfg, cs, "payment(w=1, d=2)")
+	require.ErrorContains(t, err, `no parameter "d"`)
+	_, err = Profile(cfg, cs, "new_order(w=1)")
+	require.ErrorContains(t, err, "unknown transaction profile")
+
+	// Upsert replaces, delete removes; the input is left alone.
+	before := proto.Clone(cfg)
+	cfg2, err := Apply(cfg, &ordov1.ClassesEntry{Classes: []*ordov1.ClassDef{{Name: "item", Tables: []string{"public.item", "public.stock"}}}, DeleteProfiles: []string{"payment"}}, 9)
+	require.NoError(t, err)
+	require.True(t, proto.Equal(before, cfg), "Apply modified the configuration in force")
+	require.Len(t, cfg2.Classes, 3)
+	require.Equal(t, []string{"public.item", "public.stock"}, cfg2.Classes[1].Tables)
+	require.Empty(t, cfg2.Profiles)
+
+	for name, bad := range map[string]*ordov1.ClassesEntry{
+		"no schema":        {Classes: []*ordov1.ClassDef{{Name: "x", Tables: []string{"item"}}}},
+		"split, no column": {Classes: []*ordov1.ClassDef{{Name: "x", Label: "w", Tables: []string{"public.x"}}}},
+		"bad name":         {Classes: []*ordov1.ClassDef{{Name: "a b", Tables: []string{"public.x"}}}},
+		"unknown class":    {Profiles: []*ordov1.ProfileDef{{Name: "p", Classes: "nosuch"}}},
+		"delete unknown":   {DeleteClasses: []string{"nosuch"}},
+		"column, no label": {Classes: []*ordov1.ClassDef{{Name: "x", Tables: []string{"public.x"}, Columns: []*ordov1.TableColumn{{Table: "public.x", Column: "w"}}}}},
+		"in use":           {DeleteClasses: []string{"warehouse"}},
+	} {
+		_, err := Apply(cfg, bad, 10)
+		require.ErrorIs(t, err, ErrInvalid, name)
+	}
+}
+
+func names(cfg *ordov1.ClassConfig) []string {
+	var out []string
+	for _, c := range cfg.Classes {
+		out = append(out, c.Name)
+	}
+	return out
+}

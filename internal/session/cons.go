@@ -1,0 +1,250 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/classes"
+	"github.com/ordo-db/ordo/internal/termination"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Conflict classes under cons (DESIGN.md "Conflict classes", "cons").
+// Before a transaction's first snapshot-taking statement the session
+// decides its classes and waits until it holds them
+// (termination.ClassScheduler.Begin); every statement, and at commit the
+// decoded write set (triggers and cascades included), must stay inside
+// them. A transaction's classes come from, in this order:
+//
+//  1. SET LOCAL ordo.conflict_classes = 'warehouse[w=3], item';
+//  2. SET LOCAL ordo.profile = 'new_order(w=3)' (a profile of the
+//     cluster's configuration);
+//  3. for a single autocommit statement, the analyzer;
+//  4. otherwise the catch-all "*" (the whole database: it runs alone).
+//
+// A statement that touches an undeclared class is refused with an error
+// naming the class, and the transaction can only roll back: its COMMIT
+// rolls it back with the same error. Nothing of it is replicated.
+
+// codeUndeclaredClass is the SQLSTATE of a statement outside the
+// transaction's classes (object_not_in_prerequisite_state), and
+// codeClassWait that of a wait for classes that timed out
+// (lock_not_available).
+const (
+	codeUndeclaredClass = "55000"
+	codeClassWait       = "55P03"
+)
+
+// defaultClassWait bounds the wait for a transaction's classes.
+const defaultClassWait = 30 * time.Second
+
+// consTx is a transaction's conflict classes.
+type consTx struct {
+	decl, profile string // declared by SET LOCAL
+	gid           txn.GID
+	declared      []txn.ClassRef
+	held          bool  // Begin returned: the classes are held
+	refused       error // a statement touched an undeclared class
+}
+
+// scheduler returns the engine's class scheduler (nil if it has none).
+func (s *session) scheduler() termination.ClassScheduler {
+	if s.h.cfg.Classes == nil {
+		return nil
+	}
+	cs, _ := s.h.cfg.Replica.(termination.ClassScheduler)
+	return cs
+}
+
+// consSetting notes SET LOCAL ordo.conflict_classes / ordo.profile.
+func (s *session) consSetting(name, value string) {
+	v := strings.Trim(value, "'")
+	switch name {
+	case "ordo.conflict_classes":
+		s.tx.cons.decl = v
+	case "ordo.profile":
+		s.tx.cons.profile = v
+	}
+}
+
+// consBegin, before statement a of the transaction runs, takes the
+// transaction's classes if it does not hold them yet, then checks that a
+// stays inside them.
+func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param) error {
+	held, err := s.consTake(ctx, a, params)
+	if err != nil || !held {
+		return err
+	}
+	ct := &s.tx.cons
+	if a.Kind == analysis.KindDDL {
+		if !covers(ct.declared, txn.ClassRef{Name: analysis.AllClasses}) {
+			return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: DDL touches every conflict class, and this transaction declared only %s; declare '*' to run DDL", refString(ct.declared)))
+		}
+		return nil
+	}
+	fp, err := a.Bind(params)
+	if err != nil {
+		fp = &analysis.Footprint{All: true, WritesAll: a.Updates()}
+	}
+	if err := s.h.cfg.Classes().Classes.Check(s.h.cfg.Catalog.Current(), ct.declared, a, fp, true); err != nil {
+		return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: %v; the transaction can only roll back", err))
+	}
+	return nil
+}
+
+// consTake takes the transaction's classes, before statement a (params
+// nil at Parse) takes its snapshot, unless it holds them; held reports
+// whether it holds classes (false when the cluster does not run cons).
+func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []analysis.Param) (held bool, err error) {
+	sched := s.scheduler()
+	ct := &s.tx.cons
+	if sched == nil || a.Kind == analysis.KindSession || (!ct.held && s.h.cfg.Replica.Name() != termination.CONS) {
+		return false, nil
+	}
+	if ct.refused != nil {
+		return false, ct.refused
+	}
+	if ct.held {
+		return true, nil
+	}
+	if s.tx.snapshot {
+		// Its snapshot predates its classes: the cluster switched to cons
+		// while it ran.
+		return false, pgErr(codeSerializationFailure, "ordo: the cluster switched to protocol cons while this transaction ran; retry it")
+	}
+	refs, err := s.consDeclared(s.h.cfg.Classes(), a, params)
+	if err != nil {
+		return false, pgErr(codeUndeclaredClass, "ordo: %v", err)
+	}
+	ct.declared, ct.gid = refs, s.h.nextGID()
+	wait := s.h.cfg.ClassWait
+	if wait <= 0 {
+		wait = defaultClassWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	err = sched.Begin(wctx, ct.gid, refs)
+	cancel()
+	if errors.Is(err, termination.ErrProtocolSwitched) {
+		ct.gid = ""
+		return false, pgErr(codeSerializationFailure, "ordo: %v; retry it", err)
+	}
+	if err != nil {
+		ct.gid = ""
+		return false, pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it", wait, refString(refs), err)
+	}
+	ct.held = true
+	return true, nil
+}
+
+// consDeclared decides the classes of the transaction whose first
+// statement is a.
+func (s *session) consDeclared(set classes.Set, a *analysis.Statement, params []analysis.Param) ([]txn.ClassRef, error) {
+	ct := &s.tx.cons
+	switch {
+	case ct.decl != "":
+		return set.Classes.ParseClasses(ct.decl)
+	case ct.profile != "":
+		return classes.Profile(set.Config, set.Classes, ct.profile)
+	case s.tx.wrapped && a.Kind != analysis.KindDDL:
+		fp, err := a.Bind(params)
+		if err != nil {
+			// At Parse, without the parameters: the classes of the whole
+			// tables it names.
+			fp = &analysis.Footprint{All: a.ReadsAll, WritesAll: a.WritesAll}
+		}
+		uses, all, _ := set.Classes.Derive(s.h.cfg.Catalog.Current(), a, fp, true)
+		if all {
+			break
+		}
+		var refs []txn.ClassRef
+		for _, u := range uses {
+			refs = append(refs, u.Class)
+		}
+		if len(refs) > 0 {
+			return refs, nil
+		}
+	}
+	return []txn.ClassRef{{Name: analysis.AllClasses}}, nil
+}
+
+// consRefuse remembers that the transaction touched an undeclared class:
+// it can only roll back.
+func (s *session) consRefuse(err error) error {
+	s.tx.cons.refused = err
+	return err
+}
+
+// consCommit, at COMMIT, rolls back a transaction that touched an
+// undeclared class.
+func (s *session) consCommit(ctx context.Context) error {
+	if err := s.tx.cons.refused; err != nil {
+		s.rollback(ctx)
+		s.consEnd()
+		return err
+	}
+	return nil
+}
+
+// consGID returns the gid the transaction's classes were taken under, or
+// a new one.
+func (s *session) consGID() txn.GID {
+	if s.tx.cons.gid != "" {
+		return s.tx.cons.gid
+	}
+	return s.h.nextGID()
+}
+
+// consCheckWrites checks the decoded write set against the declared
+// classes: triggers, cascades and foreign-key actions write too.
+func (s *session) consCheckWrites(ws *capture.WriteSet) error {
+	if s.scheduler() == nil || !s.tx.cons.held {
+		return nil
+	}
+	fp := &analysis.Footprint{}
+	for i := range ws.Rows {
+		if k := ws.Rows[i].Key; k.Table != "" {
+			fp.Writes = append(fp.Writes, k)
+		} else {
+			t := ws.Rows[i].Table
+			fp.Writes = append(fp.Writes, txn.TableKey(t.Schema, t.Name))
+		}
+	}
+	if err := s.h.cfg.Classes().Classes.Check(s.h.cfg.Catalog.Current(), s.tx.cons.declared, &analysis.Statement{}, fp, false); err != nil {
+		var ce *analysis.ClassError
+		if errors.As(err, &ce) {
+			return pgErr(codeUndeclaredClass, "ordo: the transaction wrote (through a trigger, a cascade or a function) outside its conflict classes: %v; it was rolled back", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// consEnd releases the classes of a transaction that ends without a
+// TxnEntry (a no-op once its TxnEntry was proposed).
+func (s *session) consEnd() {
+	if sched := s.scheduler(); sched != nil && s.tx.cons.gid != "" {
+		sched.End(s.tx.cons.gid)
+	}
+	s.tx.cons = consTx{}
+}
+
+func covers(declared []txn.ClassRef, r txn.ClassRef) bool {
+	for _, d := range declared {
+		if d.Name == analysis.AllClasses || d.Covers(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func refString(refs []txn.ClassRef) string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.String()
+	}
+	return strings.Join(out, ", ")
+}
