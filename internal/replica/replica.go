@@ -111,7 +111,7 @@ type Replica struct {
 	// carry out: its effects may be visible in PostgreSQL before prefix
 	// reaches it (VisiblePrefix).
 	committing atomic.Uint64
-	failed atomic.Pointer[error]
+	failed     atomic.Pointer[error]
 	// protocol is the protocol in force for new transactions (switch.go).
 	protocol atomic.Pointer[string]
 	// classes is the conflict-class configuration in force (classes.go).

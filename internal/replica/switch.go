@@ -157,6 +157,11 @@ func (r *Replica) switchTo(ctx context.Context, seqno uint64, e *ordov1.Protocol
 // SwitchProtocol switches the cluster to protocol name through the order
 // and waits until this node has switched; it returns the switch's seqno.
 func (r *Replica) SwitchProtocol(ctx context.Context, name string) (uint64, error) {
+	if name == DBSMRC || r.Name() == DBSMRC {
+		// Sessions run at the client's isolation level under dbsm-rc and
+		// at REPEATABLE READ under the others, from their start.
+		return 0, fmt.Errorf("%w: dbsm-rc is not switched to or from online (sessions run at the client's isolation level under it, at REPEATABLE READ under the others); set protocol: in every node's node.yaml and restart the cluster", ErrBadProtocol)
+	}
 	if !slices.Contains(Protocols, name) {
 		return 0, fmt.Errorf("%w: unknown protocol %q (one of %v)", ErrBadProtocol, name, Protocols)
 	}

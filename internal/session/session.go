@@ -431,7 +431,6 @@ func (s *session) txStatus() byte {
 	return s.be.TxStatus()
 }
 
-
 // providedIsolation is the isolation level the cluster gives every
 // transaction, whatever the client asked: PostgreSQL runs them at
 // REPEATABLE READ, and under a protocol that certifies reads they are
