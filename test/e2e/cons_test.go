@@ -18,7 +18,7 @@ import (
 // every commit on every node. A statement outside the declared classes is
 // refused naming its class, the transaction is aborted (its COMMIT rolls
 // back), and nothing of it is replicated (a table with a trigger needs
-// '*'); an undeclared autocommit statement gets its
+// '*'); write skew cannot happen; an undeclared autocommit statement gets its
 // classes from the analyzer, an undeclared transaction the catch-all.
 func TestConsHotRowWithoutAborts(t *testing.T) {
 	c := startCluster(t, 3, "cons")
@@ -113,6 +113,48 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	require.Equal(t, "55000", sqlstate(err), "%v", err)
 	require.Contains(t, err.Error(), "triggers")
 	require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+
+	// Write skew cannot happen: two doctors on two nodes each go off duty
+	// if both are on; their transactions declare the same class, so the
+	// second runs after the first committed, sees it, and stays on. Both
+	// commit: nothing aborts.
+	_, err = setup.Exec(ctx, "CREATE TABLE oncall (id int PRIMARY KEY, on_duty bool NOT NULL)")
+	require.NoError(t, err)
+	_, err = setup.Exec(ctx, "INSERT INTO oncall VALUES (1, true), (2, true)")
+	require.NoError(t, err)
+	var skew sync.WaitGroup
+	skewErrs := make([]error, 2)
+	for d := 0; d < 2; d++ {
+		conn := c.connect(d)
+		skew.Add(1)
+		go func() {
+			defer skew.Done()
+			skewErrs[d] = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.oncall'"); err != nil {
+					return err
+				}
+				var on int
+				if err := tx.QueryRow(ctx, "SELECT count(*) FROM oncall WHERE on_duty").Scan(&on); err != nil {
+					return err
+				}
+				time.Sleep(300 * time.Millisecond) // the other one is waiting, or done
+				if on < 2 {
+					return nil
+				}
+				_, err := tx.Exec(ctx, "UPDATE oncall SET on_duty = false WHERE id = $1", d+1)
+				return err
+			})
+		}()
+	}
+	skew.Wait()
+	require.NoError(t, skewErrs[0])
+	require.NoError(t, skewErrs[1])
+	c.waitConverged()
+	for i := range c.nodes {
+		var on int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM oncall WHERE on_duty").Scan(&on))
+		require.Equal(t, 1, on, "node %d: write skew", i+1)
+	}
 
 	// An undeclared transaction takes the catch-all and works.
 	_, err = conn.Exec(ctx, "BEGIN")
