@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // decoded write set (triggers and cascades included), must stay inside
 // them. A transaction's classes come from, in this order:
 //
-//  1. SET LOCAL ordo.conflict_classes = 'warehouse[w=3], item';
+//  1. SET LOCAL ordo.conflict_classes = 'warehouse[w=3], item', or a
+//     leading comment on BEGIN: /* ordo.conflict_classes: … */ BEGIN;
 //  2. SET LOCAL ordo.profile = 'new_order(w=3)' (a profile of the
 //     cluster's configuration);
 //  3. for a single autocommit statement, the analyzer;
@@ -58,6 +60,26 @@ func (s *session) scheduler() termination.ClassScheduler {
 	}
 	cs, _ := s.h.cfg.Replica.(termination.ClassScheduler)
 	return cs
+}
+
+// beginDirective is a declaration in a leading comment of BEGIN:
+//
+//	/* ordo.conflict_classes: warehouse[w=3], item */ BEGIN
+//	-- ordo.profile = new_order(w=3)
+//	BEGIN
+var beginDirective = regexp.MustCompile(`^\s*(?:/\*\s*(ordo\.(?:conflict_classes|profile))\s*[:=]\s*(.*?)\s*\*/|--\s*(ordo\.(?:conflict_classes|profile))\s*[:=]\s*([^\n]*))`)
+
+// consBeginComment notes a declaration in a leading comment of the BEGIN
+// that opened the transaction.
+func (s *session) consBeginComment(sql string) {
+	m := beginDirective.FindStringSubmatch(sql)
+	switch {
+	case m == nil:
+	case m[1] != "":
+		s.consSetting(m[1], m[2])
+	default:
+		s.consSetting(m[3], strings.TrimSpace(m[4]))
+	}
 }
 
 // consSetting notes SET LOCAL ordo.conflict_classes / ordo.profile.

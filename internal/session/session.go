@@ -428,6 +428,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			if a.Txn.Isolation != "" && a.Txn.Isolation != "repeatable read" {
 				s.tx.fixIsolation = true
 			}
+			s.consBeginComment(a.SQL)
 		}
 	case analysis.TxnCommit:
 		if err := s.pendingErr; err != nil && !atParse {

@@ -156,6 +156,16 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 		require.Equal(t, 1, on, "node %d: write skew", i+1)
 	}
 
+	// A declaration in a comment on BEGIN.
+	_, err = conn.Exec(ctx, "/* ordo.conflict_classes: public.hot */ BEGIN")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "UPDATE hot SET n = n + 1 WHERE id = 1")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "UPDATE other SET v = 'comment' WHERE id = 1")
+	require.Equal(t, "55000", sqlstate(err), "the comment declared public.hot only: %v", err)
+	_, err = conn.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
+
 	// An undeclared transaction takes the catch-all and works.
 	_, err = conn.Exec(ctx, "BEGIN")
 	require.NoError(t, err)
