@@ -35,9 +35,9 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	}
 	c.waitConverged()
 
-	duration := 6 * time.Second
+	duration := 4 * time.Second
 	if testing.Short() {
-		duration = 3 * time.Second
+		duration = 2 * time.Second
 	}
 	deadline := time.Now().Add(duration)
 	var commits atomic.Int64
