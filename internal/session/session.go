@@ -392,7 +392,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		if !s.tx.active {
 			s.tx.active = true // inside a block the proxy saw begin in another unit
 		}
-		if err := s.consBegin(ctx, a, params); err != nil {
+		if err := s.consBegin(ctx, a, params, atBoundary); err != nil {
 			return err
 		}
 		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // TestConsHotRowWithoutAborts: under cons, 8 clients over 3 nodes update
@@ -18,10 +20,11 @@ import (
 // every commit on every node. A statement outside the declared classes is
 // refused naming its class, the transaction is aborted (its COMMIT rolls
 // back), and nothing of it is replicated (a table with a trigger needs
-// '*'); write skew cannot happen; an undeclared autocommit statement gets its
+// '*'); write skew cannot happen; a client idle while holding classes
+// loses its session after class_idle_timeout; an undeclared autocommit statement gets its
 // classes from the analyzer, an undeclared transaction the catch-all.
 func TestConsHotRowWithoutAborts(t *testing.T) {
-	c := startCluster(t, 3, "cons")
+	c := startClusterWith(t, 3, "cons", func(cfg *config.Node) { cfg.ClassIdleTimeout = 2 * time.Second })
 	ctx := context.Background()
 	setup := c.connect(0)
 	for _, sql := range []string{
@@ -155,6 +158,24 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM oncall WHERE on_duty").Scan(&on))
 		require.Equal(t, 1, on, "node %d: write skew", i+1)
 	}
+
+	// A client idle while holding its classes loses its session after
+	// class_idle_timeout, which releases them.
+	idle := c.connect(2)
+	_, err = idle.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = idle.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.hot'")
+	require.NoError(t, err)
+	_, err = idle.Exec(ctx, "UPDATE hot SET n = n + 1000 WHERE id = 1")
+	require.NoError(t, err)
+	began := time.Now()
+	_, err = c.connect(0).Exec(ctx, "UPDATE hot SET n = n + 1 WHERE id = 1") // waits for the class
+	require.NoError(t, err)
+	t.Logf("the next transaction on the class waited %s for an idle holder", time.Since(began).Round(time.Millisecond))
+	require.Less(t, time.Since(began), 10*time.Second)
+	_, err = idle.Exec(ctx, "COMMIT")
+	require.Error(t, err, "the idle holder's session was ended")
+	commits.Add(1) // the one that waited
 
 	// A declaration in a comment on BEGIN.
 	_, err = conn.Exec(ctx, "/* ordo.conflict_classes: public.hot */ BEGIN")
