@@ -244,7 +244,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
 		Logger: log, AfterDDL: normalize, KeyEscalationRows: cfg.KeyEscalationRows,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
-		Classes: consClasses(cfg, rep),
+		Classes: consClasses(cfg, rep), ClassIdle: cfg.ClassIdleTimeout,
 	})
 	n.hooks = hooks
 	n.wg.Add(1)

@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 // decoded write set (triggers and cascades included), must stay inside
 // them. A transaction's classes come from, in this order:
 //
-//  1. SET LOCAL ordo.conflict_classes = 'warehouse[w=3], item';
+//  1. SET LOCAL ordo.conflict_classes = 'warehouse[w=3], item', or a
+//     leading comment on BEGIN: /* ordo.conflict_classes: … */ BEGIN;
 //  2. SET LOCAL ordo.profile = 'new_order(w=3)' (a profile of the
 //     cluster's configuration);
 //  3. for a single autocommit statement, the analyzer;
@@ -28,7 +31,10 @@ import (
 //
 // A statement that touches an undeclared class is refused with an error
 // naming the class, and the transaction can only roll back: its COMMIT
-// rolls it back with the same error. Nothing of it is replicated.
+// rolls it back with the same error. Nothing of it is replicated. A
+// transaction holding classes idle for longer than ClassIdle loses its
+// session (PostgreSQL's idle_in_transaction_session_timeout, set when the
+// classes are taken at a message boundary), which releases them.
 
 // codeUndeclaredClass is the SQLSTATE of a statement outside the
 // transaction's classes (object_not_in_prerequisite_state), and
@@ -60,6 +66,26 @@ func (s *session) scheduler() termination.ClassScheduler {
 	return cs
 }
 
+// beginDirective is a declaration in a leading comment of BEGIN:
+//
+//	/* ordo.conflict_classes: warehouse[w=3], item */ BEGIN
+//	-- ordo.profile = new_order(w=3)
+//	BEGIN
+var beginDirective = regexp.MustCompile(`^\s*(?:/\*\s*(ordo\.(?:conflict_classes|profile))\s*[:=]\s*(.*?)\s*\*/|--\s*(ordo\.(?:conflict_classes|profile))\s*[:=]\s*([^\n]*))`)
+
+// consBeginComment notes a declaration in a leading comment of the BEGIN
+// that opened the transaction.
+func (s *session) consBeginComment(sql string) {
+	m := beginDirective.FindStringSubmatch(sql)
+	switch {
+	case m == nil:
+	case m[1] != "":
+		s.consSetting(m[1], m[2])
+	default:
+		s.consSetting(m[3], strings.TrimSpace(m[4]))
+	}
+}
+
 // consSetting notes SET LOCAL ordo.conflict_classes / ordo.profile.
 func (s *session) consSetting(name, value string) {
 	v := strings.Trim(value, "'")
@@ -74,8 +100,8 @@ func (s *session) consSetting(name, value string) {
 // consBegin, before statement a of the transaction runs, takes the
 // transaction's classes if it does not hold them yet, then checks that a
 // stays inside them.
-func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param) error {
-	held, err := s.consTake(ctx, a, params)
+func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param, atBoundary bool) error {
+	held, err := s.consTake(ctx, a, params, atBoundary)
 	if err != nil || !held {
 		return err
 	}
@@ -99,7 +125,7 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 // consTake takes the transaction's classes, before statement a (params
 // nil at Parse) takes its snapshot, unless it holds them; held reports
 // whether it holds classes (false when the cluster does not run cons).
-func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []analysis.Param) (held bool, err error) {
+func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []analysis.Param, atBoundary bool) (held bool, err error) {
 	sched := s.scheduler()
 	ct := &s.tx.cons
 	if sched == nil || a.Kind == analysis.KindSession || (!ct.held && s.h.cfg.Replica.Name() != termination.CONS) {
@@ -137,6 +163,18 @@ func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []
 		return false, pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it", wait, refString(refs), err)
 	}
 	ct.held = true
+	if idle := s.h.cfg.ClassIdle; idle > 0 && atBoundary {
+		// A client that sits on its classes would hold up every
+		// conflicting transaction in the cluster: PostgreSQL ends its
+		// session after idle, which releases them (consEnd at Close).
+		res, err := s.be.Exec(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", idle.Milliseconds()))
+		if err != nil {
+			return true, err
+		}
+		if res.Err != nil {
+			return true, res.Err
+		}
+	}
 	return true, nil
 }
 

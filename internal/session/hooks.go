@@ -56,6 +56,9 @@ type Config struct {
 	// (default 30s).
 	Classes   func() classes.Set
 	ClassWait time.Duration
+	// ClassIdle bounds how long a transaction holding classes may stay
+	// idle (0: no bound; see cons.go).
+	ClassIdle time.Duration
 }
 
 // Hooks implements wire.Hooks for a replicating node.

@@ -26,7 +26,7 @@ func (s *session) atParse(ctx context.Context, stmts []*analysis.Statement, firs
 		if !takesSnapshot(a) {
 			continue
 		}
-		if _, err := s.consTake(ctx, a, nil); err != nil {
+		if _, err := s.consTake(ctx, a, nil, first); err != nil {
 			return err
 		}
 		return s.beforeSnapshot(ctx, first)

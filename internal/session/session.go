@@ -706,7 +706,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		if !s.tx.active {
 			s.tx.active = true // inside a block the proxy saw begin in another unit
 		}
-		if err := s.consBegin(ctx, a, params); err != nil {
+		if err := s.consBegin(ctx, a, params, atBoundary); err != nil {
 			return err
 		}
 		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
@@ -740,6 +740,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		if s.txStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true}
 			s.tx.fixIsolation = s.needsIsolationFix(a, m)
+			s.consBeginComment(a.SQL)
 		}
 	case analysis.TxnCommit:
 		if err := s.pendingErr; err != nil && !atParse {

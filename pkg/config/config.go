@@ -70,6 +70,11 @@ type Node struct {
 	// CommitTimeout bounds one update transaction's termination
 	// (default 30s).
 	CommitTimeout time.Duration `yaml:"commit_timeout"`
+	// ClassIdleTimeout bounds, under cons, how long a client may leave a
+	// transaction that holds conflict classes idle: PostgreSQL then ends
+	// its session (idle_in_transaction_session_timeout) and the classes
+	// are released (default 60s).
+	ClassIdleTimeout time.Duration `yaml:"class_idle_timeout"`
 	// ProposeTimeout: a node cut off from the majority fails proposals
 	// after this long (default 5s).
 	ProposeTimeout time.Duration `yaml:"propose_timeout"`
@@ -208,6 +213,9 @@ func (n *Node) Defaults() {
 	}
 	if n.ProposeTimeout == 0 {
 		n.ProposeTimeout = 5 * time.Second
+	}
+	if n.ClassIdleTimeout == 0 {
+		n.ClassIdleTimeout = time.Minute
 	}
 	if n.CertificationWindow == 0 {
 		n.CertificationWindow = 100000

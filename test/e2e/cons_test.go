@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // TestConsHotRowWithoutAborts: under cons, 8 clients over 3 nodes update
@@ -18,10 +20,11 @@ import (
 // every commit on every node. A statement outside the declared classes is
 // refused naming its class, the transaction is aborted (its COMMIT rolls
 // back), and nothing of it is replicated (a table with a trigger needs
-// '*'); an undeclared autocommit statement gets its
+// '*'); write skew cannot happen; a client idle while holding classes
+// loses its session after class_idle_timeout; an undeclared autocommit statement gets its
 // classes from the analyzer, an undeclared transaction the catch-all.
 func TestConsHotRowWithoutAborts(t *testing.T) {
-	c := startCluster(t, 3, "cons")
+	c := startClusterWith(t, 3, "cons", func(cfg *config.Node) { cfg.ClassIdleTimeout = 2 * time.Second })
 	ctx := context.Background()
 	setup := c.connect(0)
 	for _, sql := range []string{
@@ -35,9 +38,9 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	}
 	c.waitConverged()
 
-	duration := 6 * time.Second
+	duration := 4 * time.Second
 	if testing.Short() {
-		duration = 3 * time.Second
+		duration = 2 * time.Second
 	}
 	deadline := time.Now().Add(duration)
 	var commits atomic.Int64
@@ -113,6 +116,76 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	require.Equal(t, "55000", sqlstate(err), "%v", err)
 	require.Contains(t, err.Error(), "triggers")
 	require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+
+	// Write skew cannot happen: two doctors on two nodes each go off duty
+	// if both are on; their transactions declare the same class, so the
+	// second runs after the first committed, sees it, and stays on. Both
+	// commit: nothing aborts.
+	_, err = setup.Exec(ctx, "CREATE TABLE oncall (id int PRIMARY KEY, on_duty bool NOT NULL)")
+	require.NoError(t, err)
+	_, err = setup.Exec(ctx, "INSERT INTO oncall VALUES (1, true), (2, true)")
+	require.NoError(t, err)
+	var skew sync.WaitGroup
+	skewErrs := make([]error, 2)
+	for d := 0; d < 2; d++ {
+		conn := c.connect(d)
+		skew.Add(1)
+		go func() {
+			defer skew.Done()
+			skewErrs[d] = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.oncall'"); err != nil {
+					return err
+				}
+				var on int
+				if err := tx.QueryRow(ctx, "SELECT count(*) FROM oncall WHERE on_duty").Scan(&on); err != nil {
+					return err
+				}
+				time.Sleep(300 * time.Millisecond) // the other one is waiting, or done
+				if on < 2 {
+					return nil
+				}
+				_, err := tx.Exec(ctx, "UPDATE oncall SET on_duty = false WHERE id = $1", d+1)
+				return err
+			})
+		}()
+	}
+	skew.Wait()
+	require.NoError(t, skewErrs[0])
+	require.NoError(t, skewErrs[1])
+	c.waitConverged()
+	for i := range c.nodes {
+		var on int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM oncall WHERE on_duty").Scan(&on))
+		require.Equal(t, 1, on, "node %d: write skew", i+1)
+	}
+
+	// A client idle while holding its classes loses its session after
+	// class_idle_timeout, which releases them.
+	idle := c.connect(2)
+	_, err = idle.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = idle.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.hot'")
+	require.NoError(t, err)
+	_, err = idle.Exec(ctx, "UPDATE hot SET n = n + 1000 WHERE id = 1")
+	require.NoError(t, err)
+	began := time.Now()
+	_, err = c.connect(0).Exec(ctx, "UPDATE hot SET n = n + 1 WHERE id = 1") // waits for the class
+	require.NoError(t, err)
+	t.Logf("the next transaction on the class waited %s for an idle holder", time.Since(began).Round(time.Millisecond))
+	require.Less(t, time.Since(began), 10*time.Second)
+	_, err = idle.Exec(ctx, "COMMIT")
+	require.Error(t, err, "the idle holder's session was ended")
+	commits.Add(1) // the one that waited
+
+	// A declaration in a comment on BEGIN.
+	_, err = conn.Exec(ctx, "/* ordo.conflict_classes: public.hot */ BEGIN")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "UPDATE hot SET n = n + 1 WHERE id = 1")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "UPDATE other SET v = 'comment' WHERE id = 1")
+	require.Equal(t, "55000", sqlstate(err), "the comment declared public.hot only: %v", err)
+	_, err = conn.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
 
 	// An undeclared transaction takes the catch-all and works.
 	_, err = conn.Exec(ctx, "BEGIN")

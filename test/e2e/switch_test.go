@@ -105,7 +105,7 @@ func TestOnlineProtocolSwitch(t *testing.T) {
 		return names
 	}
 	for i, p := range []string{"pgr", "cons", "dbsm-si"} {
-		time.Sleep(2 * time.Second)
+		time.Sleep(1200 * time.Millisecond)
 		before := committed.Load()
 		out, errOut, code := octl.run("protocol", "set", p, "--data-dir", c.cfgs[i].DataDir)
 		require.Equal(t, ctl.ExitOK, code, "%s\n%s", out, errOut)
@@ -115,7 +115,7 @@ func TestOnlineProtocolSwitch(t *testing.T) {
 			return names[0] == p && names[1] == p && names[2] == p
 		}, 10*time.Second, 200*time.Millisecond, "every node runs %s", p)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(1200 * time.Millisecond)
 	close(stop)
 	wg.Wait()
 	if f := failure.Load(); f != nil {
