@@ -10,6 +10,10 @@ TEST_TIMEOUT ?= 20m
 # empty means the pinned build scripts/ensure-tools.sh installs in .tools/pg18).
 PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./test/e2e/...
 PG18_BIN  ?=
+# Tests of protocols, membership and deployments behave alike on every
+# PostgreSQL version: on 18 they are skipped, to keep the default suite in
+# its budget (`make test-pg18 PG18_SKIP=` runs everything).
+PG18_SKIP ?= Pgr|Cons|Classes|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates
 
 .PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety compat-suites
 
@@ -69,8 +73,8 @@ fuzz:
 test-pg18:
 	@bin="$(PG18_BIN)"; [ -n "$$bin" ] || bin=$$(bash scripts/ensure-tools.sh postgres18) || exit 1; \
 	  echo "== $(PG18_PKGS) on $$(ORDO_PG_BIN=$$bin $(GO) run ./internal/pglocal/pgversion)"; \
-	  echo "ORDO_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)"; \
-	  ORDO_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PG18_PKGS)
+	  echo "ORDO_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -skip '$(PG18_SKIP)' $(TESTFLAGS) $(PG18_PKGS)"; \
+	  ORDO_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -skip '$(PG18_SKIP)' $(TESTFLAGS) $(PG18_PKGS)
 
 tools:
 	@bash scripts/ensure-tools.sh go postgres postgres18 protoc lint >/dev/null
