@@ -117,6 +117,8 @@ type session struct {
 	established    bool // startup done: idle timeouts apply
 	batchOpen      bool // extended-protocol messages sent since the last Sync
 	copying        bool // client is sending COPY data
+	copyExtended   bool // that COPY was started by an Execute
+	execSinceQuery bool // an Execute was sent after the last Query
 	skipping       bool // a message of this batch was rejected
 	deferredReject *deferredReject
 	syncsSinceExec int
@@ -508,6 +510,7 @@ func (ss *session) clientLoop() error {
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			ss.syncsSinceExec = 0
+			ss.execSinceQuery = false
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
 				err := ss.callStatement()
@@ -581,6 +584,7 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Execute:
 			ss.batchOpen = true
 			ss.syncsSinceExec = 0
+			ss.execSinceQuery = true
 			if d := ss.deferredReject; d != nil && d.portal == m.Portal {
 				ss.deferredReject = nil
 				ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
@@ -616,6 +620,9 @@ func (ss *session) clientLoop() error {
 				// reached PostgreSQL in copy mode and were ignored.
 				ss.outstanding.Add(-int64(ss.syncsSinceExec))
 				ss.syncsSinceExec = 0
+				// Started by an Execute, PostgreSQL ends it at the Sync
+				// that follows CopyDone or CopyFail, not at them.
+				ss.copyExtended = ss.execSinceQuery
 			}
 			switch msg.(type) {
 			case *pgproto3.CopyDone, *pgproto3.CopyFail:
@@ -638,8 +645,10 @@ func (ss *session) clientLoop() error {
 		if ss.hold.Load() {
 			unitEnd := false
 			switch msg.(type) {
-			case *pgproto3.Query, *pgproto3.CopyDone, *pgproto3.CopyFail:
+			case *pgproto3.Query:
 				unitEnd = true
+			case *pgproto3.CopyDone, *pgproto3.CopyFail:
+				unitEnd = !ss.copyExtended
 			case *pgproto3.Sync:
 				unitEnd = !ss.copying
 			}

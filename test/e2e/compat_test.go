@@ -386,3 +386,59 @@ func TestCompatPipelinedUnitsAreReplicated(t *testing.T) {
 	}
 	require.Zero(t, c.unreplicated(0))
 }
+
+// TestCompatExtendedCopyFromStdin: COPY FROM STDIN started by an Execute
+// (pgjdbc's CopyManager) ends at the Sync after CopyDone or CopyFail, as
+// PostgreSQL ends it: the rows are replicated, or nothing is, and the
+// client gets its replies (a CopyFail hung the client).
+func TestCompatExtendedCopyFromStdin(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	for _, c := range []*pgx.Conn{o, p} {
+		_, err := c.Exec(ctx, "create table ct(x int primary key)")
+		require.NoError(t, err)
+	}
+	hijack := func(dsn string) *pgconn.HijackedConn {
+		c, err := pgconn.Connect(ctx, dsn)
+		require.NoError(t, err)
+		h, err := c.Hijack()
+		require.NoError(t, err)
+		t.Cleanup(func() { h.Conn.Close() })
+		return h
+	}
+	ho, hp := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	start := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "copy ct from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	untilCopyIn := func(h *pgconn.HijackedConn) string {
+		for _, m := range start {
+			h.Frontend.Send(m)
+		}
+		require.NoError(t, h.Frontend.Flush())
+		var b strings.Builder
+		for {
+			msg, err := h.Frontend.Receive()
+			require.NoError(t, err)
+			fmt.Fprintf(&b, "%T\n", msg)
+			if _, ok := msg.(*pgproto3.CopyInResponse); ok {
+				return b.String()
+			}
+		}
+	}
+	for _, end := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{}},
+		{&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyFail{Message: "changed my mind"}, &pgproto3.Sync{}},
+	} {
+		require.Equal(t, untilCopyIn(hp), untilCopyIn(ho))
+		want := exchange(t, hp, end)
+		got := exchange(t, ho, end)
+		require.Equal(t, want, got)
+	}
+	sb.c.waitConverged()
+	for i := 0; i < 3; i++ {
+		require.Equal(t, sb.c.checksum(0, "ct"), sb.c.checksum(i, "ct"), "node %d", i+1)
+	}
+	var n int
+	require.NoError(t, o.QueryRow(ctx, "select count(*) from ct").Scan(&n))
+	require.Equal(t, 1, n)
+	require.Zero(t, sb.c.unreplicated(0))
+}
