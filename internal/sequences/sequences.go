@@ -23,7 +23,8 @@ const DefaultStride = 100
 // node's: it restarts such a sequence at the smallest value ≡ offset (mod
 // stride) above both its own position and the largest value already in the
 // column that owns it (rows applied from other nodes carry their values).
-// Descending sequences are left alone.
+// Descending sequences are left alone, and so are sequences owned by roles
+// the current one does not act for (their owners' DDL normalized them).
 func NormalizeSQL(stride, offset int) string {
 	return fmt.Sprintf(`DO $ordo$
 DECLARE
@@ -48,6 +49,9 @@ BEGIN
 		JOIN pg_class c ON c.oid = s.seqrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo') AND c.relpersistence = 'p' AND s.seqincrement > 0
+			-- Sequences of roles the current one does not act for were
+			-- normalized by their owners' DDL, and it may not read them.
+			AND pg_has_role(c.relowner, 'USAGE')
 	LOOP
 		EXECUTE format('SELECT last_value, is_called FROM %%s', r.seq) INTO lv, called;
 		IF called THEN nxt := lv + r.inc; ELSE nxt := lv; END IF;

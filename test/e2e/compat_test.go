@@ -442,3 +442,24 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Zero(t, sb.c.unreplicated(0))
 }
+
+// TestCompatDDLBesideAnotherRolesSequence: a role's DDL is not refused for
+// another role's sequences (Ordo's sequence normalization after DDL read
+// every sequence as the client's role: driver suites, cause 19).
+func TestCompatDDLBesideAnotherRolesSequence(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a := c.connect(0)
+	for _, sql := range []string{
+		"create role ra", "create role rb", "grant create on schema public to ra, rb",
+		"set role ra", "create table ta(id serial primary key, v int)", "reset role",
+		"set role rb", "create table tb(i int primary key)", "insert into tb values (1)", "reset role",
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	var n int
+	require.NoError(t, c.direct(2).QueryRow(ctx, "select count(*) from tb").Scan(&n))
+	require.Equal(t, 1, n)
+}
