@@ -282,7 +282,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				// The COMMIT of the transaction terminated when it was
 				// parsed runs now: what follows in the batch is a new
 				// transaction.
-				s.tx = txState{}
+				s.endTx()
 				s.unitStatus = 'I'
 			}
 			return nil // acted on when parsed earlier in this unit
@@ -420,6 +420,13 @@ func (s *session) inImplicit(stmts []*analysis.Statement) error {
 		return pgErr("25P01", "%s can only be used in transaction blocks", name)
 	}
 	return nil
+}
+
+// endTx forgets the transaction that ended part-way through a batch,
+// releasing its conflict classes (cons) unless its TxnEntry does.
+func (s *session) endTx() {
+	s.consEnd()
+	s.tx = txState{}
 }
 
 // txStatus is the transaction status PostgreSQL will be in when it
@@ -769,7 +776,8 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			// Nothing to replicate: PostgreSQL answers as usual, and
 			// what follows in the batch is a new transaction.
 			if !atParse {
-				s.tx, s.unitStatus = txState{}, 'I'
+				s.endTx()
+				s.unitStatus = 'I'
 			}
 			return nil
 		}
@@ -789,6 +797,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			if err := s.commitExplicit(ctx); err != nil {
 				return err
 			}
+			s.endTx()
 			s.tx = txState{active: true}
 			return nil
 		}
@@ -804,7 +813,8 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 		// The client's COMMIT ends the empty transaction left open:
 		// what follows in the batch is a new transaction.
-		s.tx, s.unitStatus = txState{}, 'I'
+		s.endTx()
+		s.unitStatus = 'I'
 		return nil
 	case analysis.TxnRollback:
 		// PostgreSQL rolls back. What follows in the same batch runs in
@@ -812,11 +822,12 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		// block): an update there must be wrapped anew, not taken for
 		// part of the transaction that ended.
 		if m.kind != wire.KindParse {
-			if a.Txn.Chain && (s.tx.active || s.txStatus() != 'I') {
+			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
+			s.endTx()
+			if chain {
 				s.tx = txState{active: true}
 				s.unitStatus = 'T'
 			} else {
-				s.tx = txState{}
 				s.unitStatus = 'I'
 			}
 		}
