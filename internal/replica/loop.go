@@ -189,6 +189,11 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	if err := r.flushProofs(ctx); err != nil {
 		return err
 	}
+	r.recorded.Store(r.prefix.Load())
+	r.mu.Lock()
+	close(r.prefixCh)
+	r.prefixCh = make(chan struct{})
+	r.mu.Unlock()
 	if err := r.trimProofs(ctx, batch[len(batch)-1].Seqno); err != nil {
 		return err
 	}

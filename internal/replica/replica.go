@@ -111,7 +111,12 @@ type Replica struct {
 	// carry out: its effects may be visible in PostgreSQL before prefix
 	// reaches it (VisiblePrefix).
 	committing atomic.Uint64
-	failed     atomic.Pointer[error]
+	// recorded is the seqno up to which the outcomes of labelled
+	// transactions are written (_ordo.applied, _ordo.aborted): the end of
+	// the last batch, after its proofs were flushed (SyncRead waits for
+	// it, so _ordo.txn_status after a sync read is exact).
+	recorded atomic.Uint64
+	failed   atomic.Pointer[error]
 	// protocol is the protocol in force for new transactions (switch.go).
 	protocol atomic.Pointer[string]
 	// classes is the conflict-class configuration in force (classes.go).
@@ -256,6 +261,7 @@ func New(cfg Config) (*Replica, error) {
 	// snapshot_seqno of StartAfter would make the first transactions after
 	// a restart abort for conflicts they did not have).
 	r.prefix.Store(max(cfg.StartAfter, cfg.Proven))
+	r.recorded.Store(r.prefix.Load())
 	r.durable.Store(max(cfg.StartAfter, cfg.Proven))
 	return r, nil
 }
@@ -337,7 +343,31 @@ func (r *Replica) SyncRead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.WaitApplied(ctx, idx)
+	if err := r.WaitApplied(ctx, idx); err != nil {
+		return err
+	}
+	// The outcome rows of labelled transactions are written at the end of
+	// the batch that decided them, after the prefix is published: wait
+	// for that end too (bounded: a prefix published outside a batch has
+	// nothing to record).
+	limit := time.NewTimer(2 * time.Second)
+	defer limit.Stop()
+	for r.recorded.Load() < idx {
+		r.mu.Lock()
+		ch := r.prefixCh
+		r.mu.Unlock()
+		if r.recorded.Load() >= idx {
+			break
+		}
+		select {
+		case <-ch:
+		case <-limit.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Err returns why the node refuses updates, or nil.
