@@ -38,9 +38,6 @@ type session struct {
 
 	// The current transaction.
 	tx txState
-	// unit is true while a unit of messages (up to Sync, or one Query) is
-	// being processed; the session acts at the first message of a unit.
-	unitStarted bool
 	// pendingErr is the outcome of a commit path run when COMMIT was
 	// parsed; it is returned when that COMMIT executes.
 	pendingErr error
@@ -169,11 +166,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	}
 	switch st.Kind {
 	case wire.KindQuery:
-		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
 		if st.Pieces == 0 {
 			if pieces := splitPieces(st.SQL, stmts); pieces != nil {
-				s.unitStarted = false // each piece starts at a boundary
 				return &wire.Split{Pieces: pieces}
 			}
 		} else if err := s.piece(ctx, stmts); err != nil {
@@ -183,7 +178,6 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.rewriteIsolation(st, stmts)
 		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
 	case wire.KindParse:
-		s.unitStarted = true
 		stmts := s.analyze(st.SQL)
 		s.rewrite(st, stmts)
 		s.rewriteIsolation(st, stmts)
@@ -232,7 +226,6 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		}
 		return nil
 	case wire.KindBind:
-		s.unitStarted = true
 		if st.Name == "" && s.heldUnnamed != "" {
 			if !s.tx.active && s.txStatus() != 'T' {
 				return pgErr(codeFeatureNotSupported,
@@ -369,7 +362,6 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 	if ctl != nil && ctl.Op == analysis.TxnBegin && s.tx.wrapped && s.txStatus() == 'T' {
 		s.tx.wrapped = false
 		s.wrapExec, s.wrapInjected = false, false // the client's block now
-		s.unitStarted = false                     // answered without PostgreSQL: no ReadyForQuery
 		tag := "BEGIN"
 		if strings.HasPrefix(strings.ToUpper(stripComments(stmts[0].SQL)), "START") {
 			tag = "START TRANSACTION"
@@ -672,7 +664,6 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		case analysis.KindNotify:
 			if s.txStatus() == 'T' && m.first && len(stmts) == 1 && m.kind == wire.KindQuery {
 				s.tx.notify = append(s.tx.notify, a.SQL)
-				s.unitStarted = false // no ReadyForQuery comes for a completed query
 				return &wire.Completed{Tag: notifyTag(a.Tag)}
 			}
 			continue
@@ -1013,7 +1004,6 @@ func (s *session) trackReads(reads *txn.ReadSet, a *analysis.Statement, params [
 
 // ReadyForQuery implements wire.SessionHooks.
 func (s *session) ReadyForQuery(status byte) {
-	s.unitStarted = false
 	s.unitStatus = 0
 	s.inTxn.Store(status != 'I')
 	if status == 'I' {

@@ -638,8 +638,8 @@ func (ss *session) clientLoop() error {
 			ss.terminate(fatal(codeProtocolViolation, "unexpected message type %T after startup", msg))
 			return nil
 		}
-		if _, sync := msg.(*pgproto3.Sync); !sync || !ss.copying {
-			ss.unnamed.sent(msg)
+		if _, sync := msg.(*pgproto3.Sync); ss.srv.hooks != nil && (!sync || !ss.copying) {
+			ss.unnamed.sent(msg) // (only hooks Exec or inject: a plain relay need not follow replies)
 		}
 		ss.sendServer(msg)
 		if ss.hold.Load() {
@@ -954,14 +954,16 @@ func (ss *session) backendLoop() {
 		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
 			continue
 		}
-		if drop, began := ss.unnamed.reply(msg); drop {
+		if ss.srv.hooks == nil {
+			// A plain relay: nothing of Ordo's among the replies.
+		} else if drop, began := ss.unnamed.reply(msg); drop {
 			if began {
 				ss.beginsSinceInjected.Store(0)
 				ss.injectedBegins.Add(1)
 			}
 			continue
 		}
-		if m, ok := msg.(*pgproto3.CommandComplete); ok && (string(m.CommandTag) == "BEGIN" || string(m.CommandTag) == "START TRANSACTION") {
+		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.srv.hooks != nil && (string(m.CommandTag) == "BEGIN" || string(m.CommandTag) == "START TRANSACTION") {
 			ss.begins.Add(1)
 			ss.beginsSinceInjected.Add(1)
 		}
