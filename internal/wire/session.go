@@ -381,6 +381,12 @@ func (ss *session) run() {
 			return
 		}
 		defer func() {
+			// The backend loop ends when the server connection closes:
+			// close it first. A client that left without Terminate (a
+			// crash, a killed process, a dropped network) sends PostgreSQL
+			// nothing, so waiting for the loop alone kept the session and
+			// its backend, with its locks, for good.
+			ss.terminate(nil)
 			<-ss.beDone
 			ss.hookMu.Lock()
 			ss.drainEventsLocked()
