@@ -123,9 +123,59 @@ func insertStmt(r *capture.Row, cache map[*capture.Table]string) (stmt, error) {
 	return stmt{sql: sql, params: params, want: 1, row: r}, nil
 }
 
-// where appends " WHERE k1 = $n AND …" for the row's key values.
+// exactEquality are the built-in types (their OIDs are the same on every
+// server) whose = holds exactly when the text forms are equal, so a row
+// of a table without a primary key may be found with = (and an index on
+// the column). For the others (floats, where -0 = 0; numeric, where 1.0
+// = 1.00; interval, json, geometric types, arrays, user types…) the
+// column's text form is compared instead.
+var exactEquality = map[uint32]bool{
+	16: true, 17: true, 18: true, 19: true, 20: true, 21: true, 23: true, 25: true, 26: true, // bool bytea char name int8 int2 int4 text oid
+	1042: true, 1043: true, 1082: true, 1114: true, 1184: true, 2950: true, // bpchar varchar date timestamp timestamptz uuid
+}
+
+// where appends " WHERE k1 = $n AND …" for the row's key values or, for
+// a table without a primary key, a condition that picks one row equal to
+// the old row (identical rows cannot be told apart, and changing any one
+// of them leaves the same table).
 func where(b *strings.Builder, r *capture.Row, params [][]byte) ([][]byte, error) {
 	t := r.Table
+	if len(t.KeyColumns) == 0 && r.OldRow != nil {
+		if len(r.OldRow) != len(t.Columns) {
+			return nil, fmt.Errorf("apply: %s: old row of %d values for %d columns", t, len(r.OldRow), len(t.Columns))
+		}
+		b.WriteString(" WHERE ctid = (SELECT ctid FROM ")
+		b.WriteString(quoteTable(t))
+		b.WriteString(" WHERE ")
+		for i, c := range t.Columns {
+			if i > 0 {
+				b.WriteString(" AND ")
+			}
+			v := r.OldRow[i]
+			if v.Kind != capture.Text {
+				b.WriteString(quoteCol(c.Name))
+				b.WriteString(" IS NULL")
+				continue
+			}
+			params = append(params, []byte(v.Text))
+			if exactEquality[c.TypeOID] {
+				b.WriteString(quoteCol(c.Name))
+				b.WriteString(" = $")
+			} else {
+				// format('%s') is the type's output function, as
+				// pgoutput's text form is.
+				b.WriteString("format('%s', ")
+				b.WriteString(quoteCol(c.Name))
+				b.WriteString(") = $")
+			}
+			b.WriteString(strconv.Itoa(len(params)))
+			if !exactEquality[c.TypeOID] {
+				b.WriteString("::text")
+			}
+		}
+		b.WriteString(" LIMIT 1 FOR UPDATE)")
+		return params, nil
+	}
 	kv := r.KeyValues()
 	if len(kv) == 0 || len(kv) != len(t.KeyColumns) {
 		return nil, fmt.Errorf("apply: %s has no primary key values", t)

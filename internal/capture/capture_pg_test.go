@@ -217,14 +217,20 @@ func TestLimitsOnRealTransactions(t *testing.T) {
 	require.Equal(t, []txn.KeyMode{{Key: txn.TableKey("public", "nokey"), Mode: txn.IX}}, ws.Keys().Sorted())
 	exec(t, conn, "COMMIT PREPARED '"+string(gid)+"'")
 
-	// Deleting from it is refused, clearly, even where PostgreSQL allows
-	// it (REPLICA IDENTITY FULL).
-	exec(t, conn, "ALTER TABLE nokey REPLICA IDENTITY FULL")
+	// ReplicaIdentitySQL makes it REPLICA IDENTITY FULL (it leaves
+	// tables with a primary key alone); a delete then carries the whole
+	// old row, which keys it.
+	exec(t, conn, ReplicaIdentitySQL)
+	var ident string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT string_agg(relname || '=' || relreplident::text, ',' ORDER BY relname) FROM pg_class WHERE relname IN ('nokey', 'lim')").Scan(&ident))
+	require.Equal(t, "lim=d,nokey=f", ident)
 	gid = txn.NewGID(1, 3)
 	prepared(t, conn, gid, "DELETE FROM nokey")
-	_, err = c.Await(ctx, gid)
-	require.ErrorIs(t, err, ErrNoPrimaryKey)
-	require.Contains(t, err.Error(), "public.nokey")
+	ws, err = c.Await(ctx, gid)
+	require.NoError(t, err)
+	require.Len(t, ws.Rows, 1)
+	require.Equal(t, []Value{{Kind: Text, Text: "a"}}, ws.Rows[0].OldRow)
+	require.Equal(t, FullRowKey(ws.Rows[0].Table, ws.Rows[0].OldRow), ws.Rows[0].Key)
 	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
 }
 

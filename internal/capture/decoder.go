@@ -31,8 +31,10 @@ func Bookkeeping(schema, table string) bool {
 var ErrTooLarge = errors.New("capture: write set too large")
 
 // ErrNoPrimaryKey is returned (through Capture.Await) for a prepared
-// transaction that wrote a table without a primary key: such rows have no
-// key, so they can be neither certified nor applied by key.
+// transaction that updated or deleted rows of a table without a primary
+// key whose replica identity is not FULL: PostgreSQL sent no old row, so
+// the row can be neither certified nor found on apply. (Ordo sets
+// REPLICA IDENTITY FULL on such tables: ReplicaIdentitySQL.)
 var ErrNoPrimaryKey = errors.New("capture: table has no primary key")
 
 // ErrProtocol is returned by Decoder.Handle for a message sequence
@@ -198,11 +200,11 @@ func (d *Decoder) Handle(m Message) (Event, error) {
 		}
 		d.rels[m.RelID] = t
 	case *InsertMsg:
-		return nil, d.change(m.RelID, true, func(t *Table) (Row, error) { return insertRow(t, m) })
+		return nil, d.change(m.RelID, func(t *Table) (Row, error) { return insertRow(t, m) })
 	case *UpdateMsg:
-		return nil, d.change(m.RelID, false, func(t *Table) (Row, error) { return updateRow(t, m) })
+		return nil, d.change(m.RelID, func(t *Table) (Row, error) { return updateRow(t, m) })
 	case *DeleteMsg:
-		return nil, d.change(m.RelID, false, func(t *Table) (Row, error) { return deleteRow(t, m) })
+		return nil, d.change(m.RelID, func(t *Table) (Row, error) { return deleteRow(t, m) })
 	case *TruncateMsg:
 		return nil, d.truncate(m)
 	case *LogicalMsg:
@@ -319,10 +321,10 @@ type UniqueIndex struct {
 // change adds one row change to the current transaction. Inserts into a
 // table without a primary key are accepted (an insert needs no key to be
 // applied, and inserts never conflict with each other: such a row carries
-// no row key, only IX on its table); updates and deletes of such tables are
-// refused (PostgreSQL itself refuses them on a published table without a
-// replica identity).
-func (d *Decoder) change(relID uint32, insert bool, build func(*Table) (Row, error)) error {
+// no row key, only IX on its table); updates and deletes of such tables
+// carry the whole old row (REPLICA IDENTITY FULL) and are keyed by it
+// (FullRowKey), or, without it, fail the transaction's write set.
+func (d *Decoder) change(relID uint32, build func(*Table) (Row, error)) error {
 	p := d.cur
 	if p == nil {
 		return fmt.Errorf("%w: row change outside a transaction", ErrProtocol)
@@ -339,11 +341,11 @@ func (d *Decoder) change(relID uint32, insert bool, build func(*Table) (Row, err
 	if !p.prepared || p.err != nil {
 		return nil
 	}
-	if len(t.KeyColumns) == 0 && !insert {
-		p.fail(fmt.Errorf("%w: %s (gid %s); Ordo replicates updates and deletes only of tables with a primary key", ErrNoPrimaryKey, t, p.ws.GID))
+	r, err := build(t)
+	if errors.Is(err, ErrNoPrimaryKey) {
+		p.fail(fmt.Errorf("%w: %s (gid %s); Ordo replicates updates and deletes of a table without a primary key when its REPLICA IDENTITY is FULL (Ordo sets it when such a table is created; ALTER TABLE … REPLICA IDENTITY FULL, or add a primary key)", ErrNoPrimaryKey, t, p.ws.GID))
 		return nil
 	}
-	r, err := build(t)
 	if err != nil {
 		return err
 	}
@@ -390,6 +392,9 @@ func (d *Decoder) add(p *pending, r Row) {
 	}
 	for _, v := range r.OldValues {
 		ws.Bytes += int64(len(v))
+	}
+	for _, v := range r.OldRow {
+		ws.Bytes += int64(len(v.Text))
 	}
 	switch {
 	case len(ws.Rows)+1 > d.limits.MaxRows:
@@ -496,10 +501,36 @@ func insertRow(t *Table, m *InsertMsg) (Row, error) {
 	return Row{Op: OpInsert, Table: t, Key: txn.RowKey(t.Schema, t.Name, k...), Values: vals}, nil
 }
 
+// oldRow returns the whole old row of an update or delete of a table
+// without a primary key, or ErrNoPrimaryKey if PostgreSQL did not send it
+// (the table's replica identity is not FULL).
+func oldRow(t *Table, kind uint8, old []TupleColumn) ([]Value, error) {
+	if kind != 'O' {
+		return nil, ErrNoPrimaryKey
+	}
+	vals, err := values(t, old)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range vals {
+		if v.Kind == Unchanged {
+			return nil, fmt.Errorf("%w: %s: column %s of the old row was not sent", ErrProtocol, t, t.Columns[i].Name)
+		}
+	}
+	return vals, nil
+}
+
 func updateRow(t *Table, m *UpdateMsg) (Row, error) {
 	vals, err := values(t, m.New)
 	if err != nil {
 		return Row{}, err
+	}
+	if len(t.KeyColumns) == 0 {
+		old, err := oldRow(t, m.OldKind, m.Old)
+		if err != nil {
+			return Row{}, err
+		}
+		return Row{Op: OpUpdate, Table: t, Key: FullRowKey(t, old), Values: vals, OldRow: old}, nil
 	}
 	var old []string
 	if m.OldKind != 0 {
@@ -527,6 +558,13 @@ func updateRow(t *Table, m *UpdateMsg) (Row, error) {
 }
 
 func deleteRow(t *Table, m *DeleteMsg) (Row, error) {
+	if len(t.KeyColumns) == 0 {
+		old, err := oldRow(t, m.OldKind, m.Old)
+		if err != nil {
+			return Row{}, err
+		}
+		return Row{Op: OpDelete, Table: t, Key: FullRowKey(t, old), OldRow: old}, nil
+	}
 	old, err := keyOf(t, m.Old)
 	if err != nil {
 		return Row{}, err

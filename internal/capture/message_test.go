@@ -224,10 +224,28 @@ func TestDecoderLimitsAndNoKey(t *testing.T) {
 	evs = feed(t, d, nokey, beginPrepare(1, "g3"), msg('I').u32(3).u8('N').tuple(1).text("x"), prepare(1, "g3"))
 	require.NoError(t, evs[0].(Prepared).Err, "inserts into a table without a primary key are replicated")
 	require.Len(t, evs[0].(Prepared).WriteSet.Rows, 1)
-	evs = feed(t, d, beginPrepare(2, "g4"), msg('D').u32(3).u8('O').tuple(1).text("x"), prepare(2, "g4"))
+	// A delete or update of it carries the whole old row (REPLICA
+	// IDENTITY FULL), which keys it.
+	evs = feed(t, d, beginPrepare(2, "g4"), msg('D').u32(3).u8('O').tuple(1).text("x"),
+		msg('U').u32(3).u8('O').tuple(1).null().u8('N').tuple(1).text("y"), prepare(2, "g4"))
+	require.NoError(t, evs[0].(Prepared).Err)
+	rows := evs[0].(Prepared).WriteSet.Rows
+	require.Len(t, rows, 2)
+	tbl := rows[0].Table
+	require.Equal(t, []Value{{Kind: Text, Text: "x"}}, rows[0].OldRow)
+	require.Equal(t, FullRowKey(tbl, []Value{{Kind: Text, Text: "x"}}), rows[0].Key)
+	require.Equal(t, []Value{{Kind: Null}}, rows[1].OldRow)
+	require.Equal(t, FullRowKey(tbl, []Value{{Kind: Null}}), rows[1].Key)
+	require.NotEqual(t, rows[0].Key, rows[1].Key)
+	require.NotEqual(t, FullRowKey(tbl, []Value{{Kind: Text, Text: ""}}), FullRowKey(tbl, []Value{{Kind: Null}}), "NULL is not the empty string")
+	// Without it (REPLICA IDENTITY USING INDEX sends the index's columns
+	// only), the row cannot be found: the write set fails, naming the
+	// table.
+	evs = feed(t, d, beginPrepare(3, "g5"), msg('D').u32(3).u8('K').tuple(1).text("x"), prepare(3, "g5"))
 	err := evs[0].(Prepared).Err
 	require.ErrorIs(t, err, ErrNoPrimaryKey)
 	require.Contains(t, err.Error(), "public.log")
+	require.Contains(t, err.Error(), "REPLICA IDENTITY FULL")
 }
 
 func TestDecoderProtocolErrors(t *testing.T) {

@@ -1,6 +1,9 @@
 package capture
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/ordo-db/ordo/internal/txn"
@@ -197,11 +200,36 @@ type Row struct {
 	// OldValues are the primary key values, in key order, of the row before
 	// the change: for delete, and for an update that changed the key.
 	OldValues []string
+	// OldRow is, for an update or delete of a table without a primary key,
+	// the whole row before the change, per Table.Columns (PostgreSQL sends
+	// it for REPLICA IDENTITY FULL, which Ordo sets on such tables: see
+	// ReplicaIdentitySQL). The row is found by these values on apply, and
+	// its key is FullRowKey of them.
+	OldRow []Value
 	// TruncateGroup numbers the TRUNCATE statements of the write set from
 	// 1; 0 for other operations.
 	TruncateGroup int
 	// Cascade and RestartIdentity are the options of the TRUNCATE.
 	Cascade, RestartIdentity bool
+}
+
+// FullRowKey returns the row key of a row of a table without a primary
+// key: a digest of all its values (a row has no other identity). Two
+// transactions that change one row change the same values, so their keys
+// collide; two identical rows share a key, which costs at worst a false
+// conflict. The digest keeps keys small whatever the row's size.
+func FullRowKey(t *Table, vals []Value) txn.Key {
+	h := sha256.New()
+	var n [4]byte
+	for _, v := range vals {
+		// Length-prefixed, with NULL (and a value left unsent) as kinds
+		// no text value has.
+		binary.BigEndian.PutUint32(n[:], uint32(len(v.Text)))
+		h.Write([]byte{byte(v.Kind)})
+		h.Write(n[:])
+		h.Write([]byte(v.Text))
+	}
+	return txn.RowKey(t.Schema, t.Name, "row:"+hex.EncodeToString(h.Sum(nil)))
 }
 
 // KeyValues returns the primary key values, in key order, that identify the
@@ -282,3 +310,30 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 	}
 	return &s
 }
+
+// ReplicaIdentitySQL is a statement that sets REPLICA IDENTITY FULL, in
+// the current transaction, on every replicated table without a primary
+// key whose replica identity is still the default, and that the current
+// role acts for. PostgreSQL then logs the whole old row of an update or
+// delete, which is how such a row is keyed and found on other nodes
+// (Row.OldRow); without it, PostgreSQL refuses those statements on a
+// published table. Every node runs it after each transaction with DDL
+// (local or applied) and at start; it changes only the local WAL format,
+// never data.
+const ReplicaIdentitySQL = `DO $ordo$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN
+		SELECT c.oid::regclass AS tbl
+		FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND c.relreplident = 'd'
+			AND n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo') AND n.nspname NOT LIKE 'pg\_%'
+			AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+			AND pg_has_role(c.relowner, 'USAGE')
+	LOOP
+		EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.tbl);
+	END LOOP;
+END
+$ordo$`

@@ -111,9 +111,12 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	if err := apply.Bootstrap(ctx, conn); err != nil {
 		return nil, fmt.Errorf("node: bootstrap: %w", err)
 	}
-	normalize := sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID))
-	if _, err := conn.Exec(ctx, normalize); err != nil {
-		return nil, fmt.Errorf("node: normalize sequences: %w", err)
+	// After DDL, local or applied, in its transaction: sequences into the
+	// node's residue class, and tables without a primary key to REPLICA
+	// IDENTITY FULL. Both run at start too, for what existed before.
+	normalize := sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID)) + ";\n" + capture.ReplicaIdentitySQL
+	if _, err := conn.Exec(ctx, normalize, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return nil, fmt.Errorf("node: normalize sequences and replica identities: %w", err)
 	}
 	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg,
 		Limits: capture.Limits{MaxRows: cfg.MaxWriteSetRows, MaxBytes: cfg.MaxWriteSetBytes}}

@@ -111,6 +111,9 @@ func (p *packer) add(r *capture.Row) (full piece, ok bool) {
 	for _, v := range r.Values {
 		rc.Values = append(rc.Values, &ordov1.Value{Kind: uint32(v.Kind), Text: v.Text})
 	}
+	for _, v := range r.OldRow {
+		rc.OldRow = append(rc.OldRow, &ordov1.Value{Kind: uint32(v.Kind), Text: v.Text})
+	}
 	var td *ordov1.Table
 	cost := func() int {
 		ti, known := p.local[r.Table]
@@ -266,13 +269,32 @@ func decodeRow(gid string, i int, tables []*capture.Table, rc *ordov1.RowChange)
 			r.Values[j] = capture.Value{Kind: capture.ValueKind(v.Kind), Text: v.Text}
 		}
 	}
+	if len(rc.OldRow) > 0 {
+		if len(rc.OldRow) != len(t.Columns) {
+			return bad("old row of %d values for %d columns", len(rc.OldRow), len(t.Columns))
+		}
+		r.OldRow = make([]capture.Value, len(rc.OldRow))
+		for j, v := range rc.OldRow {
+			r.OldRow[j] = capture.Value{Kind: capture.ValueKind(v.Kind), Text: v.Text}
+			if r.OldRow[j].Kind != capture.Null && r.OldRow[j].Kind != capture.Text {
+				return bad("old row value %d of kind %d", j, v.Kind)
+			}
+		}
+	}
 	switch r.Op {
 	case capture.OpTruncate:
 		r.Key = t.TableKey()
 	case capture.OpInsert, capture.OpUpdate, capture.OpDelete:
 		if len(t.KeyColumns) == 0 {
 			if r.Op != capture.OpInsert {
-				return bad("%s of %s, which has no primary key", r.Op, t)
+				if r.OldRow == nil {
+					return bad("%s of %s, which has no primary key, without its old row", r.Op, t)
+				}
+				if r.Op == capture.OpUpdate && r.Values == nil {
+					return bad("update without values")
+				}
+				r.Key = capture.FullRowKey(t, r.OldRow)
+				break
 			}
 			if r.Values == nil {
 				return bad("insert without values")
@@ -422,9 +444,11 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		if unknown(rc) || rc.Op < uint32(capture.OpInsert) || rc.Op > uint32(capture.OpTruncate) {
 			return true
 		}
-		for _, v := range rc.Values {
-			if unknown(v) || v.Kind < uint32(capture.Null) || v.Kind > uint32(capture.Unchanged) {
-				return true
+		for _, vs := range [][]*ordov1.Value{rc.Values, rc.OldRow} {
+			for _, v := range vs {
+				if unknown(v) || v.Kind < uint32(capture.Null) || v.Kind > uint32(capture.Unchanged) {
+					return true
+				}
 			}
 		}
 	}

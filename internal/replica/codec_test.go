@@ -35,6 +35,9 @@ func TestTxnEntryRoundTrip(t *testing.T) {
 			Values: []capture.Value{{Kind: capture.Text, Text: "3"}, {Kind: capture.Text, Text: "5"}, {Kind: capture.Unchanged}}},
 		{Op: capture.OpDelete, Table: acct, Key: txn.RowKey("public", "acct", "9"), OldValues: []string{"9"}},
 		{Op: capture.OpInsert, Table: log, Values: []capture.Value{{Kind: capture.Text, Text: "no key"}}},
+		{Op: capture.OpUpdate, Table: log, Key: capture.FullRowKey(log, []capture.Value{{Kind: capture.Text, Text: "no key"}}),
+			OldRow: []capture.Value{{Kind: capture.Text, Text: "no key"}}, Values: []capture.Value{{Kind: capture.Text, Text: "still none"}}},
+		{Op: capture.OpDelete, Table: log, Key: capture.FullRowKey(log, []capture.Value{{Kind: capture.Null}}), OldRow: []capture.Value{{Kind: capture.Null}}},
 		{Op: capture.OpTruncate, Table: log, Key: txn.TableKey("public", "log"), TruncateGroup: 1, Cascade: true},
 	}}
 	in := &Txn{GID: ws.GID, Origin: 2, SnapshotSeqno: 41, WriteSet: ws, DDL: []string{"ALTER TABLE acct ADD doc text"}, SearchPath: `"$user", public`,
@@ -57,6 +60,7 @@ func TestTxnEntryRoundTrip(t *testing.T) {
 		require.Equal(t, *w.Table, *g.Table, "row %d", i)
 		require.Equal(t, w.Values, g.Values, "row %d", i)
 		require.Equal(t, w.OldValues, g.OldValues, "row %d", i)
+		require.Equal(t, w.OldRow, g.OldRow, "row %d", i)
 		require.Equal(t, w.TruncateGroup, g.TruncateGroup, "row %d", i)
 		require.Equal(t, w.Cascade, g.Cascade, "row %d", i)
 		require.Equal(t, w.Key, g.Key, "row %d", i)
@@ -134,6 +138,9 @@ func TestDecodeRejectsMalformedEntries(t *testing.T) {
 		"unknown op":         {Gid: "g", Tables: []*ordov1.Table{{Name: "t", Columns: []string{"a"}, TypeOids: []uint32{23}, KeyColumns: []uint32{0}}}, Rows: []*ordov1.RowChange{{Op: 9}}},
 		"keyless delete":     {Gid: "g", Tables: []*ordov1.Table{{Name: "t", Columns: []string{"a"}, TypeOids: []uint32{23}}}, Rows: []*ordov1.RowChange{{Op: 3, OldKey: []string{"1"}}}},
 		"types mismatch":     {Gid: "g", Tables: []*ordov1.Table{{Name: "t", Columns: []string{"a"}}}},
+		"old row mismatch":   {Gid: "g", Tables: []*ordov1.Table{{Name: "t", Columns: []string{"a"}, TypeOids: []uint32{23}}}, Rows: []*ordov1.RowChange{{Op: 3, OldRow: []*ordov1.Value{{Kind: 2}, {Kind: 2}}}}},
+		"old row unchanged":  {Gid: "g", Tables: []*ordov1.Table{{Name: "t", Columns: []string{"a"}, TypeOids: []uint32{23}}}, Rows: []*ordov1.RowChange{{Op: 3, OldRow: []*ordov1.Value{{Kind: 3}}}}},
+		"keyless update":     {Gid: "g", Tables: []*ordov1.Table{{Name: "t", Columns: []string{"a"}, TypeOids: []uint32{23}}}, Rows: []*ordov1.RowChange{{Op: 2, OldRow: []*ordov1.Value{{Kind: 2}}}}},
 	} {
 		_, err := decodeWriteSet(e)
 		require.Error(t, err, name)
