@@ -444,15 +444,15 @@ func (w *walker) txnStmt(t *pg.TransactionStmt) {
 	case pg.TransactionStmtKind_TRANS_STMT_PREPARE:
 		tc.Op = TxnPrepare
 		st.Kind = KindRefused
-		st.Reason = "PREPARE TRANSACTION is not allowed: Ordo runs two-phase commit itself to replicate every transaction; use COMMIT"
+		st.Reason = "ordo: PREPARE TRANSACTION is not allowed: Ordo runs two-phase commit itself to replicate every transaction; use COMMIT"
 	case pg.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED:
 		tc.Op = TxnCommitPrepared
 		st.Kind = KindRefused
-		st.Reason = "COMMIT PREPARED is not allowed: Ordo owns all prepared transactions and decides their outcome through the replication protocol"
+		st.Reason = "ordo: COMMIT PREPARED is not allowed: Ordo owns all prepared transactions and decides their outcome through the replication protocol"
 	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED:
 		tc.Op = TxnRollbackPrepared
 		st.Kind = KindRefused
-		st.Reason = "ROLLBACK PREPARED is not allowed: Ordo owns all prepared transactions and decides their outcome through the replication protocol"
+		st.Reason = "ordo: ROLLBACK PREPARED is not allowed: Ordo owns all prepared transactions and decides their outcome through the replication protocol"
 	}
 }
 

@@ -203,7 +203,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		}
 		for _, a := range stmts {
 			if a.Kind == analysis.KindRefused {
-				return pgErr(codeFeatureNotSupported, "%s", a.Reason)
+				return s.refused(ctx, a, first)
 			}
 		}
 		// An update statement parsed as the first message of a unit
@@ -617,6 +617,20 @@ type at struct {
 }
 
 // sentText is the text PostgreSQL receives for st.
+// refused is the error for a statement the analyzer refused. PostgreSQL's
+// PREPARE TRANSACTION ends the transaction block whether it succeeds or
+// fails, so a refused one rolls the block back (where the session is at a
+// boundary and can), rather than leaving the client in an aborted block
+// that a following BEGIN would find.
+func (s *session) refused(ctx context.Context, a *analysis.Statement, atBoundary bool) error {
+	if a.Txn != nil && a.Txn.Op == analysis.TxnPrepare && atBoundary && s.txStatus() != 'I' {
+		s.rollback(ctx)
+		s.endTx()
+		return pgErr(codeFeatureNotSupported, "%s; the transaction was rolled back", a.Reason)
+	}
+	return pgErr(codeFeatureNotSupported, "%s", a.Reason)
+}
+
 func sentText(st *wire.Statement) string {
 	if st.Rewrite != "" {
 		return st.Rewrite
@@ -631,7 +645,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	updates, control := false, 0
 	for _, a := range stmts {
 		if a.Kind == analysis.KindRefused {
-			return pgErr(codeFeatureNotSupported, "%s", a.Reason)
+			return s.refused(ctx, a, atBoundary)
 		}
 		if a.Updates() {
 			updates = true

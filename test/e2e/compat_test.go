@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -462,4 +463,42 @@ func TestCompatDDLBesideAnotherRolesSequence(t *testing.T) {
 	var n int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "select count(*) from tb").Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// TestCompatClientTwoPhaseCommitRefused: a client's PREPARE TRANSACTION
+// is refused (Ordo owns two-phase commit; compatibility.md, cause 5) with
+// an error saying so, and, as PostgreSQL's own PREPARE TRANSACTION does
+// whether it succeeds or fails, it ends the transaction block: its writes
+// are rolled back and the next BEGIN starts a fresh block.
+func TestCompatClientTwoPhaseCommitRefused(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	o := c.connect(0)
+	_, err := o.Exec(ctx, "create table tpc(k int primary key)")
+	require.NoError(t, err)
+	for _, prepare := range []func() error{
+		func() error { _, err := o.Exec(ctx, "prepare transaction 'client_gid'"); return err },   // extended protocol
+		func() error { return o.PgConn().Exec(ctx, "prepare transaction 'client_gid'").Close() }, // simple query
+	} {
+		_, err = o.Exec(ctx, "begin")
+		require.NoError(t, err)
+		_, err = o.Exec(ctx, "insert into tpc values (1)")
+		require.NoError(t, err)
+		err = prepare()
+		var pe *pgconn.PgError
+		require.True(t, errors.As(err, &pe), "%v", err)
+		require.Equal(t, "0A000", pe.Code)
+		require.True(t, strings.HasPrefix(pe.Message, "ordo: PREPARE TRANSACTION is not allowed"), pe.Message)
+		require.Equal(t, byte('I'), o.PgConn().TxStatus(), "the block ended")
+		_, err = o.Exec(ctx, "begin")
+		require.NoError(t, err, "a following BEGIN starts a fresh block")
+		_, err = o.Exec(ctx, "rollback")
+		require.NoError(t, err)
+	}
+	var n int
+	require.NoError(t, o.QueryRow(ctx, "select count(*) from tpc").Scan(&n))
+	require.Zero(t, n, "the refused transaction's insert was rolled back")
+	var prepared int
+	require.NoError(t, c.direct(0).QueryRow(ctx, "select count(*) from pg_prepared_xacts").Scan(&prepared))
+	require.Zero(t, prepared)
 }
