@@ -80,9 +80,11 @@ func TestBadInputBeforeStartup(t *testing.T) {
 		bytes []byte
 		code  string
 	}{
-		{"http request", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), codeProtocolViolation},
-		{"length 2^31", append(be32(1<<31), be32(pgproto3.ProtocolVersionNumber)...), codeProtocolViolation},
-		{"length 7", append(be32(7), be32(pgproto3.ProtocolVersionNumber)...), codeProtocolViolation},
+		// An invalid length: closed without a word, as PostgreSQL does.
+		{"http request", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ""},
+		{"length 2^31", append(be32(1<<31), be32(pgproto3.ProtocolVersionNumber)...), ""},
+		{"length 7", append(be32(7), be32(pgproto3.ProtocolVersionNumber)...), ""},
+		{"Terminate before the startup packet", []byte{'X', 0, 0, 0, 4, 0, 0, 0, 8}, ""},
 		{"protocol 2.0", append(be32(16), append(be32(2<<16), []byte("user\x00x\x00\x00\x00")...)...), codeFeatureNotSupported},
 		{"unknown code", append(be32(8), be32(1234)...), codeFeatureNotSupported},
 		{"no user", append(be32(20), append(be32(pgproto3.ProtocolVersionNumber), []byte("database\x00x\x00\x00")...)...), codeInvalidAuthorization},
@@ -92,6 +94,12 @@ func TestBadInputBeforeStartup(t *testing.T) {
 			r := dialRaw(t, p.addr, "")
 			if err := r.writeBytes(tc.bytes); err != nil {
 				t.Fatal(err)
+			}
+			if tc.code == "" {
+				if got, closed := r.silence(); len(got) > 0 || !closed {
+					t.Fatalf("want the connection closed without a word, got %q (closed %v)", got, closed)
+				}
+				return
 			}
 			e := r.readError()
 			if e == nil || e.Code != tc.code {

@@ -93,8 +93,8 @@ func pgError(m *pgproto3.ErrorResponse) *pgconn.PgError {
 // negotiateProtocolVersion is the NegotiateProtocolVersion ('v') message,
 // which pgproto3 v5.7 does not define.
 type negotiateProtocolVersion struct {
-	newestMinor uint32
-	unknown     []string
+	newest  uint32 // the newest version the server speaks: major<<16 | minor
+	unknown []string
 }
 
 func (*negotiateProtocolVersion) Backend() {}
@@ -106,7 +106,7 @@ func (m *negotiateProtocolVersion) Decode([]byte) error {
 func (m *negotiateProtocolVersion) Encode(dst []byte) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 'v', 0, 0, 0, 0)
-	dst = appendUint32(dst, m.newestMinor)
+	dst = appendUint32(dst, m.newest)
 	dst = appendUint32(dst, uint32(len(m.unknown)))
 	for _, s := range m.unknown {
 		dst = append(dst, s...)

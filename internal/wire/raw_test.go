@@ -110,6 +110,22 @@ func (r *rawConn) readError() *pgproto3.ErrorResponse {
 	}
 }
 
+// silence returns what the peer sent until it closed the connection, and
+// whether it closed it (within 5s).
+func (r *rawConn) silence() ([]byte, bool) {
+	_ = r.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got []byte
+	buf := make([]byte, 1024)
+	for {
+		n, err := r.conn.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			ne, ok := err.(net.Error)
+			return got, !(ok && ne.Timeout())
+		}
+	}
+}
+
 // closed reports whether the peer closed the connection (within 5s).
 func (r *rawConn) closed() bool {
 	_ = r.conn.SetReadDeadline(time.Now().Add(5 * time.Second))

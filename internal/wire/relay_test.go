@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -333,11 +335,16 @@ func TestNegotiateProtocolVersion(t *testing.T) {
 	r := dialRaw(t, p.addr, "")
 	r.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
 		Parameters: map[string]string{"user": "trustuser", "database": "postgres", "_pq_.future": "1"}})
-	// pgproto3 cannot decode 'v'; check the raw bytes of the first message.
-	buf := make([]byte, 1)
-	if _, err := r.conn.Read(buf); err != nil || buf[0] != 'v' {
-		t.Fatalf("want NegotiateProtocolVersion first, got %q %v", buf, err)
+	// pgproto3 cannot decode 'v'; check the raw bytes of the first message:
+	// the newest version spoken, 3.0 as PostgreSQL encodes it (major<<16 |
+	// minor: pgjdbc refused "0.0"), and the options not recognised.
+	want := []byte{'v', 0, 0, 0, 24, 0, 3, 0, 0, 0, 0, 0, 1}
+	want = append(append(want, "_pq_.future"...), 0)
+	buf := make([]byte, len(want))
+	if _, err := io.ReadFull(r.conn, buf); err != nil || !bytes.Equal(buf, want) {
+		t.Fatalf("want NegotiateProtocolVersion %q first, got %q %v", want, buf, err)
 	}
+	buf = buf[:1]
 	// A 3.1 startup packet is negotiated down the same way.
 	r2 := dialRaw(t, p.addr, "")
 	b, _ := (&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,

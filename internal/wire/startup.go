@@ -60,7 +60,13 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 		length := binary.BigEndian.Uint32(hdr[0:4])
 		code := binary.BigEndian.Uint32(hdr[4:8])
 		if length < 8 || length > uint32(s.cfg.MaxStartupPacketLen) {
-			s.reject(conn, "protocol", fatal(codeProtocolViolation, "invalid length of startup packet: %d (ordo accepts at most %d)", length, s.cfg.MaxStartupPacketLen))
+			// Not the PostgreSQL protocol (an HTTP request, a client
+			// that sent Terminate before its startup packet): closed
+			// without a word, as PostgreSQL does. An error here reached
+			// node-postgres after it had ended its client, and killed
+			// the process.
+			s.m.connsRejected.WithLabelValues("protocol").Inc()
+			s.log.Debug("invalid length of startup packet", "length", length, "max", s.cfg.MaxStartupPacketLen, "remote", raw.RemoteAddr())
 			return nil, nil
 		}
 		if length == 8 && code == sslRequestCode {
@@ -204,7 +210,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		params[k] = v
 	}
 	if minor != 0 || len(unknown) > 0 {
-		ss.sendClient(&negotiateProtocolVersion{newestMinor: 0, unknown: unknown})
+		ss.sendClient(&negotiateProtocolVersion{newest: pgproto3.ProtocolVersionNumber, unknown: unknown}) // 3.0
 	}
 	if params["user"] == "" {
 		ss.sendClient(fatal(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
