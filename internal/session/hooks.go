@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,14 @@ func (h *Hooks) FirstCounter() uint64 { return h.first }
 
 // NewSession implements wire.Hooks.
 func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.Backend) (wire.SessionHooks, error) {
+	if replicationConnection(info.Parameters["replication"]) {
+		// A replication connection (pg_recvlogical, pg_basebackup, a
+		// driver's replication API) speaks the replication protocol to
+		// this node's own PostgreSQL: relayed untouched. Its slots are
+		// the node's own; SQL it runs is not replicated (a write is
+		// counted as an unreplicated local commit).
+		return nil, nil
+	}
 	if h.cfg.Database != "" && info.Database != h.cfg.Database {
 		for _, d := range h.cfg.LocalDatabases {
 			if d == info.Database {
@@ -137,6 +146,17 @@ func (h *Hooks) forget(s *session) {
 		delete(h.byPID, s.pid)
 	}
 	h.mu.Unlock()
+}
+
+// replicationConnection reports whether a startup packet's replication
+// parameter asks for a replication connection (physical: true, on, yes,
+// 1; logical: database), as PostgreSQL parses it.
+func replicationConnection(v string) bool {
+	switch strings.ToLower(v) {
+	case "", "false", "off", "no", "0":
+		return false
+	}
+	return true
 }
 
 // passThrough is the session of a local (unreplicated) database: nothing
