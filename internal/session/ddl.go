@@ -64,6 +64,51 @@ func (tx *txState) noteBlock(m at) {
 	tx.blocks[h] = b
 }
 
+// withoutExtensionScripts drops the records of commands PostgreSQL ran
+// for an extension's scripts. CREATE EXTENSION and ALTER EXTENSION …
+// UPDATE run the scripts inside the statement, and the statement's own
+// record follows theirs, under the same query. The triggers skip script
+// commands that report objects (in_extension), but a DROP reports none
+// and is recorded (the update scripts of hstore, cube and intarray drop
+// operators): such records, as many as the query has beyond the
+// statements sent in it, just before the extension's record, belong to
+// it and are replayed with it.
+func withoutExtensionScripts(records []capture.DDLRecord, sent map[string]int) []capture.DDLRecord {
+	ran := map[string]int{}
+	for _, r := range records {
+		ran[r.QueryHash]++
+	}
+	var drop map[int]bool
+	for k, r := range records {
+		if r.Tag != "CREATE EXTENSION" && r.Tag != "ALTER EXTENSION" {
+			continue
+		}
+		extra := ran[r.QueryHash] - sent[r.QueryHash]
+		for i := k - 1; i >= 0 && extra > 0; i-- {
+			p := records[i]
+			if p.QueryHash != r.QueryHash || !strings.HasPrefix(p.Tag, "DROP ") || drop[i] {
+				break
+			}
+			if drop == nil {
+				drop = map[int]bool{}
+			}
+			drop[i] = true
+			extra--
+			ran[r.QueryHash]--
+		}
+	}
+	if drop == nil {
+		return records
+	}
+	out := make([]capture.DDLRecord, 0, len(records)-len(drop))
+	for i, r := range records {
+		if !drop[i] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // errDDL is returned by joinDDL for DDL that cannot be replicated exactly.
 type errDDL struct{ msg string }
 
@@ -116,6 +161,7 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, blocks map[string]blo
 		}
 		texts[hashes[i]][s.sql] = true
 	}
+	records = withoutExtensionScripts(records, sent)
 	ran := map[string]int{}
 	for _, r := range records {
 		ran[r.QueryHash]++

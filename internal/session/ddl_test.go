@@ -91,6 +91,18 @@ func TestJoinDDL(t *testing.T) {
 		records: []capture.DDLRecord{rec("select mk(); create table g (id int)", "CREATE TABLE", table("public", "h")), rec("select mk(); create table g (id int)", "CREATE TABLE", table("public", "g"))},
 		err:     "both as statements and inside",
 	}, {
+		name:  "an extension's update scripts that drop operators are part of its CREATE EXTENSION",
+		stmts: []ddlStmt{stmt("create extension hstore", "create extension hstore")},
+		records: []capture.DDLRecord{rec("create extension hstore", "DROP OPERATOR"), rec("create extension hstore", "DROP OPERATOR"),
+			rec("create extension hstore", "CREATE EXTENSION", capture.DDLObject{Type: "extension", Identity: "hstore"})},
+		ddl: []string{"create extension hstore"},
+	}, {
+		name:  "a DROP the client sent before CREATE EXTENSION in one string is kept",
+		stmts: []ddlStmt{stmt("drop table x", "drop table x; create extension cube"), stmt("create extension cube", "drop table x; create extension cube")},
+		records: []capture.DDLRecord{rec("drop table x; create extension cube", "DROP TABLE"), rec("drop table x; create extension cube", "DROP OPERATOR"),
+			rec("drop table x; create extension cube", "CREATE EXTENSION", capture.DDLObject{Type: "extension", Identity: "cube"})},
+		ddl: []string{"drop table x", "create extension cube"},
+	}, {
 		name:    "one query string that rolled back some of its different DDL is refused",
 		stmts:   []ddlStmt{stmt("alter table a add x int", "q"), stmt("alter table a add y int", "q")},
 		records: []capture.DDLRecord{rec("q", "ALTER TABLE", table("public", "a"))},

@@ -235,3 +235,39 @@ func TestVolatileRewritesAreRefused(t *testing.T) {
 		require.Equal(t, c.checksum(0, "vr"), c.checksum(i, "vr"), "node %d", i+1)
 	}
 }
+
+// TestExtensionsWithUpdateScripts: CREATE EXTENSION of an extension whose
+// chain of update scripts drops operators (hstore 1.4→1.8, cube, intarray)
+// is replicated like any other (compatibility.md, cause 10: the scripts'
+// DROP OPERATOR records were taken for DDL run inside a function, and the
+// statement refused), and so are ALTER EXTENSION … UPDATE and a DROP in
+// the same query string.
+func TestExtensionsWithUpdateScripts(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	o := c.connect(0)
+	for _, sql := range []string{
+		"create extension hstore",
+		"create table ext_t (k int primary key, h hstore)",
+		"insert into ext_t values (1, 'a=>1')",
+		"create extension cube version '1.4'",
+		"alter extension cube update",
+		"create table ext_gone (k int); drop table ext_gone; create extension intarray",
+	} {
+		_, err := o.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		var exts string
+		require.NoError(t, c.direct(i).QueryRow(ctx,
+			"select string_agg(extname || ' ' || extversion, ', ' order by extname) from pg_extension where extname in ('hstore', 'cube', 'intarray')").Scan(&exts))
+		require.Equal(t, "cube 1.5, hstore 1.8, intarray 1.5", exts, "node %d", i+1)
+		var v string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "select h -> 'a' from ext_t where k = 1").Scan(&v))
+		require.Equal(t, "1", v, "node %d", i+1)
+		var gone bool
+		require.NoError(t, c.direct(i).QueryRow(ctx, "select to_regclass('ext_gone') is null").Scan(&gone))
+		require.True(t, gone, "node %d", i+1)
+	}
+}
