@@ -31,14 +31,29 @@ CREATE TABLE IF NOT EXISTS _ordo.rolled_back (
 	gid text PRIMARY KEY,
 	at  timestamptz NOT NULL DEFAULT now()
 );
-ALTER TABLE _ordo.applied ADD COLUMN IF NOT EXISTS label text;
-CREATE INDEX IF NOT EXISTS applied_label ON _ordo.applied (label) WHERE label IS NOT NULL;
 CREATE TABLE IF NOT EXISTS _ordo.aborted (
 	seqno bigint PRIMARY KEY,
 	gid   text NOT NULL,
 	label text NOT NULL
 );
-CREATE INDEX IF NOT EXISTS aborted_label ON _ordo.aborted (label);
+-- Only what is missing is changed: ALTER TABLE … IF NOT EXISTS and CREATE
+-- INDEX IF NOT EXISTS lock the table before they look, and a prepared
+-- transaction left by a crash may hold a lock on it until this node,
+-- once started, resolves it (under dbsm-rc every transaction reads
+-- _ordo.applied through committed_prefix()): the start waited for good.
+DO $ordo$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '_ordo.applied'::regclass AND attname = 'label' AND NOT attisdropped) THEN
+		ALTER TABLE _ordo.applied ADD COLUMN label text;
+	END IF;
+	IF to_regclass('_ordo.applied_label') IS NULL THEN
+		CREATE INDEX applied_label ON _ordo.applied (label) WHERE label IS NOT NULL;
+	END IF;
+	IF to_regclass('_ordo.aborted_label') IS NULL THEN
+		CREATE INDEX aborted_label ON _ordo.aborted (label);
+	END IF;
+END
+$ordo$;
 CREATE TABLE IF NOT EXISTS _ordo.cluster_config (
 	name  text PRIMARY KEY,
 	seqno bigint NOT NULL,
