@@ -319,11 +319,15 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 // (Row.OldRow); without it, PostgreSQL refuses those statements on a
 // published table. Every node runs it after each transaction with DDL
 // (local or applied) and at start; it changes only the local WAL format,
-// never data.
+// never data. A table it cannot lock at once (a prepared transaction
+// left by a crash holds a lock on it until the node resolves it) is left
+// for the next run rather than waited for.
 const ReplicaIdentitySQL = `DO $ordo$
 DECLARE
 	r record;
+	saved text := current_setting('lock_timeout');
 BEGIN
+	PERFORM set_config('lock_timeout', '100ms', true);
 	FOR r IN
 		SELECT c.oid::regclass AS tbl
 		FROM pg_class c
@@ -333,7 +337,12 @@ BEGIN
 			AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
 			AND pg_has_role(c.relowner, 'USAGE')
 	LOOP
-		EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.tbl);
+		BEGIN
+			EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.tbl);
+		EXCEPTION WHEN lock_not_available THEN
+			NULL;
+		END;
 	END LOOP;
+	PERFORM set_config('lock_timeout', saved, true);
 END
 $ordo$`

@@ -142,6 +142,36 @@ func (r *Replica) ClassSet() classes.Set {
 	return *cs
 }
 
+// abortLeftoverBegun orders the release of the classes of this node's own
+// cons transactions begun before it restarted (delivery loop, every
+// suspectEvery). Their sessions died with the process, and with nothing
+// prepared ResolveLeftovers does not see them; the failure detection
+// does not name a node that is back either, so every transaction of
+// those classes waited until the commit timeout.
+func (r *Replica) abortLeftoverBegun() {
+	before := r.leftoverBefore.Load()
+	if before == 0 {
+		return
+	}
+	for gid, origin := range r.begun {
+		if origin != r.cfg.NodeID || r.goneAborts[gid] {
+			continue
+		}
+		if node, counter, err := txn.ParseGID(string(gid)); err != nil || node != r.cfg.NodeID || counter >= before {
+			continue
+		}
+		r.goneAborts[gid] = true
+		r.log.Warn("a transaction begun before this node restarted holds conflict classes: their release is proposed", "gid", gid)
+		payload, err := encodeAbort(gid, "")
+		if err != nil {
+			continue
+		}
+		r.proposeInBackground(payload, 1000, func(err error) {
+			r.log.Error("could not propose the release of a leftover transaction's conflict classes", "gid", gid, "err", err)
+		})
+	}
+}
+
 // abortGoneBegun orders the release of the classes of transactions whose
 // origin is gone (delivery loop, with abortGone).
 func (r *Replica) abortGoneBegun(now time.Time) {

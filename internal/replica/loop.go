@@ -68,12 +68,8 @@ func (r *Replica) Run(parent context.Context) error {
 		r.watchPostgres(sweepCtx, stop)
 	}()
 	defer stopSweep()
-	var gone <-chan time.Time // nil (off) unless a failure detector is configured
-	if r.cfg.Suspects != nil {
-		t := time.NewTicker(suspectEvery)
-		defer t.Stop()
-		gone = t.C
-	}
+	gone := time.NewTicker(suspectEvery)
+	defer gone.Stop()
 	defer func() {
 		r.conn.Close(context.Background())
 		r.bfMu.Lock()
@@ -88,8 +84,9 @@ func (r *Replica) Run(parent context.Context) error {
 		select {
 		case <-ctx.Done():
 			return stopped()
-		case now := <-gone:
+		case now := <-gone.C:
 			r.abortGone(now)
+			r.abortLeftoverBegun()
 			continue
 		case d, ok := <-r.cfg.Order.Deliveries():
 			if !ok {

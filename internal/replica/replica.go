@@ -194,6 +194,10 @@ type Replica struct {
 	// begun are the cons transactions holding or waiting for classes,
 	// with their origin (delivery loop only).
 	begun map[txn.GID]uint32
+	// leftoverBefore, once ResolveLeftovers has caught up, is the GID
+	// counter below which this node's own transactions are from before
+	// its restart (their sessions died with the process).
+	leftoverBefore atomic.Uint64
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).
@@ -608,6 +612,10 @@ func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
 		r.log.Warn("aborting a prepared transaction left over from before a restart", "gid", g)
 		r.abortInBackground(txn.GID(g), "")
 	}
+	// Under cons, transactions begun before the restart may hold
+	// conflict classes with nothing prepared; the loop releases them
+	// (abortLeftoverBegun).
+	r.leftoverBefore.Store(before)
 	return nil
 }
 
