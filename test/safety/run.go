@@ -18,7 +18,7 @@ import (
 
 // Config describes one run.
 type Config struct {
-	Protocol  string   // dbsm, dbsm-si, pgr or cons
+	Protocol  string   // dbsm, dbsm-si, pgr, cons or dbsm-rc
 	Workloads []string // bank, append, wskew, sets; run at once, each on its own tables
 	Nemeses   []string // kill, partition, backend-kill; faults take turns; none: no faults
 	Duration  time.Duration

@@ -91,18 +91,30 @@ func TestSafety(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the safety runs take about a minute each")
 	}
-	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons", "dbsm-rc"} {
 		t.Run(protocol, func(t *testing.T) {
 			runSafety(t, Config{
 				Protocol:  protocol,
-				Workloads: []string{"bank", "append", "sets", "wskew"},
+				Workloads: workloadsUnder(protocol),
 				Nemeses:   []string{"kill", "partition"},
-				Duration:  16 * time.Second,
+				Duration:  14 * time.Second,
 				Clients:   4,
 				Converge:  60 * time.Second,
 			})
 		})
 	}
+}
+
+// workloadsUnder returns the workloads whose checks hold under protocol.
+// The bank's transfers read balances and write the results back: under
+// dbsm-rc (READ COMMITTED) two of them on one node may both commit, as on
+// PostgreSQL, and the total is not kept; the other workloads' checks
+// hold there (lost appends and added elements are still forbidden).
+func workloadsUnder(protocol string) []string {
+	if protocol == "dbsm-rc" {
+		return []string{"append", "sets", "wskew"}
+	}
+	return []string{"bank", "append", "sets", "wskew"}
 }
 
 // TestMatrix is `make safety`: every workload × nemesis × protocol, each
@@ -127,8 +139,8 @@ func TestMatrix(t *testing.T) {
 				FaultNode: 3, FaultTime: 10 * time.Second, QuietTime: 5 * time.Second, Duration: 36 * time.Second, Clients: 8})
 		})
 	}
-	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons"} {
-		for _, w := range []string{"bank", "append", "sets", "wskew"} {
+	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons", "dbsm-rc"} {
+		for _, w := range workloadsUnder(protocol) {
 			for _, n := range []string{"none", "kill", "partition", "backend-kill"} {
 				if w == "wskew" && n != "none" {
 					continue // the control needs no faults

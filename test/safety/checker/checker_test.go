@@ -93,6 +93,14 @@ func TestListAppendAnomalies(t *testing.T) {
 				found = found || a.Kind == tc.want
 			}
 			require.Equal(t, !tc.allowed, found, "dbsm-si: %v", res.Anomalies)
+			// READ COMMITTED permits the cycles with anti-dependencies and
+			// two appends after reads of one version; nothing else.
+			allowedRC := map[string]bool{GSingle: true, G2Item: true, LostUpdate: true}[tc.want]
+			found = false
+			for _, a := range res.Forbidden("dbsm-rc") {
+				found = found || a.Kind == tc.want
+			}
+			require.Equal(t, !allowedRC, found, "dbsm-rc: %v", res.Anomalies)
 			for _, a := range res.Anomalies {
 				t.Log(a)
 			}

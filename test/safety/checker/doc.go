@@ -13,7 +13,8 @@
 //   - bank.go: every committed total read equals the constant total.
 //   - sets.go: no acknowledged add missing, nothing failed present.
 //
-// The model is serializability (dbsm) or snapshot isolation (dbsm-si), not
+// The model is serializability (dbsm, pgr, cons), snapshot isolation
+// (dbsm-si) or read committed without lost updates (dbsm-rc; Allowed), not
 // strict serializability: a node may serve a stale snapshot, so real-time
 // order is never an edge.
 package checker

@@ -23,10 +23,21 @@ const (
 
 // Allowed returns the anomalies a protocol's promise permits: none under
 // dbsm, pgr and cons (1-copy serializable), G2-item under dbsm-si (1-copy
-// snapshot isolation). Anything else is forbidden.
+// snapshot isolation), and under dbsm-rc (READ COMMITTED, no update lost
+// across nodes) the cycles with anti-dependencies, G-single and G2-item,
+// and lost-update as this checker names it (two transactions read one
+// version of a key and both appended): a statement sees what committed
+// before it started, and an UPDATE that waited for a row lock appends to
+// the version committed meanwhile, so a transaction's reads need not
+// agree with one snapshot. An acknowledged append missing from the final
+// reads (CheckFinalReads) stays forbidden, as do G0, G1a, G1b, G1c and
+// diverging reads, under every protocol.
 func Allowed(protocol string) map[string]bool {
-	if protocol == "dbsm-si" {
+	switch protocol {
+	case "dbsm-si":
 		return map[string]bool{G2Item: true}
+	case "dbsm-rc":
+		return map[string]bool{GSingle: true, G2Item: true, LostUpdate: true}
 	}
 	return map[string]bool{}
 }
