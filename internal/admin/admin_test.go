@@ -90,6 +90,9 @@ func (r *fakeReplica) RequestSchemaCheck(ctx context.Context) (uint64, error) {
 }
 func (r *fakeReplica) Classes() *ordov1.ClassConfig { return &ordov1.ClassConfig{} }
 func (r *fakeReplica) ProtocolSince() uint64        { return 0 }
+func (r *fakeReplica) HotConflicts() replica.HotConflicts {
+	return replica.HotConflicts{Minutes: 5, Keys: []replica.Hot{}, Tables: []replica.Hot{}}
+}
 func (r *fakeReplica) SwitchProtocol(ctx context.Context, name string) (uint64, error) {
 	return 0, errors.New("not in this fake")
 }

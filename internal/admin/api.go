@@ -49,7 +49,14 @@ type Status struct {
 	// abort reason since the node started (ordo_replica_transactions_total).
 	Transactions    []TxnCount `json:"transactions"`
 	PostgresVersion string     `json:"postgres_version"`
+	// Hot are the keys and tables certification aborts conflicted on
+	// the most over the last minutes, hottest first (every node decides
+	// alike, so each node's view is the cluster's).
+	Hot HotConflicts `json:"hot_conflicts"`
 }
+
+// HotConflicts are the hottest conflicting keys and tables.
+type HotConflicts = replica.HotConflicts
 
 // Raft is this node's Raft state.
 type Raft struct {

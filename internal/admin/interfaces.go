@@ -54,6 +54,9 @@ type Replica interface {
 	// the seqno of the latest switch (0: none).
 	SwitchProtocol(ctx context.Context, name string) (uint64, error)
 	ProtocolSince() uint64
+	// HotConflicts are the keys and tables certification aborts
+	// conflicted on the most over the last minutes.
+	HotConflicts() replica.HotConflicts
 	// Classes is the conflict-class configuration in force.
 	Classes() *ordov1.ClassConfig
 	// ChangeClasses changes it through the order and returns the

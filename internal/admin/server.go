@@ -166,7 +166,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st := Status{
 		NodeID: s.cfg.NodeID, Version: version.String(), Protocol: rep.Name(), Leader: o.Leader(),
 		AppliedPrefix: rep.AppliedPrefix(), PostgresVersion: s.cfg.PostgresVersion,
-		Transactions: s.counts(),
+		Transactions: s.counts(), Hot: rep.HotConflicts(),
 	}
 	switch oerr, rerr := o.Err(), rep.Err(); {
 	case rerr != nil:

@@ -132,6 +132,27 @@ func statusTable(w io.Writer, out statusOutput) {
 			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\n", st.NodeID, t.commits, t.local, t.remote, t.aborts, dash(t.reasons))
 		}
 	}
+	if first != nil {
+		hotTable(w, first)
+	}
+}
+
+// hotTable prints the hottest conflicting tables and keys, as the first
+// node that answered counted them (every node decides alike).
+func hotTable(w io.Writer, st *admin.Status) {
+	h := st.Hot
+	fmt.Fprintln(w)
+	if h.Conflicts == 0 {
+		fmt.Fprintf(w, "HOTTEST CONFLICTS (last %d min, node %d): none\n", h.Minutes, st.NodeID)
+		return
+	}
+	fmt.Fprintf(w, "HOTTEST CONFLICTS (last %d min, node %d: %d certification aborts)\tABORTS\tSHARE\n", h.Minutes, st.NodeID, h.Conflicts)
+	for _, t := range h.Tables {
+		fmt.Fprintf(w, "table %s\t%d\t%d%%\n", t.Name, t.Aborts, t.Percent)
+	}
+	for _, k := range h.Keys {
+		fmt.Fprintf(w, "key %s\t%d\t%d%%\n", k.Name, k.Aborts, k.Percent)
+	}
 }
 
 type txnTotals struct {

@@ -407,6 +407,7 @@ func (r *Replica) count(dec termination.Decision) {
 		r.m.outcomes.WithLabelValues(r.loopProtocol, origin, "commit", "").Inc()
 	} else {
 		r.m.outcomes.WithLabelValues(r.loopProtocol, origin, "abort", string(dec.Cause)).Inc()
+		r.hot.record(dec.Conflict, time.Now())
 	}
 }
 

@@ -198,6 +198,8 @@ type Replica struct {
 	// counter below which this node's own transactions are from before
 	// its restart (their sessions died with the process).
 	leftoverBefore atomic.Uint64
+	// hot counts the keys certification aborts conflicted on (hot.go).
+	hot hotTracker
 
 	// bfConn is RollbackUndecided's connection (called often under
 	// contention: one connection, not one per call).

@@ -168,6 +168,9 @@ type Decision struct {
 	Reason string
 	// Cause names the rule that decided an abort, for metrics.
 	Cause Cause
+	// Conflict is the key a certification abort conflicted on (Level 0:
+	// none), for the hottest-conflicts view.
+	Conflict txn.Key
 }
 
 // Cause names the rule that decided a transaction's abort.

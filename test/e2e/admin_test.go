@@ -146,6 +146,44 @@ func TestOrdoctlAgainstACluster(t *testing.T) {
 	require.Regexp(t, `(?m)^3 +\(seen by node 1\) +(leader|member) +`, out)
 	t.Logf("ordoctl status (one endpoint):\n%s", out)
 
+	// the hottest conflicts: one row updated concurrently through two
+	// nodes, three times; each time one of the two aborts on its key
+	other := c.connect(1)
+	aborts := 0
+	for i := 0; i < 3; i++ {
+		t1, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		t2, err := other.Begin(ctx)
+		require.NoError(t, err)
+		_, err = t1.Exec(ctx, "UPDATE admin_t SET v = 'first' WHERE k = 1")
+		require.NoError(t, err)
+		_, err = t2.Exec(ctx, "UPDATE admin_t SET v = 'second' WHERE k = 1")
+		require.NoError(t, err)
+		for _, e := range []error{t1.Commit(ctx), t2.Commit(ctx)} {
+			if e != nil {
+				require.Equal(t, "40001", sqlstate(e), "%v", e)
+				aborts++
+			}
+		}
+	}
+	require.Equal(t, 3, aborts)
+	c.waitConverged()
+	out, errOut, code = octl.run(append([]string{"status", "-o", "json"}, dirs...)...)
+	require.Equal(t, ctl.ExitOK, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	for _, n := range st.Nodes {
+		h := n.Status.Hot
+		require.EqualValues(t, 3, h.Conflicts, "node %d: %+v", n.Status.NodeID, h)
+		require.Equal(t, "public.admin_t(1)", h.Keys[0].Name, "node %d", n.Status.NodeID)
+		require.EqualValues(t, 3, h.Keys[0].Aborts)
+		require.Equal(t, "public.admin_t", h.Tables[0].Name)
+		require.Equal(t, 100, h.Tables[0].Percent)
+	}
+	out, errOut, code = octl.run(append([]string{"status"}, one...)...)
+	require.Equal(t, ctl.ExitOK, code, errOut)
+	require.Regexp(t, `(?m)^HOTTEST CONFLICTS \(last 5 min, node 1: 3 certification aborts\)`, out)
+	require.Regexp(t, `(?m)^key public\.admin_t\(1\) +3 +100%`, out)
+
 	// protocol show, YAML
 	out, errOut, code = octl.run(append([]string{"protocol", "show", "-o", "yaml"}, dirs...)...)
 	require.Equal(t, ctl.ExitOK, code, errOut)

@@ -145,7 +145,7 @@ func (d *Decider) certify(e *termination.Entry) (termination.Decision, error) {
 		out.Reason, out.Cause = c.Reason.String(), termination.CauseTooOld
 		if c.Reason == certifier.ReasonConflict {
 			out.Reason = fmt.Sprintf("conflict on %s with the transaction at seqno %d", c.Key, c.By)
-			out.Cause = termination.CauseCertification
+			out.Cause, out.Conflict = termination.CauseCertification, c.Key
 		}
 	}
 	return out, nil
