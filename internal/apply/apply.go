@@ -442,6 +442,15 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 			stop()
 			return false, err
 		}
+		// A table the DDL left without a primary key is REPLICA IDENTITY
+		// FULL before its rows are applied: PostgreSQL refuses to update
+		// or delete rows of a published table without a replica identity
+		// (the origin's event trigger did the same, but event triggers do
+		// not fire for applies).
+		if _, err := conn.Exec(actx, capture.ReplicaIdentitySQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			stop()
+			return false, fmt.Errorf("apply: replica identities after DDL: %w", err)
+		}
 		stop()
 	}
 	// A small write set applied on its own (no ordering with other

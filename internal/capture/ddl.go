@@ -75,7 +75,12 @@ DECLARE
 	q pg_catalog.text;
 	h pg_catalog.text;
 	r record;
+	keyless pg_catalog.oid[] := '{}';
+	t pg_catalog.oid;
 BEGIN
+	IF pg_catalog.current_setting('ordo.identity', true) = 'on' THEN
+		RETURN; -- the ALTER TABLE … REPLICA IDENTITY FULL below
+	END IF;
 	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 	objs := '[]';
 	commands := 0;
@@ -91,6 +96,21 @@ BEGIN
 			CONTINUE; -- an extension's script (its CREATE EXTENSION is recorded)
 		END IF;
 		objs := objs || jsonb_build_array(jsonb_build_array(r.object_type, r.schema_name, NULL, r.object_identity));
+		IF r.object_type = 'table' THEN
+			keyless := keyless || r.objid;
+		END IF;
+	END LOOP;
+	-- A table without a primary key is made REPLICA IDENTITY FULL at
+	-- once, so that the transaction that created it (or dropped its key)
+	-- can update and delete its rows (capture.ReplicaIdentitySQL, which
+	-- every node also runs after DDL, explains why).
+	FOREACH t IN ARRAY keyless LOOP
+		IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = t AND c.relkind = 'r' AND c.relpersistence = 'p' AND c.relreplident = 'd')
+			AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = t AND i.indisprimary) THEN
+			PERFORM set_config('ordo.identity', 'on', true);
+			EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', t::regclass);
+			PERFORM set_config('ordo.identity', '', true);
+		END IF;
 	END LOOP;
 	IF current_setting('ordo.drop_temp', true) = 'on' THEN
 		PERFORM set_config('ordo.drop_temp', '', true);

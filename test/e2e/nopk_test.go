@@ -30,6 +30,9 @@ func TestTablesWithoutPrimaryKey(t *testing.T) {
 		"CREATE TABLE was_keyed (id int PRIMARY KEY, v int)",
 		"INSERT INTO was_keyed VALUES (1, 1), (2, 2)",
 		"ALTER TABLE was_keyed DROP CONSTRAINT was_keyed_pkey",
+		// Created, filled and changed in one transaction (psycopg's
+		// test_prepared: its connections are not in autocommit).
+		"BEGIN; CREATE TABLE same_txn (num int); INSERT INTO same_txn VALUES (1), (2); UPDATE same_txn SET num = num * 10; DELETE FROM same_txn WHERE num = 20; COMMIT",
 	} {
 		_, err := n1.Exec(ctx, sql)
 		require.NoError(t, err, sql)
@@ -50,7 +53,7 @@ func TestTablesWithoutPrimaryKey(t *testing.T) {
 	var num int
 	require.NoError(t, c.connect(2).QueryRow(ctx, "SELECT num FROM np").Scan(&num))
 	require.Equal(t, 3, num)
-	for _, tbl := range []string{"np", "log", "was_keyed"} {
+	for _, tbl := range []string{"np", "log", "was_keyed", "same_txn"} {
 		want := c.checksum(0, tbl)
 		for i := range c.nodes {
 			require.Equal(t, want, c.checksum(i, tbl), "node %d: %s differs", i+1, tbl)
