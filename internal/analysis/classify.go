@@ -162,18 +162,21 @@ func (w *walker) top(n *pg.Node) {
 			}
 		}
 	case *pg.Node_CreateTableAsStmt:
-		if x.CreateTableAsStmt.Into.GetRel().GetRelpersistence() == "u" {
-			st.Kind, st.Reason = KindRefused, unloggedReason
-			return
-		}
 		st.Kind = KindDDL
 		w.ddl(n)
+		if x.CreateTableAsStmt.Into.GetRel().GetRelpersistence() == "u" {
+			if n = w.asLogged(n); n == nil {
+				return
+			}
+		}
 		if x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_TABLE {
 			w.withNoData(n)
 		}
 	case *pg.Node_CreateStmt:
 		if x.CreateStmt.Relation.GetRelpersistence() == "u" {
-			st.Kind, st.Reason = KindRefused, unloggedReason
+			st.Kind = KindDDL
+			w.ddl(n)
+			w.asLogged(n)
 			return
 		}
 		if x.CreateStmt.Relation.GetRelpersistence() == "t" {
@@ -184,14 +187,14 @@ func (w *walker) top(n *pg.Node) {
 		st.Kind = KindDDL
 		w.ddl(n)
 	case *pg.Node_AlterTableStmt:
-		for _, c := range x.AlterTableStmt.Cmds {
-			if c.GetAlterTableCmd().GetSubtype() == pg.AlterTableType_AT_SetUnLogged {
-				st.Kind, st.Reason = KindRefused, unloggedReason
-				return
-			}
-		}
 		st.Kind = KindDDL
 		w.ddl(n)
+		for _, c := range x.AlterTableStmt.Cmds {
+			if c.GetAlterTableCmd().GetSubtype() == pg.AlterTableType_AT_SetUnLogged {
+				w.asLogged(n)
+				break
+			}
+		}
 	default:
 		st.Kind = KindDDL
 		w.ddl(n)
@@ -234,6 +237,36 @@ func noEventTrigger(n *pg.Node) bool {
 
 // unloggedReason refuses unlogged tables.
 const unloggedReason = "ordo: unlogged tables are not replicated (logical decoding does not carry their rows); create a regular table, or a temporary one for data local to the session"
+
+// asLogged sets Rewrite to the statement with its table logged (CREATE
+// UNLOGGED TABLE, CREATE UNLOGGED TABLE … AS, ALTER TABLE … SET UNLOGGED,
+// which becomes SET LOGGED) and returns the rewritten node, or refuses
+// the statement and returns nil. Logical decoding carries no rows of an
+// unlogged table, so one would silently differ from node to node; a
+// logged table only costs its WAL, and every node keeps it.
+func (w *walker) asLogged(n *pg.Node) *pg.Node {
+	c := proto.Clone(n).(*pg.Node)
+	switch x := c.Node.(type) {
+	case *pg.Node_CreateStmt:
+		x.CreateStmt.Relation.Relpersistence = "p"
+	case *pg.Node_CreateTableAsStmt:
+		x.CreateTableAsStmt.Into.Rel.Relpersistence = "p"
+	case *pg.Node_AlterTableStmt:
+		for _, cmd := range x.AlterTableStmt.Cmds {
+			if a := cmd.GetAlterTableCmd(); a != nil && a.Subtype == pg.AlterTableType_AT_SetUnLogged {
+				a.Subtype = pg.AlterTableType_AT_SetLogged
+			}
+		}
+	}
+	sql, err := pg.Deparse(&pg.ParseResult{Stmts: []*pg.RawStmt{{Stmt: c}}})
+	if err != nil {
+		w.st.Kind, w.st.Reason = KindRefused, unloggedReason
+		return nil
+	}
+	w.st.Rewrite, w.st.RewriteInBlock = sql, true
+	w.st.Notice = "ordo: the table is created (or kept) logged, not UNLOGGED: logical decoding carries no rows of an unlogged table, so Ordo could not replicate it"
+	return c
+}
 
 // withoutConcurrently sets Rewrite to the statement without CONCURRENTLY.
 // A concurrent index build cannot run in a transaction block, and every

@@ -157,6 +157,12 @@ type Statement struct {
 	// index build or drop runs as a plain one), and Notice tells the
 	// client why.
 	Rewrite, Notice string
+	// RewriteInBlock: the rewrite holds inside a transaction block too
+	// (UNLOGGED made logged); without it a rewrite is for statements
+	// PostgreSQL refuses in a block, run outside one. A statement whose
+	// rewrite cannot be run (a query string of several statements) is
+	// refused rather than run as sent.
+	RewriteInBlock bool
 	// NoEventTrigger: PostgreSQL fires no event trigger for this DDL
 	// statement (TRUNCATE, roles, databases, tablespaces, parameters,
 	// event triggers, and GRANT, COMMENT, SECURITY LABEL, RENAME or OWNER

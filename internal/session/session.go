@@ -174,12 +174,16 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		} else if err := s.piece(ctx, stmts); err != nil {
 			return err
 		}
-		s.rewrite(st, stmts)
+		if err := s.rewrite(st, stmts); err != nil {
+			return err
+		}
 		s.rewriteIsolation(st, stmts)
 		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
 	case wire.KindParse:
 		stmts := s.analyze(st.SQL)
-		s.rewrite(st, stmts)
+		if err := s.rewrite(st, stmts); err != nil {
+			return err
+		}
 		s.rewriteIsolation(st, stmts)
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
@@ -292,12 +296,24 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 // CONCURRENTLY, which cannot run in the transaction Ordo replicates it in)
 // as rewritten, and tells the client. Inside a transaction block
 // PostgreSQL refuses the statement itself, as it would without Ordo.
-func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) {
-	if len(stmts) != 1 || stmts[0].Rewrite == "" || s.txStatus() != 'I' || s.tx.active {
-		return
+//
+// A rewrite that holds in a block too (an UNLOGGED table made logged) is
+// run wherever the statement is; in a query string of several statements
+// it cannot be, and the statement is refused rather than run as sent.
+func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error {
+	if len(stmts) > 1 {
+		for _, a := range stmts {
+			if a.RewriteInBlock {
+				return pgErr(codeFeatureNotSupported, "ordo: send this statement on its own, not in a query string with others: Ordo runs it rewritten (%s)", strings.TrimPrefix(a.Notice, "ordo: "))
+			}
+		}
+	}
+	if len(stmts) != 1 || stmts[0].Rewrite == "" || (!stmts[0].RewriteInBlock && (s.txStatus() != 'I' || s.tx.active)) {
+		return nil
 	}
 	st.Rewrite = stmts[0].Rewrite
 	s.be.Notice(stmts[0].Notice)
+	return nil
 }
 
 // splitPieces returns the pieces a query string is run as when it holds

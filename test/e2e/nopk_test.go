@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
@@ -96,5 +97,60 @@ func TestTablesWithoutPrimaryKey(t *testing.T) {
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT num FROM np").Scan(&got))
 		require.Equal(t, num, got, "node %d", i+1)
 		require.Zero(t, c.unreplicated(i))
+	}
+}
+
+// TestUnloggedTablesAreCreatedLogged: CREATE UNLOGGED TABLE (psycopg's
+// and pgjdbc's test fixtures, caches in applications) creates a regular
+// table, replicated like any other, and says so in a notice: logical
+// decoding carries no rows of an unlogged table, so it would silently
+// differ between nodes (compatibility.md, cause 8). ALTER TABLE … SET
+// UNLOGGED keeps the table logged.
+func TestUnloggedTablesAreCreatedLogged(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(c.dsn(0))
+	require.NoError(t, err)
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	o, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer o.Close(ctx)
+	tx, err := o.Begin(ctx)
+	require.NoError(t, err)
+	for _, sql := range []string{
+		"create unlogged table ul (k int primary key, v text)", // extended protocol, in a block
+		"insert into ul values (1, 'one'), (2, 'two')",
+		"create unlogged table ul_as as select k, v from ul",
+		"alter table ul set unlogged",
+	} {
+		_, err := tx.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	res := o.PgConn().Exec(ctx, "create unlogged table ul2 (k int)")
+	_, err = res.ReadAll()
+	require.NoError(t, err)
+	require.Len(t, notices, 4, "%q", notices)
+	for _, n := range notices {
+		require.Contains(t, n, "not UNLOGGED")
+	}
+	// In a query string with other statements it cannot be rewritten: refused.
+	_, err = o.PgConn().Exec(ctx, "create unlogged table ul3 (k int); insert into ul values (3, 'three')").ReadAll()
+	var pe *pgconn.PgError
+	require.True(t, errors.As(err, &pe), "%v", err)
+	require.Equal(t, "0A000", pe.Code)
+	require.Contains(t, pe.Message, "on its own")
+	c.waitConverged()
+	for i := range c.nodes {
+		var kinds string
+		require.NoError(t, c.direct(i).QueryRow(ctx,
+			"select string_agg(relname || ' ' || relpersistence::text, ', ' order by relname) from pg_class where relname in ('ul', 'ul_as', 'ul2', 'ul3')").Scan(&kinds))
+		require.Equal(t, "ul p, ul2 p, ul_as p", kinds, "node %d", i+1)
+		require.Equal(t, c.checksum(0, "ul"), c.checksum(i, "ul"), "node %d", i+1)
+		require.Equal(t, c.checksum(0, "ul_as"), c.checksum(i, "ul_as"), "node %d", i+1)
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "select count(*) from ul_as").Scan(&n))
+		require.Equal(t, 2, n, "node %d", i+1)
 	}
 }
