@@ -116,7 +116,14 @@ func (a *Applier) blockers(ctx context.Context, pid int) ([]int, error) {
 	qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var pids []int32
-	if err := a.monitor.QueryRow(qctx, "SELECT pg_blocking_pids($1)", pid).Scan(&pids); err != nil {
+	// Only locks held to the end of a transaction count: a relation
+	// extension or page lock is held for an instant, so a backend holding
+	// one blocks nobody for long (on a loaded machine, long enough to be
+	// seen) and rolling its transaction back would free nothing; an
+	// insert-only workload had local inserts aborted so.
+	if err := a.monitor.QueryRow(qctx, `SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks
+			WHERE pid = $1 AND NOT granted AND locktype IN ('extend', 'page', 'frozenid'))
+		THEN '{}'::int[] ELSE pg_blocking_pids($1) END`, pid).Scan(&pids); err != nil {
 		return nil, err
 	}
 	out := make([]int, len(pids))

@@ -355,8 +355,10 @@ func (r *Replica) SyncRead(ctx context.Context) error {
 	// The outcome rows of labelled transactions are written at the end of
 	// the batch that decided them, after the prefix is published: wait
 	// for that end too (bounded: a prefix published outside a batch has
-	// nothing to record).
-	limit := time.NewTimer(2 * time.Second)
+	// nothing to record, and the end of a batch on a loaded machine can
+	// take seconds: 2 s was too short once, and _ordo.txn_status after a
+	// sync read said 'unknown' for an abort this node had decided).
+	limit := time.NewTimer(10 * time.Second)
 	defer limit.Stop()
 	for r.recorded.Load() < idx {
 		r.mu.Lock()

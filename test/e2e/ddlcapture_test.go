@@ -175,8 +175,9 @@ func TestDDLReplaysUnderTheOriginsSettings(t *testing.T) {
 }
 
 // TestUnreplicableWritesAreRefused: what logical decoding never carries
-// (unlogged tables, large objects) is refused with a clear error instead
-// of living silently on one node.
+// (large objects) is refused with a clear error instead of living
+// silently on one node. (Unlogged tables are created logged:
+// TestUnloggedTablesAreCreatedLogged.)
 func TestUnreplicableWritesAreRefused(t *testing.T) {
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
@@ -184,8 +185,6 @@ func TestUnreplicableWritesAreRefused(t *testing.T) {
 	_, err := conn.Exec(ctx, "CREATE TABLE logged (id int PRIMARY KEY)")
 	require.NoError(t, err)
 	for _, sql := range []string{
-		"CREATE UNLOGGED TABLE cache (k text PRIMARY KEY)",
-		"ALTER TABLE logged SET UNLOGGED",
 		"SELECT lo_create(0)",
 		"SELECT lo_from_bytea(0, 'abc')",
 	} {
