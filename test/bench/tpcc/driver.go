@@ -303,7 +303,7 @@ func (t *terminal) loop(ctx, stop context.Context, cfg Config, rep *Report) {
 			case errors.Is(err, errRollback):
 				s.RolledBack++
 				s.Latencies = append(s.Latencies, time.Since(begin))
-			case errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01"):
+			case retryable(err) && errors.As(err, &pe):
 				s.Aborts[pe.Code]++
 				if attempt < cfg.MaxRetries {
 					continue

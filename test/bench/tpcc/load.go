@@ -2,11 +2,13 @@ package tpcc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // loadChunk is the most rows one load transaction writes: small enough
@@ -126,20 +128,74 @@ func LoadWarehouse(ctx context.Context, conn *pgx.Conn, s Scale, w int, seed uin
 }
 
 // copyRows writes rows into table with COPY, loadChunk rows per
-// transaction.
+// transaction, each retried after a serialization failure or deadlock
+// (through a cluster, an apply of another node's rows can abort it).
 func copyRows(ctx context.Context, conn *pgx.Conn, table string, cols []string, rows [][]any) error {
 	for len(rows) > 0 {
 		n := min(len(rows), loadChunk)
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows[:n]))
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("tpcc: load %s: %w", table, err)
+		for attempt := 1; ; attempt++ {
+			label := fmt.Sprintf("tpcc-load-%s-%d", table, rand.Uint64())
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL ordo.txn_label = '"+label+"'"); err != nil {
+					return err
+				}
+				_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows[:n]))
+				return err
+			})
+			if isCode(err, "08007") {
+				// Through Ordo, the cluster did not confirm the commit
+				// in time (an overloaded machine): ask what became of it.
+				var committed bool
+				if committed, err = outcome(ctx, conn, label); err == nil && committed {
+					break
+				}
+				if err == nil {
+					continue
+				}
+			}
+			if err == nil {
+				break
+			}
+			if !retryable(err) || attempt == 100 {
+				return fmt.Errorf("tpcc: load %s: %w", table, err)
+			}
 		}
 		rows = rows[n:]
 	}
 	return nil
+}
+
+// retryable reports a serialization failure (40001) or deadlock (40P01).
+func retryable(err error) bool { return isCode(err, "40001") || isCode(err, "40P01") }
+
+func isCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
+// outcome asks an Ordo node whether the transaction labelled label
+// committed (docs/outcomes.md), until it knows (at most two minutes).
+func outcome(ctx context.Context, conn *pgx.Conn, label string) (bool, error) {
+	if _, err := conn.Exec(ctx, "SET ordo.read_consistency = 'sync'"); err != nil {
+		return false, err
+	}
+	defer conn.Exec(ctx, "RESET ordo.read_consistency")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var status string
+		err := conn.QueryRow(ctx, "SELECT _ordo.txn_status($1)", label).Scan(&status)
+		switch {
+		case err != nil && !retryable(err) && !isCode(err, "08007"):
+			return false, err
+		case status == "committed":
+			return true, nil
+		case status == "aborted":
+			return false, nil
+		case time.Now().After(deadline):
+			return false, fmt.Errorf("tpcc: the outcome of %s is still unknown after two minutes", label)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // Load creates the tables through dsns[0], loads item there, then each
