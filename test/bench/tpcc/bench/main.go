@@ -18,7 +18,9 @@
 // "none" for dbsm-si (reads are not certified) and the baseline, and the
 // classes' grain for cons. Aborts are also broken down by where they come
 // from: Ordo's certification and other reasons (ordo_replica_transactions_total),
-// the rest being PostgreSQL's own serialization failures on the origin.
+// the rest being PostgreSQL's own serialization failures on the origin,
+// and by type (New-Order, Payment, Delivery; the read-only types never
+// abort).
 // Consistency conditions 1–4 are checked on every server at the end.
 package main
 
@@ -73,6 +75,7 @@ type sample struct {
 	tpmc, abortPct, p50 float64
 	reasons             map[string]float64 // Ordo's local aborts by reason
 	driverAborts        int
+	typeAbortPct        [5]float64 // aborted attempts of each type, % of its attempts
 }
 
 func main() {
@@ -166,8 +169,11 @@ func run() error {
 				return err
 			}
 			s := sample{tpmc: rep.TpmC(), abortPct: rep.AbortPct(), p50: ms(rep.Stats[tpcc.NewOrder].Percentile(0.5)), reasons: map[string]float64{}}
-			for _, st := range rep.Stats {
+			for k, st := range rep.Stats {
 				s.driverAborts += st.AbortCount()
+				if n := st.Attempts(); n > 0 {
+					s.typeAbortPct[k] = 100 * float64(st.AbortCount()) / float64(n)
+				}
 			}
 			if cf.protocol != "direct" {
 				for r, v := range ordoAborts(c) {
@@ -201,7 +207,7 @@ func run() error {
 	fmt.Println("\nconsistency conditions 1-4 hold on the baseline and on every node")
 
 	fmt.Printf("\nmedians of %d runs of %s, %d warehouses (one per node), %s population\n", *runs, *duration, warehouses, map[bool]string{true: "small", false: "full"}[*small])
-	fmt.Printf("%-8s %-9s %7s %9s %7s %7s %8s  %s\n", "protocol", "grain", "clients", "tpmC", "ratio", "abort%", "p50_ms", "Ordo's aborts by reason (per run)")
+	fmt.Printf("%-8s %-9s %7s %9s %7s %7s %8s  %-24s %s\n", "protocol", "grain", "clients", "tpmC", "ratio", "abort%", "p50_ms", "abort% NO/P/D", "aborts by reason (per run)")
 	var results []string
 	for _, cf := range configs {
 		ss := samples[cf.key()]
@@ -209,7 +215,9 @@ func run() error {
 		tpmc := median(ss, func(s sample) float64 { return s.tpmc })
 		ab := median(ss, func(s sample) float64 { return s.abortPct })
 		p50 := median(ss, func(s sample) float64 { return s.p50 })
-		fmt.Printf("%-8s %-9s %7d %9.0f %7.2f %7.2f %8.2f  %s\n", cf.protocol, cf.grainName(), cf.clients, tpmc, tpmc/base, ab, p50, reasonString(ss))
+		byType := fmt.Sprintf("%.1f/%.1f/%.1f", median(ss, func(s sample) float64 { return s.typeAbortPct[tpcc.NewOrder] }),
+			median(ss, func(s sample) float64 { return s.typeAbortPct[tpcc.Payment] }), median(ss, func(s sample) float64 { return s.typeAbortPct[tpcc.Delivery] }))
+		fmt.Printf("%-8s %-9s %7d %9.0f %7.2f %7.2f %8.2f  %-24s %s\n", cf.protocol, cf.grainName(), cf.clients, tpmc, tpmc/base, ab, p50, byType, reasonString(ss))
 		results = append(results, fmt.Sprintf("RESULT protocol=%s grain=%s clients=%d tpmc=%.0f ratio_direct=%.3f abort_pct=%.2f p50_ms=%.2f",
 			cf.protocol, cf.grainName(), cf.clients, tpmc, tpmc/base, ab, p50))
 	}
