@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
@@ -31,6 +33,9 @@ type Options struct {
 	// MetricsPort, if set: node i serves /metrics on MetricsPort + i - 1.
 	MetricsPort  int
 	ApplyWorkers int // apply_workers (0: the default)
+	// Delayable routes every node's traffic to every other node through
+	// a link whose one-way delay SetDelay sets (zero until then).
+	Delayable bool
 }
 
 // Cluster is a running benchmark cluster.
@@ -41,7 +46,13 @@ type Cluster struct {
 	Configs []*config.Node
 	pg      *pglocal.Cluster
 	dir     string
+	delay   atomic.Int64
+	links   []*delayLink
 }
+
+// SetDelay sets the one-way delay between every two nodes (a cluster
+// started with Delayable).
+func (c *Cluster) SetDelay(d time.Duration) { c.delay.Store(int64(d)) }
 
 // Start starts o.N PostgreSQL servers, runs o.Load on each, then starts
 // a node in front of each.
@@ -85,8 +96,25 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			c.Stop()
 			return nil, err
 		}
+		view := peers
+		if o.Delayable {
+			view = map[uint32]string{}
+			for id, addr := range peers {
+				if id == uint32(i+1) {
+					view[id] = addr
+					continue
+				}
+				l, err := newDelayLink(addr, &c.delay)
+				if err != nil {
+					c.Stop()
+					return nil, err
+				}
+				c.links = append(c.links, l)
+				view[id] = l.addr()
+			}
+		}
 		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
-			DataDir: filepath.Join(c.dir, s.Name), Peers: peers, Protocol: o.Protocol}
+			DataDir: filepath.Join(c.dir, s.Name), Peers: view, Protocol: o.Protocol}
 		cfg.ApplyWorkers = o.ApplyWorkers
 		if o.MetricsPort != 0 {
 			cfg.MetricsListen = fmt.Sprintf("127.0.0.1:%d", o.MetricsPort+i)
@@ -106,8 +134,12 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 
 // Stop stops the nodes and the servers and removes the nodes' data.
 func (c *Cluster) Stop() {
+	c.SetDelay(0)
 	for _, n := range c.Nodes {
 		n.Stop()
+	}
+	for _, l := range c.links {
+		l.close()
 	}
 	c.pg.Stop()
 	if c.dir != "" {
