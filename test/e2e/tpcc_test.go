@@ -48,7 +48,7 @@ func TestTPCC(t *testing.T) {
 		}
 		for _, g := range grains {
 			rep, err := tpcc.Run(ctx, tpcc.Config{DSNs: dsns, Warehouses: 3, Scale: tpcc.Small, ClientsPerNode: 2,
-				Duration: 3 * time.Second, Grain: g, Seed: uint64(time.Now().UnixNano())})
+				Duration: 2 * time.Second, Grain: g, Seed: uint64(time.Now().UnixNano())})
 			require.NoError(t, err)
 			var b strings.Builder
 			rep.Print(&b)
