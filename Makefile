@@ -13,9 +13,9 @@ PG18_BIN  ?=
 # Tests of protocols, membership and deployments behave alike on every
 # PostgreSQL version: on 18 they are skipped, to keep the default suite in
 # its budget (`make test-pg18 PG18_SKIP=` runs everything).
-PG18_SKIP ?= Pgr|Cons|Classes|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates
+PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates
 
-.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load clean safety compat-suites
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-tpcc clean safety compat-suites
 
 all: build
 
@@ -116,6 +116,14 @@ bench-cluster:
 bench-load:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster -load $(BENCH_FLAGS)
+
+## bench-tpcc: TPC-C directly and through a 3-node cluster under dbsm,
+## dbsm-si, pgr and cons (table and warehouse grain), 1 and 8 clients per
+## node, interleaved runs, medians; a RESULT line per configuration
+## (docs/tpcc.md). BENCH_FLAGS, e.g. "-runs 5 -duration 60s" or "-small".
+bench-tpcc:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/tpcc/bench $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin .tools

@@ -28,8 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,9 +39,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
-	"github.com/ordo-db/ordo/pkg/config"
+	"github.com/ordo-db/ordo/test/internal/benchcluster"
 )
 
 var (
@@ -262,82 +259,23 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// startCluster starts 3 PostgreSQL servers and 3 Ordo nodes in this process.
 // startCluster starts three PostgreSQL servers, runs load on each, then
 // starts a node in front of each; it returns the nodes' DSNs and the
 // servers'.
 func startCluster(ctx context.Context, protocol string, load func(dsn string) error) (dsns, servers []string, stop func(), err error) {
-	pg, err := pglocal.Start(ctx, pglocal.Options{N: 3, Fsync: true})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	for _, s := range pg.Servers {
-		if err := load(s.DSN("postgres")); err != nil {
-			pg.Stop()
-			return nil, nil, nil, err
-		}
-		servers = append(servers, s.DSN("postgres"))
-	}
-	dir, err := os.MkdirTemp("", "ordo-bench-nodes-")
-	if err != nil {
-		pg.Stop()
-		return nil, nil, nil, err
-	}
-	peers := map[uint32]string{}
-	for i := 1; i <= 3; i++ {
-		if peers[uint32(i)], err = freeAddr(); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	var nodes []*node.Node
-	stop = func() {
-		for _, n := range nodes {
-			n.Stop()
-		}
-		pg.Stop()
-		os.RemoveAll(dir)
-	}
-	var logOut io.Writer = io.Discard
+	var logOut io.Writer
 	if *logFile != "" {
 		f, err := os.Create(*logFile)
 		if err != nil {
-			stop()
 			return nil, nil, nil, err
 		}
 		logOut = f
 	}
-	log := slog.New(slog.NewTextHandler(logOut, nil))
-	for i, s := range pg.Servers {
-		listen, err := freeAddr()
-		if err != nil {
-			stop()
-			return nil, nil, nil, err
-		}
-		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
-			DataDir: filepath.Join(dir, s.Name), Peers: peers, Protocol: protocol}
-		cfg.ApplyWorkers = *workers
-		if *metrics != 0 {
-			cfg.MetricsListen = fmt.Sprintf("127.0.0.1:%d", *metrics+i)
-		}
-		cfg.Defaults()
-		n, err := node.Start(ctx, cfg, log)
-		if err != nil {
-			stop()
-			return nil, nil, nil, err
-		}
-		nodes = append(nodes, n)
-		dsns = append(dsns, fmt.Sprintf("postgres://ordo:ordo@%s/postgres?sslmode=disable", n.ClientAddr()))
+	c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, Load: load, Log: logOut, MetricsPort: *metrics, ApplyWorkers: *workers})
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return dsns, servers, stop, nil
+	return c.DSNs, c.Servers, c.Stop, nil
 }
 
 // runLoad is -load: pgbench -i directly, then through node 1 of a fresh
