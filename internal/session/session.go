@@ -483,8 +483,11 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 // nothing).
 func (s *session) isolationRewrite(a *analysis.Statement) string {
 	switch {
-	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "transaction_isolation" && !s.rc:
-		return "SELECT '" + s.providedIsolation() + "'::text AS transaction_isolation"
+	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && !s.rc &&
+		(a.Setting.Name == "transaction_isolation" || a.Setting.Name == "default_transaction_isolation"):
+		// What the cluster gives every transaction; the session's own
+		// default was set to REPEATABLE READ when it started.
+		return "SELECT '" + s.providedIsolation() + "'::text AS " + a.Setting.Name
 	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn.Isolation) &&
 		(a.Txn.Op == analysis.TxnBegin || a.Txn.Op == analysis.TxnSetTransaction):
 		var b strings.Builder

@@ -237,6 +237,7 @@ func TestCompatIsolationLevels(t *testing.T) {
 	o := c.connect(0)
 	for _, sql := range []string{
 		"show transaction_isolation",
+		"show default_transaction_isolation", // node-postgres's connection-parameter test
 		"begin isolation level serializable; show transaction_isolation; commit",
 		"begin isolation level read committed; show transaction_isolation; commit",
 		"begin; set transaction isolation level repeatable read; show transaction_isolation; commit",
