@@ -34,6 +34,13 @@ type val struct {
 	kind  valKind
 	text  string
 	param int
+	// loc is the byte offset in the analyzed text of the constant a vConst
+	// came from (pg_query's A_Const location: the literal, its folded
+	// minus sign or a TRUE/FALSE keyword), -1 if unknown; elem marks an
+	// element of an array literal at loc. The literal-independent cache
+	// (template.go) binds them from another text's literals.
+	loc  int32
+	elem bool
 }
 
 // access is one table a statement reads or writes, with what its
