@@ -107,6 +107,8 @@ func fingerprint(sql string) (key string, lits []literal, ok bool) {
 			}
 			emit(literal{start: i, end: end, class: litDollar})
 			i = end
+		case c == '.' && i+1 < len(sql) && sql[i+1] == '.':
+			i += 2 // PostgreSQL's DOT_DOT: A..0 is A, .., 0
 		case isDigit(c) || (c == '.' && i+1 < len(sql) && isDigit(sql[i+1])):
 			end, class, ok := numberEnd(sql, i)
 			if !ok {
