@@ -1,10 +1,12 @@
 package analysis
 
 import (
+	"fmt"
 	"hash/fnv"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -331,4 +333,49 @@ func dump(s *Statement) string {
 		b.WriteString(" | static " + keysText(s.static.Reads))
 	}
 	return b.String()
+}
+
+// TestTemplatesConcurrently: sessions analyzing texts of a few shapes at
+// once each get the analysis of their own text (run with -race).
+func TestTemplatesConcurrently(t *testing.T) {
+	cat := testCatalog(t)
+	env := NewEnv([]string{"public"})
+	a := New(cat, Options{CacheSize: 64})
+	fresh := New(cat, Options{CacheSize: -1})
+	shapes := []string{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = %d",
+		"UPDATE pgbench_tellers SET tbalance = tbalance + -%d WHERE tid = %d",
+		"SELECT * FROM stock WHERE s_w_id = %d AND s_i_id IN (%d, 7)",
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				shape := shapes[(g+i)%len(shapes)]
+				args := []any{g*1000 + i, i}[:strings.Count(shape, "%d")]
+				sql := fmt.Sprintf(shape, args...)
+				got, err := a.Analyze(sql, env)
+				want, werr := fresh.Analyze(sql, env)
+				if err != nil || werr != nil {
+					errs <- fmt.Sprintf("%q: %v / %v", sql, err, werr)
+					return
+				}
+				if d := diffAnalysis(got, want); d != "" {
+					errs <- fmt.Sprintf("%q: %s", sql, d)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if s := a.Stats(); s.TemplateHits == 0 {
+		t.Errorf("no text went through a template: %+v", s)
+	}
 }
