@@ -78,7 +78,9 @@ func (a *access) usesParams() bool {
 }
 
 // Bind returns the statement's footprint with params as the values of $1…$n.
-// Statements without parameters return a shared, precomputed footprint.
+// Statements analyzed from their own text without parameters return a
+// shared, precomputed footprint; those from a template (template.go)
+// compute theirs here.
 // Bind never fails for a value it cannot interpret: it uses a coarser key.
 func (s *Statement) Bind(params []Param) (*Footprint, error) {
 	if len(params) < s.NumParams {

@@ -196,8 +196,8 @@ func (t *template) instantiate(sql string, lits []literal) []*Statement {
 			}
 		}
 	}
-	if src.static != nil {
-		st.static = st.footprint(nil)
-	}
+	// The footprint is computed by Bind, when a session needs it (not for
+	// reads under protocols that do not certify them).
+	st.static = nil
 	return []*Statement{&st}
 }
