@@ -24,8 +24,9 @@ type Options struct {
 	// of one statement may produce before it escalates to the table key
 	// (the paper's read-set limit). 0 means 1000.
 	KeyLimit int
-	// CacheSize bounds the number of cached texts. 0 means 4096; negative
-	// disables the cache.
+	// CacheSize bounds the number of cached texts, and that of cached
+	// templates (one per fingerprint). 0 means 4096; negative disables
+	// both.
 	CacheSize int
 }
 
