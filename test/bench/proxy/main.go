@@ -1,7 +1,9 @@
 // Command proxy benchmarks the Ordo wire proxy (internal/wire) and a real
 // Ordo node (a one-node cluster: wire, session layer, analysis,
 // termination) against PostgreSQL directly and against PgBouncer (session
-// pooling), side by side on one machine and one PostgreSQL server:
+// pooling), side by side on one machine (the node in front of a second
+// PostgreSQL server with the same settings and data, since it takes every
+// write on its server for its own):
 // pgbench select-only and TPC-B-like, -M simple and -M prepared, 8
 // clients, several interleaved runs, medians. It also measures the proxy's
 // resident memory per idle session with 500 idle sessions.
@@ -216,13 +218,17 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 	}
 	fmt.Printf("bench-proxy: %d clients, %d runs of %v per target and mode, scale %d, %d CPUs, proxy GOMAXPROCS %s\n",
 		clients, runs, duration, scale, runtime.NumCPU(), proxyProcs)
-	c, err := pglocal.Start(ctx, pglocal.Options{N: 1, Settings: map[string]string{
+	// Two servers with the same settings (fsync on) and data: the node's
+	// own (it replicates every write on its server, and would take the
+	// other targets' writes for writes that bypassed it) and the one of
+	// the other targets.
+	c, err := pglocal.Start(ctx, pglocal.Options{N: 2, Fsync: true, Settings: map[string]string{
 		"max_connections": strconv.Itoa(idle + 100), "shared_buffers": "256MB"}})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	pg := c.Servers[0]
+	pg, nodePG := c.Servers[0], c.Servers[1]
 	direct := endpoint{"direct", pg.Host, pg.Port}
 
 	// The proxy, in a child process.
@@ -264,14 +270,16 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 			"PGPASSWORD="+pg.Password, "PGDATABASE=postgres", "PGSSLMODE=disable")
 	}
 	fmt.Println("initializing pgbench tables…")
-	if out, err := pgbenchCmd(env(direct), "-i", "-q", "-s", strconv.Itoa(scale)).CombinedOutput(); err != nil {
-		return fmt.Errorf("pgbench -i: %v\n%s", err, out)
+	for _, e := range []endpoint{direct, {"node's server", nodePG.Host, nodePG.Port}} {
+		if out, err := pgbenchCmd(env(e), "-i", "-q", "-s", strconv.Itoa(scale)).CombinedOutput(); err != nil {
+			return fmt.Errorf("pgbench -i on %s: %v\n%s", e.name, err, out)
+		}
 	}
 
 	// The node, in a child process, started once the tables exist so its
 	// catalog knows them.
 	nodeChild := exec.Command(self)
-	nodeChild.Env = append(os.Environ(), "ORDO_BENCH_NODE="+pg.DSN("postgres"))
+	nodeChild.Env = append(os.Environ(), "ORDO_BENCH_NODE="+nodePG.DSN("postgres"))
 	nodeChild.Stderr = os.Stderr
 	nodeOut, err := nodeChild.StdoutPipe()
 	if err != nil {
