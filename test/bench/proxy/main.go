@@ -28,8 +28,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -166,8 +168,12 @@ func runNode(dsn string) error {
 	if err != nil {
 		return err
 	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	cfg := &config.Node{ID: 1, Listen: listen, PeerListen: peer, Postgres: dsn, DataDir: dir,
-		Peers: map[uint32]string{1: peer}, Protocol: "dbsm-si"}
+		Peers: map[uint32]string{1: peer}, Protocol: "dbsm-si", MetricsListen: metrics}
 	cfg.Defaults()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	n, err := node.Start(ctx, cfg, log)
@@ -186,10 +192,34 @@ func runNode(dsn string) error {
 		defer func() { pprof.StopCPUProfile(); fh.Close() }()
 	}
 	fmt.Println(n.ClientAddr())
+	fmt.Println(metrics)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	<-sig
 	return nil
+}
+
+// analysisCounts reads ordo_analysis_statements_total of the node serving
+// /metrics at addr: "parsed=… cached=… template=…".
+func analysisCounts(addr string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "?"
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, `ordo_analysis_statements_total{how="`); ok {
+			how, v, _ := strings.Cut(rest, `"} `)
+			out = append(out, how+"="+v)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }
 
 func freeAddr() (string, error) {
@@ -300,6 +330,11 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 	if err != nil {
 		return err
 	}
+	if !nodeLines.Scan() {
+		return errors.New("node child printed no metrics address")
+	}
+	nodeMetrics := nodeLines.Text()
+	analyzed := func() string { return analysisCounts(nodeMetrics) }
 
 	type mode struct{ workload, protocol string }
 	var modes []mode
@@ -329,6 +364,10 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 					args = append(args, "-S")
 				}
 				pid := map[string]int{"ordo": child.Process.Pid, "node": nodeChild.Process.Pid, "pgbouncer": bouncerPID}[tg.name]
+				before := ""
+				if tg.name == "node" {
+					before = analyzed()
+				}
 				cpu0, cs0 := cpuTicks(pid), ctxSwitches(pid)
 				out, err := pgbenchCmd(env(tg), args...).CombinedOutput()
 				cpu, cs := cpuTicks(pid)-cpu0, ctxSwitches(pid)-cs0
@@ -349,6 +388,9 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat, perTx})
 				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx, %4.2f context switches/tx\n",
 					r+1, m.workload, m.protocol, tg.name, tps, lat, perTx, csPerTx)
+				if tg.name == "node" {
+					fmt.Printf("      node's texts analyzed: %s before the run, %s after\n", before, analyzed())
+				}
 			}
 		}
 	}
