@@ -277,7 +277,11 @@ func diffAnalysis(got, want []*Statement) string {
 		return "statements differ in number"
 	}
 	for i := range got {
-		ps := make([]Param, want[i].NumParams)
+		n := want[i].NumParams
+		if n > 64 {
+			n = 0 // $333333331: both must refuse too few parameters, without allocating them
+		}
+		ps := make([]Param, n)
 		for j := range ps {
 			ps[j] = Param{Value: []byte("1")}
 		}
