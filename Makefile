@@ -45,7 +45,7 @@ test: tools check
 FUZZ_SECURITY := ./internal/wire:FuzzStartup ./internal/totalorder/transport:FuzzStream \
 	./internal/totalorder:FuzzPeerMessages ./internal/replica:FuzzEntries
 FUZZ_ALL := $(FUZZ_SECURITY) ./internal/wire:FuzzClientMessages ./internal/capture:FuzzDecode \
-	./internal/txn:FuzzEncodeValues ./internal/analysis:FuzzAnalyze
+	./internal/txn:FuzzEncodeValues ./internal/analysis:FuzzAnalyze ./internal/analysis:FuzzFingerprint
 FUZZTIME ?= 60s
 FUZZTIME_SHORT ?= 5s
 
@@ -96,7 +96,7 @@ bench: bench-proxy bench-order bench-analysis bench-capture bench-cluster
 
 bench-proxy:
 	@bash scripts/ensure-tools.sh go postgres pgbouncer
-	$(GO) run ./test/bench/proxy
+	$(GO) run ./test/bench/proxy $(BENCH_FLAGS)
 
 bench-order:
 	$(GO) run ./test/bench/order

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
@@ -23,8 +24,9 @@ type Options struct {
 	// of one statement may produce before it escalates to the table key
 	// (the paper's read-set limit). 0 means 1000.
 	KeyLimit int
-	// CacheSize bounds the number of cached texts. 0 means 4096; negative
-	// disables the cache.
+	// CacheSize bounds the number of cached texts, and that of cached
+	// templates (one per fingerprint). 0 means 4096; negative disables
+	// both.
 	CacheSize int
 }
 
@@ -51,6 +53,22 @@ type Analyzer struct {
 	opts  Options
 	mu    sync.RWMutex
 	cache map[cacheKey]cacheEntry
+	// shapes holds the templates of texts by fingerprint (template.go).
+	shapes map[cacheKey]*template
+
+	parses, exactHits, templateHits atomic.Uint64
+}
+
+// Stats counts how Analyze found its results since the analyzer was made.
+type Stats struct {
+	Parses       uint64 // texts parsed and analyzed (pg_query)
+	ExactHits    uint64 // texts found in the cache of exact texts
+	TemplateHits uint64 // texts analyzed through the template of their fingerprint
+}
+
+// Stats returns the analyzer's counters.
+func (a *Analyzer) Stats() Stats {
+	return Stats{Parses: a.parses.Load(), ExactHits: a.exactHits.Load(), TemplateHits: a.templateHits.Load()}
 }
 
 type cacheKey struct {
@@ -81,7 +99,7 @@ func New(src CatalogSource, opts Options) *Analyzer {
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 4096
 	}
-	return &Analyzer{src: src, opts: opts, cache: make(map[cacheKey]cacheEntry)}
+	return &Analyzer{src: src, opts: opts, cache: make(map[cacheKey]cacheEntry), shapes: make(map[cacheKey]*template)}
 }
 
 // Analyze splits sql into statements and analyzes each. It is called once
@@ -89,40 +107,73 @@ func New(src CatalogSource, opts Options) *Analyzer {
 // Results are cached by exact text and env, and invalidated when the
 // catalog version changes; the returned statements are shared and must not
 // be modified. Syntax errors wrap ErrSyntax.
+//
+// A text not in the cache whose fingerprint (the text with its literals
+// replaced by placeholders, fingerprint.go) matches one analyzed before
+// gets that analysis with its own literals bound in (template.go), without
+// being parsed: the same result as analyzing it, at a fraction of the
+// cost. Such results are not added to the cache of exact texts.
 func (a *Analyzer) Analyze(sql string, env Env) ([]*Statement, error) {
 	cat := a.src.Current()
 	if cat == nil {
 		return nil, ErrNoCatalog
 	}
+	if a.opts.CacheSize <= 0 {
+		return a.analyze(cat, sql, env)
+	}
 	key := cacheKey{sql, env.key}
-	if a.opts.CacheSize > 0 {
+	a.mu.RLock()
+	e, ok := a.cache[key]
+	a.mu.RUnlock()
+	if ok && e.version == cat.Version() {
+		a.exactHits.Add(1)
+		return e.stmts, nil
+	}
+	fp, lits, fpOK := fingerprint(sql)
+	shape := cacheKey{fp, env.key}
+	if fpOK && len(lits) > 0 {
 		a.mu.RLock()
-		e, ok := a.cache[key]
+		t := a.shapes[shape]
 		a.mu.RUnlock()
-		if ok && e.version == cat.Version() {
-			return e.stmts, nil
+		if t != nil && t.version == cat.Version() {
+			if t.stmt == nil {
+				fpOK = false // analyzed from the text every time
+			} else if stmts := t.instantiate(sql, lits); stmts != nil {
+				a.templateHits.Add(1)
+				return stmts, nil
+			}
 		}
 	}
 	stmts, err := a.analyze(cat, sql, env)
 	if err != nil {
 		return nil, err
 	}
-	if a.opts.CacheSize > 0 {
+	a.mu.Lock()
+	evict(a.cache, a.opts.CacheSize)
+	a.cache[key] = cacheEntry{version: cat.Version(), stmts: stmts}
+	a.mu.Unlock()
+	if fpOK && len(lits) > 0 {
+		t := newTemplate(sql, lits, stmts, cat.Version())
 		a.mu.Lock()
-		if len(a.cache) >= a.opts.CacheSize {
-			// Evict about an eighth, at random (map order).
-			n := len(a.cache)/8 + 1
-			for k := range a.cache {
-				delete(a.cache, k)
-				if n--; n == 0 {
-					break
-				}
-			}
-		}
-		a.cache[key] = cacheEntry{version: cat.Version(), stmts: stmts}
+		evict(a.shapes, a.opts.CacheSize)
+		a.shapes[shape] = t
 		a.mu.Unlock()
 	}
 	return stmts, nil
+}
+
+// evict removes about an eighth of a full cache, at random (map order).
+func evict[V any](m map[cacheKey]V, size int) {
+	if len(m) < size {
+		return
+	}
+	n := len(m)/8 + 1
+	for k := range m {
+		delete(m, k)
+		if n--; n == 0 {
+			break
+		}
+	}
 }
 
 // AnalyzeUncached is Analyze without the cache (benchmarks, tools).
@@ -135,6 +186,7 @@ func (a *Analyzer) AnalyzeUncached(sql string, env Env) ([]*Statement, error) {
 }
 
 func (a *Analyzer) analyze(cat *catalog.Catalog, sql string, env Env) (stmts []*Statement, err error) {
+	a.parses.Add(1)
 	defer func() {
 		// The parser is C code behind cgo and the tree is walked
 		// generically; a malformed tree must become an error, not a crash.

@@ -34,6 +34,13 @@ type val struct {
 	kind  valKind
 	text  string
 	param int
+	// loc is the byte offset in the analyzed text of the constant a vConst
+	// came from (pg_query's A_Const location: the literal, its folded
+	// minus sign or a TRUE/FALSE keyword), -1 if unknown; elem marks an
+	// element of an array literal at loc. The literal-independent cache
+	// (template.go) binds them from another text's literals.
+	loc  int32
+	elem bool
 }
 
 // access is one table a statement reads or writes, with what its
@@ -71,7 +78,9 @@ func (a *access) usesParams() bool {
 }
 
 // Bind returns the statement's footprint with params as the values of $1…$n.
-// Statements without parameters return a shared, precomputed footprint.
+// Statements analyzed from their own text without parameters return a
+// shared, precomputed footprint; those from a template (template.go)
+// compute theirs here.
 // Bind never fails for a value it cannot interpret: it uses a coarser key.
 func (s *Statement) Bind(params []Param) (*Footprint, error) {
 	if len(params) < s.NumParams {

@@ -11,7 +11,11 @@
 //  1. At Parse (or for a simple Query), call Analyzer.Analyze(sql, env) once.
 //     It splits the text into statements with their offsets, classifies each,
 //     resolves names with the session's search_path (Env) and the current
-//     catalog, and caches the result by exact text.
+//     catalog, and caches the result by exact text. A text seen for the
+//     first time whose fingerprint (its text with literals replaced by
+//     placeholders) matches an earlier query or DML statement's is not
+//     parsed: the earlier analysis is reused with this text's literals
+//     bound in, as parameters are by Bind.
 //  2. At Bind (or right away for simple queries), call Statement.Bind(params)
 //     for the Footprint: read keys (or All) and predicted write keys.
 //     Statements without parameters return a precomputed footprint.
@@ -27,6 +31,11 @@
 //   - statement.go: Kind, TxnControl, Setting, Statement, Footprint.
 //   - analyzer.go: Analyzer, Env, Options, the cache, statement splitting,
 //     directives in leading comments.
+//   - fingerprint.go: the lexer that finds literals and makes a text's
+//     fingerprint, declining whatever it does not read exactly as
+//     PostgreSQL does (FuzzFingerprint checks it against pg_query).
+//   - template.go: an analysis reused for every text of one fingerprint,
+//     and the binding of literals into it.
 //   - classify.go: classification of every statement kind.
 //   - walk.go: the walk over queries (scopes, FROM items, CTEs, DML targets,
 //     function calls, a generic walk of everything else).
@@ -42,5 +51,6 @@
 // and shared — callers must not modify them.
 //
 // This package must never execute SQL, never hold OIDs, and never return a
-// read set smaller than what the statement can read.
+// read set smaller than what the statement can read; nor, through a
+// template, any analysis other than the one the text itself would get.
 package analysis

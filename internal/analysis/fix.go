@@ -146,7 +146,7 @@ func (w *walker) cond(n *pg.Node, sc *scope) fixes {
 			if !ok {
 				return nil
 			}
-			cv, ok := arrayValues(e.Rexpr)
+			cv, ok := w.arrayValues(e.Rexpr)
 			if !ok {
 				return nil
 			}
@@ -207,8 +207,10 @@ func castValue(n *pg.Node) (val, string, bool) {
 	return v, "", ok
 }
 
-// arrayValues handles the right side of "column = ANY(…)".
-func arrayValues(n *pg.Node) (colVal, bool) {
+// arrayValues handles the right side of "column = ANY(…)". An array
+// literal decides how many values the column has, or that it has none:
+// its location is recorded in Statement.pinned.
+func (w *walker) arrayValues(n *pg.Node) (colVal, bool) {
 	cast := ""
 	if tc := n.GetTypeCast(); tc != nil {
 		t, isArray := castType(tc.TypeName)
@@ -219,16 +221,17 @@ func arrayValues(n *pg.Node) (colVal, bool) {
 		n = tc.Arg
 	}
 	if p := n.GetParamRef(); p != nil {
-		return colVal{vals: []val{{kind: vParamArray, param: int(p.Number)}}, cast: cast}, true
+		return colVal{vals: []val{{kind: vParamArray, param: int(p.Number), loc: -1}}, cast: cast}, true
 	}
 	if c := n.GetAConst(); c != nil && c.GetSval() != nil {
+		w.st.pinned = append(w.st.pinned, c.Location)
 		elems, ok := textArray(c.GetSval().Sval)
 		if !ok {
 			return colVal{}, false
 		}
 		cv := colVal{cast: cast}
 		for _, e := range elems {
-			cv.vals = append(cv.vals, val{kind: vConst, text: e})
+			cv.vals = append(cv.vals, val{kind: vConst, text: e, loc: c.Location, elem: true})
 		}
 		return cv, true
 	}

@@ -182,6 +182,10 @@ type Statement struct {
 	acc    []access
 	static *Footprint // set when no key depends on a parameter
 	limit  int
+	// pinned are the locations of literals whose whole text the analysis
+	// depends on (array literals of = ANY): a template (template.go)
+	// matches only texts where they are the same.
+	pinned []int32
 }
 
 // Footprint is what a statement touches once its parameters are known.

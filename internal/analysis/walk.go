@@ -618,19 +618,19 @@ func value(n *pg.Node) (val, bool) {
 		}
 		switch v := c.Val.(type) {
 		case *pg.A_Const_Ival:
-			return val{kind: vConst, text: strconv.FormatInt(int64(v.Ival.Ival), 10)}, true
+			return val{kind: vConst, text: strconv.FormatInt(int64(v.Ival.Ival), 10), loc: c.Location}, true
 		case *pg.A_Const_Fval:
-			return val{kind: vConst, text: v.Fval.Fval}, true
+			return val{kind: vConst, text: v.Fval.Fval, loc: c.Location}, true
 		case *pg.A_Const_Sval:
-			return val{kind: vConst, text: v.Sval.Sval}, true
+			return val{kind: vConst, text: v.Sval.Sval, loc: c.Location}, true
 		case *pg.A_Const_Boolval:
 			if v.Boolval.Boolval {
-				return val{kind: vConst, text: "true"}, true
+				return val{kind: vConst, text: "true", loc: c.Location}, true
 			}
-			return val{kind: vConst, text: "false"}, true
+			return val{kind: vConst, text: "false", loc: c.Location}, true
 		}
 	case *pg.Node_ParamRef:
-		return val{kind: vParam, param: int(x.ParamRef.Number)}, true
+		return val{kind: vParam, param: int(x.ParamRef.Number), loc: -1}, true
 	}
 	return val{}, false
 }

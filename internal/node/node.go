@@ -144,6 +144,17 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		return nil, fmt.Errorf("node: load catalog: %w", err)
 	}
 	an := analysis.New(cat, analysis.Options{})
+	for how, count := range map[string]func(analysis.Stats) uint64{
+		"parsed":   func(s analysis.Stats) uint64 { return s.Parses },
+		"cached":   func(s analysis.Stats) uint64 { return s.ExactHits },
+		"template": func(s analysis.Stats) uint64 { return s.TemplateHits },
+	} {
+		n.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "ordo_analysis_statements_total",
+			Help:        "Texts analyzed, by how: parsed (pg_query), cached (the same text before), template (the same text but for its literals before).",
+			ConstLabels: prometheus.Labels{"how": how},
+		}, func() float64 { return float64(count(an.Stats())) }))
+	}
 
 	// 3. Capture and applier.
 	if n.capture, err = capture.Start(ctx, capCfg); err != nil {

@@ -2,9 +2,18 @@
 // TPC-C and pgbench statements of internal/analysis/testdata (the golden
 // corpus), cached (Analyze hit + Bind, the Parse/Bind path of a prepared
 // statement or a repeated simple query) and uncached (parse + analyze +
-// Bind). It is run by `make bench-analysis` and ends with one line:
+// Bind).
 //
-//	RESULT cached_us=<mean µs> cached_allocs=<allocs per statement> uncached_us=<p50 µs>
+// Then the stream of a simple-protocol client: pgbench's select-only and
+// TPC-B-like statements with their literals in the text, every text new.
+// Each is analyzed (and bound) as before the fingerprint cache (parsed,
+// since the exact text was never seen) and as now (Analyze: the template
+// of its fingerprint with its literals bound), in interleaved rounds, and
+// the medians are printed side by side.
+//
+// It is run by `make bench-analysis` and ends with one line:
+//
+//	RESULT cached_us=<mean µs> cached_allocs=<allocs per statement> uncached_us=<p50 µs> literal_parse_us=<median> literal_template_us=<median> literal_speedup=<ratio>
 package main
 
 import (
@@ -106,9 +115,110 @@ func run(dir string, rounds int) error {
 	p := func(q float64) time.Duration { return samples[int(q*float64(len(samples)-1))] }
 	fmt.Printf("uncached: p50 %s  p90 %s  p99 %s  max %s  (%d samples)\n", p(0.5), p(0.9), p(0.99), samples[len(samples)-1], len(samples))
 	fmt.Printf("targets: cached <= 5us and <= 10 allocs/stmt, uncached p50 <= 100us\n")
-	fmt.Printf("RESULT cached_us=%.3f cached_allocs=%d uncached_us=%.1f\n",
-		float64(cached.NsPerOp())/1000, cached.AllocsPerOp(), float64(p(0.5).Nanoseconds())/1000)
+
+	parse, tmpl, err := literalStream(cat, streamRounds)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("RESULT cached_us=%.3f cached_allocs=%d uncached_us=%.1f literal_parse_us=%.2f literal_template_us=%.2f literal_speedup=%.1f\n",
+		float64(cached.NsPerOp())/1000, cached.AllocsPerOp(), float64(p(0.5).Nanoseconds())/1000, parse, tmpl, parse/tmpl)
 	return nil
+}
+
+const (
+	streamRounds = 7    // interleaved rounds of each way
+	streamLen    = 4000 // statements per round
+)
+
+// literalStream measures µs per statement of a pgbench simple-protocol
+// stream (every text new) analyzed by parsing, as every such text was
+// before the fingerprint cache, and through Analyze, and returns the
+// medians over interleaved rounds.
+func literalStream(cat *catalog.Catalog, rounds int) (parse, tmpl float64, err error) {
+	env := analysis.NewEnv([]string{"public"})
+	shapes := []string{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = %d;",
+		"UPDATE pgbench_accounts SET abalance = abalance + %d WHERE aid = %d;",
+		"UPDATE pgbench_tellers SET tbalance = tbalance + %d WHERE tid = %d;",
+		"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (%d, %d, %d, %d, CURRENT_TIMESTAMP);",
+	}
+	n := 0
+	text := func(selectOnly bool) string {
+		n++
+		if selectOnly {
+			return fmt.Sprintf(shapes[0], 1+n%1000000)
+		}
+		switch s := shapes[n%len(shapes)]; strings.Count(s, "%d") {
+		case 1:
+			return fmt.Sprintf(s, n)
+		case 2:
+			return fmt.Sprintf(s, n%5000-2500, n)
+		default:
+			return fmt.Sprintf(s, n%10+1, 1, n, n%5000-2500)
+		}
+	}
+	var stats analysis.Stats
+	measure := func(a *analysis.Analyzer, selectOnly, fresh bool) (float64, error) {
+		texts := make([]string, streamLen)
+		for i := range texts {
+			texts[i] = text(selectOnly)
+		}
+		start := time.Now()
+		for _, t := range texts {
+			var out []*analysis.Statement
+			var err error
+			if fresh {
+				out, err = a.AnalyzeUncached(t, env)
+			} else {
+				out, err = a.Analyze(t, env)
+			}
+			if err != nil {
+				return 0, err
+			}
+			for _, st := range out {
+				if _, err := st.Bind(nil); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return float64(time.Since(start).Microseconds()) / streamLen, nil
+	}
+	fmt.Printf("\nsimple-protocol stream, every text new (%d rounds of %d statements, interleaved; µs per statement, Analyze + Bind):\n", rounds, streamLen)
+	fmt.Printf("%-28s %10s %10s %8s\n", "stream", "parsed", "template", "ratio")
+	for _, selectOnly := range []bool{true, false} {
+		name := "pgbench select-only"
+		if !selectOnly {
+			name = "pgbench tpcb-like statements"
+		}
+		a := analysis.New(cat, analysis.Options{})
+		var ps, ts []float64
+		for r := 0; r < rounds; r++ {
+			p, err := measure(a, selectOnly, true)
+			if err != nil {
+				return 0, 0, err
+			}
+			t, err := measure(a, selectOnly, false)
+			if err != nil {
+				return 0, 0, err
+			}
+			ps, ts = append(ps, p), append(ts, t)
+		}
+		mp, mt := medianOf(ps), medianOf(ts)
+		fmt.Printf("%-28s %10.2f %10.2f %7.1fx\n", name, mp, mt, mp/mt)
+		if selectOnly {
+			parse, tmpl = mp, mt
+			stats = a.Stats()
+		}
+	}
+	fmt.Printf("select-only analyzer: %d parsed (%d of them the fresh-parse rounds), %d through a template, %d exact hits\n",
+		stats.Parses, rounds*streamLen, stats.TemplateHits, stats.ExactHits)
+	return parse, tmpl, nil
+}
+
+func medianOf(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 func once(a *analysis.Analyzer, s stmt, cached bool) error {

@@ -1,17 +1,22 @@
-// Command proxy benchmarks the Ordo wire proxy (internal/wire) against
-// PostgreSQL directly and against PgBouncer (session pooling), side by side
-// on one machine: pgbench select-only and TPC-B-like, -M simple and
-// -M prepared, 8 clients, several interleaved runs, medians. It also
-// measures the proxy's resident memory per idle session with 500 idle
-// sessions.
+// Command proxy benchmarks the Ordo wire proxy (internal/wire) and a real
+// Ordo node (a one-node cluster: wire, session layer, analysis,
+// termination) against PostgreSQL directly and against PgBouncer (session
+// pooling), side by side on one machine (the node in front of a second
+// PostgreSQL server with the same settings and data, since it takes every
+// write on its server for its own):
+// pgbench select-only and TPC-B-like, -M simple and -M prepared, 8
+// clients, several interleaved runs, medians. It also measures the proxy's
+// resident memory per idle session with 500 idle sessions.
 //
-// The proxy runs in a child process (this binary re-executed with
-// ORDO_BENCH_PROXY set) so its RSS is measured alone. PgBouncer runs as the
-// OS user "postgres", since it refuses to run as root.
+// The proxy and the node each run in a child process (this binary
+// re-executed with ORDO_BENCH_PROXY or ORDO_BENCH_NODE set) so their CPU
+// and RSS are measured alone; -cpuprofile F writes a CPU profile of the
+// node's process to F. PgBouncer runs as the OS user "postgres", since it
+// refuses to run as root.
 //
 // The last line is machine-readable:
 //
-//	RESULT ordo_direct_ratio=<select-only simple> ordo_pgbouncer_ratio=<worst mode> rss_per_idle_kib=<n>
+//	RESULT ordo_direct_ratio=<select-only simple> ordo_pgbouncer_ratio=<worst mode> rss_per_idle_kib=<n> node_direct_ratio=<select-only simple> node_pgbouncer_ratio=<select-only simple> node_direct_ratio_prepared=<select-only prepared> node_pgbouncer_ratio_prepared=<…>
 //
 // Run with `make bench-proxy` (go run ./test/bench/proxy). Not part of
 // `go test`.
@@ -23,8 +28,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -41,11 +48,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/ordo-db/ordo/internal/wire"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 func main() {
+	if dsn := os.Getenv("ORDO_BENCH_NODE"); dsn != "" {
+		if err := runNode(dsn); err != nil {
+			fmt.Fprintln(os.Stderr, "node:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if addr := os.Getenv("ORDO_BENCH_PROXY"); addr != "" {
 		if err := runProxy(addr); err != nil {
 			fmt.Fprintln(os.Stderr, "proxy:", err)
@@ -60,7 +77,16 @@ func main() {
 	idle := flag.Int("idle", 500, "idle sessions for the RSS measurement")
 	procs := flag.Int("proxy-gomaxprocs", 0, "GOMAXPROCS of the proxy process (0 = Go's default)")
 	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the node's process to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		abs, err := filepath.Abs(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-proxy:", err)
+			os.Exit(1)
+		}
+		os.Setenv("ORDO_BENCH_NODE_CPUPROFILE", abs)
+	}
 	if *procs > 0 {
 		os.Setenv("ORDO_BENCH_PROXY_GOMAXPROCS", strconv.Itoa(*procs))
 	}
@@ -123,6 +149,88 @@ func runProxy(backend string) error {
 	return nil
 }
 
+// runNode is the child process of the node target: a one-node Ordo
+// cluster in front of the PostgreSQL server at dsn, printing its client
+// address. It runs until SIGTERM.
+func runNode(dsn string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, err := os.MkdirTemp("", "ordo-bench-node-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	listen, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	peer, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cfg := &config.Node{ID: 1, Listen: listen, PeerListen: peer, Postgres: dsn, DataDir: dir,
+		Peers: map[uint32]string{1: peer}, Protocol: "dbsm-si", MetricsListen: metrics}
+	cfg.Defaults()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	n, err := node.Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer n.Stop()
+	if f := os.Getenv("ORDO_BENCH_NODE_CPUPROFILE"); f != "" {
+		fh, err := os.Create(f)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(fh); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); fh.Close() }()
+	}
+	fmt.Println(n.ClientAddr())
+	fmt.Println(metrics)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	<-sig
+	return nil
+}
+
+// analysisCounts reads ordo_analysis_statements_total of the node serving
+// /metrics at addr: "parsed=… cached=… template=…".
+func analysisCounts(addr string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "?"
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, `ordo_analysis_statements_total{how="`); ok {
+			how, v, _ := strings.Cut(rest, `"} `)
+			out = append(out, how+"="+v)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 type endpoint struct {
 	name string
 	host string
@@ -140,13 +248,17 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 	}
 	fmt.Printf("bench-proxy: %d clients, %d runs of %v per target and mode, scale %d, %d CPUs, proxy GOMAXPROCS %s\n",
 		clients, runs, duration, scale, runtime.NumCPU(), proxyProcs)
-	c, err := pglocal.Start(ctx, pglocal.Options{N: 1, Settings: map[string]string{
+	// Two servers with the same settings (fsync on) and data: the node's
+	// own (it replicates every write on its server, and would take the
+	// other targets' writes for writes that bypassed it) and the one of
+	// the other targets.
+	c, err := pglocal.Start(ctx, pglocal.Options{N: 2, Fsync: true, Settings: map[string]string{
 		"max_connections": strconv.Itoa(idle + 100), "shared_buffers": "256MB"}})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	pg := c.Servers[0]
+	pg, nodePG := c.Servers[0], c.Servers[1]
 	direct := endpoint{"direct", pg.Host, pg.Port}
 
 	// The proxy, in a child process.
@@ -188,9 +300,41 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 			"PGPASSWORD="+pg.Password, "PGDATABASE=postgres", "PGSSLMODE=disable")
 	}
 	fmt.Println("initializing pgbench tables…")
-	if out, err := pgbenchCmd(env(direct), "-i", "-q", "-s", strconv.Itoa(scale)).CombinedOutput(); err != nil {
-		return fmt.Errorf("pgbench -i: %v\n%s", err, out)
+	for _, e := range []endpoint{direct, {"node's server", nodePG.Host, nodePG.Port}} {
+		if out, err := pgbenchCmd(env(e), "-i", "-q", "-s", strconv.Itoa(scale)).CombinedOutput(); err != nil {
+			return fmt.Errorf("pgbench -i on %s: %v\n%s", e.name, err, out)
+		}
 	}
+
+	// The node, in a child process, started once the tables exist so its
+	// catalog knows them.
+	nodeChild := exec.Command(self)
+	nodeChild.Env = append(os.Environ(), "ORDO_BENCH_NODE="+nodePG.DSN("postgres"))
+	nodeChild.Stderr = os.Stderr
+	nodeOut, err := nodeChild.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := nodeChild.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = nodeChild.Process.Signal(syscall.SIGTERM)
+		_ = nodeChild.Wait()
+	}()
+	nodeLines := bufio.NewScanner(nodeOut)
+	if !nodeLines.Scan() {
+		return errors.New("node child printed no address")
+	}
+	nodeEP, err := toEndpoint("node", nodeLines.Text())
+	if err != nil {
+		return err
+	}
+	if !nodeLines.Scan() {
+		return errors.New("node child printed no metrics address")
+	}
+	nodeMetrics := nodeLines.Text()
+	analyzed := func() string { return analysisCounts(nodeMetrics) }
 
 	type mode struct{ workload, protocol string }
 	var modes []mode
@@ -202,7 +346,7 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 	if len(modes) == 0 {
 		return fmt.Errorf("no mode matches -only %q", only)
 	}
-	targets := []endpoint{direct, ordo, bouncer}
+	targets := []endpoint{direct, ordo, nodeEP, bouncer}
 	results := map[mode]map[string][]sample{}
 	for _, m := range modes {
 		results[m] = map[string][]sample{}
@@ -219,7 +363,11 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 				if m.workload == "select-only" {
 					args = append(args, "-S")
 				}
-				pid := map[string]int{"ordo": child.Process.Pid, "pgbouncer": bouncerPID}[tg.name]
+				pid := map[string]int{"ordo": child.Process.Pid, "node": nodeChild.Process.Pid, "pgbouncer": bouncerPID}[tg.name]
+				before := ""
+				if tg.name == "node" {
+					before = analyzed()
+				}
 				cpu0, cs0 := cpuTicks(pid), ctxSwitches(pid)
 				out, err := pgbenchCmd(env(tg), args...).CombinedOutput()
 				cpu, cs := cpuTicks(pid)-cpu0, ctxSwitches(pid)-cs0
@@ -240,21 +388,32 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat, perTx})
 				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx, %4.2f context switches/tx\n",
 					r+1, m.workload, m.protocol, tg.name, tps, lat, perTx, csPerTx)
+				if tg.name == "node" {
+					fmt.Printf("      node's texts analyzed: %s before the run, %s after\n", before, analyzed())
+				}
 			}
 		}
 	}
 
 	fmt.Println()
-	fmt.Printf("%-11s %-8s | %10s %10s %10s | %8s %8s %8s | %9s %9s | %s\n", "workload", "protocol",
-		"direct tps", "ordo tps", "pgb tps", "direct ms", "ordo ms", "pgb ms", "ordo/dir", "ordo/pgb", "CPU µs/tx ordo pgb")
+	fmt.Println("ordo = the wire proxy alone; node = a one-node Ordo cluster (session layer, analysis, termination)")
+	fmt.Printf("%-11s %-8s | %10s %10s %10s %10s | %8s %8s %8s %8s | %9s %9s %9s %9s | %s\n", "workload", "protocol",
+		"direct tps", "ordo tps", "node tps", "pgb tps", "direct ms", "ordo ms", "node ms", "pgb ms",
+		"ordo/dir", "ordo/pgb", "node/dir", "node/pgb", "CPU µs/tx ordo node pgb")
 	directRatio, worstBouncer := 0.0, 0.0
+	nodeRatios := map[string][2]float64{}
 	for i, m := range modes {
-		d, o, b := median(results[m]["direct"]), median(results[m]["ordo"]), median(results[m]["pgbouncer"])
+		d, o, nd, b := median(results[m]["direct"]), median(results[m]["ordo"]), median(results[m]["node"]), median(results[m]["pgbouncer"])
 		rd, rb := o.tps/d.tps, o.tps/b.tps
-		fmt.Printf("%-11s %-8s | %10.1f %10.1f %10.1f | %8.3f %8.3f %8.3f | %9.3f %9.3f | %5.1f %5.1f\n",
-			m.workload, m.protocol, d.tps, o.tps, b.tps, d.latMs, o.latMs, b.latMs, rd, rb, o.cpuUsPerTx, b.cpuUsPerTx)
+		nrd, nrb := nd.tps/d.tps, nd.tps/b.tps
+		fmt.Printf("%-11s %-8s | %10.1f %10.1f %10.1f %10.1f | %8.3f %8.3f %8.3f %8.3f | %9.3f %9.3f %9.3f %9.3f | %5.1f %5.1f %5.1f\n",
+			m.workload, m.protocol, d.tps, o.tps, nd.tps, b.tps, d.latMs, o.latMs, nd.latMs, b.latMs, rd, rb, nrd, nrb,
+			o.cpuUsPerTx, nd.cpuUsPerTx, b.cpuUsPerTx)
 		if m.workload == "select-only" && m.protocol == "simple" {
 			directRatio = rd
+		}
+		if m.workload == "select-only" {
+			nodeRatios[m.protocol] = [2]float64{nrd, nrb}
 		}
 		if i == 0 || rb < worstBouncer {
 			worstBouncer = rb
@@ -265,7 +424,8 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 	if err != nil {
 		return err
 	}
-	fmt.Printf("RESULT ordo_direct_ratio=%.3f ordo_pgbouncer_ratio=%.3f rss_per_idle_kib=%.1f\n", directRatio, worstBouncer, rss)
+	fmt.Printf("RESULT ordo_direct_ratio=%.3f ordo_pgbouncer_ratio=%.3f rss_per_idle_kib=%.1f node_direct_ratio=%.3f node_pgbouncer_ratio=%.3f node_direct_ratio_prepared=%.3f node_pgbouncer_ratio_prepared=%.3f\n",
+		directRatio, worstBouncer, rss, nodeRatios["simple"][0], nodeRatios["simple"][1], nodeRatios["prepared"][0], nodeRatios["prepared"][1])
 	return nil
 }
 
