@@ -9,7 +9,8 @@
 //	for d := range n.Deliveries() { ... }    // committed entries in log order, same on every node
 //	n.MarkApplied(seq)                       // the consumer durably applied everything <= seq
 //	idx, err := n.ReadIndex(ctx)             // linearizable read index
-//	n.AddNode(ctx, id, addr) / n.RemoveNode(ctx, id)
+//	n.AddLearner(ctx, id, addr) / n.Promote(ctx, id) / n.AddNode(ctx, id, addr) / n.RemoveNode(ctx, id)
+//	n.MemberInfos()                          // members, learner or voter, peer address
 //	n.Leader(), n.Members(), n.Status(), n.Delivered(), n.PeersApplied() // what operators see (internal/admin)
 //	n.Stop()                                 // waits for every goroutine
 //
@@ -55,6 +56,7 @@
 //     may not commit past the end of the log), refused before raft, which
 //     panics on such input. FuzzPeerMessages (fuzz_test.go) steps
 //     arbitrary messages into a running node.
+//   - members.go: members.json, the agreed membership kept beside the log.
 //   - config.go, errors.go, metrics.go.
 //   - storage/: the durable log, hard state and snapshots (see below).
 //   - transport/: the Transport interface and its gRPC implementation
@@ -126,11 +128,11 @@
 //
 // # Known limits
 //
-//   - The set of removed node ids is rebuilt from the retained log only; a
-//     node removed before the last compaction is no longer recognised and
-//     rejected by a restarted peer's transport (raft's PreVote and
-//     CheckQuorum still keep it from disrupting the group). Never reuse ids.
+//   - The agreed membership (every member's address, the removed ids) is
+//     kept in members.json beside the log (members.go), rewritten on every
+//     conf change, so it outlives compaction and Config.Peers is only the
+//     bootstrap set. A node caught up by a Raft snapshot learns the
+//     members' ids from it but not the addresses of members added before
+//     the snapshot, unless its Config.Peers names them.
 //   - A member that stays down holds back compaction on every node.
-//   - Peer addresses come from Config.Peers and from AddNode's conf change;
-//     they are not persisted beyond that.
 package totalorder

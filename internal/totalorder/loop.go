@@ -487,8 +487,13 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		for _, ch := range v2.Changes {
 			switch ch.Type {
 			case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-				if len(v2.Context) > 0 && ch.NodeID != n.id {
-					n.tr.AddPeer(ch.NodeID, string(v2.Context))
+				if len(v2.Context) > 0 {
+					n.mu.Lock()
+					n.addrs[ch.NodeID] = string(v2.Context)
+					n.mu.Unlock()
+					if ch.NodeID != n.id {
+						n.tr.AddPeer(ch.NodeID, string(v2.Context))
+					}
 				}
 				if ch.NodeID != n.id {
 					n.joinSnap = true
@@ -504,6 +509,9 @@ func (n *Node) apply(e *raftpb.Entry) error {
 					n.tr.RemovePeer(ch.NodeID)
 				}
 			}
+		}
+		if err := n.saveMembers(); err != nil {
+			return fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 		if c, ok := cc.(raftpb.ConfChange); ok {
 			n.mu.Lock()

@@ -3,12 +3,15 @@ package totalorder
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/ordo-db/ordo/internal/totalorder/transport"
 )
 
 // A node is wiped, removed, and re-added under a new id with an empty
@@ -209,4 +212,100 @@ func TestRestartBehindLocalSnapshot(t *testing.T) {
 	if got[1].Seqno <= got[0].Seqno {
 		t.Fatalf("entry %d after snapshot %d", got[1].Seqno, got[0].Seqno)
 	}
+}
+
+// A node joins as a learner (it receives the log, does not count for a
+// quorum), promotes itself to voter, and is then removed: its directory
+// can never start again, its id cannot be added again, and the others
+// keep its removal and its address in members.json across a restart
+// whose Peers does not name it.
+func TestLearnerPromotedThenRemoved(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, nil)
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	acks := c.proposeAll(ids(3), 2, 10, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	const newID = 4
+	addr4 := freeAddr(t)
+	c.addrs[newID], c.dirs[newID] = addr4, t.TempDir()
+	must(t, c.node(lead).AddLearner(ctx, newID, addr4))
+	tn := c.start(newID, 0, true)
+	for p, s := range c.proposeAll(ids(3), 2, 10, "b") {
+		acks[p] = s
+	}
+	role := func(on, id uint64) (found, learner bool, addr string) {
+		for _, m := range c.node(on).MemberInfos() {
+			if m.ID == id {
+				return true, m.Learner, m.Addr
+			}
+		}
+		return false, false, ""
+	}
+	if found, learner, addr := role(lead, newID); !found || !learner || addr != addr4 {
+		t.Fatalf("after AddLearner the leader sees node 4 as found=%v learner=%v addr=%q", found, learner, addr)
+	}
+	if st := c.node(lead).Status(); !st.Progress[newID].IsLearner {
+		t.Fatalf("raft progress of node 4 is not a learner's: %+v", st.Progress[newID])
+	}
+	must(t, tn.Promote(ctx, newID)) // a learner promotes itself
+	if found, learner, _ := role(lead, newID); !found || learner {
+		t.Fatalf("after Promote the leader sees node 4 as found=%v learner=%v", found, learner)
+	}
+	for p, s := range c.proposeRetry([]uint64{1, 2, 3, newID}, 1, 5, "c") {
+		acks[p] = s
+	}
+	checkAgreement(t, c.running(), acks)
+
+	// Remove it; it stops and its directory never starts again.
+	must(t, c.node(c.leader(5*time.Second)).RemoveNode(ctx, newID))
+	select {
+	case <-tn.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("removed node did not stop")
+	}
+	c.stop(newID)
+	tr, err := transport.NewGRPC(transport.GRPCConfig{ID: newID, Listener: mustListen(t, addr4)})
+	must(t, err)
+	cfg := c.config(newID)
+	cfg.Transport = tr
+	if _, err := Start(cfg); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("restart of the removed node: %v, want ErrRemoved", err)
+	}
+	if err := c.node(1).AddLearner(ctx, newID, addr4); !errors.Is(err, ErrRemovedID) {
+		t.Fatalf("re-adding the removed id: %v, want ErrRemovedID", err)
+	}
+
+	// Node 1 restarts with the bootstrap peers only: members.json still
+	// names node 4's address and its removal.
+	delete(c.addrs, newID)
+	c.stop(1)
+	c.start(1, 0, false)
+	if !c.node(1).IsRemoved(newID) {
+		t.Fatal("after a restart node 1 forgot that node 4 was removed")
+	}
+	c.node(1).mu.Lock()
+	got := c.node(1).addrs[newID]
+	c.node(1).mu.Unlock()
+	if got != addr4 {
+		t.Fatalf("after a restart node 1 has node 4's address %q, want %q", got, addr4)
+	}
+	c.proposeRetry(ids(3), 1, 3, "d")
+}
+
+func mustListen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	var err error
+	for i := 0; i < 250; i++ {
+		var l net.Listener
+		if l, err = net.Listen("tcp", addr); err == nil {
+			return l
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("listen %s: %v", addr, err)
+	return nil
 }

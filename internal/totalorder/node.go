@@ -77,6 +77,9 @@ type Node struct {
 	peerApplied map[uint64]uint64
 	removed     map[uint64]bool
 	members     map[uint64]bool
+	learners    map[uint64]bool
+	addrs       map[uint64]string // peer addresses, persisted (members.go)
+	saveMu      sync.Mutex        // one members.json write at a time
 
 	// What ReadIndex waits for: the applied index (entries handed to the
 	// consumer or skipped) and the last seqno handed to the consumer,
@@ -146,6 +149,8 @@ func Start(cfg Config) (_ *Node, err error) {
 		peerApplied: map[uint64]uint64{},
 		removed:     map[uint64]bool{},
 		members:     map[uint64]bool{},
+		learners:    map[uint64]bool{},
+		addrs:       map[uint64]string{},
 		stopc:       make(chan struct{}),
 		removedc:    make(chan struct{}),
 	}
@@ -195,11 +200,21 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("totalorder: config: Peers must contain this node's ID %d to bootstrap", cfg.ID)
 		}
 	}
+	for id, addr := range cfg.Peers {
+		n.addrs[id] = addr
+	}
+	// The agreed membership's addresses and removals, as this node last
+	// applied them, win over the bootstrap set (members.go).
+	if err := n.loadMembers(); err != nil {
+		return nil, err
+	}
 	if err := n.tr.Start(n); err != nil {
 		return nil, fmt.Errorf("totalorder: transport: %w", err)
 	}
-	for id, addr := range cfg.Peers {
-		n.tr.AddPeer(id, addr)
+	for id, addr := range n.addrs {
+		if id != n.id && !n.removed[id] {
+			n.tr.AddPeer(id, addr)
+		}
 	}
 	// raft panics (through its logger) on storage contents it cannot accept.
 	func() {
@@ -598,6 +613,27 @@ func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
 	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: []byte(addr)})
 }
 
+// AddLearner adds node id, reachable at addr, to the group as a learner (it
+// receives the log but does not vote or count for a quorum) and returns
+// once the change is applied locally. The new node must be started with
+// Join set (and an empty Dir); Promote makes it a voter. Ids are never
+// reused: adding a removed id returns ErrRemovedID.
+func (n *Node) AddLearner(ctx context.Context, id uint64, addr string) error {
+	if n.IsRemoved(id) {
+		return fmt.Errorf("%w: %d", ErrRemovedID, id)
+	}
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id, Context: []byte(addr)})
+}
+
+// Promote makes learner id a voter and returns once the change is applied
+// locally. A learner may promote itself.
+func (n *Node) Promote(ctx context.Context, id uint64) error {
+	if n.IsRemoved(id) {
+		return fmt.Errorf("%w: %d", ErrRemovedID, id)
+	}
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id})
+}
+
 // RemoveNode removes node id from the group and returns once the change is
 // applied locally. The removed node's Raft loop ends (its Done closes, calls
 // return ErrRemoved); stop it with Stop.
@@ -697,6 +733,12 @@ func (n *Node) setMembers(cs raftpb.ConfState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.members)
+	clear(n.learners)
+	for _, ids := range [][]uint64{cs.Learners, cs.LearnersNext} {
+		for _, id := range ids {
+			n.learners[id] = true
+		}
+	}
 	for _, ids := range [][]uint64{cs.Voters, cs.Learners, cs.VotersOutgoing, cs.LearnersNext} {
 		for _, id := range ids {
 			n.members[id] = true
@@ -786,5 +828,14 @@ func (n *Node) IsRemoved(id uint64) bool {
 	return n.removed[id]
 }
 
-// Removed implements transport.Handler.
-func (n *Node) Removed() { n.fail(ErrRemoved) }
+// Removed implements transport.Handler: a peer refused this node as
+// removed. That is remembered (members.go), so the node never starts again.
+func (n *Node) Removed() {
+	n.mu.Lock()
+	n.removed[n.id] = true
+	n.mu.Unlock()
+	if err := n.saveMembers(); err != nil && n.cfg.Logger != nil {
+		n.cfg.Logger.Warningf("remember this node's removal: %v", err)
+	}
+	n.fail(ErrRemoved)
+}
