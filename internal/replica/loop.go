@@ -91,6 +91,10 @@ func (r *Replica) Run(parent context.Context) error {
 		case now := <-gone:
 			r.abortGone(now)
 			continue
+		case req := <-r.exportc:
+			exp, err := r.export(req.ctx)
+			req.res <- exportRes{exp: exp, err: err}
+			continue
 		case d, ok := <-r.cfg.Order.Deliveries():
 			if !ok {
 				return nil

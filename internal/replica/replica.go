@@ -200,6 +200,10 @@ type Replica struct {
 	bfMu   sync.Mutex
 	bfConn *pgx.Conn
 
+	// exportc carries requests for an exported snapshot to the delivery
+	// loop (donate.go).
+	exportc chan exportReq
+
 	// down is closed when the delivery loop fails or stops.
 	down     chan struct{}
 	downOnce sync.Once
@@ -243,6 +247,7 @@ func New(cfg Config) (*Replica, error) {
 		rolledBack:   make(map[txn.GID]bool),
 		orphans:      make(map[txn.GID]bool),
 		down:         make(chan struct{}),
+		exportc:      make(chan exportReq),
 		votes:        termination.NewVotes(cfg.Members),
 		skipped:      make(map[uint64]bool),
 	}

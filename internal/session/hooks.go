@@ -51,6 +51,10 @@ type Config struct {
 	OnBruteForce func()
 	// Registerer receives the sessions' metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Refuse, if set and it returns an error, refuses new sessions with
+	// that error's text as a FATAL 57P03 (a node removed from the
+	// cluster).
+	Refuse func() error
 	// Classes, set under cons, returns the conflict classes in force
 	// (cons.go); ClassWait bounds a transaction's wait for its classes
 	// (default 30s).
@@ -94,6 +98,11 @@ func (h *Hooks) FirstCounter() uint64 { return h.first }
 
 // NewSession implements wire.Hooks.
 func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.Backend) (wire.SessionHooks, error) {
+	if h.cfg.Refuse != nil {
+		if err := h.cfg.Refuse(); err != nil {
+			return nil, &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: err.Error()}
+		}
+	}
 	if h.cfg.Database != "" && info.Database != h.cfg.Database {
 		for _, d := range h.cfg.LocalDatabases {
 			if d == info.Database {
