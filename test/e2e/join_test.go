@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -93,15 +94,17 @@ func (c *cluster) role(on, i int) string {
 // row, through the given nodes; it remembers every acknowledged ledger
 // row.
 type bank struct {
-	c        *cluster
-	accounts int
-	mu       sync.Mutex
-	acked    []string // "client/n" of acknowledged transfers
-	commits  atomic.Int64
-	aborts   atomic.Int64
-	errs     atomic.Value
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	c         *cluster
+	accounts  int
+	mu        sync.Mutex
+	acked     []string // "client/n" of acknowledged transfers
+	commits   atomic.Int64
+	aborts    atomic.Int64
+	failed    atomic.Int64 // clients through mayFail that ended
+	failedErr atomic.Value // and the last error one of them saw
+	errs      atomic.Value
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 func newBank(c *cluster, accounts int) *bank {
@@ -118,8 +121,10 @@ func newBank(c *cluster, accounts int) *bank {
 	return &bank{c: c, accounts: accounts, stop: make(chan struct{})}
 }
 
-// run starts one client per entry of nodes.
-func (b *bank) run(nodes []int) {
+// run starts one client per entry of nodes. Clients through node mayFail
+// (-1: none) end quietly on an error other than an abort (the node is
+// being removed); the others fail the test at halt.
+func (b *bank) run(nodes []int, mayFail int) {
 	for w, i := range nodes {
 		conn := b.c.connect(i)
 		b.wg.Add(1)
@@ -156,6 +161,10 @@ func (b *bank) run(nodes []int) {
 					b.mu.Unlock()
 				case sqlstate(err) == "40001" || sqlstate(err) == "40P01":
 					b.aborts.Add(1)
+				case i == mayFail:
+					b.failed.Add(1)
+					b.failedErr.Store(err)
+					return
 				default:
 					b.errs.Store(fmt.Errorf("client %d via node %d: transfer %d->%d: %w", w, i+1, from, to, err))
 					return
@@ -251,7 +260,7 @@ func TestJoinUnderLoad(t *testing.T) {
 		require.NoError(t, err, q)
 	}
 	c.waitConverged()
-	b.run([]int{0, 1, 2, 0, 1, 2})
+	b.run([]int{0, 1, 2, 0, 1, 2}, -1)
 	time.Sleep(2 * time.Second)
 
 	j := c.addPostgres()
@@ -306,4 +315,77 @@ func TestJoinUnderLoad(t *testing.T) {
 func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
+}
+
+// A node is removed from a 3-node cluster while clients run transfers
+// through all three: the other two keep committing; the removed node
+// refuses new clients with an error that says it was removed, and its
+// data directory never starts again.
+func TestRemoveNodeUnderLoad(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	octl := buildOrdoctl(t)
+	b := newBank(c, 20)
+	c.waitConverged()
+	b.run([]int{0, 1, 2, 0, 1, 2}, 2)
+	time.Sleep(2 * time.Second)
+
+	token := filepath.Join(c.cfgs[0].DataDir, admin.TokenFileName)
+	out, errOut, code := octl.run("member", "remove", "3", "--endpoints", c.nodes[0].AdminAddr(), "--token-file", token, "-o", "json")
+	require.Zero(t, code, "ordoctl member remove: %s%s", out, errOut)
+	var ms struct {
+		Members []admin.MemberRow `json:"members"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &ms), out)
+	require.Len(t, ms.Members, 2, out)
+	for _, m := range ms.Members {
+		require.NotEqual(t, uint64(3), m.ID)
+		require.Equal(t, "voter", m.Role)
+	}
+	removedAt := b.commits.Load()
+
+	// The removed node refuses new clients, saying why.
+	require.Eventually(t, func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, c.dsn(2))
+		if err == nil {
+			conn.Close(ctx)
+			return false
+		}
+		return sqlstate(err) == "57P03" && strings.Contains(err.Error(), "removed from the cluster")
+	}, 15*time.Second, 200*time.Millisecond, "node 3 still accepts clients")
+
+	// The other two keep committing.
+	time.Sleep(3 * time.Second)
+	b.halt()
+	t.Logf("bank: %d commits (%d after the removal), %d aborts; %d clients through node 3 ended (%v)", b.commits.Load(), b.commits.Load()-removedAt, b.aborts.Load(), b.failed.Load(), b.failedErr.Load())
+	require.Greater(t, b.commits.Load()-removedAt, int64(20), "commits after the removal")
+	require.NoError(t, c.nodes[0].Replica().SyncRead(ctx))
+	require.NoError(t, c.nodes[1].Replica().SyncRead(ctx))
+	for _, tb := range c.replicatedTables(0) {
+		require.Equal(t, c.checksum(0, tb), c.checksum(1, tb), "table %s", tb)
+	}
+	b.check(0)
+	b.check(1)
+	out, errOut, code = octl.run("member", "list", "--endpoints", c.nodes[1].AdminAddr(), "--token-file", filepath.Join(c.cfgs[1].DataDir, admin.TokenFileName), "-o", "json")
+	require.Zero(t, code, "%s%s", out, errOut)
+	ms.Members = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &ms), out)
+	require.Len(t, ms.Members, 2, out)
+	for _, m := range ms.Members {
+		require.NotEqual(t, uint64(3), m.ID, out)
+		require.Equal(t, "live", m.State, out)
+	}
+
+	// Its identity never comes back: the node does not start again.
+	c.nodes[2].Stop()
+	c.nodes[2] = nil
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nd, err := node.Start(sctx, c.cfgs[2], c.logger(2))
+	if err == nil {
+		nd.Stop()
+	}
+	require.ErrorContains(t, err, "removed from the cluster")
 }
