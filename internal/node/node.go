@@ -297,6 +297,9 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		// Keep the log long enough that a restarted node replays a whole
 		// certification window from it (state transfer does not exist yet).
 		SnapshotEntries: max(1<<20, 4*cfg.CertificationWindow),
+		// Votes on poison entries count the voters the log says
+		// (docs/membership.md), not node.yaml's bootstrap peers.
+		DeliverMembership: true,
 		TickInterval:    50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {

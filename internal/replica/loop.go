@@ -141,6 +141,12 @@ type run struct {
 func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery) error {
 	var rn run
 	for i, d := range batch {
+		if d.Type == totalorder.DeliveryMembers {
+			// The voters from here on, the same on every node at this
+			// position: votes on poison entries count them.
+			r.votes.SetMembers(len(totalorder.Voters(d.Data)))
+			continue
+		}
 		if d.Type == totalorder.DeliverySnapshot {
 			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
 		}

@@ -69,9 +69,11 @@ type Config struct {
 	// started: entries up to it are replayed, not carried out anew (no
 	// schema fingerprints are taken for them).
 	Proven uint64
-	// Members is how many voting members the cluster has: a node that
-	// cannot carry out an entry others carried out asks the cluster to
-	// vote (vote.go). 0 turns votes off: such a node stops.
+	// Members is how many voting members the cluster has when the node
+	// starts: a node that cannot carry out an entry others carried out
+	// asks the cluster to vote (vote.go). 0 turns votes off: such a node
+	// stops. DeliveryMembers from the order (totalorder's
+	// DeliverMembership) replace it with the voters at each position.
 	Members int
 	// Suspects, if set, returns the members the cluster's failure
 	// detection takes for gone (the Raft leader's view of who stopped

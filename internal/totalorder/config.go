@@ -55,6 +55,8 @@ type Config struct {
 	// seqno (called on the apply goroutine, which it stalls: keep it quick). A node that receives
 	// a snapshot gets it back in a DeliverySnapshot.
 	SnapshotData func(seqno uint64) ([]byte, error)
+	// DeliverMembership adds DeliveryMembers to the delivery stream.
+	DeliverMembership bool
 	// Storage tunes the on-disk log.
 	Storage storage.Options
 	// Registerer receives the node's metrics; nil registers nothing.

@@ -406,6 +406,20 @@ func (n *Node) deliver(d Delivery) error {
 	}
 }
 
+// deliverMembers hands the consumer the voters from index on
+// (Config.DeliverMembership); it does not move Delivered.
+func (n *Node) deliverMembers(index uint64, cs raftpb.ConfState) error {
+	if !n.cfg.DeliverMembership {
+		return nil
+	}
+	select {
+	case n.deliverc <- Delivery{Seqno: index, Type: DeliveryMembers, Data: encodeVoters(cs)}:
+		return nil
+	case <-n.stopc:
+		return errStopping
+	}
+}
+
 func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	n.m.snapshotsRecv.Inc()
 	idx := s.Metadata.Index
@@ -418,6 +432,9 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	n.appliedTerm = max(n.appliedTerm, s.Metadata.Term)
 	n.confHist = []confAt{{index: idx, cs: s.Metadata.ConfState}}
 	n.setMembers(s.Metadata.ConfState)
+	if err := n.deliverMembers(idx, s.Metadata.ConfState); err != nil {
+		return err
+	}
 	if idx > n.cfg.StartAfter {
 		if err := n.deliver(Delivery{Seqno: idx, Type: DeliverySnapshot, Data: s.Data}); err != nil {
 			return err
@@ -482,6 +499,9 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		}
 		n.confHist = append(n.confHist, confAt{index: e.Index, cs: *cs})
 		n.setMembers(*cs)
+		if err := n.deliverMembers(e.Index, *cs); err != nil {
+			return err
+		}
 		v2 := cc.AsV2()
 		selfRemoved := false
 		for _, ch := range v2.Changes {

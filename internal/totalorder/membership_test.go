@@ -3,6 +3,7 @@ package totalorder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"testing"
@@ -308,4 +309,51 @@ func mustListen(t *testing.T, addr string) net.Listener {
 	}
 	t.Fatalf("listen %s: %v", addr, err)
 	return nil
+}
+
+// With DeliverMembership every node hands its consumer the same voters at
+// the same seqnos: the bootstrap configuration, a learner's addition (no
+// new voter), its promotion, a removal; a joiner sees the same changes
+// from the log.
+func TestDeliverMembership(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.DeliverMembership = true })
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	c.proposeAll(ids(3), 1, 3, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const newID = 4
+	c.addrs[newID], c.dirs[newID] = freeAddr(t), t.TempDir()
+	must(t, c.node(lead).AddLearner(ctx, newID, c.addrs[newID]))
+	tn := c.start(newID, 0, true)
+	must(t, tn.Promote(ctx, newID))
+	must(t, c.node(c.leader(5*time.Second)).RemoveNode(ctx, 2))
+	c.stop(2)
+	c.proposeRetry([]uint64{1, 3, newID}, 1, 3, "b")
+
+	type change struct {
+		seqno  uint64
+		voters string
+	}
+	changes := func(id uint64) []change {
+		var out []change
+		for _, d := range c.node(id).deliveries() {
+			if d.Type == DeliveryMembers {
+				out = append(out, change{d.Seqno, fmt.Sprint(Voters(d.Data))})
+			}
+		}
+		return out
+	}
+	want := changes(1)
+	if n := len(want); n < 4 || want[n-1].voters != "[1 3 4]" || want[n-2].voters != "[1 2 3 4]" || want[n-3].voters != "[1 2 3]" {
+		t.Fatalf("node 1's voters over time: %v", want)
+	}
+	if got := changes(3); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("node 3 saw voters %v, node 1 %v", got, want)
+	}
+	if got := changes(newID); fmt.Sprint(got[len(got)-3:]) != fmt.Sprint(want[len(want)-3:]) {
+		t.Fatalf("the joiner saw voters %v, node 1 %v", got, want)
+	}
 }

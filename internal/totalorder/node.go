@@ -35,7 +35,34 @@ const (
 	// cannot supply the entries after StartAfter (it was wiped or joined
 	// late); the consumer must install that state or give up.
 	DeliverySnapshot
+	// DeliveryMembers (only with Config.DeliverMembership) says which
+	// members vote from Seqno on: Data is their ids (Voters decodes it).
+	// One comes first with the configuration the log starts from, then
+	// one after each configuration change, at the change's index, in log
+	// order among the entries, so every node sees the same voters at
+	// every seqno. Its Seqno may be at or below StartAfter (the consumer
+	// learns the voters as of its starting point); it does not move
+	// Delivered.
+	DeliveryMembers
 )
+
+// Voters decodes a DeliveryMembers' Data.
+func Voters(data []byte) []uint64 {
+	out := make([]uint64, 0, len(data)/8)
+	for len(data) >= 8 {
+		out = append(out, binary.BigEndian.Uint64(data))
+		data = data[8:]
+	}
+	return out
+}
+
+func encodeVoters(cs raftpb.ConfState) []byte {
+	b := make([]byte, 0, 8*len(cs.Voters))
+	for _, id := range cs.Voters {
+		b = binary.BigEndian.AppendUint64(b, id)
+	}
+	return b
+}
 
 // Delivery is one item of the delivery stream.
 type Delivery struct {
@@ -255,6 +282,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if snap.Metadata.Index > cfg.StartAfter {
 		// The consumer is behind this node's own snapshot: hand it over.
 		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliverySnapshot, Data: snap.Data}
+	}
+	if cfg.DeliverMembership {
+		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliveryMembers, Data: encodeVoters(cs)}
 	}
 	n.tr.SetApplied(cfg.StartAfter)
 	n.m.delivered.Set(float64(cfg.StartAfter))
