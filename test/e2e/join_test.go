@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ordo-db/ordo/internal/admin"
+	"github.com/ordo-db/ordo/internal/join"
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/ordo-db/ordo/pkg/config"
@@ -63,9 +65,9 @@ func (c *cluster) adminClient(i int) *admin.Client {
 }
 
 // startJoin starts node i (added by addPostgres) with a state transfer
-// from donor.
-func (c *cluster) startJoin(i, donor int, progress *bytes.Buffer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// from donor, bounded by ctx.
+func (c *cluster) startJoin(ctx context.Context, i, donor int, progress io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	nd, err := node.StartJoin(ctx, c.cfgs[i], c.logger(i), node.JoinOptions{
 		From: c.adminClient(donor), BinDir: c.pg.BinDir, Progress: progress,
@@ -264,9 +266,26 @@ func TestJoinUnderLoad(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	j := c.addPostgres()
+
+	// A database with something in it is never overwritten.
+	_, err := c.direct(j).Exec(ctx, "CREATE TABLE mine (x int)")
+	require.NoError(t, err)
+	require.ErrorIs(t, c.startJoin(ctx, j, 1, nil), join.ErrNotEmpty)
+	_, err = c.direct(j).Exec(ctx, "DROP TABLE mine")
+	require.NoError(t, err)
+
+	// A join interrupted half-way through the rows starts over cleanly.
+	cut, interrupt := context.WithCancel(ctx)
+	err = c.startJoin(cut, j, 1, &cancelOn{substr: "data: 2/", cancel: interrupt})
+	interrupt()
+	require.ErrorIs(t, err, context.Canceled)
+	var partial int
+	require.NoError(t, c.direct(j).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = '_ordo'").Scan(&partial))
+	require.Positive(t, partial, "the interrupted join had begun to copy")
+
 	var progress bytes.Buffer
 	began := time.Now()
-	require.NoError(t, c.startJoin(j, 1, &progress))
+	require.NoError(t, c.startJoin(ctx, j, 1, &progress))
 	t.Logf("joined (transfer and start) in %s:\n%s", time.Since(began).Round(time.Millisecond), progress.String())
 	require.Contains(t, progress.String(), "done: seqno")
 	require.Positive(t, c.counter(j, "ordo_join_rows_copied_total", nil))
@@ -303,13 +322,27 @@ func TestJoinUnderLoad(t *testing.T) {
 		_, err := nc.Exec(ctx, "INSERT INTO ledger (client, n, src, dst, amount) VALUES (99, $1, 1, 2, 0)", k)
 		require.NoError(t, err)
 	}
-	_, err := c.connect(0).Exec(ctx, "INSERT INTO ledger (client, n, src, dst, amount) VALUES (98, 0, 1, 2, 0)")
+	_, err = c.connect(0).Exec(ctx, "INSERT INTO ledger (client, n, src, dst, amount) VALUES (98, 0, 1, 2, 0)")
 	require.NoError(t, err)
 	_, err = nc.Exec(ctx, "UPDATE bank SET bal = bal - 5 WHERE id = 1; UPDATE bank SET bal = bal + 5 WHERE id = 2")
 	require.NoError(t, err)
 	c.waitConverged()
 	c.requireIdentical()
 	b.check(0)
+}
+
+// cancelOn is a progress writer that calls cancel once a line holds
+// substr.
+type cancelOn struct {
+	substr string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.substr) {
+		w.cancel()
+	}
+	return len(p), nil
 }
 
 func readFile(path string) (string, error) {
