@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-db/ordo/internal/totalorder"
 )
 
@@ -17,6 +19,37 @@ func (n *Node) refuse() error {
 		return fmt.Errorf("ordo: node %d was removed from the cluster (ordoctl member remove) and serves no clients; connect to another node", n.cfg.ID)
 	}
 	return nil
+}
+
+// endSessionsWhenRemoved waits until the total order stops; if this node
+// was removed, it ends every client session (their backends are
+// terminated: a transaction waiting on a lock that nothing here will ever
+// release would wait for good), while refuse turns new clients away.
+func (n *Node) endSessionsWhenRemoved(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-n.order.Done():
+	}
+	if !errors.Is(n.order.Err(), totalorder.ErrRemoved) {
+		return
+	}
+	pids := n.hooks.SessionPIDs()
+	n.log.Error("this node was removed from the cluster: it refuses new clients, ends its sessions, and never starts again with this identity (wipe it and join it with a new id)", "sessions", len(pids))
+	if len(pids) == 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(tctx, n.cfg.Postgres)
+	if err != nil {
+		n.log.Warn("removed: connect to end the sessions", "err", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(tctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY($1)", pids); err != nil {
+		n.log.Warn("removed: end the sessions", "err", err)
+	}
 }
 
 // caughtUpLag is how far behind (Raft entries committed but not applied,

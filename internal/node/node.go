@@ -3,13 +3,16 @@
 // total order and the replication engine behind. It only wires components
 // together; each component owns its logic.
 //
-// Start order (each step needs the previous ones): bootstrap the local
+// Start order (each step needs the previous ones): the metrics address
+// (/readyz says 503 until the node can commit); for a joining node (StartJoin), the
+// state transfer into its empty database (internal/join); bootstrap the local
 // PostgreSQL (ordo schema, publication, slot), catalog and analyzer,
 // capture, applier, total order (started after the applied prefix the
 // database proves), replication engine, the client listener, so no client
 // is served before the node can replicate, then what operators use: the
-// metrics address (/metrics, /readyz) and the admin API (internal/admin,
-// authenticated as admin.NodeAuth says). Stop runs it backwards.
+// admin API (internal/admin, authenticated as admin.NodeAuth says), and
+// the goroutine with which a learner promotes itself once caught up
+// (members.go). Stop runs it backwards.
 //
 // Never: serve clients while the replication engine is not running; hide a
 // component's failure (it ends Run with the error).
@@ -428,11 +431,16 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	} else {
 		log.Info("admin API serving", "admin_listen", n.adminLn.Addr().String(), "auth", "bearer token", "token_file", tokenFile)
 	}
-	// A learner (a joining node) makes itself a voter once caught up.
-	n.wg.Add(1)
+	// A learner (a joining node) makes itself a voter once caught up; a
+	// removed node ends its sessions.
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.promoteWhenCaughtUp(runCtx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.endSessionsWhenRemoved(runCtx)
 	}()
 	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", rep.Name(), "replay_from", startAfter)
 	return n, nil

@@ -167,6 +167,17 @@ func parseUint32(s string) uint32 {
 	return n
 }
 
+// SessionPIDs returns the PostgreSQL backend pids of this node's sessions.
+func (h *Hooks) SessionPIDs() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]int, 0, len(h.byPID))
+	for pid := range h.byPID {
+		out = append(out, int(pid))
+	}
+	return out
+}
+
 var errBruteForce = pgErr(codeSerializationFailure,
 	"ordo: could not serialize access: a replication conflict aborted this transaction (a transaction committed on another node needed its locks); retry the transaction")
 

@@ -351,9 +351,9 @@ func readFile(path string) (string, error) {
 }
 
 // A node is removed from a 3-node cluster while clients run transfers
-// through all three: the other two keep committing; the removed node
-// refuses new clients with an error that says it was removed, and its
-// data directory never starts again.
+// through all three: the other two keep committing; the removed node ends
+// its sessions and refuses new clients with an error that says it was
+// removed, and its data directory never starts again.
 func TestRemoveNodeUnderLoad(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
@@ -376,6 +376,10 @@ func TestRemoveNodeUnderLoad(t *testing.T) {
 		require.Equal(t, "voter", m.Role)
 	}
 	removedAt := b.commits.Load()
+	// Its sessions end (none waits for good on a lock nothing there will
+	// release).
+	require.Eventually(t, func() bool { return b.failed.Load() == 2 }, 20*time.Second, 100*time.Millisecond,
+		"the clients through node 3 did not all end")
 
 	// The removed node refuses new clients, saying why.
 	require.Eventually(t, func() bool {
