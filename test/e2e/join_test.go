@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,11 +9,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,15 +277,6 @@ func TestJoinUnderLoad(t *testing.T) {
 	_, err = c.direct(j).Exec(ctx, "DROP TABLE mine")
 	require.NoError(t, err)
 
-	// A join interrupted half-way through the rows starts over cleanly.
-	cut, interrupt := context.WithCancel(ctx)
-	err = c.startJoin(cut, j, 1, &cancelOn{substr: "data: 2/", cancel: interrupt})
-	interrupt()
-	require.ErrorIs(t, err, context.Canceled)
-	var partial int
-	require.NoError(t, c.direct(j).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = '_ordo'").Scan(&partial))
-	require.Positive(t, partial, "the interrupted join had begun to copy")
-
 	var progress bytes.Buffer
 	began := time.Now()
 	require.NoError(t, c.startJoin(ctx, j, 1, &progress))
@@ -329,20 +323,6 @@ func TestJoinUnderLoad(t *testing.T) {
 	c.waitConverged()
 	c.requireIdentical()
 	b.check(0)
-}
-
-// cancelOn is a progress writer that calls cancel once a line holds
-// substr.
-type cancelOn struct {
-	substr string
-	cancel context.CancelFunc
-}
-
-func (w *cancelOn) Write(p []byte) (int, error) {
-	if strings.Contains(string(p), w.substr) {
-		w.cancel()
-	}
-	return len(p), nil
 }
 
 func readFile(path string) (string, error) {
@@ -425,4 +405,115 @@ func TestRemoveNodeUnderLoad(t *testing.T) {
 		nd.Stop()
 	}
 	require.ErrorContains(t, err, "removed from the cluster")
+}
+
+// `ordo join` (the command) is killed with SIGKILL while it copies, and
+// run again: it recreates the half-copied database, completes the copy,
+// and the node catches up, becomes a voter and ends identical, while
+// clients run transfers through the original three.
+func TestJoinKilledAndRestarted(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	b := newBank(c, 20)
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE filler (id int PRIMARY KEY, note text NOT NULL); INSERT INTO filler SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 20000) g")
+	require.NoError(t, err)
+	c.waitConverged()
+	b.run([]int{0, 1, 2}, -1)
+
+	bin := filepath.Join(t.TempDir(), "ordo")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ordo").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	j := c.addPostgres()
+	cfg := c.cfgs[j]
+	var y strings.Builder
+	fmt.Fprintf(&y, "id: %d\nlisten: %s\npeer_listen: %s\npostgres: %s\ndata_dir: %s\nprotocol: %s\ncommit_timeout: 20s\npropose_timeout: 3s\npeers:\n",
+		cfg.ID, cfg.Listen, cfg.PeerListen, cfg.Postgres, cfg.DataDir, cfg.Protocol)
+	for id, a := range cfg.Peers {
+		fmt.Fprintf(&y, "  %d: %s\n", id, a)
+	}
+	yml := filepath.Join(t.TempDir(), "node.yaml")
+	require.NoError(t, os.WriteFile(yml, []byte(y.String()), 0o600))
+	tok := filepath.Join(c.cfgs[1].DataDir, admin.TokenFileName)
+
+	// run starts `ordo join` and returns it with its stdout lines.
+	run := func() (*exec.Cmd, <-chan string) {
+		cmd := exec.Command(bin, "join", "--config", yml, "--from", c.nodes[1].AdminAddr(), "--token-file", tok, "--pg-bin", c.pg.BinDir)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		lines := make(chan string, 1000)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		return cmd, lines
+	}
+	// await reads lines until one holds substr and returns what it read.
+	await := func(lines <-chan string, substr string) string {
+		var seen strings.Builder
+		timeout := time.After(2 * time.Minute)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("ordo join ended before %q:\n%s", substr, seen.String())
+				}
+				seen.WriteString(l + "\n")
+				if strings.Contains(l, substr) {
+					return seen.String()
+				}
+			case <-timeout:
+				t.Fatalf("no %q from ordo join within 2m:\n%s", substr, seen.String())
+			}
+		}
+	}
+
+	first, lines := run()
+	await(lines, "schema: ")
+	require.NoError(t, first.Process.Kill())
+	_ = first.Wait()
+	var partial int
+	require.NoError(t, c.direct(j).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = '_ordo'").Scan(&partial))
+	require.Positive(t, partial, "the killed join had begun to copy")
+
+	second, lines := run()
+	t.Cleanup(func() {
+		_ = second.Process.Signal(syscall.SIGTERM)
+		_ = second.Wait()
+	})
+	seen := await(lines, "serving PostgreSQL clients")
+	t.Logf("second run of ordo join:\n%s", seen)
+	require.Contains(t, seen, "unfinished copy: recreating it empty")
+	require.Contains(t, seen, "done: seqno")
+	require.Eventually(t, func() bool { return c.role(0, j) == "voter" }, 60*time.Second, 200*time.Millisecond,
+		"node %d did not become a voter", j+1)
+	time.Sleep(time.Second)
+	b.halt()
+	require.Positive(t, b.commits.Load())
+	for i := 0; i < 3; i++ {
+		require.NoError(t, c.nodes[i].Replica().SyncRead(ctx))
+	}
+	tables := c.replicatedTables(0)
+	require.Eventually(t, func() bool {
+		for _, tb := range tables {
+			if c.checksum(j, tb) != c.checksum(0, tb) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond, "node %d did not converge", j+1)
+	for i := 0; i < 3; i++ {
+		c.requireSame(i, j, tables)
+	}
+	b.check(j)
+}
+
+// requireSame checks that nodes i and k have the same rows in tables.
+func (c *cluster) requireSame(i, k int, tables []string) {
+	for _, tb := range tables {
+		require.Equal(c.t, c.checksum(i, tb), c.checksum(k, tb), "table %s: node %d and node %d differ", tb, i+1, k+1)
+	}
 }
