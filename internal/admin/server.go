@@ -198,8 +198,17 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st.DeliveredSeqno = o.Delivered()
 	st.Lag = sub(rs.Commit, rs.Applied) + sub(st.DeliveredSeqno, st.AppliedPrefix)
 	reported := o.PeersApplied()
+	roles := map[uint64]string{}
+	if s.cfg.Membership != nil {
+		for _, mi := range s.cfg.Membership.MemberInfos() {
+			roles[mi.ID] = "voter"
+			if mi.Learner {
+				roles[mi.ID] = "learner"
+			}
+		}
+	}
 	for _, id := range o.Members() {
-		m := Member{ID: id, Leader: id == st.Leader}
+		m := Member{ID: id, Leader: id == st.Leader, Role: roles[id]}
 		if id == uint64(s.cfg.NodeID) {
 			applied, lag := st.AppliedPrefix, st.Lag
 			m.Applied, m.Lag = &applied, &lag

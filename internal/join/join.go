@@ -334,11 +334,20 @@ func (j *joiner) copyRows(ctx context.Context, donorDSN, snapshot string) error 
 		return fmt.Errorf("connect to the donor's PostgreSQL: %w", err)
 	}
 	defer donor.Close(context.Background())
-	if _, err := donor.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"); err != nil {
-		return err
+	// Each table is read in a transaction of its own that imports the
+	// snapshot, so the copy holds a lock on one donor table at a time (a
+	// DDL apply on the donor waits for that table's copy only).
+	begin := func() error {
+		if _, err := donor.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"); err != nil {
+			return err
+		}
+		if _, err := donor.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+			return fmt.Errorf("import the donor's snapshot: %w", err)
+		}
+		return nil
 	}
-	if _, err := donor.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
-		return fmt.Errorf("import the donor's snapshot: %w", err)
+	if err := begin(); err != nil {
+		return err
 	}
 	rows, err := donor.Query(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind = 'r' AND c.relpersistence = 'p'
@@ -366,11 +375,20 @@ func (j *joiner) copyRows(ctx context.Context, donorDSN, snapshot string) error 
 		return err
 	}
 	defer local.Close(context.Background())
+	if _, err := donor.Exec(ctx, "COMMIT"); err != nil {
+		return err
+	}
 	for i, t := range tables {
 		began := time.Now()
+		if err := begin(); err != nil {
+			return err
+		}
 		nrows, nbytes, err := j.copyTable(ctx, donor.PgConn(), local.PgConn(), t)
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", t.ident(), err)
+		}
+		if _, err := donor.Exec(ctx, "COMMIT"); err != nil {
+			return err
 		}
 		j.res.Tables++
 		j.m.tablesDone.Inc()
@@ -378,6 +396,9 @@ func (j *joiner) copyRows(ctx context.Context, donorDSN, snapshot string) error 
 	}
 
 	j.m.enter("sequences")
+	if err := begin(); err != nil {
+		return err
+	}
 	srows, err := donor.Query(ctx, `SELECT format('%I.%I', schemaname, sequencename), last_value FROM pg_sequences
 		WHERE last_value IS NOT NULL AND schemaname NOT IN ('pg_catalog', 'information_schema')`)
 	if err != nil {

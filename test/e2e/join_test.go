@@ -288,6 +288,13 @@ func TestJoinUnderLoad(t *testing.T) {
 	// It catches up under load and promotes itself.
 	require.Eventually(t, func() bool { return c.role(0, j) == "voter" }, 60*time.Second, 200*time.Millisecond,
 		"node %d did not become a voter", j+1)
+	st, err := c.adminClient(j).Status(ctx)
+	require.NoError(t, err)
+	roles := map[uint64]string{}
+	for _, m := range st.Members {
+		roles[m.ID] = m.Role
+	}
+	require.Equal(t, map[uint64]string{1: "voter", 2: "voter", 3: "voter", 4: "voter"}, roles, "members in node 4's status")
 	time.Sleep(2 * time.Second)
 	b.halt()
 	t.Logf("bank: %d commits, %d aborts", b.commits.Load(), b.aborts.Load())
