@@ -148,7 +148,9 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 			continue
 		}
 		if d.Type == totalorder.DeliverySnapshot {
-			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
+			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log, "+
+				"and a state transfer into a node that has data is not supported yet: remove it (ordoctl member remove %d), "+
+				"wipe its data directory and database, and add it again under a new id with ordo join (docs/membership.md)", d.Seqno, r.cfg.NodeID)
 		}
 		var e ordov1.Entry
 		if err := proto.Unmarshal(d.Data, &e); err != nil {
