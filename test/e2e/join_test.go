@@ -416,8 +416,9 @@ func TestRemoveNodeUnderLoad(t *testing.T) {
 
 // `ordo join` (the command) is killed with SIGKILL while it copies, and
 // run again: it recreates the half-copied database, completes the copy,
-// and the node catches up, becomes a voter and ends identical, while
-// clients run transfers through the original three.
+// and the node catches up and becomes a voter; stopped and run again, it
+// copies nothing and catches up; it ends identical, while clients run
+// transfers through the original three.
 func TestJoinKilledAndRestarted(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
@@ -487,17 +488,25 @@ func TestJoinKilledAndRestarted(t *testing.T) {
 	require.Positive(t, partial, "the killed join had begun to copy")
 
 	second, lines := run()
-	t.Cleanup(func() {
-		_ = second.Process.Signal(syscall.SIGTERM)
-		_ = second.Wait()
-	})
 	seen := await(lines, "serving PostgreSQL clients")
 	t.Logf("second run of ordo join:\n%s", seen)
 	require.Contains(t, seen, "unfinished copy: recreating it empty")
 	require.Contains(t, seen, "done: seqno")
 	require.Eventually(t, func() bool { return c.role(0, j) == "voter" }, 60*time.Second, 200*time.Millisecond,
 		"node %d did not become a voter", j+1)
-	time.Sleep(time.Second)
+
+	// Stopped and run again, the joined node copies nothing and catches up.
+	require.NoError(t, second.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, second.Wait())
+	third, lines := run()
+	t.Cleanup(func() {
+		_ = third.Process.Signal(syscall.SIGTERM)
+		_ = third.Wait()
+	})
+	seen = await(lines, "serving PostgreSQL clients")
+	require.Contains(t, seen, "already joined at seqno")
+	require.NotContains(t, seen, "data: ")
+	time.Sleep(2 * time.Second)
 	b.halt()
 	require.Positive(t, b.commits.Load())
 	for i := 0; i < 3; i++ {
