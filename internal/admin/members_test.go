@@ -54,7 +54,11 @@ func (m *fakeMembership) RemoveNode(_ context.Context, id uint64) error {
 	return nil
 }
 
-func (m *fakeMembership) IsRemoved(id uint64) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.removed[id] }
+func (m *fakeMembership) IsRemoved(id uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.removed[id]
+}
 
 // The member endpoints: list with roles and states, an idempotent add, a
 // removal, and the refusals (bad input, a removed id, a second address,
