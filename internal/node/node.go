@@ -303,6 +303,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		// Votes on poison entries count the voters the log says
 		// (docs/membership.md), not node.yaml's bootstrap peers.
 		DeliverMembership: true,
+		RetainEntries:     cfg.LogRetentionEntries,
 		TickInterval:      50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {

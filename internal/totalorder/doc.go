@@ -110,8 +110,10 @@
 // it and every current member have marked, once that is
 // Config.SnapshotEntries past the previous snapshot. A member that is down
 // therefore holds compaction back (its peers' logs grow) but never needs a
-// snapshot when it returns; only a node that joins with an empty log after
-// compaction (re-added after a wipe) is caught up by snapshot. A snapshot
+// snapshot when it returns, unless Config.RetainEntries is set and it fell
+// further behind than that (its peers then compact past it); otherwise only
+// a node that joins with an empty log after compaction (re-added after a
+// wipe) is caught up by snapshot. A snapshot
 // holds the index, term, configuration and Config.SnapshotData's bytes.
 //
 // # Never
@@ -134,5 +136,6 @@
 //     bootstrap set. A node caught up by a Raft snapshot learns the
 //     members' ids from it but not the addresses of members added before
 //     the snapshot, unless its Config.Peers names them.
-//   - A member that stays down holds back compaction on every node.
+//   - A member that stays down holds back compaction on every node, unless
+//     Config.RetainEntries bounds how far behind it may be.
 package totalorder

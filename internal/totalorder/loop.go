@@ -589,10 +589,16 @@ func (n *Node) maybeSnapshot() error {
 	if target < n.compacted+n.cfg.SnapshotEntries {
 		return nil
 	}
+	// A member that lags more than RetainEntries behind what this node
+	// has durably applied no longer holds compaction back.
+	floor := uint64(0)
+	if r := n.cfg.RetainEntries; r > 0 && target > r {
+		floor = target - r
+	}
 	n.mu.Lock()
 	for id := range n.members {
 		if id != n.id {
-			target = min(target, n.peerApplied[id])
+			target = min(target, max(n.peerApplied[id], floor))
 		}
 	}
 	n.mu.Unlock()

@@ -357,3 +357,52 @@ func TestDeliverMembership(t *testing.T) {
 		t.Fatalf("the joiner saw voters %v, node 1 %v", got, want)
 	}
 }
+
+// With RetainEntries a member that is down no longer holds compaction
+// back for good: the others compact past it once they are RetainEntries
+// ahead, and when it returns its consumer is handed a snapshot first.
+func TestRetentionCompactsPastADownNode(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotEntries = 20
+		cfg.RetainEntries = 60
+		cfg.SnapshotData = func(seqno uint64) ([]byte, error) { return []byte("state@" + itoa(seqno)), nil }
+	})
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	victim := uint64(3)
+	if victim == lead {
+		victim = 2
+	}
+	var rest []uint64
+	for _, id := range ids(3) {
+		if id != victim {
+			rest = append(rest, id)
+		}
+	}
+	c.proposeAll(ids(3), 1, 5, "a")
+	got := c.stop(victim)
+	last := got[len(got)-1].Seqno
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.proposeRetry(rest, 1, 10, "b"+itoa(uint64(time.Now().UnixNano())))
+		fi, _ := c.node(lead).st.Raft().FirstIndex()
+		if fi > last+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader did not compact past the down node (first index %d, node %d at %d)", fi, victim, last)
+		}
+	}
+	tn := c.start(victim, last, false)
+	var top uint64
+	for _, s := range c.proposeRetry(append(rest, victim), 1, 3, "c") {
+		top = max(top, s)
+	}
+	tn.waitSeqno(t, top, 10*time.Second)
+	first := tn.deliveries()[0]
+	if first.Type != DeliverySnapshot || first.Seqno <= last {
+		t.Fatalf("the returning node's first delivery is %+v, want a snapshot past %d", first, last)
+	}
+}
