@@ -708,19 +708,52 @@ func (n *Node) confChange(ctx context.Context, cc raftpb.ConfChange) error {
 		}
 		return n.timeoutOrStop(ctx, err)
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-tctx.Done():
-		return n.timeoutErr(ctx)
-	case <-n.stopc:
-		return ErrStopped
-	case <-n.removedc:
-		if cc.Type == raftpb.ConfChangeRemoveNode && cc.NodeID == n.id {
+	// Raft turns a conf change proposed while another is pending (proposed
+	// elsewhere, not yet applied by the leader) into an empty entry
+	// without telling, and a leader change may lose it: while the change
+	// has not taken effect, propose it again now and then (a change that
+	// took effect twice is the same change).
+	retry := time.NewTicker(2 * time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ch:
 			return nil
+		case <-retry.C:
+			if n.confApplied(cc) {
+				return nil
+			}
+			_ = n.ctrl(tctx, func(rn *raft.RawNode) { _ = rn.ProposeConfChange(cc) })
+		case <-tctx.Done():
+			if n.confApplied(cc) {
+				return nil
+			}
+			return n.timeoutErr(ctx)
+		case <-n.stopc:
+			return ErrStopped
+		case <-n.removedc:
+			if cc.Type == raftpb.ConfChangeRemoveNode && cc.NodeID == n.id {
+				return nil
+			}
+			return n.unavailable()
 		}
-		return n.unavailable()
 	}
+}
+
+// confApplied reports whether the configuration this node applied already
+// has what cc asks for.
+func (n *Node) confApplied(cc raftpb.ConfChange) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch cc.Type {
+	case raftpb.ConfChangeAddLearnerNode:
+		return n.members[cc.NodeID]
+	case raftpb.ConfChangeAddNode:
+		return n.members[cc.NodeID] && !n.learners[cc.NodeID]
+	case raftpb.ConfChangeRemoveNode:
+		return n.removed[cc.NodeID]
+	}
+	return false
 }
 
 // Members returns the ids of the current voters and learners.
