@@ -36,6 +36,12 @@
 // newer term's entry is applied without the proposal having been delivered,
 // it never will be, and proposing it again cannot deliver it twice.
 //
+// Configuration changes (AddLearner, Promote, AddNode, RemoveNode) are
+// proposed again, every two election timeouts, until the configuration
+// this node applied has them: raft silently turns a change proposed while
+// another is pending into an empty entry. A change that takes effect twice
+// is the same change.
+//
 // Flow control: at most Config.MaxInflight proposals per node wait for their
 // commit; more Propose calls block (bounded by their ctx and the timeout).
 // Proposals waiting together are handed to raft in one step, so they share
