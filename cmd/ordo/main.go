@@ -10,10 +10,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ordo-db/ordo/internal/admin"
+	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/demo"
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/version"
@@ -27,7 +30,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), demoCmd(), startCmd(), certCmd())
+	root.AddCommand(versionCmd(), demoCmd(), startCmd(), joinCmd(), certCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ordo:", err)
 		os.Exit(1)
@@ -113,26 +116,104 @@ use them.`,
 			if err != nil {
 				return err
 			}
-			defer n.Stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "ordo node %d serving PostgreSQL clients on %s\n", cfg.ID, n.ClientAddr())
-			done := make(chan error, 1)
-			go func() { done <- n.Wait(ctx) }() // returns once ctx ends or the node fails
-			for {
-				select {
-				case err := <-done:
-					return err
-				case <-hup:
-					if err := n.ReloadPeerTLS(); err != nil {
-						log.Error("SIGHUP: peer TLS files not reloaded; keeping the previous certificates", "err", err)
-					}
-					if err := n.ReloadClientTLS(); err != nil {
-						log.Error("SIGHUP: client TLS files not reloaded; keeping the previous certificate", "err", err)
-					}
-				}
-			}
+			return serve(ctx, cmd, cfg, log, n, hup)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "", "node configuration file (YAML)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.SetContext(context.Background())
+	return cmd
+}
+
+// serve runs a started node until ctx ends or the node fails, reloading
+// its TLS files on SIGHUP (hup: registered before the node started).
+func serve(ctx context.Context, cmd *cobra.Command, cfg *config.Node, log *slog.Logger, n *node.Node, hup <-chan os.Signal) error {
+	defer n.Stop()
+	fmt.Fprintf(cmd.OutOrStdout(), "ordo node %d serving PostgreSQL clients on %s\n", cfg.ID, n.ClientAddr())
+	done := make(chan error, 1)
+	go func() { done <- n.Wait(ctx) }() // returns once ctx ends or the node fails
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-hup:
+			if err := n.ReloadPeerTLS(); err != nil {
+				log.Error("SIGHUP: peer TLS files not reloaded; keeping the previous certificates", "err", err)
+			}
+			if err := n.ReloadClientTLS(); err != nil {
+				log.Error("SIGHUP: client TLS files not reloaded; keeping the previous certificate", "err", err)
+			}
+		}
+	}
+}
+
+func joinCmd() *cobra.Command {
+	var path, logLevel, from, tokenFile, donorPostgres, pgBin string
+	cmd := &cobra.Command{
+		Use:   "join --config node.yaml --from ADMIN_ADDRESS",
+		Short: "Add a node with an empty PostgreSQL database to a running cluster, then run it",
+		Long: `Joins a running cluster (docs/membership.md): asks the member whose admin API
+is at --from to add this node as a Raft learner, copies that member's
+replicated database at an applied prefix S into this node's empty database
+(roles, schema, rows, sequences; progress on stdout and in the ordo_join_*
+metrics) while the cluster keeps serving, then runs the node as 'ordo start'
+does: it replays the order after S and makes itself a voter once caught up.
+Run it again after a failure: an unfinished copy is started over; once the
+copy is done it only starts the node. node.yaml's peers: may name only the
+bootstrap members; the donor tells the joiner the others.
+
+The donor's admin API is called with the node's peer certificate when
+peer_tls is set (the admin API accepts certificates of the peer CA), else
+with --token-file. pg_dump, pg_dumpall and pg_restore of the PostgreSQL
+version of the cluster must be in --pg-bin or on PATH.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" || from == "" {
+				return fmt.Errorf("--config and --from are required")
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			o := admin.ClientOptions{}
+			if pt := cfg.PeerTLS; pt.CertFile != "" {
+				if o.TLS, err = certs.AdminClientConfig(pt.CertFile, pt.KeyFile, pt.CAFile); err != nil {
+					return fmt.Errorf("peer_tls: %w", err)
+				}
+			}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				o.Token = strings.TrimSpace(string(b))
+			}
+			donor := admin.NewClient(from, o)
+			defer donor.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			n, err := node.StartJoin(ctx, cfg, log, node.JoinOptions{
+				From: donor, DonorPostgres: donorPostgres, BinDir: pgBin, Progress: cmd.OutOrStdout(),
+			})
+			if err != nil {
+				return err
+			}
+			return serve(ctx, cmd, cfg, log, n, hup)
+		},
+	}
+	cmd.Flags().StringVarP(&path, "config", "c", "", "node configuration file (YAML)")
+	cmd.Flags().StringVar(&from, "from", "", "admin API address (host:port) of the member to copy from")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the donor's admin token (nodes without peer_tls)")
+	cmd.Flags().StringVar(&donorPostgres, "donor-postgres", "", "connection string of the donor's database (default: the address the donor reports, with this node's password)")
+	cmd.Flags().StringVar(&pgBin, "pg-bin", "", "directory of pg_dump, pg_dumpall and pg_restore (default: PATH)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())
 	return cmd

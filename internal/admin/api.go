@@ -71,6 +71,9 @@ type Raft struct {
 type Member struct {
 	ID     uint64 `json:"id"`
 	Leader bool   `json:"leader"`
+	// Role: voter or learner (a joining node); absent when the node does
+	// not manage membership.
+	Role string `json:"role,omitempty"`
 	// Applied is the member's applied prefix: the answering node's own, or
 	// what another member last reported to it (durably applied, so it may
 	// trail a little); absent when not heard from.

@@ -199,3 +199,79 @@ func (c *Client) callBody(ctx context.Context, method, path string, body []byte,
 	}
 	return nil
 }
+
+// Members returns the group's members as the node sees them.
+func (c *Client) Members(ctx context.Context) (Members, error) {
+	var m Members
+	return m, c.call(ctx, http.MethodGet, PathMembers, &m)
+}
+
+// AddMember adds node id, whose peer_listen is addr, as a learner (done
+// already: no change) and returns the members.
+func (c *Client) AddMember(ctx context.Context, id uint64, addr string) (Members, error) {
+	body, err := json.Marshal(MemberAdd{ID: id, Addr: addr})
+	if err != nil {
+		return Members{}, err
+	}
+	var m Members
+	return m, c.callBody(ctx, http.MethodPost, PathMembers, body, &m)
+}
+
+// RemoveMember removes node id from the group and returns the members.
+func (c *Client) RemoveMember(ctx context.Context, id uint64) (Members, error) {
+	var m Members
+	return m, c.call(ctx, http.MethodDelete, fmt.Sprintf("%s?id=%d", PathMembers, id), &m)
+}
+
+// TransferLease is a donor's snapshot, importable until Close.
+type TransferLease struct {
+	Transfer
+	body io.Closer
+	tr   *http.Transport
+}
+
+// Close releases the donor's snapshot.
+func (l *TransferLease) Close() {
+	l.body.Close()
+	l.tr.CloseIdleConnections()
+}
+
+// StartTransfer asks the node for a snapshot to copy (POST /v1/transfer);
+// the snapshot stays importable until the lease is closed or ctx ends.
+func (c *Client) StartTransfer(ctx context.Context) (*TransferLease, error) {
+	base, ok := c.hc.Transport.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("%s: transfer: unexpected HTTP transport", c.endpoint)
+	}
+	tr := base.Clone() // its own connection, held for the whole transfer
+	hc := &http.Client{Transport: tr}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathTransfer, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.endpoint, err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrUnreachable, c.endpoint, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		var eb ErrorBody
+		if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
+			return nil, fmt.Errorf("%w %s: not an Ordo admin API answer: %s", ErrUnreachable, c.endpoint, resp.Status)
+		}
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return nil, fmt.Errorf("%w (%s): %s", ErrUnauthenticated, c.endpoint, eb.Error)
+		}
+		return nil, &APIError{Endpoint: c.endpoint, Code: resp.StatusCode, Message: eb.Error}
+	}
+	l := &TransferLease{body: resp.Body, tr: tr}
+	if err := json.NewDecoder(resp.Body).Decode(&l.Transfer); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%s: transfer: unexpected answer: %w", c.endpoint, err)
+	}
+	return l, nil
+}

@@ -27,6 +27,9 @@
 //   - ready.go: Readiness, the rule for /readyz and Status.Ready.
 //   - client.go: Client, the Go client ordoctl and the tests use, with
 //     ErrUnreachable and ErrUnauthenticated.
+//   - members.go: the member endpoints (list, add as a learner, remove)
+//     and the state transfer's snapshot lease (POST /v1/transfer: held
+//     open, one request goroutine, until the joiner hangs up or Shutdown).
 //
 // Goroutines: none of its own beyond net/http's, one per connection;
 // Server.Serve runs in its caller's goroutine until Shutdown. Readiness is

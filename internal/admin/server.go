@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,8 +35,15 @@ type Config struct {
 	PostgresVersion string
 	// CertificationWindow is the node's certification_window.
 	CertificationWindow uint64
-	Auth                Auth
-	Logger              *slog.Logger
+	// Membership and Donor serve the member and transfer endpoints
+	// (members.go); nil: those answer 501. Postgres is the node's
+	// PostgreSQL connection string, whose address (not its password) a
+	// joining node is told.
+	Membership Membership
+	Donor      Donor
+	Postgres   string
+	Auth       Auth
+	Logger     *slog.Logger
 }
 
 // Server is a node's admin API.
@@ -45,6 +53,9 @@ type Server struct {
 	http    *http.Server
 	handler http.Handler
 	refused every
+	// closing is closed by Shutdown: held transfers end.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // schemaCheckTimeout bounds proposing a schema check.
@@ -61,7 +72,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, refused: every{interval: 10 * time.Second}}
+	s := &Server{cfg: cfg, log: cfg.Logger, refused: every{interval: 10 * time.Second}, closing: make(chan struct{})}
 	if t := cfg.Auth.TLS; t != nil && t.VerifyConnection != nil {
 		// Log refused client certificates (rate-limited: anyone who
 		// reaches the port can provoke it).
@@ -102,6 +113,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.classes(w, r)
 	})
+	mux.HandleFunc(PathMembers, s.members)
+	mux.Handle(PathTransfer, only(http.MethodPost, s.transfer))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -124,7 +137,10 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops Serve, waiting for requests in progress (bounded by ctx).
-func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	return s.http.Shutdown(ctx)
+}
 
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -182,8 +198,17 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st.DeliveredSeqno = o.Delivered()
 	st.Lag = sub(rs.Commit, rs.Applied) + sub(st.DeliveredSeqno, st.AppliedPrefix)
 	reported := o.PeersApplied()
+	roles := map[uint64]string{}
+	if s.cfg.Membership != nil {
+		for _, mi := range s.cfg.Membership.MemberInfos() {
+			roles[mi.ID] = "voter"
+			if mi.Learner {
+				roles[mi.ID] = "learner"
+			}
+		}
+	}
 	for _, id := range o.Members() {
-		m := Member{ID: id, Leader: id == st.Leader}
+		m := Member{ID: id, Leader: id == st.Leader, Role: roles[id]}
 		if id == uint64(s.cfg.NodeID) {
 			applied, lag := st.AppliedPrefix, st.Lag
 			m.Applied, m.Lag = &applied, &lag

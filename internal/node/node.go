@@ -3,13 +3,16 @@
 // total order and the replication engine behind. It only wires components
 // together; each component owns its logic.
 //
-// Start order (each step needs the previous ones): bootstrap the local
+// Start order (each step needs the previous ones): the metrics address
+// (/readyz says 503 until the node can commit); for a joining node (StartJoin), the
+// state transfer into its empty database (internal/join); bootstrap the local
 // PostgreSQL (ordo schema, publication, slot), catalog and analyzer,
 // capture, applier, total order (started after the applied prefix the
 // database proves), replication engine, the client listener, so no client
 // is served before the node can replicate, then what operators use: the
-// metrics address (/metrics, /readyz) and the admin API (internal/admin,
-// authenticated as admin.NodeAuth says). Stop runs it backwards.
+// admin API (internal/admin, authenticated as admin.NodeAuth says), and
+// the goroutine with which a learner promotes itself once caught up
+// (members.go). Stop runs it backwards.
 //
 // Never: serve clients while the replication engine is not running; hide a
 // component's failure (it ends Run with the error).
@@ -20,6 +23,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +31,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +45,7 @@ import (
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/certs"
+	"github.com/ordo-db/ordo/internal/join"
 	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/sequences"
 	"github.com/ordo-db/ordo/internal/session"
@@ -66,6 +72,8 @@ type Node struct {
 	admin   *admin.Server
 	adminLn net.Listener
 	peerTLS *certs.Peer // nil without peer_tls
+	// ready is /readyz's check once the node can run it.
+	ready atomic.Pointer[admin.Readiness]
 	// clientTLS is the client port's certificate (nil without tls).
 	clientTLS *certs.ServerCert
 
@@ -75,8 +83,38 @@ type Node struct {
 	once   sync.Once
 }
 
+// JoinOptions make StartJoin copy a running member's database into the
+// node's empty one before it starts (internal/join, docs/membership.md).
+type JoinOptions struct {
+	// From is the admin API of the member to copy from (the donor).
+	From *admin.Client
+	// DonorPostgres, if set, is how to connect to the donor's database
+	// (default: the address the donor reports, with this node's
+	// PostgreSQL password).
+	DonorPostgres string
+	// BinDir holds pg_dump, pg_dumpall and pg_restore ("": from PATH).
+	BinDir string
+	// Progress receives the transfer's progress lines (nil: none).
+	Progress io.Writer
+}
+
 // Start builds and starts a node. Stop it with Stop.
-func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, err error) {
+func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (*Node, error) {
+	return start(ctx, cfg, log, nil)
+}
+
+// StartJoin starts a node that joins a running cluster: it copies a
+// member's database (state transfer) unless an earlier run did, then
+// starts as Start does, as a Raft learner that makes itself a voter once
+// it has caught up.
+func StartJoin(ctx context.Context, cfg *config.Node, log *slog.Logger, j JoinOptions) (*Node, error) {
+	if j.From == nil {
+		return nil, errors.New("node: join: no member to copy from")
+	}
+	return start(ctx, cfg, log, &j)
+}
+
+func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptions) (_ *Node, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -99,6 +137,52 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		insecure.Set(1)
 		log.Warn("insecure: true: peers are not authenticated; anyone who can reach peer_listen can have statements run as superuser on every node (set peer_tls, see docs/security.md)",
 			"peer_listen", cfg.PeerListen)
+	}
+
+	// Metrics are served from the start (a join's progress is in them);
+	// /readyz says 503 until the node can commit.
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return nil, fmt.Errorf("node: listen for metrics on %s: %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+		mux.Handle(admin.PathReady, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if rd := n.ready.Load(); rd != nil {
+				rd.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"ready":false,"reason":"starting"}`+"\n")
+		}))
+		n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
+
+	// 0. Joining: copy a member's database first.
+	var joined *join.Result
+	if j != nil {
+		pa, err := advertised(cfg.PeerListen)
+		if err != nil {
+			return nil, err
+		}
+		res, err := join.Run(ctx, join.Config{
+			NodeID: cfg.ID, PeerAddr: pa, Postgres: cfg.Postgres, DataDir: cfg.DataDir,
+			Donor: j.From, DonorPostgres: j.DonorPostgres, BinDir: j.BinDir,
+			Progress: j.Progress, Logger: log, Registerer: n.reg,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		joined = &res
 	}
 
 	// 1. The local PostgreSQL: ordo schema, publication, slot.
@@ -214,16 +298,27 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	for id, addr := range cfg.Peers {
 		peers[uint64(id)] = addr
 	}
+	if joined != nil {
+		for _, m := range joined.Members {
+			if m.Addr != "" && m.ID != uint64(cfg.ID) {
+				peers[m.ID] = m.Addr
+			}
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.order, err = totalorder.Start(totalorder.Config{
-		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr,
+		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr, Join: j != nil,
 		StartAfter: startAfter, ProposeTimeout: cfg.ProposeTimeout, Registerer: n.reg, MaxProposalBytes: maxProposal,
 		// Keep the log long enough that a restarted node replays a whole
 		// certification window from it (state transfer does not exist yet).
 		SnapshotEntries: max(1<<20, 4*cfg.CertificationWindow),
-		TickInterval:    50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+		// Votes on poison entries count the voters the log says
+		// (docs/membership.md), not node.yaml's bootstrap peers.
+		DeliverMembership: true,
+		RetainEntries:     cfg.LogRetentionEntries,
+		TickInterval:      50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: total order: %w", err)
@@ -259,6 +354,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 		Logger: log, AfterDDL: normalize, KeyEscalationRows: cfg.KeyEscalationRows,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 		Classes: consClasses(cfg, rep), ClassIdle: cfg.ClassIdleTimeout,
+		Refuse: n.refuse,
 	})
 	n.hooks = hooks
 	n.wg.Add(1)
@@ -315,23 +411,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	}()
 	// 7. Operators: readiness and metrics, the admin API.
 	ready := admin.NewReadiness(n.order, rep)
-	if cfg.MetricsListen != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return nil, fmt.Errorf("node: listen for metrics on %s: %w", cfg.MetricsListen, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
-		mux.Handle(admin.PathReady, ready)
-		n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := n.metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				n.errc <- fmt.Errorf("metrics: %w", err)
-			}
-		}()
-	}
+	n.ready.Store(ready)
 	auth, tokenFile, err := admin.NodeAuth(cfg, n.peerTLS, log)
 	if err != nil {
 		return nil, fmt.Errorf("node: admin API: %w", err)
@@ -339,6 +419,7 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	n.admin, err = admin.New(admin.Config{
 		NodeID: cfg.ID, Order: n.order, Replica: rep, Ready: ready, Metrics: n.reg, PostgresVersion: pgVersion,
 		CertificationWindow: cfg.CertificationWindow, Auth: auth, Logger: log,
+		Membership: n.order, Donor: rep, Postgres: cfg.Postgres,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -365,6 +446,17 @@ func Start(ctx context.Context, cfg *config.Node, log *slog.Logger) (_ *Node, er
 	} else {
 		log.Info("admin API serving", "admin_listen", n.adminLn.Addr().String(), "auth", "bearer token", "token_file", tokenFile)
 	}
+	// A learner (a joining node) makes itself a voter once caught up; a
+	// removed node ends its sessions.
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		n.promoteWhenCaughtUp(runCtx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.endSessionsWhenRemoved(runCtx)
+	}()
 	log.Info("node started", "listen", n.ln.Addr().String(), "peer_listen", cfg.PeerListen, "protocol", rep.Name(), "replay_from", startAfter)
 	return n, nil
 }

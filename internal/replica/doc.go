@@ -28,6 +28,10 @@
 //     _ordo.cluster_config.
 //   - proofs.go: proof rows, and the outcomes a restarted node replays.
 //   - schema.go: schema fingerprints and their comparison.
+//   - datacheck.go: data checks, and snapshotAt, the consistent snapshot
+//     at a position of the order.
+//   - donate.go: a state transfer's snapshot, exported by the delivery
+//     loop between two batches (ExportSnapshot).
 //   - codec.go: the total-order payload (pkg/api/ordo/v1 Entry) to and from
 //     capture write sets and txn keys.
 //

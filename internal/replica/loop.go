@@ -88,6 +88,10 @@ func (r *Replica) Run(parent context.Context) error {
 			r.abortGone(now)
 			r.abortLeftoverBegun()
 			continue
+		case req := <-r.exportc:
+			exp, err := r.export(req.ctx)
+			req.res <- exportRes{exp: exp, err: err}
+			continue
 		case d, ok := <-r.cfg.Order.Deliveries():
 			if !ok {
 				return nil
@@ -134,8 +138,16 @@ type run struct {
 func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery) error {
 	var rn run
 	for i, d := range batch {
+		if d.Type == totalorder.DeliveryMembers {
+			// The voters from here on, the same on every node at this
+			// position: votes on poison entries count them.
+			r.votes.SetMembers(len(totalorder.Voters(d.Data)))
+			continue
+		}
 		if d.Type == totalorder.DeliverySnapshot {
-			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log (state transfer is not supported yet)", d.Seqno)
+			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log, "+
+				"and a state transfer into a node that has data is not supported yet: remove it (ordoctl member remove %d), "+
+				"wipe its data directory and database, and add it again under a new id with ordo join (docs/membership.md)", d.Seqno, r.cfg.NodeID)
 		}
 		var e ordov1.Entry
 		if err := proto.Unmarshal(d.Data, &e); err != nil {

@@ -69,9 +69,11 @@ type Config struct {
 	// started: entries up to it are replayed, not carried out anew (no
 	// schema fingerprints are taken for them).
 	Proven uint64
-	// Members is how many voting members the cluster has: a node that
-	// cannot carry out an entry others carried out asks the cluster to
-	// vote (vote.go). 0 turns votes off: such a node stops.
+	// Members is how many voting members the cluster has when the node
+	// starts: a node that cannot carry out an entry others carried out
+	// asks the cluster to vote (vote.go). 0 turns votes off: such a node
+	// stops. DeliveryMembers from the order (totalorder's
+	// DeliverMembership) replace it with the voters at each position.
 	Members int
 	// Suspects, if set, returns the members the cluster's failure
 	// detection takes for gone (the Raft leader's view of who stopped
@@ -206,6 +208,10 @@ type Replica struct {
 	bfMu   sync.Mutex
 	bfConn *pgx.Conn
 
+	// exportc carries requests for an exported snapshot to the delivery
+	// loop (donate.go).
+	exportc chan exportReq
+
 	// down is closed when the delivery loop fails or stops.
 	down     chan struct{}
 	downOnce sync.Once
@@ -249,6 +255,7 @@ func New(cfg Config) (*Replica, error) {
 		rolledBack:   make(map[txn.GID]bool),
 		orphans:      make(map[txn.GID]bool),
 		down:         make(chan struct{}),
+		exportc:      make(chan exportReq),
 		votes:        termination.NewVotes(cfg.Members),
 		skipped:      make(map[uint64]bool),
 	}

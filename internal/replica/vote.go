@@ -108,6 +108,10 @@ func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
 			}
 		}
 		held = append(held, d)
+		if d.Type == totalorder.DeliveryMembers {
+			// In log order, as the nodes that do not wait count.
+			r.votes.SetMembers(len(totalorder.Voters(d.Data)))
+		}
 		var e ordov1.Entry
 		if d.Type == totalorder.DeliveryEntry && proto.Unmarshal(d.Data, &e) == nil {
 			if v := e.GetVote(); v != nil && v.AtSeqno == f.seqno {

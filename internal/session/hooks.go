@@ -52,6 +52,10 @@ type Config struct {
 	OnBruteForce func()
 	// Registerer receives the sessions' metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Refuse, if set and it returns an error, refuses new sessions with
+	// that error's text as a FATAL 57P03 (a node removed from the
+	// cluster).
+	Refuse func() error
 	// Classes, set under cons, returns the conflict classes in force
 	// (cons.go); ClassWait bounds a transaction's wait for its classes
 	// (default 30s).
@@ -95,6 +99,11 @@ func (h *Hooks) FirstCounter() uint64 { return h.first }
 
 // NewSession implements wire.Hooks.
 func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.Backend) (wire.SessionHooks, error) {
+	if h.cfg.Refuse != nil {
+		if err := h.cfg.Refuse(); err != nil {
+			return nil, &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: err.Error()}
+		}
+	}
 	if replicationConnection(info.Parameters["replication"]) {
 		// A replication connection (pg_recvlogical, pg_basebackup, a
 		// driver's replication API) speaks the replication protocol to
@@ -176,6 +185,17 @@ func parseUint32(s string) uint32 {
 		n = n*10 + uint32(c-'0')
 	}
 	return n
+}
+
+// SessionPIDs returns the PostgreSQL backend pids of this node's sessions.
+func (h *Hooks) SessionPIDs() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]int, 0, len(h.byPID))
+	for pid := range h.byPID {
+		out = append(out, int(pid))
+	}
+	return out
 }
 
 var errBruteForce = pgErr(codeSerializationFailure,

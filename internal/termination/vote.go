@@ -36,6 +36,12 @@ func NewVotes(members int) *Votes {
 	return &Votes{members: max(members, 1), polls: map[uint64]*poll{}}
 }
 
+// SetMembers changes how many voting members the tally counts, from the
+// next verdict on. Callers change it at the same position of the order on
+// every node (the voters as the log says at that seqno), so the verdicts
+// stay the same everywhere.
+func (v *Votes) SetMembers(members int) { v.members = max(members, 1) }
+
 // Add counts node's vote on the entry at seqno (from origin) and returns
 // the verdict on it, Undecided until one side has a majority of the
 // members, or every member voted and the sides are even (then the origin's

@@ -51,10 +51,20 @@ type Config struct {
 	// member has reported an applied index at least this many entries past
 	// the last snapshot. Default 10000.
 	SnapshotEntries uint64
+	// RetainEntries, if non-zero, bounds how far a member that does not
+	// keep up (down, partitioned, or a learner still copying) holds back
+	// compaction: once this node's own durably applied index is more than
+	// RetainEntries past a member's reported one, the log is compacted
+	// past that member, which then can only catch up by a snapshot (a
+	// state transfer). 0: a member holds compaction back for as long as it
+	// lags.
+	RetainEntries uint64
 	// SnapshotData, if set, supplies the consumer's part of a snapshot at
 	// seqno (called on the apply goroutine, which it stalls: keep it quick). A node that receives
 	// a snapshot gets it back in a DeliverySnapshot.
 	SnapshotData func(seqno uint64) ([]byte, error)
+	// DeliverMembership adds DeliveryMembers to the delivery stream.
+	DeliverMembership bool
 	// Storage tunes the on-disk log.
 	Storage storage.Options
 	// Registerer receives the node's metrics; nil registers nothing.

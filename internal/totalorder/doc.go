@@ -9,7 +9,8 @@
 //	for d := range n.Deliveries() { ... }    // committed entries in log order, same on every node
 //	n.MarkApplied(seq)                       // the consumer durably applied everything <= seq
 //	idx, err := n.ReadIndex(ctx)             // linearizable read index
-//	n.AddNode(ctx, id, addr) / n.RemoveNode(ctx, id)
+//	n.AddLearner(ctx, id, addr) / n.Promote(ctx, id) / n.AddNode(ctx, id, addr) / n.RemoveNode(ctx, id)
+//	n.MemberInfos()                          // members, learner or voter, peer address
 //	n.Leader(), n.Members(), n.Status(), n.Delivered(), n.PeersApplied() // what operators see (internal/admin)
 //	n.Stop()                                 // waits for every goroutine
 //
@@ -35,6 +36,12 @@
 // newer term's entry is applied without the proposal having been delivered,
 // it never will be, and proposing it again cannot deliver it twice.
 //
+// Configuration changes (AddLearner, Promote, AddNode, RemoveNode) are
+// proposed again, every two election timeouts, until the configuration
+// this node applied has them: raft silently turns a change proposed while
+// another is pending into an empty entry. A change that takes effect twice
+// is the same change.
+//
 // Flow control: at most Config.MaxInflight proposals per node wait for their
 // commit; more Propose calls block (bounded by their ctx and the timeout).
 // Proposals waiting together are handed to raft in one step, so they share
@@ -55,6 +62,7 @@
 //     may not commit past the end of the log), refused before raft, which
 //     panics on such input. FuzzPeerMessages (fuzz_test.go) steps
 //     arbitrary messages into a running node.
+//   - members.go: members.json, the agreed membership kept beside the log.
 //   - config.go, errors.go, metrics.go.
 //   - storage/: the durable log, hard state and snapshots (see below).
 //   - transport/: the Transport interface and its gRPC implementation
@@ -108,8 +116,10 @@
 // it and every current member have marked, once that is
 // Config.SnapshotEntries past the previous snapshot. A member that is down
 // therefore holds compaction back (its peers' logs grow) but never needs a
-// snapshot when it returns; only a node that joins with an empty log after
-// compaction (re-added after a wipe) is caught up by snapshot. A snapshot
+// snapshot when it returns, unless Config.RetainEntries is set and it fell
+// further behind than that (its peers then compact past it); otherwise only
+// a node that joins with an empty log after compaction (re-added after a
+// wipe) is caught up by snapshot. A snapshot
 // holds the index, term, configuration and Config.SnapshotData's bytes.
 //
 // # Never
@@ -126,11 +136,12 @@
 //
 // # Known limits
 //
-//   - The set of removed node ids is rebuilt from the retained log only; a
-//     node removed before the last compaction is no longer recognised and
-//     rejected by a restarted peer's transport (raft's PreVote and
-//     CheckQuorum still keep it from disrupting the group). Never reuse ids.
-//   - A member that stays down holds back compaction on every node.
-//   - Peer addresses come from Config.Peers and from AddNode's conf change;
-//     they are not persisted beyond that.
+//   - The agreed membership (every member's address, the removed ids) is
+//     kept in members.json beside the log (members.go), rewritten on every
+//     conf change, so it outlives compaction and Config.Peers is only the
+//     bootstrap set. A node caught up by a Raft snapshot learns the
+//     members' ids from it but not the addresses of members added before
+//     the snapshot, unless its Config.Peers names them.
+//   - A member that stays down holds back compaction on every node, unless
+//     Config.RetainEntries bounds how far behind it may be.
 package totalorder

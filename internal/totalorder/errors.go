@@ -20,3 +20,7 @@ var ErrRemoved = errors.New("totalorder: node removed from the group")
 // ErrTooLarge is returned by Propose for a payload above
 // Config.MaxProposalBytes.
 var ErrTooLarge = errors.New("totalorder: proposal too large")
+
+// ErrRemovedID is returned (wrapped) by AddLearner and Promote for an id
+// that was removed from the group: ids are never reused.
+var ErrRemovedID = errors.New("totalorder: node id was removed from the group and is never reused")

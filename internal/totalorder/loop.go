@@ -406,6 +406,20 @@ func (n *Node) deliver(d Delivery) error {
 	}
 }
 
+// deliverMembers hands the consumer the voters from index on
+// (Config.DeliverMembership); it does not move Delivered.
+func (n *Node) deliverMembers(index uint64, cs raftpb.ConfState) error {
+	if !n.cfg.DeliverMembership {
+		return nil
+	}
+	select {
+	case n.deliverc <- Delivery{Seqno: index, Type: DeliveryMembers, Data: encodeVoters(cs)}:
+		return nil
+	case <-n.stopc:
+		return errStopping
+	}
+}
+
 func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	n.m.snapshotsRecv.Inc()
 	idx := s.Metadata.Index
@@ -418,6 +432,9 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	n.appliedTerm = max(n.appliedTerm, s.Metadata.Term)
 	n.confHist = []confAt{{index: idx, cs: s.Metadata.ConfState}}
 	n.setMembers(s.Metadata.ConfState)
+	if err := n.deliverMembers(idx, s.Metadata.ConfState); err != nil {
+		return err
+	}
 	if idx > n.cfg.StartAfter {
 		if err := n.deliver(Delivery{Seqno: idx, Type: DeliverySnapshot, Data: s.Data}); err != nil {
 			return err
@@ -482,13 +499,21 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		}
 		n.confHist = append(n.confHist, confAt{index: e.Index, cs: *cs})
 		n.setMembers(*cs)
+		if err := n.deliverMembers(e.Index, *cs); err != nil {
+			return err
+		}
 		v2 := cc.AsV2()
 		selfRemoved := false
 		for _, ch := range v2.Changes {
 			switch ch.Type {
 			case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-				if len(v2.Context) > 0 && ch.NodeID != n.id {
-					n.tr.AddPeer(ch.NodeID, string(v2.Context))
+				if len(v2.Context) > 0 {
+					n.mu.Lock()
+					n.addrs[ch.NodeID] = string(v2.Context)
+					n.mu.Unlock()
+					if ch.NodeID != n.id {
+						n.tr.AddPeer(ch.NodeID, string(v2.Context))
+					}
 				}
 				if ch.NodeID != n.id {
 					n.joinSnap = true
@@ -504,6 +529,9 @@ func (n *Node) apply(e *raftpb.Entry) error {
 					n.tr.RemovePeer(ch.NodeID)
 				}
 			}
+		}
+		if err := n.saveMembers(); err != nil {
+			return fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 		if c, ok := cc.(raftpb.ConfChange); ok {
 			n.mu.Lock()
@@ -561,10 +589,16 @@ func (n *Node) maybeSnapshot() error {
 	if target < n.compacted+n.cfg.SnapshotEntries {
 		return nil
 	}
+	// A member that lags more than RetainEntries behind what this node
+	// has durably applied no longer holds compaction back.
+	floor := uint64(0)
+	if r := n.cfg.RetainEntries; r > 0 && target > r {
+		floor = target - r
+	}
 	n.mu.Lock()
 	for id := range n.members {
 		if id != n.id {
-			target = min(target, n.peerApplied[id])
+			target = min(target, max(n.peerApplied[id], floor))
 		}
 	}
 	n.mu.Unlock()

@@ -3,12 +3,16 @@ package totalorder
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/ordo-db/ordo/internal/totalorder/transport"
 )
 
 // A node is wiped, removed, and re-added under a new id with an empty
@@ -208,5 +212,221 @@ func TestRestartBehindLocalSnapshot(t *testing.T) {
 	}
 	if got[1].Seqno <= got[0].Seqno {
 		t.Fatalf("entry %d after snapshot %d", got[1].Seqno, got[0].Seqno)
+	}
+}
+
+// A node joins as a learner (it receives the log, does not count for a
+// quorum), promotes itself to voter, and is then removed: its directory
+// can never start again, its id cannot be added again, and the others
+// keep its removal and its address in members.json across a restart
+// whose Peers does not name it.
+func TestLearnerPromotedThenRemoved(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	// Configuration changes are not retried after a leader change: give
+	// them time on a loaded machine.
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.ProposeTimeout = 15 * time.Second })
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	acks := c.proposeAll(ids(3), 2, 10, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const newID = 4
+	addr4 := freeAddr(t)
+	c.addrs[newID], c.dirs[newID] = addr4, t.TempDir()
+	must(t, c.node(lead).AddLearner(ctx, newID, addr4))
+	tn := c.start(newID, 0, true)
+	for p, s := range c.proposeAll(ids(3), 2, 10, "b") {
+		acks[p] = s
+	}
+	role := func(on, id uint64) (found, learner bool, addr string) {
+		for _, m := range c.node(on).MemberInfos() {
+			if m.ID == id {
+				return true, m.Learner, m.Addr
+			}
+		}
+		return false, false, ""
+	}
+	if found, learner, addr := role(lead, newID); !found || !learner || addr != addr4 {
+		t.Fatalf("after AddLearner the leader sees node 4 as found=%v learner=%v addr=%q", found, learner, addr)
+	}
+	if st := c.node(lead).Status(); !st.Progress[newID].IsLearner {
+		t.Fatalf("raft progress of node 4 is not a learner's: %+v", st.Progress[newID])
+	}
+	must(t, tn.Promote(ctx, newID)) // a learner promotes itself
+	if found, learner, _ := role(lead, newID); !found || learner {
+		t.Fatalf("after Promote the leader sees node 4 as found=%v learner=%v", found, learner)
+	}
+	for p, s := range c.proposeRetry([]uint64{1, 2, 3, newID}, 1, 5, "c") {
+		acks[p] = s
+	}
+	checkAgreement(t, c.running(), acks)
+
+	// Remove it; it stops and its directory never starts again.
+	must(t, c.node(c.leader(5*time.Second)).RemoveNode(ctx, newID))
+	select {
+	case <-tn.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("removed node did not stop")
+	}
+	c.stop(newID)
+	tr, err := transport.NewGRPC(transport.GRPCConfig{ID: newID, Listener: mustListen(t, addr4)})
+	must(t, err)
+	cfg := c.config(newID)
+	cfg.Transport = tr
+	if _, err := Start(cfg); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("restart of the removed node: %v, want ErrRemoved", err)
+	}
+	if err := c.node(1).AddLearner(ctx, newID, addr4); !errors.Is(err, ErrRemovedID) {
+		t.Fatalf("re-adding the removed id: %v, want ErrRemovedID", err)
+	}
+
+	// Node 1 restarts with the bootstrap peers only: members.json still
+	// names node 4's address and its removal.
+	delete(c.addrs, newID)
+	c.stop(1)
+	c.start(1, 0, false)
+	if !c.node(1).IsRemoved(newID) {
+		t.Fatal("after a restart node 1 forgot that node 4 was removed")
+	}
+	c.node(1).mu.Lock()
+	got := c.node(1).addrs[newID]
+	c.node(1).mu.Unlock()
+	if got != addr4 {
+		t.Fatalf("after a restart node 1 has node 4's address %q, want %q", got, addr4)
+	}
+	c.proposeRetry(ids(3), 1, 3, "d")
+}
+
+func mustListen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	var err error
+	for i := 0; i < 250; i++ {
+		var l net.Listener
+		if l, err = net.Listen("tcp", addr); err == nil {
+			return l
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("listen %s: %v", addr, err)
+	return nil
+}
+
+// With DeliverMembership every node hands its consumer the same voters at
+// the same seqnos: the bootstrap configuration, a learner's addition (no
+// new voter), its promotion, a removal; a joiner sees the same changes
+// from the log.
+func TestDeliverMembership(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	// Configuration changes are not retried after a leader change: give
+	// them time on a loaded machine.
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.DeliverMembership = true; cfg.ProposeTimeout = 15 * time.Second })
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	c.proposeAll(ids(3), 1, 3, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const newID = 4
+	c.addrs[newID], c.dirs[newID] = freeAddr(t), t.TempDir()
+	must(t, c.node(lead).AddLearner(ctx, newID, c.addrs[newID]))
+	tn := c.start(newID, 0, true)
+	must(t, tn.Promote(ctx, newID))
+	lead = c.leader(5 * time.Second)
+	victim, keep := uint64(2), uint64(1)
+	if lead == victim {
+		victim, keep = 1, 2
+	}
+	must(t, c.node(lead).RemoveNode(ctx, victim))
+	c.stop(victim)
+	c.proposeRetry([]uint64{keep, 3, newID}, 1, 3, "b")
+
+	type change struct {
+		seqno  uint64
+		voters string
+	}
+	changes := func(id uint64) []change {
+		var out []change
+		for _, d := range c.node(id).deliveries() {
+			if d.Type != DeliveryMembers || d.Seqno <= 3 {
+				continue // the bootstrap entries differ on a joiner (raft's Bootstrap)
+			}
+			// A change proposed again (confChange) may repeat the voters.
+			if v := fmt.Sprint(Voters(d.Data)); len(out) == 0 || out[len(out)-1].voters != v {
+				out = append(out, change{d.Seqno, v})
+			}
+		}
+		return out
+	}
+	want := changes(keep)
+	after := fmt.Sprint([]uint64{min(keep, 3), max(keep, 3), newID})
+	if n := len(want); n != 3 || want[n-1].voters != after || want[n-2].voters != "[1 2 3 4]" || want[n-3].voters != "[1 2 3]" {
+		t.Fatalf("node %d's voters over time: %v", keep, want)
+	}
+	if got := changes(3); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("node 3 saw voters %v, node %d %v", got, keep, want)
+	}
+	if got := changes(newID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the joiner saw voters %v, node %d %v", got, keep, want)
+	}
+}
+
+// With RetainEntries a member that is down no longer holds compaction
+// back for good: the others compact past it once they are RetainEntries
+// ahead, and when it returns its consumer is handed a snapshot.
+func TestRetentionCompactsPastADownNode(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotEntries = 20
+		cfg.RetainEntries = 60
+		cfg.SnapshotData = func(seqno uint64) ([]byte, error) { return []byte("state@" + itoa(seqno)), nil }
+	})
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	victim := uint64(3)
+	if victim == lead {
+		victim = 2
+	}
+	var rest []uint64
+	for _, id := range ids(3) {
+		if id != victim {
+			rest = append(rest, id)
+		}
+	}
+	c.proposeAll(ids(3), 1, 5, "a")
+	got := c.stop(victim)
+	last := got[len(got)-1].Seqno
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.proposeRetry(rest, 1, 10, "b"+itoa(uint64(time.Now().UnixNano())))
+		// Every survivor, so whichever leads must send a snapshot.
+		fi := uint64(1 << 62)
+		for _, id := range rest {
+			f, _ := c.node(id).st.Raft().FirstIndex()
+			fi = min(fi, f)
+		}
+		if fi > last+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivors did not compact past the down node (first index %d, node %d at %d)", fi, victim, last)
+		}
+	}
+	tn := c.start(victim, last, false)
+	var top uint64
+	for _, s := range c.proposeRetry(append(rest, victim), 1, 3, "c") {
+		top = max(top, s)
+	}
+	tn.waitSeqno(t, top, 10*time.Second)
+	// Its own log may still hold a few entries past what it delivered;
+	// after those it can only go on from a snapshot.
+	snap := false
+	for _, d := range tn.deliveries() {
+		snap = snap || (d.Type == DeliverySnapshot && d.Seqno > last)
+	}
+	if !snap {
+		t.Fatalf("the returning node (at %d) was handed no snapshot: %+v", last, tn.deliveries()[:min(5, len(tn.deliveries()))])
 	}
 }

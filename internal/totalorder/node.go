@@ -35,7 +35,34 @@ const (
 	// cannot supply the entries after StartAfter (it was wiped or joined
 	// late); the consumer must install that state or give up.
 	DeliverySnapshot
+	// DeliveryMembers (only with Config.DeliverMembership) says which
+	// members vote from Seqno on: Data is their ids (Voters decodes it).
+	// One comes first with the configuration the log starts from, then
+	// one after each configuration change, at the change's index, in log
+	// order among the entries, so every node sees the same voters at
+	// every seqno. Its Seqno may be at or below StartAfter (the consumer
+	// learns the voters as of its starting point); it does not move
+	// Delivered.
+	DeliveryMembers
 )
+
+// Voters decodes a DeliveryMembers' Data.
+func Voters(data []byte) []uint64 {
+	out := make([]uint64, 0, len(data)/8)
+	for len(data) >= 8 {
+		out = append(out, binary.BigEndian.Uint64(data))
+		data = data[8:]
+	}
+	return out
+}
+
+func encodeVoters(cs raftpb.ConfState) []byte {
+	b := make([]byte, 0, 8*len(cs.Voters))
+	for _, id := range cs.Voters {
+		b = binary.BigEndian.AppendUint64(b, id)
+	}
+	return b
+}
 
 // Delivery is one item of the delivery stream.
 type Delivery struct {
@@ -77,6 +104,9 @@ type Node struct {
 	peerApplied map[uint64]uint64
 	removed     map[uint64]bool
 	members     map[uint64]bool
+	learners    map[uint64]bool
+	addrs       map[uint64]string // peer addresses, persisted (members.go)
+	saveMu      sync.Mutex        // one members.json write at a time
 
 	// What ReadIndex waits for: the applied index (entries handed to the
 	// consumer or skipped) and the last seqno handed to the consumer,
@@ -146,6 +176,8 @@ func Start(cfg Config) (_ *Node, err error) {
 		peerApplied: map[uint64]uint64{},
 		removed:     map[uint64]bool{},
 		members:     map[uint64]bool{},
+		learners:    map[uint64]bool{},
+		addrs:       map[uint64]string{},
 		stopc:       make(chan struct{}),
 		removedc:    make(chan struct{}),
 	}
@@ -195,11 +227,21 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("totalorder: config: Peers must contain this node's ID %d to bootstrap", cfg.ID)
 		}
 	}
+	for id, addr := range cfg.Peers {
+		n.addrs[id] = addr
+	}
+	// The agreed membership's addresses and removals, as this node last
+	// applied them, win over the bootstrap set (members.go).
+	if err := n.loadMembers(); err != nil {
+		return nil, err
+	}
 	if err := n.tr.Start(n); err != nil {
 		return nil, fmt.Errorf("totalorder: transport: %w", err)
 	}
-	for id, addr := range cfg.Peers {
-		n.tr.AddPeer(id, addr)
+	for id, addr := range n.addrs {
+		if id != n.id && !n.removed[id] {
+			n.tr.AddPeer(id, addr)
+		}
 	}
 	// raft panics (through its logger) on storage contents it cannot accept.
 	func() {
@@ -240,6 +282,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if snap.Metadata.Index > cfg.StartAfter {
 		// The consumer is behind this node's own snapshot: hand it over.
 		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliverySnapshot, Data: snap.Data}
+	}
+	if cfg.DeliverMembership {
+		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliveryMembers, Data: encodeVoters(cs)}
 	}
 	n.tr.SetApplied(cfg.StartAfter)
 	n.m.delivered.Set(float64(cfg.StartAfter))
@@ -598,6 +643,27 @@ func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
 	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: []byte(addr)})
 }
 
+// AddLearner adds node id, reachable at addr, to the group as a learner (it
+// receives the log but does not vote or count for a quorum) and returns
+// once the change is applied locally. The new node must be started with
+// Join set (and an empty Dir); Promote makes it a voter. Ids are never
+// reused: adding a removed id returns ErrRemovedID.
+func (n *Node) AddLearner(ctx context.Context, id uint64, addr string) error {
+	if n.IsRemoved(id) {
+		return fmt.Errorf("%w: %d", ErrRemovedID, id)
+	}
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id, Context: []byte(addr)})
+}
+
+// Promote makes learner id a voter and returns once the change is applied
+// locally. A learner may promote itself.
+func (n *Node) Promote(ctx context.Context, id uint64) error {
+	if n.IsRemoved(id) {
+		return fmt.Errorf("%w: %d", ErrRemovedID, id)
+	}
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id})
+}
+
 // RemoveNode removes node id from the group and returns once the change is
 // applied locally. The removed node's Raft loop ends (its Done closes, calls
 // return ErrRemoved); stop it with Stop.
@@ -642,19 +708,52 @@ func (n *Node) confChange(ctx context.Context, cc raftpb.ConfChange) error {
 		}
 		return n.timeoutOrStop(ctx, err)
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-tctx.Done():
-		return n.timeoutErr(ctx)
-	case <-n.stopc:
-		return ErrStopped
-	case <-n.removedc:
-		if cc.Type == raftpb.ConfChangeRemoveNode && cc.NodeID == n.id {
+	// Raft turns a conf change proposed while another is pending (proposed
+	// elsewhere, not yet applied by the leader) into an empty entry
+	// without telling, and a leader change may lose it: while the change
+	// has not taken effect, propose it again now and then (a change that
+	// took effect twice is the same change).
+	retry := time.NewTicker(2 * time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ch:
 			return nil
+		case <-retry.C:
+			if n.confApplied(cc) {
+				return nil
+			}
+			_ = n.ctrl(tctx, func(rn *raft.RawNode) { _ = rn.ProposeConfChange(cc) })
+		case <-tctx.Done():
+			if n.confApplied(cc) {
+				return nil
+			}
+			return n.timeoutErr(ctx)
+		case <-n.stopc:
+			return ErrStopped
+		case <-n.removedc:
+			if cc.Type == raftpb.ConfChangeRemoveNode && cc.NodeID == n.id {
+				return nil
+			}
+			return n.unavailable()
 		}
-		return n.unavailable()
 	}
+}
+
+// confApplied reports whether the configuration this node applied already
+// has what cc asks for.
+func (n *Node) confApplied(cc raftpb.ConfChange) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch cc.Type {
+	case raftpb.ConfChangeAddLearnerNode:
+		return n.members[cc.NodeID]
+	case raftpb.ConfChangeAddNode:
+		return n.members[cc.NodeID] && !n.learners[cc.NodeID]
+	case raftpb.ConfChangeRemoveNode:
+		return n.removed[cc.NodeID]
+	}
+	return false
 }
 
 // Members returns the ids of the current voters and learners.
@@ -697,6 +796,12 @@ func (n *Node) setMembers(cs raftpb.ConfState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.members)
+	clear(n.learners)
+	for _, ids := range [][]uint64{cs.Learners, cs.LearnersNext} {
+		for _, id := range ids {
+			n.learners[id] = true
+		}
+	}
 	for _, ids := range [][]uint64{cs.Voters, cs.Learners, cs.VotersOutgoing, cs.LearnersNext} {
 		for _, id := range ids {
 			n.members[id] = true
@@ -786,5 +891,14 @@ func (n *Node) IsRemoved(id uint64) bool {
 	return n.removed[id]
 }
 
-// Removed implements transport.Handler.
-func (n *Node) Removed() { n.fail(ErrRemoved) }
+// Removed implements transport.Handler: a peer refused this node as
+// removed. That is remembered (members.go), so the node never starts again.
+func (n *Node) Removed() {
+	n.mu.Lock()
+	n.removed[n.id] = true
+	n.mu.Unlock()
+	if err := n.saveMembers(); err != nil && n.cfg.Logger != nil {
+		n.cfg.Logger.Warningf("remember this node's removal: %v", err)
+	}
+	n.fail(ErrRemoved)
+}

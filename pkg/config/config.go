@@ -81,6 +81,13 @@ type Node struct {
 	// CertificationWindow is how many seqnos certification remembers;
 	// cluster-wide (default 100000).
 	CertificationWindow uint64 `yaml:"certification_window"`
+	// LogRetentionEntries, if non-zero, bounds how far a member that is
+	// down holds back compaction of the Raft log: once the others are more
+	// than this many entries ahead of it, they compact past it, and it can
+	// only come back under a new id by state transfer (docs/membership.md).
+	// Default 0: a member that is down holds compaction back until it
+	// returns.
+	LogRetentionEntries uint64 `yaml:"log_retention_entries"`
 	// ApplyWorkers is the number of connections that apply other nodes'
 	// transactions, in parallel where their rows do not overlap, committed
 	// in order (default 1). More than one is experimental: it showed no

@@ -31,6 +31,9 @@ type cluster struct {
 	cfgs  []*config.Node
 	nodes []*node.Node
 	dir   string
+	// more are PostgreSQL servers started after the cluster (nodes that
+	// join), stopped with it.
+	more []*pglocal.Cluster
 }
 
 var (
@@ -132,6 +135,9 @@ func (c *cluster) stop() {
 		}
 	}
 	c.pg.Stop()
+	for _, pg := range c.more {
+		pg.Stop()
+	}
 }
 
 // dsn is the connection string of node i's Ordo port.

@@ -1,0 +1,125 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/internal/totalorder"
+)
+
+// refuse is the sessions' Refuse: a node removed from the cluster refuses
+// new clients with a message that says so.
+func (n *Node) refuse() error {
+	if errors.Is(n.order.Err(), totalorder.ErrRemoved) {
+		return fmt.Errorf("ordo: node %d was removed from the cluster (ordoctl member remove) and serves no clients; connect to another node", n.cfg.ID)
+	}
+	return nil
+}
+
+// endSessionsWhenRemoved waits until the total order stops; if this node
+// was removed, it ends every client session (their backends are
+// terminated: a transaction waiting on a lock that nothing here will ever
+// release would wait for good), while refuse turns new clients away.
+func (n *Node) endSessionsWhenRemoved(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-n.order.Done():
+	}
+	if !errors.Is(n.order.Err(), totalorder.ErrRemoved) {
+		return
+	}
+	pids := n.hooks.SessionPIDs()
+	n.log.Error("this node was removed from the cluster: it refuses new clients, ends its sessions, and never starts again with this identity (wipe it and join it with a new id)", "sessions", len(pids))
+	if len(pids) == 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(tctx, n.cfg.Postgres)
+	if err != nil {
+		n.log.Warn("removed: connect to end the sessions", "err", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(tctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY($1)", pids); err != nil {
+		n.log.Warn("removed: end the sessions", "err", err)
+	}
+}
+
+// caughtUpLag is how far behind (Raft entries committed but not applied,
+// plus entries delivered but not carried out) a learner may be to count
+// as caught up.
+const caughtUpLag = 100
+
+// promoteWhenCaughtUp makes this node a voter once it is a learner that
+// has caught up with the order (twice in a row, half a second apart). It
+// returns once the node is a voter, or when ctx ends.
+func (n *Node) promoteWhenCaughtUp(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	steady := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		learner, member := false, false
+		for _, m := range n.order.MemberInfos() {
+			if m.ID == uint64(n.cfg.ID) {
+				member, learner = true, m.Learner
+			}
+		}
+		if member && !learner {
+			return
+		}
+		if !member || n.replica.Err() != nil {
+			steady = 0
+			continue
+		}
+		st := n.order.Status()
+		lag := sub(st.Commit, st.Applied) + sub(n.order.Delivered(), n.replica.AppliedPrefix())
+		if st.Lead == 0 || lag > caughtUpLag {
+			steady = 0
+			continue
+		}
+		if steady++; steady < 2 {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := n.order.Promote(pctx, uint64(n.cfg.ID))
+		cancel()
+		if err != nil {
+			n.log.Warn("learner: promotion to voter failed; retrying", "err", err)
+			continue
+		}
+		n.log.Info("learner caught up and promoted itself to voter", "applied_prefix", n.replica.AppliedPrefix())
+		return
+	}
+}
+
+func sub(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return 0
+}
+
+// advertised is the peer address other members reach this node at: its
+// peer_listen, which must name a host (not a wildcard) to join.
+func advertised(peerListen string) (string, error) {
+	host, _, err := net.SplitHostPort(peerListen)
+	if err != nil {
+		return "", fmt.Errorf("node: peer_listen %q: %w", peerListen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "", fmt.Errorf("node: join: peer_listen %q does not say where the other members reach this node; give its host name or address", peerListen)
+	}
+	return peerListen, nil
+}
