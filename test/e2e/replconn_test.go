@@ -70,28 +70,25 @@ func TestReplicationConnectionsAreRelayed(t *testing.T) {
 	binary.BigEndian.PutUint64(status[1:], 0)
 	h.Frontend.Send(&pgproto3.CopyData{Data: status})
 	h.Frontend.Send(&pgproto3.CopyDone{})
-	require.NoError(t, h.Frontend.Flush())
-	for done := false; !done; {
-		msg, err := h.Frontend.Receive()
-		require.NoError(t, err)
-		switch m := msg.(type) {
-		case *pgproto3.ErrorResponse:
-			t.Fatalf("after CopyDone: %s %s", m.Code, m.Message)
-		case *pgproto3.ReadyForQuery:
-			done = true
-		}
-	}
+	untilReady(t, h, "after CopyDone")
 	h.Frontend.Send(&pgproto3.Query{String: "DROP_REPLICATION_SLOT rc_slot"})
+	untilReady(t, h, "DROP_REPLICATION_SLOT")
+	c.waitConverged()
+}
+
+// untilReady flushes what was sent and reads the replies up to
+// ReadyForQuery, failing on an ErrorResponse.
+func untilReady(t *testing.T, h *pgconn.HijackedConn, what string) {
+	t.Helper()
 	require.NoError(t, h.Frontend.Flush())
-	for done := false; !done; {
+	for {
 		msg, err := h.Frontend.Receive()
-		require.NoError(t, err)
+		require.NoError(t, err, what)
 		switch m := msg.(type) {
 		case *pgproto3.ErrorResponse:
-			t.Fatalf("DROP_REPLICATION_SLOT: %s %s", m.Code, m.Message)
+			t.Fatalf("%s: %s %s", what, m.Code, m.Message)
 		case *pgproto3.ReadyForQuery:
-			done = true
+			return
 		}
 	}
-	c.waitConverged()
 }
