@@ -98,12 +98,7 @@ use them.`,
 			if path == "" {
 				return fmt.Errorf("--config is required")
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
-			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			cfg, err := config.Load(path)
+			log, cfg, err := loadNode(path, logLevel)
 			if err != nil {
 				return err
 			}
@@ -171,12 +166,7 @@ version of the cluster must be in --pg-bin or on PATH.`,
 			if path == "" || from == "" {
 				return fmt.Errorf("--config and --from are required")
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
-			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			cfg, err := config.Load(path)
+			log, cfg, err := loadNode(path, logLevel)
 			if err != nil {
 				return err
 			}
@@ -217,4 +207,17 @@ version of the cluster must be in --pg-bin or on PATH.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())
 	return cmd
+}
+
+// loadNode reads --config and builds the logger --log-level asks for.
+func loadNode(path, logLevel string) (*slog.Logger, *config.Node, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, nil, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})), cfg, nil
 }

@@ -317,11 +317,13 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 // role acts for. PostgreSQL then logs the whole old row of an update or
 // delete, which is how such a row is keyed and found on other nodes
 // (Row.OldRow); without it, PostgreSQL refuses those statements on a
-// published table. Every node runs it after each transaction with DDL
-// (local or applied) and at start; it changes only the local WAL format,
-// never data. A table it cannot lock at once (a prepared transaction
-// left by a crash holds a lock on it until the node resolves it) is left
-// for the next run rather than waited for.
+// published table. A node runs it at start, and an applier after it
+// replays DDL and before the rows (event triggers do not fire there); at
+// the origin the DDL event trigger does the same as the DDL runs. It
+// changes only the local WAL format, never data. A table it cannot lock
+// at once (a prepared transaction left by a crash holds a lock on it
+// until the node resolves it) is left for the next run rather than
+// waited for.
 const ReplicaIdentitySQL = `DO $ordo$
 DECLARE
 	r record;

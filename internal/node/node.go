@@ -196,10 +196,11 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		return nil, fmt.Errorf("node: bootstrap: %w", err)
 	}
 	// After DDL, local or applied, in its transaction: sequences into the
-	// node's residue class, and tables without a primary key to REPLICA
-	// IDENTITY FULL. Both run at start too, for what existed before.
-	normalize := sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID)) + ";\n" + capture.ReplicaIdentitySQL
-	if _, err := conn.Exec(ctx, normalize, pgx.QueryExecModeSimpleProtocol); err != nil {
+	// node's residue class. At start, for what existed before, that and
+	// tables without a primary key made REPLICA IDENTITY FULL (after DDL
+	// the event trigger and the applier do it: capture.ReplicaIdentitySQL).
+	normalize := sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID))
+	if _, err := conn.Exec(ctx, normalize+";\n"+capture.ReplicaIdentitySQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return nil, fmt.Errorf("node: normalize sequences and replica identities: %w", err)
 	}
 	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg,

@@ -266,21 +266,11 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 	if err != nil {
 		return err
 	}
-	child := exec.Command(self)
-	child.Env = append(os.Environ(), "ORDO_BENCH_PROXY="+pg.Addr())
-	child.Stderr = os.Stderr
-	childOut, err := child.StdoutPipe()
+	lines, child, err := startChild(self, "ORDO_BENCH_PROXY="+pg.Addr())
 	if err != nil {
 		return err
 	}
-	if err := child.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = child.Process.Signal(syscall.SIGTERM)
-		_ = child.Wait()
-	}()
-	lines := bufio.NewScanner(childOut)
+	defer stopChild(child)
 	if !lines.Scan() {
 		return errors.New("proxy child printed no address")
 	}
@@ -308,21 +298,11 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 
 	// The node, in a child process, started once the tables exist so its
 	// catalog knows them.
-	nodeChild := exec.Command(self)
-	nodeChild.Env = append(os.Environ(), "ORDO_BENCH_NODE="+nodePG.DSN("postgres"))
-	nodeChild.Stderr = os.Stderr
-	nodeOut, err := nodeChild.StdoutPipe()
+	nodeLines, nodeChild, err := startChild(self, "ORDO_BENCH_NODE="+nodePG.DSN("postgres"))
 	if err != nil {
 		return err
 	}
-	if err := nodeChild.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = nodeChild.Process.Signal(syscall.SIGTERM)
-		_ = nodeChild.Wait()
-	}()
-	nodeLines := bufio.NewScanner(nodeOut)
+	defer stopChild(nodeChild)
 	if !nodeLines.Scan() {
 		return errors.New("node child printed no address")
 	}
@@ -646,4 +626,26 @@ pidfile = %s
 	log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
 	stop()
 	return endpoint{}, 0, nil, fmt.Errorf("pgbouncer did not start:\n%s", log)
+}
+
+// startChild runs this program again with env added (the child serves
+// what env asks for) and returns its standard output, line by line.
+func startChild(self, env string) (*bufio.Scanner, *exec.Cmd, error) {
+	child := exec.Command(self)
+	child.Env = append(os.Environ(), env)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := child.Start(); err != nil {
+		return nil, nil, err
+	}
+	return bufio.NewScanner(out), child, nil
+}
+
+// stopChild stops a child of startChild and waits for it.
+func stopChild(child *exec.Cmd) {
+	_ = child.Process.Signal(syscall.SIGTERM)
+	_ = child.Wait()
 }
