@@ -38,9 +38,6 @@ type session struct {
 
 	// The current transaction.
 	tx txState
-	// pendingErr is the outcome of a commit path run when COMMIT was
-	// parsed; it is returned when that COMMIT executes.
-	pendingErr error
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -134,6 +131,20 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}
 		}
+		if !(st.Kind == wire.KindParse && st.Name == "") {
+			// What PostgreSQL holds as the unnamed statement, which is
+			// not the last Parse this session saw if that one failed or
+			// was skipped, or if a Query destroyed it: later messages
+			// of the unit may bind it. (One the session cannot tell is
+			// bound as a statement it did not see: the worst is
+			// assumed.)
+			if sql, ok := s.be.Unnamed(); !ok {
+				delete(s.stmts, "")
+				delete(s.sent, "")
+			} else if sql != s.sent[""] {
+				s.stmts[""], s.sent[""] = s.analyze(sql), sql
+			}
+		}
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
 		// Read-your-writes anywhere: before anything that may look at data
@@ -199,10 +210,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				return nil
 			}
 		}
-		// A transaction-control statement acts when it is parsed as the
-		// first message of a unit: later in the unit the backend is not
-		// at a boundary. Other statements act at Bind.
-		if first && isTxnControl(stmts) {
+		// SET TRANSACTION acts when it is parsed as the first message of
+		// a unit. BEGIN and COMMIT act when they are executed (bound):
+		// a Parse runs nothing, and a COMMIT bound after other messages
+		// of its batch gets a boundary of its own (SyncHere). Other
+		// statements act at Bind.
+		if first && isTxnControl(stmts) && !onlyBegin(stmts) && !hasCommit(stmts) {
 			return s.execute(ctx, stmts, nil, at{wire.KindParse, true, sentText(st)})
 		}
 		for _, a := range stmts {
@@ -267,20 +280,19 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			!s.tx.active && s.txStatus() == 'I' {
 			// A BEGIN after other statements of the batch makes their
 			// implicit transaction the client's block (if it runs: an
-			// error before it leaves nothing open at the Sync).
+			// error before it leaves nothing open at the Sync). Its
+			// snapshot is no older than the unit's first statement.
+			s.noticeIsolation(stmts[0].Txn.Isolation, at{kind: wire.KindBind})
+			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
 			s.tx = txState{active: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
 			s.unitReads = txn.ReadSet{}
 			s.unitStatus = 'T'
 			return nil
 		}
-		if isTxnControl(stmts) && !first && s.pendingErr == nil && (s.tx.done || !hasCommit(stmts)) && !hasRollback(stmts) {
-			if s.tx.done && hasCommit(stmts) {
-				// The COMMIT of the transaction terminated when it was
-				// parsed runs now: what follows in the batch is a new
-				// transaction.
-				s.endTx()
-				s.unitStatus = 'I'
+		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasCommit(stmts) && !hasRollback(stmts) {
+			if hasRollbackTo(stmts) {
+				s.rolledBackTo()
 			}
 			return nil // acted on when parsed earlier in this unit
 		}
@@ -608,6 +620,31 @@ func isTxnControl(stmts []*analysis.Statement) bool {
 	return false
 }
 
+// rolledBackTo follows a ROLLBACK TO executed in a failed block: it
+// restores the block if the savepoint exists, so what follows in the
+// batch runs, and is followed as such (if it does not, PostgreSQL skips
+// it, and following it costs nothing).
+func (s *session) rolledBackTo() {
+	if s.txStatus() == 'E' {
+		s.unitStatus = 'T'
+	}
+}
+
+func hasRollbackTo(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnRollbackTo {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyBegin reports whether stmts is one BEGIN: it acts when it is
+// executed (bound), not when it is parsed, which starts no transaction.
+func onlyBegin(stmts []*analysis.Statement) bool {
+	return len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin
+}
+
 func hasRollback(stmts []*analysis.Statement) bool {
 	for _, a := range stmts {
 		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnRollback {
@@ -679,12 +716,6 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	}
 
 	for _, a := range stmts {
-		if s.tx.done && a.Kind != analysis.KindTxn && a.Kind != analysis.KindEmpty {
-			// The transaction was terminated when its COMMIT was parsed;
-			// nothing may run between that and the COMMIT itself.
-			return pgErr(codeFeatureNotSupported,
-				"ordo: this transaction was already terminated when its COMMIT was parsed; execute the COMMIT before other statements")
-		}
 		switch a.Kind {
 		case analysis.KindTxn:
 			if err := s.txnControl(ctx, a, m); err != nil {
@@ -761,10 +792,6 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) error {
 	atBoundary, atParse := m.first, m.kind == wire.KindParse
 	switch a.Txn.Op {
-	case analysis.TxnRollback, analysis.TxnBegin:
-		s.pendingErr = nil
-	}
-	switch a.Txn.Op {
 	case analysis.TxnBegin:
 		s.noticeIsolation(a.Txn.Isolation, m)
 		s.inTxn.Store(true)
@@ -774,27 +801,29 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.consBeginComment(a.SQL)
 		}
 	case analysis.TxnCommit:
-		if err := s.pendingErr; err != nil && !atParse {
-			s.pendingErr = nil
-			return err
+		if !atBoundary && !atParse && !s.tx.done && (s.tx.active || s.txStatus() != 'I') {
+			// A COMMIT after other statements of its batch (psycopg's
+			// pipeline, pgjdbc's batches): end the batch so far with a
+			// Sync of Ordo's, which ends nothing inside a block, and
+			// terminate the transaction at that boundary, as for a
+			// COMMIT that begins its batch.
+			// The Sync also tells the block's real status, which a
+			// ROLLBACK TO earlier in the batch may have restored.
+			failed, err := s.be.SyncHere(ctx)
+			if err != nil {
+				return err
+			}
+			if failed {
+				return nil // PostgreSQL skips it, after the earlier error
+			}
+			atBoundary = true
 		}
 		if s.aborted.Load() && s.txStatus() != 'I' && atBoundary {
 			// Chosen as a brute-force victim: whether or not the cancel
 			// reached a statement (it races with the statement's end), the
 			// transaction must not commit, and the client must learn why.
 			s.rollback(ctx)
-			if atParse {
-				s.pendingErr = errBruteForce
-				return nil
-			}
 			return errBruteForce
-		}
-		if !atBoundary && s.tx.active && !s.tx.done && s.txStatus() != 'E' {
-			if atParse {
-				return nil // prepared only: it acts when it is executed
-			}
-			return pgErr(codeFeatureNotSupported,
-				"ordo: COMMIT pipelined after other statements in one batch cannot be replicated; send COMMIT after a Sync")
 		}
 		if s.tx.done || !s.tx.active || s.txStatus() != 'T' {
 			// Nothing to replicate: PostgreSQL answers as usual, and
@@ -805,15 +834,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			}
 			return nil
 		}
-		if !atBoundary {
-			if atParse {
-				return nil // prepared only: it acts when it is executed
-			}
-			return pgErr(codeFeatureNotSupported,
-				"ordo: COMMIT pipelined after other statements in one batch cannot be replicated; send COMMIT after a Sync")
-		}
-		if a.Txn.Chain && atParse {
-			return pgErr(codeFeatureNotSupported, "ordo: COMMIT AND CHAIN prepared with the extended protocol is not supported; send it as a simple query")
+		if atParse || !atBoundary {
+			// A Parse runs nothing (COMMIT acts when it is bound), and
+			// SyncHere made a boundary for a COMMIT bound mid-batch.
+			return nil
 		}
 		if a.Txn.Chain {
 			// The client's COMMIT AND CHAIN ends the empty transaction
@@ -825,20 +849,16 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.tx = txState{active: true}
 			return nil
 		}
-		if atParse {
-			// Terminate now, while the backend is at a boundary, but a
-			// Parse executes nothing: the outcome goes to the client when
-			// the COMMIT is bound and executed.
-			s.pendingErr = s.commitExplicit(ctx)
-			return nil
-		}
 		if err := s.commitExplicit(ctx); err != nil {
 			return err
 		}
 		// The client's COMMIT ends the empty transaction left open:
-		// what follows in the batch is a new transaction.
+		// what follows in the batch is a new transaction, whose snapshot
+		// includes this one (it would conflict with it otherwise).
 		s.endTx()
 		s.unitStatus = 'I'
+		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
+		s.unitReads = txn.ReadSet{}
 		return nil
 	case analysis.TxnRollback:
 		// PostgreSQL rolls back. What follows in the same batch runs in
@@ -854,6 +874,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			} else {
 				s.unitStatus = 'I'
 			}
+		}
+	case analysis.TxnRollbackTo:
+		if m.kind != wire.KindParse {
+			s.rolledBackTo()
 		}
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)

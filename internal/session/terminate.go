@@ -198,10 +198,20 @@ func (s *session) runNotify(ctx context.Context) error {
 // BeforeReady implements wire.ReadyHolder: it terminates a wrapped
 // autocommit statement before the client sees ReadyForQuery.
 func (s *session) BeforeReady(ctx context.Context) error {
-	ours := s.wrapExec || (s.wrapInjected && s.be.InjectedBegins() > s.wrapInjectedAt)
+	injectedRan := s.wrapInjected && s.be.InjectedBegins() > s.wrapInjectedAt
+	ours := s.wrapExec || injectedRan
 	s.wrapExec, s.wrapInjected = false, false
 	if s.be.TxStatus() == 'E' && (s.tx.wrapped || ours) {
-		if ours && s.be.Begins() == s.wrapBegins {
+		// Whether a BEGIN of the client's ran in the block Ordo opened.
+		// Begins is exact against a count taken at a boundary (wrap);
+		// one taken mid-batch (beginHere) may miss a BEGIN sent before
+		// it whose reply had not arrived, so an injected block counts
+		// the client's BEGINs after its own.
+		clientBegan := s.be.Begins() != s.wrapBegins
+		if injectedRan {
+			clientBegan = s.be.BeginsSinceInjected() > 0
+		}
+		if ours && !clientBegan {
 			// A block Ordo opened failed, and no BEGIN of the client's
 			// made it theirs: PostgreSQL would have rolled back the
 			// implicit transaction.

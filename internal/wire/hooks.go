@@ -142,6 +142,20 @@ type Backend interface {
 	// not relayed. The block stays open at the batch's Sync (HoldReady
 	// and ReadyHolder end it).
 	BeginHere()
+	// SyncHere, called from SessionHooks.Statement for a Parse or Bind
+	// that is not the first message of its batch, sends PostgreSQL a Sync
+	// of Ordo's before the message and waits for its ReadyForQuery (not
+	// relayed; the hooks' ReadyForQuery runs for it before SyncHere
+	// returns). The message is then at a boundary, as if it began a unit
+	// of its own: the hooks may Exec. Inside a transaction block a Sync
+	// ends nothing, so the client sees the batch as PostgreSQL runs it.
+	// failed: a message before it failed, PostgreSQL skipped the rest,
+	// and the message and what follows up to the client's Sync are
+	// skipped too, as they would have been (the hooks are not at a
+	// boundary, and are not called again before that Sync). Outside a
+	// transaction block the Sync would commit the batch's implicit
+	// transaction: the hooks call it only inside one.
+	SyncHere(ctx context.Context) (failed bool, err error)
 	// Begins counts the client's BEGINs PostgreSQL has executed
 	// (CommandComplete "BEGIN"): comparing two counts tells whether one
 	// ran in between.

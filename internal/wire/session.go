@@ -84,6 +84,11 @@ type session struct {
 	// ErrorResponse was relayed since runSplit last cleared it.
 	quietReady atomic.Bool
 	sawError   atomic.Bool
+	// unitFailed: an ErrorResponse was relayed since the last
+	// ReadyForQuery; lastFailed: the unit the last ReadyForQuery ended
+	// had one (PostgreSQL skipped to its Sync). See SyncHere.
+	unitFailed atomic.Bool
+	lastFailed atomic.Bool
 	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
 	// injectedBegins counts BeginHere's BEGINs executed.
 	injectedBegins      atomic.Int64
@@ -875,7 +880,12 @@ func (ss *session) rejectExtended() bool {
 	return true
 }
 
-// newRejection records err under a portal name that does not exist. A
+// silentRejection stands for a rejection whose error the client does not
+// see (newRejection(nil)): PostgreSQL skips to the Sync, and that is all.
+var silentRejection = &pgproto3.ErrorResponse{}
+
+// newRejection records err under a portal name that does not exist (nil:
+// a silent rejection). A
 // Describe of that portal makes PostgreSQL raise 34000 at exactly this
 // point of the stream (failing the transaction, skipping to Sync); the
 // backend goroutine recognizes our portal name in that error and sends err
@@ -887,7 +897,11 @@ func (ss *session) newRejection(err error) string {
 	if ss.rejects == nil {
 		ss.rejects = make(map[string]*pgproto3.ErrorResponse)
 	}
-	ss.rejects[name] = errorResponse(err)
+	e := silentRejection
+	if err != nil {
+		e = errorResponse(err)
+	}
+	ss.rejects[name] = e
 	ss.nrejects.Store(int32(len(ss.rejects)))
 	ss.mu.Unlock()
 	return name
@@ -995,10 +1009,13 @@ func (ss *session) backendLoop() {
 				}
 				ss.abortedTxn.Store(false)
 			}
-			if (ss.hold.Load() && ss.outstanding.Load() <= 1) || ss.quietReady.Swap(false) {
-				// Held for the session goroutine (finishHeld), or the end
-				// of a piece of a split query that is not the last:
-				// everything before it must reach the client first.
+			ss.lastFailed.Store(ss.unitFailed.Swap(false))
+			if ss.quietReady.Swap(false) || (ss.hold.Load() && ss.outstanding.Load() <= 1) {
+				// The end of a piece of a split query that is not the
+				// last, or of SyncHere's Sync, or held for the session
+				// goroutine (finishHeld): everything before it must
+				// reach the client first. (quietReady first: a held
+				// unit's quiet Sync must not leave it set for the next.)
 				if err := ss.flushClient(); err != nil {
 					ss.terminate(nil)
 					return
@@ -1067,6 +1084,7 @@ func (ss *session) backendLoop() {
 			}
 		case *pgproto3.ErrorResponse:
 			ss.sawError.Store(true)
+			ss.unitFailed.Store(true)
 			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
 				if ss.lateCancels.Load() > 0 {
 					ss.lateCancels.Add(-1)
@@ -1087,7 +1105,9 @@ func (ss *session) backendLoop() {
 			}
 			if m.Code == "34000" && ss.nrejects.Load() > 0 {
 				if e := ss.takeRejection(m); e != nil {
-					ss.sendClient(e)
+					if e != silentRejection {
+						ss.sendClient(e)
+					}
 					continue
 				}
 			}

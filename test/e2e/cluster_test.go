@@ -80,7 +80,13 @@ func startCluster(t testing.TB, n int, protocol string) *cluster {
 func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.Node)) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pg, err := pglocal.Start(ctx, pglocal.Options{N: n})
+	opts := pglocal.Options{N: n}
+	if os.Getenv("ORDO_TEST_PG_LOG_STATEMENTS") != "" {
+		// Every statement in the servers' logs, with its xid: to follow
+		// what a session sent (the session fuzzer copies node 1's log).
+		opts.Settings = map[string]string{"log_statement": "all", "log_line_prefix": "%m [%p] %x "}
+	}
+	pg, err := pglocal.Start(ctx, opts)
 	require.NoError(t, err)
 	t.Logf("%d nodes on %s (%s)", n, pg.Version, pg.BinDir)
 	c := &cluster{t: t, pg: pg, dir: t.TempDir()}

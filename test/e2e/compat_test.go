@@ -345,12 +345,7 @@ func TestCompatPipelinedUnitsAreReplicated(t *testing.T) {
 	msgs = append(msgs, ext("commit")...)
 	msgs = append(msgs, &pgproto3.Sync{})
 	send(msgs...)
-	out := replies(2)
-	if strings.Contains(out, "Error") {
-		require.Contains(t, out, "ordo: COMMIT pipelined", out)
-		send(q("rollback"))
-		replies(1)
-	}
+	require.NotContains(t, replies(2), "Error")
 	// A Close first in a batch, then a write.
 	send(&pgproto3.Parse{Name: "s0", Query: "select 1"}, &pgproto3.Sync{})
 	replies(1)
@@ -374,7 +369,7 @@ func TestCompatPipelinedUnitsAreReplicated(t *testing.T) {
 			got = append(got, x)
 		}
 		require.NoError(t, rows.Err())
-		require.Contains(t, [][]int{{1, 2, 3}, {1, 3}}, got, "node %d", i+1)
+		require.Equal(t, []int{1, 2, 3}, got, "node %d", i+1)
 		if i > 0 {
 			var first []int
 			rows, _ := c.direct(0).Query(ctx, "select x from pw order by x")

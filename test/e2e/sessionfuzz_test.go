@@ -21,7 +21,8 @@ import (
 // control) to a node and to a plain PostgreSQL server side by side: the
 // replies must match, message by message (notices and parameter statuses
 // aside), and the table must end the same. ORDO_SESSION_FUZZ_ROUNDS runs
-// more rounds (default 60), ORDO_SESSION_FUZZ_SEED another seed.
+// more rounds (default 60), ORDO_SESSION_FUZZ_SEED another seed,
+// ORDO_SESSION_FUZZ_PROTOCOL another protocol (default dbsm).
 func TestSessionMessageSequences(t *testing.T) {
 	rounds := 60
 	if v, err := strconv.Atoi(os.Getenv("ORDO_SESSION_FUZZ_ROUNDS")); err == nil {
@@ -32,7 +33,11 @@ func TestSessionMessageSequences(t *testing.T) {
 		seed = v
 	}
 	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds", seed, rounds)
-	sb := startSideBySide(t, "dbsm")
+	protocol := "dbsm"
+	if v := os.Getenv("ORDO_SESSION_FUZZ_PROTOCOL"); v != "" {
+		protocol = v
+	}
+	sb := startSideBySide(t, protocol)
 	ctx := context.Background()
 	o, p := sb.conns(t)
 	for _, c := range []*pgconn.PgConn{o.PgConn(), p.PgConn()} {
@@ -48,16 +53,36 @@ func TestSessionMessageSequences(t *testing.T) {
 		return h
 	}
 	ordo, plain := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	// ORDO_SESSION_FUZZ_TRACE prints each round with the time it ended;
+	// ORDO_SESSION_FUZZ_PGLOG=file (with ORDO_TEST_PG_LOG_STATEMENTS=1)
+	// keeps node 1's PostgreSQL log there when a round fails.
+	trace := os.Getenv("ORDO_SESSION_FUZZ_TRACE") != ""
+	keepLog := func() {
+		if d := os.Getenv("ORDO_SESSION_FUZZ_PGLOG"); d != "" {
+			time.Sleep(200 * time.Millisecond)
+			b, _ := os.ReadFile(sb.c.pg.Servers[0].LogFile)
+			_ = os.WriteFile(d, b, 0o644)
+		}
+	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var recent []string
 	for r := 0; r < rounds; r++ {
 		msgs, text := randomUnit(rng)
 		want := exchange(t, plain, msgs)
 		got := exchange(t, ordo, msgs)
+		if want != got {
+			keepLog()
+		}
 		require.Equal(t, want, got, "round %d (seed %d): %s", r, seed, text)
 		recent = append(recent, fmt.Sprintf("round %d: %s", r, text))
+		if trace {
+			fmt.Fprintf(os.Stderr, "FZ %s round %d: %s\n", time.Now().Format("15:04:05.000"), r, text)
+		}
 		if len(recent) > 8 {
 			recent = recent[1:]
+		}
+		if sb.c.unreplicated(0) > 0 {
+			keepLog()
 		}
 		// The decoder reports a commit that bypassed Ordo soon after.
 		require.Zero(t, sb.c.unreplicated(0), "seed %d, after:\n%s", seed, strings.Join(recent, "\n"))
@@ -124,18 +149,11 @@ func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
 	n := 1 + rng.IntN(4)
 	for i := 0; i < n; i++ {
 		s := fuzzStatements[rng.IntN(len(fuzzStatements))]
-		for i > 0 && s.sql == "commit" {
-			// A COMMIT after other messages of a batch is refused
-			// (docs/compatibility.md): only first.
-			s = fuzzStatements[rng.IntN(len(fuzzStatements))]
-		}
 		name := ""
 		if rng.IntN(3) == 0 {
 			name = "fz" + strconv.Itoa(i)
 		}
-		if i > 0 || rng.IntN(5) > 0 {
-			// (Binding the unnamed statement from before only first: it
-			// may be a COMMIT, refused after other messages of a batch.)
+		if rng.IntN(5) > 0 {
 			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: s.sql})
 			desc = append(desc, fmt.Sprintf("Parse %q %s", name, s.sql))
 		} else {

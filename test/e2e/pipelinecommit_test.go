@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCompatCommitAfterOtherStatementsOfABatch: a COMMIT sent after other
+// statements of one extended-protocol batch, before its Sync (psycopg's
+// pipeline, pgjdbc's batches and autosave, pgx's SendBatch of begin …
+// commit) commits and is replicated as PostgreSQL commits it; an error
+// before it, or at it (a deferred constraint), reaches the client as
+// PostgreSQL raises it, and what follows it in the batch runs as on
+// PostgreSQL. Replies are compared message by message with a plain
+// server's. (Also: a BEGIN that is parsed but not executed begins
+// nothing; an update after it was committed on one node only.)
+func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	same(t, o, p,
+		"create table pc(id int primary key, v text)",
+		"create table pcref(id int primary key, parent int references pcref(id) deferrable initially deferred)",
+	)
+	hijack := func(dsn string) *pgconn.HijackedConn {
+		c, err := pgconn.Connect(ctx, dsn)
+		require.NoError(t, err)
+		h, err := c.Hijack()
+		require.NoError(t, err)
+		t.Cleanup(func() { h.Conn.Close() })
+		return h
+	}
+	ho, hp := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	ext := func(name, sql string, params ...string) []pgproto3.FrontendMessage {
+		var ps [][]byte
+		for _, v := range params {
+			ps = append(ps, []byte(v))
+		}
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: sql},
+			&pgproto3.Bind{PreparedStatement: name, Parameters: ps}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}}
+	}
+	batch := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
+		var msgs []pgproto3.FrontendMessage
+		for _, p := range parts {
+			msgs = append(msgs, p...)
+		}
+		return append(msgs, &pgproto3.Sync{})
+	}
+	sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
+	for _, tc := range []struct {
+		name string
+		msgs []pgproto3.FrontendMessage
+	}{
+		// psycopg: with conn.pipeline(): conn.execute(insert); conn.commit()
+		{"begin", batch(ext("", "begin"))},
+		{"insert, commit", batch(ext("", "insert into pc values (1, 'a')"), ext("", "commit"))},
+		// All of it in one batch, and statements after the COMMIT: a new
+		// implicit transaction.
+		{"begin, insert, commit, insert", batch(ext("", "begin"), ext("", "insert into pc values (2, 'b')"),
+			ext("", "commit"), ext("", "insert into pc values (3, 'c')"))},
+		{"begin, select, update, commit (named), select", batch(ext("", "begin"), ext("s1", "select count(*) from pc"),
+			ext("", "update pc set v = 'bb' where id = $1", "2"), ext("c1", "commit"), ext("", "select v from pc order by id"),
+			[]pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "s1"}, &pgproto3.Close{ObjectType: 'S', Name: "c1"}})},
+		// The COMMIT parsed as the unnamed statement in an earlier batch,
+		// bound after other statements.
+		{"parse commit", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "commit"}})},
+		{"begin, insert, bind unnamed commit", batch(ext("b", "begin"), ext("i", "insert into pc values (4, 'd')"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Close{ObjectType: 'S', Name: "b"}, &pgproto3.Close{ObjectType: 'S', Name: "i"}})},
+		// An error before the COMMIT: PostgreSQL skips it, the block stays
+		// failed.
+		{"begin, duplicate, commit", batch(ext("", "begin"), ext("", "insert into pc values (5, 'e')"),
+			ext("", "insert into pc values (1, 'dup')"), ext("", "commit"), ext("", "insert into pc values (6, 'f')"))},
+		{"in the failed block: select", batch(ext("", "select 1"))},
+		{"rollback", batch(ext("", "rollback"))},
+		// An error at the COMMIT: a deferred foreign key.
+		{"begin, violate deferred key, commit", batch(ext("", "begin"), ext("", "insert into pcref values (1, 99)"),
+			ext("", "commit"), ext("", "insert into pc values (7, 'g')"))},
+		{"after it", batch(ext("", "select count(*) from pcref"))},
+		// No BEGIN: the COMMIT ends the batch's implicit transaction.
+		{"insert, commit (implicit)", batch(ext("", "insert into pc values (8, 'h')"), ext("", "commit"))},
+		{"select, insert, commit (implicit)", batch(ext("", "select 1"), ext("", "insert into pc values (9, 'i')"), ext("", "commit"))},
+		// COMMIT AND CHAIN after other statements.
+		{"begin, insert, commit and chain, insert", batch(ext("", "begin"), ext("", "insert into pc values (10, 'j')"),
+			ext("", "commit and chain"), ext("", "insert into pc values (11, 'k')"))},
+		{"commit", batch(ext("", "commit"))},
+		// A failed block that a ROLLBACK TO restores, committed in the
+		// same batch.
+		{"begin, insert, savepoint", batch(ext("", "begin"), ext("", "insert into pc values (13, 'm')"), ext("", "savepoint s"))},
+		{"fail", batch(ext("", "select 1/0"))},
+		{"rollback to, commit", batch(ext("", "rollback to savepoint s"), ext("", "commit"))},
+		// What follows a COMMIT in its batch sees what it committed (it
+		// conflicted with it).
+		{"insert, commit, delete (implicit)", batch(ext("", "insert into pc values (14, 'n')"), ext("", "commit"),
+			ext("", "delete from pc where id = $1", "14"))},
+		// The unnamed statement PostgreSQL holds, not the last one the
+		// client parsed (skipped after an error), bound in an implicit
+		// transaction.
+		{"parse rollback to", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "rollback to savepoint s"}})},
+		{"fail, parse select", batch(ext("f", "select 1/0"), []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 1"}})},
+		{"insert, bind unnamed", batch(ext("i2", "insert into pc values (15, 'o')"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
+		// A COMMIT parsed as the unnamed statement, which a simple query
+		// then destroys: binding it after an insert fails, and the
+		// insert is rolled back.
+		{"parse commit again", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "commit"}})},
+		{"a query", []pgproto3.FrontendMessage{&pgproto3.Query{String: "select 1"}}},
+		{"insert, bind the destroyed commit", batch(ext("i3", "insert into pc values (16, 'p')"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
+		// A BEGIN parsed and never executed starts nothing: the update
+		// after it commits at the Sync, and is replicated.
+		{"parse begin, update", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}},
+			ext("", "update pc set v = 'aa' where id = 1"))},
+		// A Sync alone, and a pipelined second unit.
+		{"sync", sync},
+		{"begin; insert, commit; select", append(batch(ext("", "begin")), append(batch(ext("", "insert into pc values (12, 'l')"),
+			ext("", "commit")), batch(ext("", "select count(*) from pc"))...)...)},
+	} {
+		want := exchangeAll(t, hp, tc.msgs)
+		got := exchangeAll(t, ho, tc.msgs)
+		require.Equal(t, want, got, "%s: through Ordo and on PostgreSQL", tc.name)
+	}
+
+	// pgx: a batch that begins and commits.
+	for _, conn := range []*pgx.Conn{o, p} {
+		b := &pgx.Batch{}
+		b.Queue("begin")
+		b.Queue("insert into pc values ($1, $2)", 20, "x")
+		b.Queue("update pc set v = 'xx' where id = 20")
+		b.Queue("commit")
+		b.Queue("insert into pc values ($1, $2)", 21, "y")
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+	}
+	same(t, o, p, "select * from pc order by id", "select * from pcref order by id")
+	sb.c.waitConverged()
+	for _, table := range []string{"pc", "pcref"} {
+		want := sb.c.checksum(0, table)
+		for i := 1; i < 3; i++ {
+			require.Equal(t, want, sb.c.checksum(i, table), "%s on node %d", table, i+1)
+		}
+	}
+	require.Zero(t, sb.c.unreplicated(0))
+}
+
+// exchangeAll sends msgs and returns the replies up to the ReadyForQuery
+// of every Sync among them, as text.
+func exchangeAll(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
+	t.Helper()
+	syncs := 0
+	for _, m := range msgs {
+		if _, ok := m.(*pgproto3.Sync); ok {
+			syncs++
+		}
+	}
+	out := exchange(t, h, msgs)
+	for i := 1; i < syncs; i++ {
+		out += exchange(t, h, nil)
+	}
+	return out
+}
