@@ -215,7 +215,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// a Parse runs nothing, and a COMMIT bound after other messages
 		// of its batch gets a boundary of its own (SyncHere). Other
 		// statements act at Bind.
-		if first && isTxnControl(stmts) && !onlyBegin(stmts) && !hasCommit(stmts) {
+		if first && isTxnControl(stmts) && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) {
 			return s.execute(ctx, stmts, nil, at{wire.KindParse, true, sentText(st)})
 		}
 		for _, a := range stmts {
@@ -290,8 +290,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.unitStatus = 'T'
 			return nil
 		}
-		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasCommit(stmts) && !hasRollback(stmts) {
-			if hasRollbackTo(stmts) {
+		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) && !hasTxn(stmts, analysis.TxnRollback) {
+			if hasTxn(stmts, analysis.TxnRollbackTo) {
 				s.rolledBackTo()
 			}
 			return nil // acted on when parsed earlier in this unit
@@ -630,9 +630,10 @@ func (s *session) rolledBackTo() {
 	}
 }
 
-func hasRollbackTo(stmts []*analysis.Statement) bool {
+// hasTxn reports whether stmts hold a transaction-control statement op.
+func hasTxn(stmts []*analysis.Statement, op analysis.TxnOp) bool {
 	for _, a := range stmts {
-		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnRollbackTo {
+		if a.Kind == analysis.KindTxn && a.Txn.Op == op {
 			return true
 		}
 	}
@@ -643,24 +644,6 @@ func hasRollbackTo(stmts []*analysis.Statement) bool {
 // executed (bound), not when it is parsed, which starts no transaction.
 func onlyBegin(stmts []*analysis.Statement) bool {
 	return len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin
-}
-
-func hasRollback(stmts []*analysis.Statement) bool {
-	for _, a := range stmts {
-		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnRollback {
-			return true
-		}
-	}
-	return false
-}
-
-func hasCommit(stmts []*analysis.Statement) bool {
-	for _, a := range stmts {
-		if a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnCommit {
-			return true
-		}
-	}
-	return false
 }
 
 // at says which client message statements arrive with, and whether it is

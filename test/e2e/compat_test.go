@@ -43,6 +43,20 @@ func (sb *sideBySide) conns(t *testing.T) (ordo, plain *pgx.Conn) {
 	return ordo, plain
 }
 
+// hijacked opens a raw protocol connection through node 1 and one to the
+// plain server, closed when the test ends.
+func (sb *sideBySide) hijacked(t *testing.T) (ordo, plain *pgconn.HijackedConn) {
+	hijack := func(dsn string) *pgconn.HijackedConn {
+		c, err := pgconn.Connect(context.Background(), dsn)
+		require.NoError(t, err)
+		h, err := c.Hijack()
+		require.NoError(t, err)
+		t.Cleanup(func() { h.Conn.Close() })
+		return h
+	}
+	return hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+}
+
 // simple runs sql with the simple protocol and returns every reply as
 // text: each statement's tag and rows, and the error PostgreSQL raised
 // (SQLSTATE, message, detail, position), and the transaction status after.
@@ -396,15 +410,7 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 		_, err := c.Exec(ctx, "create table ct(x int primary key)")
 		require.NoError(t, err)
 	}
-	hijack := func(dsn string) *pgconn.HijackedConn {
-		c, err := pgconn.Connect(ctx, dsn)
-		require.NoError(t, err)
-		h, err := c.Hijack()
-		require.NoError(t, err)
-		t.Cleanup(func() { h.Conn.Close() })
-		return h
-	}
-	ho, hp := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	ho, hp := sb.hijacked(t)
 	start := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "copy ct from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
 	untilCopyIn := func(h *pgconn.HijackedConn) string {
 		for _, m := range start {

@@ -27,15 +27,7 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		"create table pc(id int primary key, v text)",
 		"create table pcref(id int primary key, parent int references pcref(id) deferrable initially deferred)",
 	)
-	hijack := func(dsn string) *pgconn.HijackedConn {
-		c, err := pgconn.Connect(ctx, dsn)
-		require.NoError(t, err)
-		h, err := c.Hijack()
-		require.NoError(t, err)
-		t.Cleanup(func() { h.Conn.Close() })
-		return h
-	}
-	ho, hp := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	ho, hp := sb.hijacked(t)
 	ext := func(name, sql string, params ...string) []pgproto3.FrontendMessage {
 		var ps [][]byte
 		for _, v := range params {

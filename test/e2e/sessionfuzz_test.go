@@ -44,15 +44,7 @@ func TestSessionMessageSequences(t *testing.T) {
 		_, err := c.Exec(ctx, "create table fz(k int primary key, v int not null)").ReadAll()
 		require.NoError(t, err)
 	}
-	hijack := func(dsn string) *pgconn.HijackedConn {
-		c, err := pgconn.Connect(ctx, dsn)
-		require.NoError(t, err)
-		h, err := c.Hijack()
-		require.NoError(t, err)
-		t.Cleanup(func() { h.Conn.Close() })
-		return h
-	}
-	ordo, plain := hijack(sb.c.dsn(0)), hijack(sb.plain.Servers[0].DSN("postgres"))
+	ordo, plain := sb.hijacked(t)
 	// ORDO_SESSION_FUZZ_TRACE prints each round with the time it ended;
 	// ORDO_SESSION_FUZZ_PGLOG=file (with ORDO_TEST_PG_LOG_STATEMENTS=1)
 	// keeps node 1's PostgreSQL log there when a round fails.
