@@ -38,6 +38,8 @@ type session struct {
 
 	// The current transaction.
 	tx txState
+	// unit is the wire's Statement.Unit of the last Statement.
+	unit uint64
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -125,25 +127,30 @@ const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 // Statement implements wire.SessionHooks.
 func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	first := st.AtBoundary
-	if first {
-		s.unitStatus = 0
-		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
-		if s.unitReads.Len() > 0 || s.unitReads.All() {
-			s.unitReads = txn.ReadSet{}
-		}
+	if st.Unit != s.unit {
+		s.unit = st.Unit
 		if !(st.Kind == wire.KindParse && st.Name == "") {
 			// What PostgreSQL holds as the unnamed statement, which is
 			// not the last Parse this session saw if that one failed or
 			// was skipped, or if a Query destroyed it: later messages
-			// of the unit may bind it. (One the session cannot tell is
-			// bound as a statement it did not see: the worst is
-			// assumed.)
+			// of the unit may bind it. Exact at the first message of a
+			// unit the hooks see: the messages before it (Describe,
+			// Execute, Close of a portal) do not change it. (One the
+			// session cannot tell is bound as a statement it did not
+			// see: the worst is assumed.)
 			if sql, ok := s.be.Unnamed(); !ok {
 				delete(s.stmts, "")
 				delete(s.sent, "")
 			} else if sql != s.sent[""] {
 				s.stmts[""], s.sent[""] = s.analyze(sql), sql
 			}
+		}
+	}
+	if first {
+		s.unitStatus = 0
+		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
+		if s.unitReads.Len() > 0 || s.unitReads.All() {
+			s.unitReads = txn.ReadSet{}
 		}
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
@@ -435,6 +442,15 @@ func (s *session) inImplicit(stmts []*analysis.Statement) error {
 		name = "RELEASE SAVEPOINT"
 	case analysis.TxnRollbackTo:
 		name = "ROLLBACK TO SAVEPOINT"
+	case analysis.TxnCommit, analysis.TxnRollback:
+		// PostgreSQL ends the implicit transaction with a plain COMMIT
+		// or ROLLBACK, and refuses to chain one.
+		if stmts[0].Txn.Chain {
+			name = "COMMIT AND CHAIN"
+			if stmts[0].Txn.Op == analysis.TxnRollback {
+				name = "ROLLBACK AND CHAIN"
+			}
+		}
 	}
 	if name != "" {
 		return pgErr("25P01", "%s can only be used in transaction blocks", name)
@@ -793,6 +809,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			// The Sync also tells the block's real status, which a
 			// ROLLBACK TO earlier in the batch may have restored.
 			failed, err := s.be.SyncHere(ctx)
+			if errors.Is(err, wire.ErrNotAtBoundary) {
+				return pgErr(codeFeatureNotSupported,
+					"ordo: this COMMIT cannot be replicated where it stands in its batch (after a portal bound and not yet executed, a refused statement, or a COPY); send it after a Sync")
+			}
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -20,6 +21,10 @@ type execState struct {
 
 var _ Backend = (*session)(nil)
 
+// execName names the statement and portal of an Exec run with the
+// extended protocol.
+const execName = "ordo_exec"
+
 // TxStatus implements Backend.
 func (ss *session) TxStatus() byte { return byte(ss.txStatus.Load()) }
 
@@ -36,10 +41,29 @@ func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
 	}
 	ex := &execState{done: make(chan struct{})}
 	ss.exec.Store(ex)
-	ss.sendServer(&pgproto3.Query{String: sql})
-	if p := ss.unnamed.current(); p != nil && !(ss.stmt.Kind == KindParse && ss.stmt.Name == "") {
-		// The Query destroys the unnamed statement; the client may still
-		// bind it (unless it is replacing it right now).
+	switch p := ss.unnamed.current(); {
+	case p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == ""):
+		// No unnamed statement the client may still bind (or it is
+		// replacing it right now).
+		ss.sendServer(&pgproto3.Query{String: sql})
+	case !strings.Contains(sql, ";"):
+		// One statement: run under names of Ordo's, which leave the
+		// client's unnamed statement and portal alone. (Parsing the
+		// unnamed statement again after a Query fails if what it names
+		// is gone, a table the transaction dropped, and that would fail
+		// the client's transaction.) The first Close drops one an
+		// earlier error left behind.
+		ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
+		ss.sendServer(&pgproto3.Parse{Name: execName, Query: sql})
+		ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: execName})
+		ss.sendServer(&pgproto3.Execute{Portal: execName})
+		ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
+		ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
+		ss.sendServer(&pgproto3.Sync{})
+	default:
+		// The Query destroys the unnamed statement; the client may
+		// still bind it.
+		ss.sendServer(&pgproto3.Query{String: sql})
 		ex.restore = true
 		ss.sendServer(p)
 		ss.sendServer(&pgproto3.Sync{})

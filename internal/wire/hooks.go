@@ -98,6 +98,11 @@ type Statement struct {
 	// pipelining across Syncs) waits for them first, so that the hooks
 	// see it at a transaction boundary.
 	AtBoundary bool
+	// Unit counts the units the session has begun: the first Statement
+	// of a unit is the first with a new Unit, whether or not it is
+	// AtBoundary (a unit may begin with a message the hooks do not see,
+	// a Describe or an Execute).
+	Unit uint64
 }
 
 // Backend is the session's PostgreSQL connection as the hooks see it.
@@ -149,6 +154,15 @@ type Backend interface {
 	// returns). The message is then at a boundary, as if it began a unit
 	// of its own: the hooks may Exec. Inside a transaction block a Sync
 	// ends nothing, so the client sees the batch as PostgreSQL runs it.
+	// Before the Sync it sends a BEGIN of Ordo's (replies, warning and,
+	// in a failed block, error not relayed), so that the Sync never
+	// commits PostgreSQL's implicit transaction: what the batch ran so
+	// far becomes a block, as BeginHere makes it. It returns
+	// ErrNotAtBoundary, sending nothing, if a portal bound earlier in the
+	// batch has not been executed yet (ending the transaction would
+	// destroy it), if a refusal of the hooks is pending, or, having sent
+	// them, if PostgreSQL turns out to be in COPY FROM STDIN (it ignores
+	// the Sync there).
 	// failed: a message before it failed, PostgreSQL skipped the rest,
 	// and the message and what follows up to the client's Sync are
 	// skipped too, as they would have been (the hooks are not at a

@@ -18,8 +18,11 @@ const injectedName = "ordo_begin"
 // replies arrive in their place among the client's, unless an earlier
 // message of the batch failed, and then none does (PostgreSQL skips to the
 // Sync); unnamedTracker knows which replies are theirs and drops them.
-func (ss *session) BeginHere() {
-	ss.unnamed.sentInjected()
+func (ss *session) BeginHere() { ss.sendBegin(false) }
+
+// sendBegin sends an injected BEGIN (quiet: SyncHere's).
+func (ss *session) sendBegin(quiet bool) {
+	ss.unnamed.sentInjected(quiet)
 	ss.sendServer(&pgproto3.Parse{Name: injectedName, Query: "BEGIN"})
 	ss.sendServer(&pgproto3.Bind{DestinationPortal: injectedName, PreparedStatement: injectedName})
 	ss.sendServer(&pgproto3.Execute{Portal: injectedName})
@@ -47,13 +50,15 @@ func (ss *session) Unnamed() (string, bool) {
 // SyncHere implements Backend. It runs on the session goroutine, inside a
 // Statement call (hookMu held).
 //
-// The Sync is Ordo's: its ReadyForQuery is not relayed (quietReady), and
-// the hooks' ReadyForQuery runs for it before SyncHere returns. If a
-// message before it failed, PostgreSQL skipped the rest of the batch up to
-// that Sync and now runs messages again; a silent rejection (a Describe of
-// a portal that does not exist, whose error the client does not see) makes
-// it skip the rest of the client's batch, as it would have without the
-// Sync.
+// The BEGIN and the Sync are Ordo's: their replies are not relayed (the
+// BEGIN's through unnamedTracker, its warning inside a block in
+// backendLoop, the Sync's ReadyForQuery through quietReady), and the hooks'
+// ReadyForQuery runs for the Sync before SyncHere returns. In a failed
+// block the BEGIN fails, unseen, and the block stays failed. If a message before them failed,
+// PostgreSQL skipped the rest of the batch up to that Sync and now runs
+// messages again; a silent rejection (a Describe of a portal that does not
+// exist, whose error the client does not see) makes it skip the rest of
+// the client's batch, as it would have without the Sync.
 func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 	if !ss.batchOpen || ss.copying || ss.skipping || ss.inReadyForQuery || ss.stmt.AtBoundary {
 		return false, ErrNotAtBoundary
@@ -63,13 +68,35 @@ func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 		// nothing else can be outstanding.
 		return false, ErrNotAtBoundary
 	}
+	for p := range ss.unexecuted {
+		if p != ss.stmt.Portal || ss.stmt.Kind != KindBind {
+			return false, ErrNotAtBoundary
+		}
+	}
+	if ss.deferredReject != nil {
+		return false, ErrNotAtBoundary
+	}
+	// The replies to the batch so far first: a COPY FROM STDIN among
+	// them would swallow the Sync (PostgreSQL ignores Sync in that mode).
+	ss.copyIn.Store(false)
+	ss.sendServer(&pgproto3.Flush{})
+	if err := ss.flushServer(); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.copyIn.Load() }); err != nil {
+		return false, err
+	}
+	if ss.copyIn.Load() {
+		return false, ErrNotAtBoundary
+	}
 	ss.quietReady.Store(true)
 	ss.outstanding.Add(1)
+	ss.sendBegin(true)
 	ss.sendTracked(&pgproto3.Sync{})
 	if err := ss.flushServer(); err != nil {
 		return false, fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
-	if err := ss.waitIdle(ctx); err != nil {
+	if err := ss.waitUntil(ctx, func() bool { return ss.outstanding.Load() <= 0 }); err != nil {
 		return false, err
 	}
 	ss.drainEventsLocked()

@@ -89,7 +89,9 @@ type session struct {
 	// had one (PostgreSQL skipped to its Sync). See SyncHere.
 	unitFailed atomic.Bool
 	lastFailed atomic.Bool
-	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
+	copyIn atomic.Bool
+	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
 	// injectedBegins counts BeginHere's BEGINs executed.
 	injectedBegins      atomic.Int64
 	beginsSinceInjected atomic.Int64
@@ -126,6 +128,9 @@ type session struct {
 	execSinceQuery bool // an Execute was sent after the last Query
 	skipping       bool // a message of this batch was rejected
 	deferredReject *deferredReject
+	// unexecuted: portals bound in this batch and not executed yet.
+	unexecuted     map[string]bool
+	unit           uint64 // units begun (Statement.Unit)
 	syncsSinceExec int
 	rejectSeq      uint64
 	inBytes        int64
@@ -224,6 +229,7 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		}
 		ss.deliverEvents()
 	}
+	ss.unit++
 	return true, nil
 }
 
@@ -583,9 +589,18 @@ func (ss *session) clientLoop() error {
 					ss.deferredReject = &deferredReject{portal: m.DestinationPortal, err: err}
 				}
 			}
+			if ss.hooks != nil {
+				if ss.unexecuted == nil {
+					ss.unexecuted = make(map[string]bool)
+				}
+				ss.unexecuted[m.DestinationPortal] = true
+			}
 			ss.batchOpen = true
 		case *pgproto3.Close:
 			ss.batchOpen = true
+			if m.ObjectType == 'P' {
+				delete(ss.unexecuted, m.Name)
+			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
 				if ss.rejectExtended() {
@@ -594,6 +609,7 @@ func (ss *session) clientLoop() error {
 			}
 		case *pgproto3.Execute:
 			ss.batchOpen = true
+			delete(ss.unexecuted, m.Portal)
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
 			if d := ss.deferredReject; d != nil && d.portal == m.Portal {
@@ -607,6 +623,7 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Sync:
 			ss.batchOpen, ss.skipping = false, false
 			ss.deferredReject = nil
+			clear(ss.unexecuted)
 			if !ss.copying {
 				// PostgreSQL ignores Sync during COPY FROM STDIN.
 				ss.outstanding.Add(1)
@@ -853,6 +870,7 @@ func (ss *session) finishHeld() error {
 
 // callStatement runs SessionHooks.Statement for ss.stmt.
 func (ss *session) callStatement() error {
+	ss.stmt.Unit = ss.unit
 	ss.hookMu.Lock()
 	ss.drainEventsLocked()
 	err := ss.hooks.Statement(ss.ctx, &ss.stmt)
@@ -976,12 +994,20 @@ func (ss *session) backendLoop() {
 		}
 		if ss.srv.hooks == nil {
 			// A plain relay: nothing of Ordo's among the replies.
-		} else if drop, began := ss.unnamed.reply(msg); drop {
-			if began {
-				ss.beginsSinceInjected.Store(0)
-				ss.injectedBegins.Add(1)
+		} else if _, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.quietFirst() {
+			continue // "there is already a transaction in progress", to SyncHere's BEGIN
+		} else {
+			drop, began := ss.unnamed.reply(msg)
+			if ss.waiters.Load() > 0 && ss.unnamed.answered() {
+				ss.wakeWaiters() // SyncHere waits for the replies so far
 			}
-			continue
+			if drop {
+				if began {
+					ss.beginsSinceInjected.Store(0)
+					ss.injectedBegins.Add(1)
+				}
+				continue
+			}
 		}
 		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.srv.hooks != nil && (string(m.CommandTag) == "BEGIN" || string(m.CommandTag) == "START TRANSACTION") {
 			ss.begins.Add(1)
@@ -1010,7 +1036,8 @@ func (ss *session) backendLoop() {
 				ss.abortedTxn.Store(false)
 			}
 			ss.lastFailed.Store(ss.unitFailed.Swap(false))
-			if ss.quietReady.Swap(false) || (ss.hold.Load() && ss.outstanding.Load() <= 1) {
+			quiet := ss.quietReady.Swap(false)
+			if quiet || (ss.hold.Load() && ss.outstanding.Load() <= 1) {
 				// The end of a piece of a split query that is not the
 				// last, or of SyncHere's Sync, or held for the session
 				// goroutine (finishHeld): everything before it must
@@ -1065,13 +1092,15 @@ func (ss *session) backendLoop() {
 			if n == 0 && ss.srv.idleTimeouts {
 				ss.armIdle(m.TxStatus)
 			}
-			if n == 0 && m.TxStatus == 'I' && ss.draining.Load() {
+			if n == 0 && m.TxStatus == 'I' && ss.draining.Load() && !quiet {
 				_ = ss.flushClient()
 				ss.terminate(fatal(codeAdminShutdown, "terminating connection due to administrator command (ordo shutting down)"))
 				return
 			}
 			continue
 		case *pgproto3.CopyInResponse:
+			ss.copyIn.Store(true)
+			ss.wakeWaiters()
 			if ss.hold.Load() {
 				ss.sendClient(m)
 				if err := ss.flushClient(); err != nil {

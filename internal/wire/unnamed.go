@@ -44,20 +44,37 @@ const (
 type trackedMsg struct {
 	kind  trackedKind
 	parse *pgproto3.Parse // trackedParse
-	// injected: sent by Ordo (BeginHere), not the client: its reply is
-	// dropped; begin marks its Execute of BEGIN.
-	injected, begin bool
+	// injected: sent by Ordo (BeginHere, SyncHere), not the client: its
+	// reply is dropped; begin marks BeginHere's Execute of BEGIN (counted
+	// by Backend.InjectedBegins). quiet: SyncHere's, whose error and
+	// warning are dropped too.
+	injected, begin, quiet bool
 }
 
-// sentInjected notes BeginHere's messages: Parse, Bind, Execute and two
-// Closes, in that order.
-func (u *unnamedTracker) sentInjected() {
+// sentInjected notes an injected BEGIN's messages: Parse, Bind, Execute
+// and two Closes, in that order; quiet for SyncHere's, else BeginHere's.
+func (u *unnamedTracker) sentInjected(quiet bool) {
+	m := trackedMsg{kind: trackedOther, injected: true, quiet: quiet}
+	exec := m
+	exec.begin = !quiet
 	u.mu.Lock()
-	u.queue = append(u.queue,
-		trackedMsg{kind: trackedOther, injected: true}, trackedMsg{kind: trackedOther, injected: true},
-		trackedMsg{kind: trackedOther, injected: true, begin: true},
-		trackedMsg{kind: trackedOther, injected: true}, trackedMsg{kind: trackedOther, injected: true})
+	u.queue = append(u.queue, m, m, exec, m, m)
 	u.mu.Unlock()
+}
+
+// answered reports whether every message sent has had its reply.
+func (u *unnamedTracker) answered() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.queue) == 0
+}
+
+// quietFirst reports whether the next reply answers a message of
+// SyncHere's.
+func (u *unnamedTracker) quietFirst() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.queue) > 0 && u.queue[0].quiet
 }
 
 // sent notes a message sent to PostgreSQL for the client.
@@ -132,18 +149,34 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		}
 	default:
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			// The messages before the Sync were skipped after an error
+			// that was answered before they were queued (SyncHere waits
+			// for the replies so far, then sends its own).
+			for i, m := range u.queue {
+				if m.kind == trackedQuery {
+					break
+				}
+				if m.kind == trackedSync {
+					u.queue = u.queue[i+1:]
+					return false, false
+				}
+			}
 			u.lost()
 			return false, false
 		}
 		// An ErrorResponse: the front message failed (a failed Parse of
 		// the unnamed statement has dropped the old one), and the rest
-		// up to the Sync is skipped.
+		// up to the Sync is skipped. SyncHere's BEGIN fails in a failed
+		// block: the client does not see that.
 		if front.kind == trackedParse && front.parse.Name == "" {
 			u.stmt = nil
 		}
 		u.queue = u.queue[1:]
 		for len(u.queue) > 0 && u.queue[0].kind != trackedSync && u.queue[0].kind != trackedQuery {
 			u.queue = u.queue[1:]
+		}
+		if front.quiet {
+			return true, false
 		}
 	}
 	return false, false

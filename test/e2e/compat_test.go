@@ -504,3 +504,26 @@ func TestCompatClientTwoPhaseCommitRefused(t *testing.T) {
 	require.NoError(t, c.direct(0).QueryRow(ctx, "select count(*) from pg_prepared_xacts").Scan(&prepared))
 	require.Zero(t, prepared)
 }
+
+// TestCompatDropWhatTheUnnamedStatementNames: the client's unnamed
+// statement names a temporary table, which a later statement (bound from a
+// named one, as pgjdbc does with binary transfer forced) drops in the
+// transaction Ordo wraps it in. Ordo's own statements after it must not
+// parse the unnamed statement again in that transaction: the Parse failed,
+// and the client's DROP answered "current transaction is aborted"
+// (pgjdbc's BatchExecuteTest.testSelectInBatch[3,4], in its tearDown).
+func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "create temp table tb(pk int, col1 int)"}},
+		{&pgproto3.Query{String: "insert into tb values (1, 0)"}},
+		{&pgproto3.Parse{Query: "update tb set col1 = col1 + 1 where pk = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "S_10", Query: "drop table if exists tb cascade"}, &pgproto3.Describe{ObjectType: 'S', Name: "S_10"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "S_10"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}, // the unnamed statement's table is gone
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+}

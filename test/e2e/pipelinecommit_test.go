@@ -104,6 +104,41 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"a query", []pgproto3.FrontendMessage{&pgproto3.Query{String: "select 1"}}},
 		{"insert, bind the destroyed commit", batch(ext("i3", "insert into pc values (16, 'p')"),
 			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
+		// A BEGIN bound and never executed (its portal replaced): the
+		// insert runs in PostgreSQL's implicit transaction, which the
+		// COMMIT ends (review of SyncHere: its Sync committed it on node
+		// 1 alone).
+		{"select, begin bound only, insert, commit", batch(ext("", "select 1"),
+			[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}},
+			ext("", "insert into pc values (17, 'q')"), ext("", "commit"))},
+		// COMMIT AND CHAIN ends no implicit transaction: PostgreSQL
+		// refuses it there.
+		{"insert, commit and chain (implicit)", batch(ext("", "insert into pc values (18, 'r')"), ext("", "commit and chain"))},
+		{"select, insert, commit and chain (implicit)", batch(ext("", "select 1"), ext("", "insert into pc values (19, 's')"),
+			ext("", "commit and chain"))},
+		// pgjdbc's shape (a Close first) in a failed block: the COMMIT
+		// rolls back.
+		{"begin, insert", batch(ext("", "begin"), ext("", "insert into pc values (30, 'z')"))},
+		{"fail the block", batch(ext("", "select 1/0"))},
+		{"close, commit in the failed block", batch([]pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "nosuch"}},
+			ext("", "commit"))},
+		// The unnamed statement PostgreSQL holds, bound by a unit that
+		// begins with a message the hooks do not see (a Describe).
+		{"parse commit 3", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "commit"}})},
+		{"fail, parse select 3", batch(ext("f3", "select 1/0"), []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 1"}})},
+		{"describe, begin, insert (named), bind the unnamed commit", batch([]pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'S'}},
+			ext("b3", "begin"), ext("i4", "insert into pc values (40, 'aa')"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Close{ObjectType: 'S', Name: "b3"}, &pgproto3.Close{ObjectType: 'S', Name: "i4"}})},
+		// After an error earlier in its batch, the COMMIT's boundary
+		// (Ordo's own messages, skipped) leaves the unnamed statement
+		// known: bound later, the insert it holds is replicated.
+		{"parse unnamed insert", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into pc values ($1, 'w')"}})},
+		{"begin (named)", batch(ext("b5", "begin"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "b5"}})},
+		{"fail, commit (named)", batch(ext("f5", "select 1/0"), ext("c5", "commit"))},
+		{"rollback (named)", batch(ext("r5", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "r5"},
+			&pgproto3.Close{ObjectType: 'S', Name: "f5"}, &pgproto3.Close{ObjectType: 'S', Name: "c5"}})},
+		{"bind the unnamed insert", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{Parameters: [][]byte{[]byte("60")}}, &pgproto3.Execute{}})},
 		// A BEGIN parsed and never executed starts nothing: the update
 		// after it commits at the Sync, and is replicated.
 		{"parse begin, update", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}},
@@ -117,6 +152,17 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		got := exchangeAll(t, ho, tc.msgs)
 		require.Equal(t, want, got, "%s: through Ordo and on PostgreSQL", tc.name)
 	}
+
+	// A COMMIT bound while an earlier portal waits for its Execute would
+	// destroy that portal when Ordo ends the transaction: refused, and
+	// nothing is committed.
+	out := exchangeAll(t, ho, append(batch(ext("", "begin")), batch([]pgproto3.FrontendMessage{
+		&pgproto3.Parse{Name: "p1", Query: "insert into pc values (50, 'bb')"},
+		&pgproto3.Bind{DestinationPortal: "p1", PreparedStatement: "p1"},
+		&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{},
+		&pgproto3.Execute{Portal: "p1"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "p1"}})...))
+	require.Contains(t, out, "Error 0A000 ordo: this COMMIT cannot be replicated where it stands in its batch", out)
+	require.Contains(t, exchangeAll(t, ho, batch(ext("", "rollback"))), "Complete ROLLBACK")
 
 	// pgx: a batch that begins and commits.
 	for _, conn := range []*pgx.Conn{o, p} {
