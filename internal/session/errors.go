@@ -15,6 +15,7 @@ const (
 	codeReadOnly             = "25006"
 	codeInternal             = "XX000"
 	codeProgramLimitExceeded = "54000"
+	codeInFailedTransaction  = "25P02"
 )
 
 // canceled reports a statement canceled by a CancelRequest (57014). On

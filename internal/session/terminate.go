@@ -91,11 +91,11 @@ func (s *session) probe(ctx context.Context) (written, error) {
 }
 
 // prepare decides how the open transaction ends and, if it must be
-// replicated, prepares it as a new gid, with then appended to the PREPARE
-// (in the same round trip). replicate is false when it should commit
+// replicated, prepares it as a new gid, with the statements then run
+// after the PREPARE (in the same round trip). replicate is false when it should commit
 // locally (read-only, or only temporary tables written; nothing is done
 // then). what names the transaction in errors.
-func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, replicate bool, prepared time.Time, err error) {
+func (s *session) prepare(ctx context.Context, then []string, what string) (gid txn.GID, replicate bool, prepared time.Time, err error) {
 	t0 := time.Now()
 	seqs, err := s.sequenceChanges(ctx)
 	if err != nil {
@@ -134,7 +134,7 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 	}
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
-	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'"+then)
+	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'", then...)
 	if err != nil {
 		return "", false, t0, err
 	}
@@ -148,6 +148,13 @@ func (s *session) prepare(ctx context.Context, then, what string) (gid txn.GID, 
 		}
 		return "", false, t0, prepareFailed(res.Err)
 	}
+	if len(res.Tags) > 0 && res.Tags[0] == "ROLLBACK" {
+		// PostgreSQL answers PREPARE TRANSACTION in a failed transaction
+		// by rolling it back, without an error: nothing was prepared, and
+		// waiting for its write set would only time out.
+		return "", false, t0, pgErr(codeInFailedTransaction,
+			"ordo: the transaction had failed before its commit (one of Ordo's own statements in it failed; the node log says which); it was rolled back")
+	}
 	return gid, true, s.h.m.since(stagePrepare, t0), nil
 }
 
@@ -158,7 +165,7 @@ func (s *session) commitExplicit(ctx context.Context) error {
 	if err := s.consCommit(ctx); err != nil {
 		return err
 	}
-	gid, replicate, prepared, err := s.prepare(ctx, "; BEGIN", "transaction")
+	gid, replicate, prepared, err := s.prepare(ctx, []string{"BEGIN"}, "transaction")
 	if err != nil {
 		return err
 	}
@@ -249,7 +256,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	case 'I':
 		return nil // the statement ended the block itself (refused earlier)
 	}
-	gid, replicate, prepared, err := s.prepare(ctx, "", "statement")
+	gid, replicate, prepared, err := s.prepare(ctx, nil, "statement")
 	if err != nil {
 		return err
 	}

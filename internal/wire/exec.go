@@ -13,10 +13,6 @@ import (
 type execState struct {
 	res  Result
 	done chan struct{}
-	// restore: a Parse of the client's unnamed statement follows the
-	// Query (with its own Sync), to put back what the Query destroyed;
-	// restoring is set once the Query's ReadyForQuery has arrived.
-	restore, restoring bool
 }
 
 var _ Backend = (*session)(nil)
@@ -29,7 +25,7 @@ const execName = "ordo_exec"
 func (ss *session) TxStatus() byte { return byte(ss.txStatus.Load()) }
 
 // Exec implements Backend. It runs on the session goroutine.
-func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
+func (ss *session) Exec(ctx context.Context, sql string, more ...string) (*Result, error) {
 	if ss.batchOpen || ss.copying || ss.inReadyForQuery {
 		return nil, ErrNotAtBoundary
 	}
@@ -41,31 +37,28 @@ func (ss *session) Exec(ctx context.Context, sql string) (*Result, error) {
 	}
 	ex := &execState{done: make(chan struct{})}
 	ss.exec.Store(ex)
+	all := append([]string{sql}, more...)
 	switch p := ss.unnamed.current(); {
 	case p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == ""):
 		// No unnamed statement the client may still bind (or it is
 		// replacing it right now).
-		ss.sendServer(&pgproto3.Query{String: sql})
-	case !strings.Contains(sql, ";"):
-		// One statement: run under names of Ordo's, which leave the
+		ss.sendServer(&pgproto3.Query{String: strings.Join(all, "; ")})
+	default:
+		// One statement each: run under names of Ordo's, which leave the
 		// client's unnamed statement and portal alone. (Parsing the
 		// unnamed statement again after a Query fails if what it names
 		// is gone, a table the transaction dropped, and that would fail
 		// the client's transaction.) The first Close drops one an
-		// earlier error left behind.
+		// earlier error left behind; after an error PostgreSQL skips the
+		// rest, as in a query string.
 		ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
-		ss.sendServer(&pgproto3.Parse{Name: execName, Query: sql})
-		ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: execName})
-		ss.sendServer(&pgproto3.Execute{Portal: execName})
-		ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
-		ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
-		ss.sendServer(&pgproto3.Sync{})
-	default:
-		// The Query destroys the unnamed statement; the client may
-		// still bind it.
-		ss.sendServer(&pgproto3.Query{String: sql})
-		ex.restore = true
-		ss.sendServer(p)
+		for _, q := range all {
+			ss.sendServer(&pgproto3.Parse{Name: execName, Query: q})
+			ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: execName})
+			ss.sendServer(&pgproto3.Execute{Portal: execName})
+			ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
+			ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
+		}
 		ss.sendServer(&pgproto3.Sync{})
 	}
 	if err := ss.flushServer(); err != nil {
@@ -155,13 +148,6 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 	case *pgproto3.CommandComplete:
 		ex.res.Tags = append(ex.res.Tags, string(m.CommandTag))
 	case *pgproto3.ErrorResponse:
-		if ex.restoring {
-			// The unnamed statement no longer parses (its objects
-			// changed): the client's Bind of it fails as it would have.
-			ss.srv.log.Debug("could not restore the unnamed statement", "session", ss.id, "err", m.Message)
-			ss.unnamed.forget()
-			return true
-		}
 		if ex.res.Err == nil {
 			ex.res.Err = pgError(m)
 		}
@@ -172,14 +158,7 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		_, _ = ss.server.Write(b)
 	case *pgproto3.ReadyForQuery:
 		ss.txStatus.Store(uint32(m.TxStatus))
-		if ex.restore && !ex.restoring {
-			ex.restoring = true
-			ex.res.TxStatus = m.TxStatus
-			return true
-		}
-		if !ex.restoring {
-			ex.res.TxStatus = m.TxStatus
-		}
+		ex.res.TxStatus = m.TxStatus
 		ss.exec.Store(nil)
 		close(ex.done)
 	}

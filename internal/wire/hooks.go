@@ -119,7 +119,15 @@ type Backend interface {
 	// it returns ErrNotAtBoundary.
 	// An error PostgreSQL reports is in Result.Err, not the returned error;
 	// the returned error means the connection is unusable or ctx ended.
-	Exec(ctx context.Context, sql string) (*Result, error)
+	//
+	// more are statements run after sql in the same round trip, as in
+	// one query string (after an error the rest is skipped). Each must be
+	// one statement while the client holds an unnamed statement: they
+	// then run with the extended protocol under names of Ordo's, which
+	// leave it (and the unnamed portal) as they are. (A simple query
+	// would destroy it, and parsing it again fails, in the transaction,
+	// if what it names is gone.) Otherwise they run as one query string.
+	Exec(ctx context.Context, sql string, more ...string) (*Result, error)
 	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
 	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
 	TxStatus() byte

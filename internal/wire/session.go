@@ -67,7 +67,7 @@ type session struct {
 	rejects     map[string]*pgproto3.ErrorResponse
 	nrejects    atomic.Int32
 	exec        atomic.Pointer[execState]
-	unnamed     unnamedTracker // the client's unnamed statement (Exec restores it)
+	unnamed     unnamedTracker // the client's unnamed statement (Exec leaves it alone)
 	// hold is set by HoldReady: the backend goroutine does not relay the
 	// ReadyForQuery that brings outstanding to zero; the session goroutine
 	// runs ReadyHolder.BeforeReady and sends it (finishHeld).
@@ -802,7 +802,7 @@ func (ss *session) abortIdle() {
 	}
 	ctx, cancel := context.WithTimeout(ss.ctx, 10*time.Second)
 	defer cancel()
-	if _, err := ss.Exec(ctx, "ROLLBACK; BEGIN; SELECT 'ordo: transaction aborted'::int"); err != nil {
+	if _, err := ss.Exec(ctx, "ROLLBACK", "BEGIN", "SELECT 'ordo: transaction aborted'::int"); err != nil {
 		ss.srv.log.Warn("abort of an idle transaction failed", "session", ss.id, "err", err)
 	}
 }

@@ -182,13 +182,6 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 	return false, false
 }
 
-// forget notes that the unnamed statement no longer exists.
-func (u *unnamedTracker) forget() {
-	u.mu.Lock()
-	u.stmt = nil
-	u.mu.Unlock()
-}
-
 // lost forgets what is known: the replies did not match the messages.
 func (u *unnamedTracker) lost() {
 	u.queue = u.queue[:0]

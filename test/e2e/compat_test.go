@@ -511,7 +511,8 @@ func TestCompatClientTwoPhaseCommitRefused(t *testing.T) {
 // transaction Ordo wraps it in. Ordo's own statements after it must not
 // parse the unnamed statement again in that transaction: the Parse failed,
 // and the client's DROP answered "current transaction is aborted"
-// (pgjdbc's BatchExecuteTest.testSelectInBatch[3,4], in its tearDown).
+// (pgjdbc's BatchExecuteTest.testSelectInBatch[3,4], in its tearDown),
+// and a replicated transaction's COMMIT said ROLLBACK.
 func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
@@ -522,6 +523,15 @@ func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
 		{&pgproto3.Parse{Name: "S_10", Query: "drop table if exists tb cascade"}, &pgproto3.Describe{ObjectType: 'S', Name: "S_10"}, &pgproto3.Sync{}},
 		{&pgproto3.Bind{PreparedStatement: "S_10"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}, // the unnamed statement's table is gone
+		// A replicated table dropped in a block: the COMMIT says COMMIT
+		// (Ordo's PREPARE TRANSACTION and BEGIN parsed the unnamed
+		// statement again in the empty transaction the client's COMMIT
+		// ends, which failed it: the client read ROLLBACK).
+		{&pgproto3.Query{String: "create table pt(pk int primary key, col1 int)"}},
+		{&pgproto3.Parse{Query: "update pt set col1 = col1 + 1 where pk = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "b", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "d", Query: "drop table pt"}, &pgproto3.Bind{PreparedStatement: "d"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "c", Query: "commit"}, &pgproto3.Bind{PreparedStatement: "c"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
