@@ -869,6 +869,19 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		// block): an update there must be wrapped anew, not taken for
 		// part of the transaction that ended.
 		if m.kind != wire.KindParse {
+			if !m.first && (s.tx.active || s.txStatus() != 'I') {
+				// After an error earlier in the batch PostgreSQL skips
+				// it: the transaction is still there (a ROLLBACK TO in a
+				// later batch may restore it), and so is what the session
+				// knows of it (its snapshot, its reads).
+				failed, err := s.be.Failed(ctx)
+				if err != nil && !errors.Is(err, wire.ErrNotAtBoundary) {
+					return err
+				}
+				if failed {
+					return nil
+				}
+			}
 			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
 			s.endTx()
 			if chain {

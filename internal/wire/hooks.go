@@ -178,6 +178,12 @@ type Backend interface {
 	// transaction block the Sync would commit the batch's implicit
 	// transaction: the hooks call it only inside one.
 	SyncHere(ctx context.Context) (failed bool, err error)
+	// Failed, called from SessionHooks.Statement, waits for PostgreSQL's
+	// replies to the messages of the batch sent so far and reports
+	// whether one of them failed: PostgreSQL then skips the message being
+	// reported, and the rest up to the client's Sync. At the first
+	// message of a unit it reports false at once.
+	Failed(ctx context.Context) (bool, error)
 	// Begins counts the client's BEGINs PostgreSQL has executed
 	// (CommandComplete "BEGIN"): comparing two counts tells whether one
 	// ran in between.

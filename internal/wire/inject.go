@@ -47,6 +47,40 @@ func (ss *session) Unnamed() (string, bool) {
 	return "", false
 }
 
+// Failed implements Backend.
+func (ss *session) Failed(ctx context.Context) (bool, error) {
+	if !ss.batchOpen || ss.copying || ss.inReadyForQuery {
+		return false, nil
+	}
+	if ss.skipping {
+		return true, nil
+	}
+	if err := ss.awaitReplies(ctx); err != nil {
+		return false, err
+	}
+	return ss.unitFailed.Load(), nil
+}
+
+// awaitReplies waits until PostgreSQL has answered every message sent so
+// far (a Flush makes it answer), or has failed one (it then skips every
+// message, a Flush too, up to the Sync: unitFailed), or has started a COPY
+// FROM STDIN, which waits for data and ignores a Flush: ErrNotAtBoundary
+// then.
+func (ss *session) awaitReplies(ctx context.Context) error {
+	ss.copyIn.Store(false)
+	ss.sendServer(&pgproto3.Flush{})
+	if err := ss.flushServer(); err != nil {
+		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.unitFailed.Load() || ss.copyIn.Load() }); err != nil {
+		return err
+	}
+	if ss.copyIn.Load() {
+		return ErrNotAtBoundary
+	}
+	return nil
+}
+
 // SyncHere implements Backend. It runs on the session goroutine, inside a
 // Statement call (hookMu held).
 //
@@ -78,16 +112,8 @@ func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 	}
 	// The replies to the batch so far first: a COPY FROM STDIN among
 	// them would swallow the Sync (PostgreSQL ignores Sync in that mode).
-	ss.copyIn.Store(false)
-	ss.sendServer(&pgproto3.Flush{})
-	if err := ss.flushServer(); err != nil {
-		return false, fmt.Errorf("%w: %w", ErrSessionClosed, err)
-	}
-	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.copyIn.Load() }); err != nil {
+	if err := ss.awaitReplies(ctx); err != nil {
 		return false, err
-	}
-	if ss.copyIn.Load() {
-		return false, ErrNotAtBoundary
 	}
 	ss.quietReady.Store(true)
 	ss.outstanding.Add(1)

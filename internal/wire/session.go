@@ -998,8 +998,11 @@ func (ss *session) backendLoop() {
 			continue // "there is already a transaction in progress", to SyncHere's BEGIN
 		} else {
 			drop, began := ss.unnamed.reply(msg)
-			if ss.waiters.Load() > 0 && ss.unnamed.answered() {
-				ss.wakeWaiters() // SyncHere waits for the replies so far
+			if _, failed := msg.(*pgproto3.ErrorResponse); failed && !drop {
+				ss.unitFailed.Store(true) // (before the wake-up: see awaitReplies)
+			}
+			if ss.waiters.Load() > 0 && (ss.unnamed.answered() || ss.unitFailed.Load()) {
+				ss.wakeWaiters() // awaitReplies waits for the replies so far
 			}
 			if drop {
 				if began {

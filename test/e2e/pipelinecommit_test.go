@@ -139,6 +139,17 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"rollback (named)", batch(ext("r5", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "r5"},
 			&pgproto3.Close{ObjectType: 'S', Name: "f5"}, &pgproto3.Close{ObjectType: 'S', Name: "c5"}})},
 		{"bind the unnamed insert", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{Parameters: [][]byte{[]byte("60")}}, &pgproto3.Execute{}})},
+		// A ROLLBACK that PostgreSQL skips after an error earlier in its
+		// batch ends nothing: a ROLLBACK TO later restores the block, and
+		// its COMMIT is certified as the transaction it is (the session
+		// had forgotten it, and certified it against snapshot seqno 0:
+		// it conflicted with the delete before it began).
+		{"insert 70", []pgproto3.FrontendMessage{&pgproto3.Query{String: "insert into pc values (70, 'k')"}}},
+		{"delete 70", []pgproto3.FrontendMessage{&pgproto3.Query{String: "delete from pc where id = 70"}}},
+		{"begin, insert 70, savepoint", batch(ext("", "begin"), ext("", "insert into pc values (70, 'k2')"), ext("", "savepoint s2"))},
+		{"fail, rollback (skipped)", batch(ext("", "select 1/0"), ext("", "rollback"))},
+		{"rollback to s2", batch(ext("", "rollback to savepoint s2"))},
+		{"commit after the skipped rollback", batch(ext("", "commit"))},
 		// A BEGIN parsed and never executed starts nothing: the update
 		// after it commits at the Sync, and is replicated.
 		{"parse begin, update", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}},
@@ -151,6 +162,31 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		want := exchangeAll(t, hp, tc.msgs)
 		got := exchangeAll(t, ho, tc.msgs)
 		require.Equal(t, want, got, "%s: through Ordo and on PostgreSQL", tc.name)
+	}
+
+	// The error of an earlier message has come back before the COMMIT
+	// or ROLLBACK is sent (the client flushed and read it): PostgreSQL
+	// skips every message after it, a Flush too, and Ordo must not wait
+	// for their replies (it did, for good).
+	for _, end := range []string{"commit", "rollback"} {
+		var outs [2]string
+		for i, h := range []*pgconn.HijackedConn{hp, ho} {
+			outs[i] = exchangeAll(t, h, batch(ext("", "begin")))
+			for _, m := range append(ext("", "select 1/0"), &pgproto3.Flush{}) {
+				h.Frontend.Send(m)
+			}
+			require.NoError(t, h.Frontend.Flush())
+			for {
+				msg, err := h.Frontend.Receive()
+				require.NoError(t, err)
+				if _, ok := msg.(*pgproto3.ErrorResponse); ok {
+					break
+				}
+			}
+			outs[i] += exchangeAll(t, h, batch(ext("", "select 2"), ext("", end)))
+			outs[i] += exchangeAll(t, h, batch(ext("", "rollback")))
+		}
+		require.Equal(t, outs[0], outs[1], "%s after an error already answered: through Ordo and on PostgreSQL", end)
 	}
 
 	// A COMMIT bound while an earlier portal waits for its Execute would
