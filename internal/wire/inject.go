@@ -88,11 +88,12 @@ func (ss *session) awaitReplies(ctx context.Context) error {
 // BEGIN's through unnamedTracker, its warning inside a block in
 // backendLoop, the Sync's ReadyForQuery through quietReady), and the hooks'
 // ReadyForQuery runs for the Sync before SyncHere returns. In a failed
-// block the BEGIN fails, unseen, and the block stays failed. If a message before them failed,
-// PostgreSQL skipped the rest of the batch up to that Sync and now runs
-// messages again; a silent rejection (a Describe of a portal that does not
-// exist, whose error the client does not see) makes it skip the rest of
-// the client's batch, as it would have without the Sync.
+// block the BEGIN fails, unseen, and the block stays failed. If a message
+// before them failed, PostgreSQL skipped the rest of the batch up to that
+// Sync and now runs messages again; a silent rejection (a Describe of a
+// portal that does not exist, whose error the client does not see) makes
+// it skip the rest of the client's batch, as it would have without the
+// Sync.
 func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 	if !ss.batchOpen || ss.copying || ss.skipping || ss.inReadyForQuery || ss.stmt.AtBoundary {
 		return false, ErrNotAtBoundary
