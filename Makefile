@@ -15,7 +15,7 @@ PG18_BIN  ?=
 # its budget (`make test-pg18 PG18_SKIP=` runs everything).
 PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates|JoinUnderLoad|JoinKilledAndRestarted|RemoveNodeUnderLoad
 
-.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-tpcc clean safety compat-suites
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-ddl bench-tpcc clean safety compat-suites
 
 all: build
 
@@ -116,6 +116,12 @@ bench-cluster:
 bench-load:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster -load $(BENCH_FLAGS)
+
+## bench-ddl: CREATE TABLE, an insert and DROP TABLE directly and through
+## one node of a 3-node cluster, interleaved runs, medians (docs/performance.md).
+bench-ddl:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/cluster -ddl $(BENCH_FLAGS)
 
 ## bench-tpcc: TPC-C directly and through a 3-node cluster under dbsm,
 ## dbsm-si, pgr and cons (table and warehouse grain), 1 and 8 clients per

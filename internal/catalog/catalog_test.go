@@ -1,9 +1,12 @@
 package catalog
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -58,5 +61,75 @@ func TestSearchPath(t *testing.T) {
 	}
 	if DefaultSchema([]string{"pg_catalog", "x"}) != "x" || DefaultSchema(nil) != "" {
 		t.Error("DefaultSchema")
+	}
+}
+
+// TestCurrentWaitsForTheRefreshAfterInvalidate: after a schema change
+// commits, no statement may be analyzed against the catalog from before
+// it; a failed refresh ends the wait too.
+func TestCurrentWaitsForTheRefreshAfterInvalidate(t *testing.T) {
+	gate := make(chan error)
+	tables := 0
+	c := NewCache(func(ctx context.Context) (Description, error) {
+		if err := <-gate; err != nil {
+			return Description{}, err
+		}
+		tables++
+		var d Description
+		for i := range tables {
+			d.Tables = append(d.Tables, TableDesc{Schema: "public", Name: fmt.Sprintf("t%d", i)})
+		}
+		return d, nil
+	})
+	refresh := func() <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Refresh(context.Background())
+			done <- err
+		}()
+		return done
+	}
+	done := refresh()
+	gate <- nil
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	v1 := c.Current()
+	if c.Current() != v1 {
+		t.Fatal("Current changed without a refresh")
+	}
+
+	c.Invalidate()
+	got := make(chan *Catalog)
+	go func() { got <- c.Current() }()
+	select {
+	case <-got:
+		t.Fatal("Current did not wait for the refresh after Invalidate")
+	case <-time.After(50 * time.Millisecond):
+	}
+	done = refresh()
+	gate <- nil
+	if v := <-got; v == v1 {
+		t.Fatal("Current returned the catalog from before the refresh")
+	}
+	<-done
+	if v := c.Current(); v.Version() <= v1.Version() {
+		t.Fatalf("version %d after the refresh, %d before", v.Version(), v1.Version())
+	}
+
+	c.Invalidate()
+	go func() { got <- c.Current() }()
+	done = refresh()
+	gate <- errors.New("connection lost")
+	select {
+	case v := <-got:
+		if v == nil {
+			t.Fatal("no catalog after a failed refresh")
+		}
+	case <-time.After(StaleWait / 2):
+		t.Fatal("a failed refresh did not end the wait")
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the refresh did not fail")
 	}
 }

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -27,7 +28,7 @@ const (
 SELECT n.nspname, c.relname, c.relkind::text
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r','p','m','f','v')
-  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
 ORDER BY 1, 2`
 	qColumns = `
 SELECT n.nspname, c.relname, a.attname,
@@ -38,7 +39,7 @@ JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_collation co ON co.oid = a.attcollation
 WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r','p','m','f','v')
-  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
 ORDER BY 1, 2, a.attnum`
 	qPK = `
 SELECT n.nspname, c.relname, a.attname
@@ -47,7 +48,8 @@ JOIN pg_class c ON c.oid = i.indrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-WHERE i.indisprimary
+WHERE i.indisprimary AND {scope n}
+  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
 ORDER BY 1, 2, k.ord`
 	qViewDeps = `
 SELECT DISTINCT vn.nspname, v.relname,
@@ -61,21 +63,60 @@ LEFT JOIN pg_class r ON d.refclassid = 'pg_class'::regclass AND r.oid = d.refobj
 LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
 LEFT JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
 LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
-WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL)
+WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL) AND {scope vn}
 ORDER BY 1, 2, 3, 4, 5`
 	qTriggers = `
 SELECT DISTINCT n.nspname, c.relname
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
-   OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid))
+WHERE (EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
+   OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid)))
+  AND {scope n}
 ORDER BY 1, 2`
 	qFunctions = `
 SELECT n.nspname, p.proname, p.provolatile::text, l.lanname, p.prokind::text
 FROM pg_proc p
 JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
+WHERE {scope n}
 ORDER BY 1, 2`
+	// qSystemSignature counts the objects created in the system schemas
+	// since initdb (whose objects have lower OIDs): extensions created in
+	// them. They change in no other way while PostgreSQL runs (an upgrade
+	// restarts it, and the node with it).
+	qSystemSignature = `
+SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid >= 16384 AND {scope n}),
+       (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid >= 16384 AND {scope n})`
 )
+
+// scope selects the schemas a load reads.
+type scope int
+
+const (
+	allSchemas    scope = iota
+	systemSchemas       // pg_catalog and information_schema
+	userSchemas         // every other
+)
+
+// scoped returns query with each "{scope X}" replaced by the condition
+// on the schema name column X.nspname that selects s.
+func scoped(query string, s scope) string {
+	for {
+		i := strings.Index(query, "{scope ")
+		if i < 0 {
+			return query
+		}
+		j := strings.IndexByte(query[i:], '}')
+		alias := query[i+len("{scope ") : i+j]
+		cond := "true"
+		switch s {
+		case systemSchemas:
+			cond = alias + ".nspname IN ('pg_catalog', 'information_schema')"
+		case userSchemas:
+			cond = alias + ".nspname NOT IN ('pg_catalog', 'information_schema')"
+		}
+		query = query[:i] + cond + query[i+j+1:]
+	}
+}
 
 // Load reads the schema of the database q is connected to: every table,
 // view, materialized and foreign table (system catalogs included, so psql's
@@ -90,11 +131,15 @@ ORDER BY 1, 2`
 // system catalogs are thus not part of read sets; they change only through
 // DDL, which Ordo orders against every transaction.
 func Load(ctx context.Context, q Querier, granules map[string]string) (Description, error) {
+	return load(ctx, q, granules, allSchemas)
+}
+
+func load(ctx context.Context, q Querier, granules map[string]string, sc scope) (Description, error) {
 	d := Description{Granules: granules}
 	tables := make(map[Name]*TableDesc)
 	views := make(map[Name]*ViewDesc)
 	var order []Name
-	err := each(ctx, q, qTables, func(r pgx.Rows) error {
+	err := each(ctx, q, qTables, sc, func(r pgx.Rows) error {
 		var n Name
 		var kind string
 		if err := r.Scan(&n.Schema, &n.Name, &kind); err != nil {
@@ -111,7 +156,7 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qColumns, func(r pgx.Rows) error {
+	err = each(ctx, q, qColumns, sc, func(r pgx.Rows) error {
 		var n Name
 		var c Column
 		if err := r.Scan(&n.Schema, &n.Name, &c.Name, &c.Type); err != nil {
@@ -127,7 +172,7 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qPK, func(r pgx.Rows) error {
+	err = each(ctx, q, qPK, sc, func(r pgx.Rows) error {
 		var n Name
 		var col string
 		if err := r.Scan(&n.Schema, &n.Name, &col); err != nil {
@@ -141,7 +186,7 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qTriggers, func(r pgx.Rows) error {
+	err = each(ctx, q, qTriggers, sc, func(r pgx.Rows) error {
 		var n Name
 		if err := r.Scan(&n.Schema, &n.Name); err != nil {
 			return err
@@ -154,7 +199,7 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qViewDeps, func(r pgx.Rows) error {
+	err = each(ctx, q, qViewDeps, sc, func(r pgx.Rows) error {
 		var v, dep Name
 		var kind string
 		if err := r.Scan(&v.Schema, &v.Name, &kind, &dep.Schema, &dep.Name); err != nil {
@@ -174,7 +219,7 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qFunctions, func(r pgx.Rows) error {
+	err = each(ctx, q, qFunctions, sc, func(r pgx.Rows) error {
 		var f FuncDesc
 		var vol, lang, kind string
 		if err := r.Scan(&f.Schema, &f.Name, &vol, &lang, &kind); err != nil {
@@ -206,8 +251,8 @@ func Load(ctx context.Context, q Querier, granules map[string]string) (Descripti
 	return d, nil
 }
 
-func each(ctx context.Context, q Querier, sql string, f func(pgx.Rows) error) error {
-	rows, err := q.Query(ctx, sql)
+func each(ctx context.Context, q Querier, sql string, sc scope, f func(pgx.Rows) error) error {
+	rows, err := q.Query(ctx, scoped(sql, sc))
 	if err != nil {
 		return fmt.Errorf("catalog: load: %w", err)
 	}

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -209,4 +210,84 @@ func TestCacheRefreshAfterDDL(t *testing.T) {
 	if _, err := c.Refresh(ctx); err == nil || c.Current() != v2 {
 		t.Fatalf("failed refresh: err %v, current changed: %v", err, c.Current() != v2)
 	}
+}
+
+// TestLoaderReadsTheSystemSchemasOnlyWhenTheyChange: a node refreshes its
+// catalog after every DDL while its other commits wait, so Loader keeps
+// its connection and the system schemas' description between refreshes,
+// and must still describe exactly what Load does.
+func TestLoaderReadsTheSystemSchemasOnlyWhenTheyChange(t *testing.T) {
+	conn, ctx := connect(t)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS loader; CREATE TABLE loader.a (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	granules := map[string]string{"loader.a": "id"}
+	connects := 0
+	l := NewLoader(func(ctx context.Context) (*pgx.Conn, error) {
+		connects++
+		return pgx.Connect(ctx, dsn)
+	}, granules)
+	t.Cleanup(l.Close)
+	same := func(step string) {
+		t.Helper()
+		got, err := l.Load(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		want, err := Load(ctx, conn, granules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := describe(got), describe(want); !slices.Equal(g, w) {
+			t.Fatalf("%s: the loader's description differs from Load's (%d against %d lines)", step, len(g), len(w))
+		}
+		if _, err := New(got, 1); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	same("first load")
+	if _, err := conn.Exec(ctx, `CREATE TABLE loader.b (x int, y text, PRIMARY KEY (y, x));
+		CREATE VIEW loader.v AS SELECT * FROM loader.b, information_schema.tables;
+		CREATE FUNCTION loader.f() RETURNS int LANGUAGE sql STABLE AS 'SELECT 1'`); err != nil {
+		t.Fatal(err)
+	}
+	same("after user DDL")
+	if l.systemLoads != 1 || connects != 1 {
+		t.Fatalf("after two loads: %d loads of the system schemas, %d connections; want 1 and 1", l.systemLoads, connects)
+	}
+	if _, err := conn.Exec(ctx, `CREATE FUNCTION pg_catalog.ordo_loader_test() RETURNS int LANGUAGE sql AS 'SELECT 1'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), `DROP FUNCTION pg_catalog.ordo_loader_test()`) })
+	same("after a function created in pg_catalog")
+	if l.systemLoads != 2 {
+		t.Fatalf("a function created in pg_catalog: %d loads of the system schemas, want 2", l.systemLoads)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Load(ctx); err == nil {
+		t.Fatal("a load over a terminated connection succeeded")
+	}
+	same("after the connection was terminated")
+	if connects != 2 {
+		t.Fatalf("%d connections after one was terminated, want 2", connects)
+	}
+}
+
+// describe lists a description's objects, one line each, sorted.
+func describe(d Description) []string {
+	var out []string
+	for _, t := range d.Tables {
+		out = append(out, fmt.Sprintf("table %s.%s %v pk=%v trig=%v", t.Schema, t.Name, t.Columns, t.PK, t.Triggers))
+	}
+	for _, v := range d.Views {
+		out = append(out, fmt.Sprintf("view %s.%s %v uses=%v funcs=%v", v.Schema, v.Name, v.Columns, v.Uses, v.Functions))
+	}
+	for _, f := range d.Functions {
+		out = append(out, fmt.Sprintf("func %+v", f))
+	}
+	out = append(out, fmt.Sprint(d.Granules))
+	slices.Sort(out)
+	return out
 }

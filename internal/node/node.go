@@ -65,6 +65,7 @@ type Node struct {
 	applier *apply.Applier
 	order   *totalorder.Node
 	replica *replica.Replica
+	catalog *catalog.Loader
 	hooks   *session.Hooks
 	wire    *wire.Server
 	ln      net.Listener
@@ -217,14 +218,10 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}
 
 	// 2. Catalog and analyzer.
-	cat := catalog.NewCache(func(ctx context.Context) (catalog.Description, error) {
-		c, err := pgx.Connect(ctx, cfg.Postgres)
-		if err != nil {
-			return catalog.Description{}, err
-		}
-		defer c.Close(context.Background())
-		return catalog.Load(ctx, c, nil)
-	})
+	n.catalog = catalog.NewLoader(func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.Connect(ctx, cfg.Postgres)
+	}, nil)
+	cat := catalog.NewCache(n.catalog.Load)
 	if _, err := cat.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("node: load catalog: %w", err)
 	}
@@ -331,6 +328,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
 		Members: len(cfg.Peers), Suspects: n.suspects(cfg), History: history,
 		OnDDL: func(ctx context.Context) {
+			cat.Invalidate() // statements wait for the refresh
 			if _, err := cat.Refresh(ctx); err != nil {
 				log.Warn("catalog refresh after DDL", "err", err)
 			}
@@ -554,6 +552,9 @@ func (n *Node) Stop() {
 		}
 		if n.capture != nil {
 			n.capture.Stop()
+		}
+		if n.catalog != nil {
+			n.catalog.Close()
 		}
 	})
 }

@@ -71,6 +71,7 @@ func (r *Replica) Run(parent context.Context) error {
 	gone := time.NewTicker(suspectEvery)
 	defer gone.Stop()
 	defer func() {
+		r.closeFingerprints()
 		r.conn.Close(context.Background())
 		r.bfMu.Lock()
 		if r.bfConn != nil {
@@ -374,6 +375,9 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 // carryOutTxn carries out a decided transaction that is the node's own,
 // has DDL or has fragments.
 func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *ordov1.TxnEntry) error {
+	if len(e.Ddl) > 0 {
+		r.awaitFingerprint() // it reads the schema before this DDL
+	}
 	var frags *fragments
 	if e.Fragments > 0 {
 		frags = r.dropFragments(dec.GID)
@@ -389,10 +393,10 @@ func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *
 		}
 	}
 	if dec.Commit && len(e.Ddl) > 0 {
-		r.cfg.Applier.Forget(ctx)
 		if r.cfg.OnDDL != nil {
 			r.cfg.OnDDL(ctx)
 		}
+		r.cfg.Applier.Forget(ctx)
 		if dec.Seqno > r.cfg.Proven {
 			r.fingerprint(ctx, dec.Seqno)
 		}
@@ -438,7 +442,7 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 			return err
 		}
 		if k.Schema.Node != r.cfg.NodeID {
-			r.compareSchema(k.Schema)
+			r.deliverSchema(k.Schema)
 		}
 	case *ordov1.Entry_DataCheck:
 		if err := r.flush(ctx, rn); err != nil {

@@ -15,6 +15,7 @@ type metrics struct {
 	fragmentBytes prometheus.Gauge
 
 	schemaMismatches prometheus.Counter
+	schemaCompared   *prometheus.CounterVec // result: consistent, different, unavailable
 	schemaConsistent prometheus.Gauge
 	dataMismatches   prometheus.Counter
 	votes            *prometheus.CounterVec // vote: ok, fail
@@ -67,6 +68,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_schema_mismatches_total",
 			Help: "Other nodes' schema fingerprints that differed from this node's at the same position of the order.",
 		}),
+		schemaCompared: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_schema_comparisons_total",
+			Help: "Other nodes' schema fingerprints received, by result: consistent or different from this node's at the same position of the order, or unavailable (this node has none there: it restarted since, or its fingerprint failed; the node log says why).",
+		}, []string{"result"}),
 		schemaConsistent: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_schema_consistent",
 			Help: "1 if the latest schema fingerprint of every other node matched this node's, else 0.",
@@ -102,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.schemaConsistent.Set(1)
 	m.dataConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaCompared, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
 	}
 	return m
 }

@@ -80,9 +80,9 @@ type Config struct {
 	// answering; nil elsewhere): under pgr, a transaction whose origin
 	// stays suspected has its abort proposed (outcomes.go).
 	Suspects func() []uint32
-	// OnDDL is called on the delivery loop after a transaction with DDL
-	// committed, local or remote (to refresh the catalog and normalize
-	// sequences).
+	// OnDDL is called on the delivery loop right after a transaction
+	// with DDL committed, local or remote, and before its client is told:
+	// the node marks its catalog stale and refreshes it.
 	OnDDL      func(ctx context.Context)
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer

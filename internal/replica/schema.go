@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-db/ordo/internal/schemacheck"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
@@ -18,6 +20,14 @@ import (
 // position of the order, schemas must be identical. A mismatch is logged
 // with the objects that differ and counted; it does not stop the node (a
 // schema difference is reported, an apply that fails stops the node).
+//
+// A fingerprint is taken off the delivery loop, on a connection of its own
+// (it took 10–70 ms on a busy machine, and every commit of the node after
+// the DDL waited for it, the DDL's own client too). It still describes the
+// schema at exactly its seqno: only DDL changes what it reads, and the loop
+// waits for the fingerprint in flight (awaitFingerprint) before it carries
+// out a transaction with DDL or takes another fingerprint; another node's
+// fingerprint at the same seqno is compared when it is done.
 
 // keptSchemas bounds the fingerprints a node keeps for comparison.
 const keptSchemas = 32
@@ -43,6 +53,18 @@ type schemaState struct {
 	mu     sync.Mutex
 	own    map[uint64]schemacheck.Snapshot
 	status SchemaStatus
+
+	// inflight is the seqno of the fingerprint in flight (0: none), and
+	// deferred the other nodes' fingerprints at that seqno, compared once
+	// it is done (the loop does not wait for it to compare).
+	inflight uint64
+	deferred []*ordov1.SchemaEntry
+
+	// Owned by the delivery loop: the fingerprint in flight (closed when
+	// it is done) and the connection fingerprints are taken on (used by
+	// the one in flight only).
+	running chan struct{}
+	conn    *pgx.Conn
 }
 
 // Schema returns the latest schema comparisons.
@@ -67,12 +89,92 @@ func (r *Replica) RequestSchemaCheck(ctx context.Context) (uint64, error) {
 	return r.cfg.Order.Propose(ctx, payload)
 }
 
-// fingerprint runs on the delivery loop right after the entry at seqno was
-// carried out: it records this node's schema at seqno and proposes it.
+// fingerprintLimit bounds a fingerprint, and fingerprintLockTimeout each
+// of its waits for a lock taken after it started (schemacheck.Fingerprint
+// then tries again, and reports the locked object Unreadable): a prepared
+// transaction holds its locks until the loop, which may be waiting for
+// this fingerprint, decides it.
+const (
+	fingerprintLimit       = 30 * time.Second
+	fingerprintLockTimeout = "10ms"
+)
+
+// fingerprint is called on the delivery loop right after the entry at
+// seqno was carried out: it starts recording this node's schema at seqno
+// and proposing it, in the background, once the fingerprint in flight is
+// done.
 func (r *Replica) fingerprint(ctx context.Context, seqno uint64) {
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	snap, err := schemacheck.Fingerprint(fctx, r.conn)
-	cancel()
+	r.awaitFingerprint()
+	done := make(chan struct{})
+	r.schema.running = done
+	r.schema.mu.Lock()
+	r.schema.inflight = seqno
+	r.schema.mu.Unlock()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		defer close(done)
+		r.takeFingerprint(ctx, seqno)
+		r.schema.mu.Lock()
+		deferred := r.schema.deferred
+		r.schema.inflight, r.schema.deferred = 0, nil
+		r.schema.mu.Unlock()
+		for _, e := range deferred {
+			r.compareSchema(e)
+		}
+	}()
+}
+
+// deliverSchema compares another node's fingerprint with this node's,
+// once this node's at the same seqno is done.
+func (r *Replica) deliverSchema(e *ordov1.SchemaEntry) {
+	r.schema.mu.Lock()
+	if e.AtSeqno == r.schema.inflight {
+		r.schema.deferred = append(r.schema.deferred, e)
+		r.schema.mu.Unlock()
+		return
+	}
+	r.schema.mu.Unlock()
+	r.compareSchema(e)
+}
+
+// awaitFingerprint waits until the fingerprint in flight, if any, is done.
+// Only the delivery loop calls it.
+func (r *Replica) awaitFingerprint() {
+	if r.schema.running != nil {
+		<-r.schema.running
+		r.schema.running = nil
+	}
+}
+
+// closeFingerprints waits for the fingerprint in flight and closes the
+// connection fingerprints are taken on (the loop's end).
+func (r *Replica) closeFingerprints() {
+	r.awaitFingerprint()
+	if r.schema.conn != nil {
+		r.schema.conn.Close(context.Background())
+		r.schema.conn = nil
+	}
+}
+
+// takeFingerprint records this node's schema at seqno and proposes it.
+func (r *Replica) takeFingerprint(ctx context.Context, seqno uint64) {
+	fctx, cancel := context.WithTimeout(ctx, fingerprintLimit)
+	defer cancel()
+	if r.schema.conn == nil || r.schema.conn.IsClosed() {
+		conn, err := pgx.Connect(fctx, r.cfg.DSN)
+		if err != nil {
+			r.log.Warn("schema fingerprint: connect", "seqno", seqno, "err", err)
+			return
+		}
+		if _, err := conn.Exec(fctx, "SET lock_timeout = '"+fingerprintLockTimeout+"'"); err != nil {
+			conn.Close(context.Background())
+			r.log.Warn("schema fingerprint: connect", "seqno", seqno, "err", err)
+			return
+		}
+		r.schema.conn = conn
+	}
+	snap, err := schemacheck.Fingerprint(fctx, r.schema.conn)
 	if err != nil {
 		r.log.Warn("schema fingerprint", "seqno", seqno, "err", err)
 		return
@@ -117,10 +219,13 @@ func (r *Replica) compareSchema(e *ordov1.SchemaEntry) {
 	defer r.schema.mu.Unlock()
 	own, ok := r.schema.own[e.AtSeqno]
 	if !ok {
+		r.m.schemaCompared.WithLabelValues("unavailable").Inc()
 		return
 	}
-	peer := PeerSchema{AtSeqno: e.AtSeqno, Consistent: own.Hash == e.Hash}
-	if !peer.Consistent {
+	peer := PeerSchema{AtSeqno: e.AtSeqno, Consistent: true}
+	if own.Hash != e.Hash {
+		// Different, or objects one of the two could not read (a
+		// transaction not yet decided was changing them).
 		objs := make(map[string]string, len(e.Objects))
 		for _, o := range e.Objects {
 			objs[o.Name] = o.Hash
@@ -128,6 +233,12 @@ func (r *Replica) compareSchema(e *ordov1.SchemaEntry) {
 		for _, d := range schemacheck.Diff(own, schemacheck.New(objs)) {
 			peer.Differences = append(peer.Differences, d.String())
 		}
+		peer.Consistent = len(peer.Differences) == 0
+	}
+	if peer.Consistent {
+		r.m.schemaCompared.WithLabelValues("consistent").Inc()
+	} else {
+		r.m.schemaCompared.WithLabelValues("different").Inc()
 		r.m.schemaMismatches.Inc()
 		shown := peer.Differences
 		if len(shown) > 20 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -75,4 +76,51 @@ func TestFingerprintNamesTheObjectsThatDiffer(t *testing.T) {
 		{"table app.t", "different definition"},
 		{"type app.mood", "different definition"},
 	}, Diff(a, b))
+}
+
+// TestFingerprintDoesNotWaitForAPreparedSchemaChange: a prepared
+// transaction that alters a table holds its lock until the node decides
+// it, and the node may be waiting for this fingerprint first. The table,
+// its indexes and the views over it are reported Unreadable at once, and
+// Diff does not take them for differences.
+func TestFingerprintDoesNotWaitForAPreparedSchemaChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, pg.Servers[0].DSN("postgres"))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, `CREATE SCHEMA held;
+		CREATE TABLE held.t (id int PRIMARY KEY, n int DEFAULT 1 CHECK (n > 0));
+		CREATE INDEX t_n ON held.t (n);
+		CREATE VIEW held.v AS SELECT id FROM held.t;
+		CREATE TABLE held.free (id int PRIMARY KEY, n int DEFAULT 2)`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "ROLLBACK PREPARED 'held'")
+		_, _ = c.Exec(context.Background(), "DROP SCHEMA held CASCADE")
+	})
+	before, err := Fingerprint(ctx, c)
+	require.NoError(t, err)
+
+	other, err := pgx.Connect(ctx, pg.Servers[0].DSN("postgres"))
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	_, err = other.Exec(ctx, "BEGIN; ALTER TABLE held.t ADD COLUMN extra int; PREPARE TRANSACTION 'held'")
+	require.NoError(t, err)
+
+	_, err = c.Exec(ctx, "SET lock_timeout = '5s'")
+	require.NoError(t, err)
+	began := time.Now()
+	during, err := Fingerprint(ctx, c)
+	require.NoError(t, err)
+	require.Less(t, time.Since(began), 4*time.Second, "the fingerprint waited for the prepared transaction's lock")
+	for _, o := range []string{"table held.t", "index held.t_pkey", "index held.t_n", "view held.v"} {
+		require.Equal(t, Unreadable, during.Objects[o], o)
+	}
+	require.Equal(t, before.Objects["table held.free"], during.Objects["table held.free"])
+	require.NotEqual(t, before.Hash, during.Hash)
+	require.Empty(t, Diff(before, during), "an unreadable object is no difference")
+	require.Empty(t, Diff(during, before), "an unreadable object is no difference")
+	delete(before.Objects, "view held.v")
+	require.Equal(t, []Difference{{"view held.v", "only here"}}, Diff(during, before), "an unreadable object still exists")
 }

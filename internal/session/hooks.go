@@ -33,7 +33,9 @@ type Config struct {
 	Replica  termination.Protocol
 	Capture  WriteSets
 	Analyzer *analysis.Analyzer
-	// Catalog is refreshed after a transaction with DDL commits.
+	// Catalog is the node's catalog (cons derives classes from it). The
+	// replication engine refreshes it after a transaction with DDL
+	// commits, before the session hears the outcome.
 	Catalog *catalog.Cache
 	// Database is the replicated database; LocalDatabases are relayed
 	// untouched; connections to any other database are refused.

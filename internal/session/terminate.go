@@ -409,11 +409,8 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	if !out.Commit {
 		return pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node (%s); retry the transaction", out.Reason)
 	}
-	if len(s.tx.ddl) > 0 && s.h.cfg.Catalog != nil {
-		if _, err := s.h.cfg.Catalog.Refresh(ctx); err != nil {
-			s.h.cfg.Logger.Warn("catalog refresh after DDL", "err", err)
-		}
-	}
+	// The node's catalog was refreshed before the outcome was given
+	// (replica.Config.OnDDL).
 	return nil
 }
 

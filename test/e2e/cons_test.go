@@ -107,6 +107,7 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 		_, err := setup.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
+	c.waitConverged() // conn is on another node
 	tx, err = conn.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.audited'")

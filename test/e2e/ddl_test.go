@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -260,6 +261,52 @@ func TestSchemaFingerprintsAreCompared(t *testing.T) {
 	require.Equal(t, []string{"table public.fp (different definition)"}, p.Differences)
 	require.True(t, c.nodes[0].Replica().Schema().Peers[2].Consistent, "node 2 still matches node 1")
 	require.Positive(t, c.counter(0, "ordo_schema_mismatches_total", nil))
+}
+
+// TestSchemaFingerprintsOfDDLInQuickSuccession: a fingerprint is taken
+// off the delivery loop, and must still describe the schema at exactly its
+// seqno. Clients on every node change the schema as fast as they can:
+// every node's fingerprint at each DDL entry matches every other's, and
+// none is missing when another node's arrives.
+func TestSchemaFingerprintsOfDDLInQuickSuccession(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	const perNode = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*perNode)
+	for i := range c.nodes {
+		conn := c.connect(i)
+		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TABLE quick%d (id int PRIMARY KEY)", i)); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range perNode {
+				if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER TABLE quick%d ADD COLUMN c%d int", i, k)); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	c.waitConverged()
+	want := float64(2 * 3 * (perNode + 1)) // every DDL entry, compared with both others
+	for i := range c.nodes {
+		count := func(result string) float64 {
+			return c.counter(i, "ordo_schema_comparisons_total", map[string]string{"result": result})
+		}
+		require.Eventually(t, func() bool {
+			return count("consistent") >= want || count("different")+count("unavailable") > 0
+		}, 20*time.Second, 50*time.Millisecond, "node %d compares every fingerprint", i+1)
+		require.Zero(t, count("different"), "node %d: fingerprints that differ", i+1)
+		require.Zero(t, count("unavailable"), "node %d: others' fingerprints without its own", i+1)
+		require.GreaterOrEqual(t, count("consistent"), want, "node %d", i+1)
+	}
 }
 
 // TestAppliesFollowColumnTypeChanges: the appliers prepare their

@@ -20,6 +20,16 @@
 //
 // where load_ratio is load_s_everywhere / load_s_direct and peak_rss_mb is
 // the peak resident memory of this process (the three nodes).
+//
+// With -ddl (`make bench-ddl`) it measures schema changes: one client
+// creates a table, inserts a row into it and drops it, over and over,
+// against one PostgreSQL directly and through node 1 of a dbsm-si
+// cluster, in interleaved runs, in a database that already holds
+// -ddl-tables tables; it ends with
+//
+//	RESULT ddl_create_ms_direct=<n> ddl_create_ms_ordo=<n> ddl_insert_ms_direct=<n> ddl_insert_ms_ordo=<n> ddl_drop_ms_direct=<n> ddl_drop_ms_ordo=<n>
+//
+// (medians over every run).
 package main
 
 import (
@@ -55,6 +65,9 @@ var (
 	workers  = flag.Int("apply-workers", 0, "apply_workers of every node (0: the default)")
 	verbose  = flag.Bool("v", false, "print pgbench's own report of every run")
 	loadMode = flag.Bool("load", false, "measure pgbench -i through the cluster instead (see the package comment)")
+	ddlMode  = flag.Bool("ddl", false, "measure CREATE TABLE, an insert and DROP TABLE through a node instead (see the package comment)")
+	ddlTabs  = flag.Int("ddl-tables", 100, "tables in the database before -ddl starts")
+	ddlIters = flag.Int("ddl-iterations", 30, "create/insert/drop cycles per -ddl run")
 )
 
 func main() {
@@ -83,6 +96,9 @@ func run() error {
 	defer direct.Stop()
 	if *loadMode {
 		return runLoad(ctx, pgbench, direct.Servers[0].DSN("postgres"))
+	}
+	if *ddlMode {
+		return runDDL(ctx, direct.Servers[0].DSN("postgres"))
 	}
 	if err := initPgbench(pgbench, direct.Servers[0].DSN("postgres")); err != nil {
 		return err

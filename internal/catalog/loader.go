@@ -1,0 +1,94 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Loader loads one database's catalog for a Cache over a connection it
+// keeps, and reads the system schemas (pg_catalog, information_schema:
+// most of a catalog's rows, and nearly all of a small database's) again
+// only when objects are created in them. A node refreshes its catalog
+// after every DDL it commits or applies, while its other commits wait
+// (replica.Config.OnDDL), so a refresh must cost what the user's schema
+// costs, not a connection and the whole of pg_proc.
+type Loader struct {
+	connect  func(ctx context.Context) (*pgx.Conn, error)
+	granules map[string]string
+
+	mu     sync.Mutex
+	conn   *pgx.Conn
+	system *Description
+	sig    [2]int64
+	// systemLoads counts the loads of the system schemas (tests).
+	systemLoads int
+}
+
+// NewLoader returns a Loader that opens its connection with connect when
+// it has none (first, and after an error) and gives the tables granules
+// (see Load).
+func NewLoader(connect func(ctx context.Context) (*pgx.Conn, error), granules map[string]string) *Loader {
+	return &Loader{connect: connect, granules: granules}
+}
+
+// Load reads the catalog as Load does: the user's schemas always, the
+// system schemas when they changed. It is a Cache's load function.
+func (l *Loader) Load(ctx context.Context) (_ Description, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer func() {
+		if err != nil {
+			l.closeLocked() // a connection in an unknown state is not reused
+		}
+	}()
+	if l.conn == nil || l.conn.IsClosed() {
+		c, err := l.connect(ctx)
+		if err != nil {
+			return Description{}, fmt.Errorf("catalog: load: %w", err)
+		}
+		l.conn = c
+	}
+	var sig [2]int64
+	if err := l.conn.QueryRow(ctx, scoped(qSystemSignature, systemSchemas)).Scan(&sig[0], &sig[1]); err != nil {
+		return Description{}, fmt.Errorf("catalog: load: %w", err)
+	}
+	if l.system == nil || sig != l.sig {
+		sys, err := load(ctx, l.conn, nil, systemSchemas)
+		if err != nil {
+			return Description{}, err
+		}
+		l.system, l.sig = &sys, sig
+		l.systemLoads++
+	}
+	user, err := load(ctx, l.conn, l.granules, userSchemas)
+	if err != nil {
+		return Description{}, err
+	}
+	return Description{
+		Tables:    slices.Concat(l.system.Tables, user.Tables),
+		Views:     slices.Concat(l.system.Views, user.Views),
+		Functions: slices.Concat(l.system.Functions, user.Functions),
+		Granules:  l.granules,
+	}, nil
+}
+
+// Close closes the kept connection; a later Load opens another.
+func (l *Loader) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closeLocked()
+}
+
+func (l *Loader) closeLocked() {
+	if l.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.conn.Close(ctx)
+		l.conn = nil
+	}
+}
