@@ -38,8 +38,11 @@ type session struct {
 
 	// The current transaction.
 	tx txState
-	// unit is the wire's Statement.Unit of the last Statement.
-	unit uint64
+	// unit is the wire's Statement.Unit of the last Statement, and
+	// unitNames the named statements parsed or closed in it (for the
+	// others, what PostgreSQL holds is known: Backend.Named).
+	unit      uint64
+	unitNames map[string]bool
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -129,6 +132,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	first := st.AtBoundary
 	if st.Unit != s.unit {
 		s.unit = st.Unit
+		clear(s.unitNames)
 		if !(st.Kind == wire.KindParse && st.Name == "") {
 			// What PostgreSQL holds as the unnamed statement, which is
 			// not the last Parse this session saw if that one failed or
@@ -198,6 +202,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.rewriteIsolation(st, stmts)
 		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
 	case wire.KindParse:
+		s.noteName(st.Name)
 		stmts := s.analyze(st.SQL)
 		if err := s.rewrite(st, stmts); err != nil {
 			return err
@@ -259,6 +264,18 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return nil
 		}
 		stmts := s.stmts[st.Name]
+		if st.Name != "" && !s.unitNames[st.Name] {
+			// What PostgreSQL holds under the name, which is not what
+			// the client last sent if that Parse was refused (the name
+			// existed) or skipped, or a Close of it skipped.
+			switch sql, exists, known := s.be.Named(st.Name); {
+			case known && !exists:
+				return nil // PostgreSQL reports that it does not exist
+			case exists && sql != s.sent[st.Name]:
+				stmts = s.analyze(sql)
+				s.stmts[st.Name], s.sent[st.Name] = stmts, sql
+			}
+		}
 		if st.Name == "" && first {
 			// What PostgreSQL holds, which is not the last Parse this
 			// session saw if that one failed or was skipped.
@@ -305,10 +322,22 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		}
 		return s.execute(ctx, stmts, params, at{wire.KindBind, first, s.sent[st.Name]})
 	case wire.KindCloseStatement:
+		s.noteName(st.Name)
 		delete(s.stmts, st.Name)
 		delete(s.sent, st.Name)
 	}
 	return nil
+}
+
+// noteName notes a named statement parsed or closed in the current unit.
+func (s *session) noteName(name string) {
+	if name == "" {
+		return
+	}
+	if s.unitNames == nil {
+		s.unitNames = make(map[string]bool)
+	}
+	s.unitNames[name] = true
 }
 
 // rewrite runs a statement the analysis rewrote (CREATE/DROP INDEX

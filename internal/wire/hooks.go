@@ -198,6 +198,12 @@ type Backend interface {
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.
 	Unnamed() (sql string, ok bool)
+	// Named returns the text PostgreSQL holds as the client's prepared
+	// statement name: exists false if it holds none, known false if the
+	// session cannot tell (after SQL's PREPARE, DEALLOCATE or DISCARD in
+	// a simple query, only names parsed since are known). Exact for a
+	// name not parsed or closed earlier in the batch.
+	Named(name string) (sql string, exists, known bool)
 }
 
 // Completed, returned by SessionHooks.Statement for a KindQuery, answers

@@ -47,6 +47,11 @@ func (ss *session) Unnamed() (string, bool) {
 	return "", false
 }
 
+// Named implements Backend.
+func (ss *session) Named(name string) (sql string, exists, known bool) {
+	return ss.unnamed.namedStatement(name)
+}
+
 // Failed implements Backend.
 func (ss *session) Failed(ctx context.Context) (bool, error) {
 	if !ss.batchOpen || ss.copying || ss.inReadyForQuery {

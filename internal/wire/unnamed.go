@@ -23,12 +23,22 @@ import (
 // which Parse of the unnamed statement succeeded, failed (which drops the
 // old one too) or was skipped (which leaves it), and when a Close or a
 // simple Query destroyed it.
+//
+// It follows the client's named statements the same way: a Parse that
+// failed (because the name exists, say) or was skipped leaves what the
+// name held, and so does a skipped Close. SQL's PREPARE, DEALLOCATE and
+// DISCARD in a simple Query change them too, unseen: after a Query that
+// may hold one, only names parsed since are known.
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
 	// stmt is the client's unnamed statement as PostgreSQL holds it, nil
 	// if there is none, or if what became of it is unknown.
 	stmt *pgproto3.Parse
+	// named holds the client's named statements PostgreSQL is known to
+	// hold; namedUnsure: a name not in it may be held too.
+	named       map[string]string
+	namedUnsure bool
 }
 
 type trackedKind uint8
@@ -39,11 +49,16 @@ const (
 	trackedCloseUnnamed
 	trackedSync
 	trackedQuery // destroys the unnamed statement
+	trackedCloseNamed
 )
 
 type trackedMsg struct {
 	kind  trackedKind
 	parse *pgproto3.Parse // trackedParse
+	// name: trackedCloseNamed's statement; sqlPrepared: the trackedQuery
+	// may run SQL's PREPARE, DEALLOCATE or DISCARD.
+	name        string
+	sqlPrepared bool
 	// injected: sent by Ordo (BeginHere, SyncHere), not the client: its
 	// reply is dropped; begin marks BeginHere's Execute of BEGIN (counted
 	// by Backend.InjectedBegins). quiet: SyncHere's, whose error and
@@ -87,13 +102,15 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) {
 		m.kind = trackedOther
 		if x.ObjectType == 'S' && x.Name == "" {
 			m.kind = trackedCloseUnnamed
+		} else if x.ObjectType == 'S' {
+			m = trackedMsg{kind: trackedCloseNamed, name: x.Name}
 		}
 	case *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute:
 		m.kind = trackedOther
 	case *pgproto3.Sync, *pgproto3.FunctionCall:
 		m.kind = trackedSync
 	case *pgproto3.Query:
-		m.kind = trackedQuery
+		m = trackedMsg{kind: trackedQuery, sqlPrepared: mayPrepare(x.String)}
 	default:
 		return // no reply of its own (Flush, COPY data)
 	}
@@ -127,6 +144,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
 			u.queue = u.queue[1:]
 			u.stmt = nil
+			if front.sqlPrepared {
+				u.forgetNamed()
+			}
 		}
 	case front.kind == trackedSync:
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
@@ -141,11 +161,21 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		}
 		switch front.kind {
 		case trackedParse:
+			if mayPrepare(front.parse.Query) {
+				u.forgetNamed() // when it is executed: from now on
+			}
 			if front.parse.Name == "" {
 				u.stmt = front.parse
+			} else {
+				if u.named == nil {
+					u.named = make(map[string]string)
+				}
+				u.named[front.parse.Name] = front.parse.Query
 			}
 		case trackedCloseUnnamed:
 			u.stmt = nil
+		case trackedCloseNamed:
+			delete(u.named, front.name)
 		}
 	default:
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
@@ -186,6 +216,50 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 func (u *unnamedTracker) lost() {
 	u.queue = u.queue[:0]
 	u.stmt = nil
+	u.forgetNamed()
+}
+
+func (u *unnamedTracker) forgetNamed() {
+	clear(u.named)
+	u.namedUnsure = true
+}
+
+// namedStatement returns the text PostgreSQL holds under a named
+// statement's name: exists false if it holds none, known false if the
+// tracker cannot tell.
+func (u *unnamedTracker) namedStatement(name string) (sql string, exists, known bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if sql, ok := u.named[name]; ok {
+		return sql, true, true
+	}
+	return "", false, !u.namedUnsure
+}
+
+// mayPrepare reports whether a query string may hold SQL's PREPARE,
+// DEALLOCATE or DISCARD (any word that starts so, anywhere: a false
+// positive only makes named statements unknown).
+func mayPrepare(sql string) bool {
+	for _, w := range []string{"prepare", "deallocate", "discard"} {
+		if containsFold(sql, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s contains the ASCII word w in any case.
+func containsFold(s, w string) bool {
+	for i := 0; i+len(w) <= len(s); i++ {
+		j := 0
+		for j < len(w) && s[i+j]|0x20 == w[j] {
+			j++
+		}
+		if j == len(w) {
+			return true
+		}
+	}
+	return false
 }
 
 // current returns the client's unnamed statement, if it is known to

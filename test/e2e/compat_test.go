@@ -537,3 +537,40 @@ func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
 }
+
+// TestCompatNamedStatementsAsPostgreSQLHoldsThem: what a named prepared
+// statement runs is what PostgreSQL holds under its name, not what the
+// client last sent: a Parse refused because the name exists keeps the old
+// statement, and a Close skipped after an error keeps it too. An update
+// bound under such a name is replicated like any other.
+func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "create table named_st(pk int primary key, n int)"}},
+		{&pgproto3.Query{String: "insert into named_st values (1, 0)"}},
+		{&pgproto3.Parse{Name: "S_1", Query: "update named_st set n = n + 1 where pk = 1"}, &pgproto3.Sync{}},
+		// Refused (42P05): S_1 stays the update.
+		{&pgproto3.Parse{Name: "S_1", Query: "select 1"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "S_1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// The Close is skipped after the error: S_1 stays.
+		{&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Close{ObjectType: 'S', Name: "S_1"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "S_1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// A Parse skipped after an error creates nothing.
+		{&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Name: "S_2", Query: "select 2"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "S_2"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "select n from named_st"}},
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	sb.c.waitConverged()
+	for i := range sb.c.nodes {
+		var n int
+		require.NoError(t, sb.c.direct(i).QueryRow(context.Background(), "SELECT n FROM named_st WHERE pk = 1").Scan(&n))
+		require.Equal(t, 2, n, "node %d has both updates", i+1)
+		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
+	}
+}

@@ -1,0 +1,66 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// TestTrackerFollowsNamedStatements: the tracker knows what PostgreSQL
+// holds under a name from its replies, not from what the client sent.
+func TestTrackerFollowsNamedStatements(t *testing.T) {
+	var u unnamedTracker
+	send := func(msgs ...pgproto3.FrontendMessage) {
+		for _, m := range msgs {
+			u.sent(m)
+		}
+	}
+	reply := func(msgs ...pgproto3.BackendMessage) {
+		for _, m := range msgs {
+			u.reply(m)
+		}
+	}
+	want := func(step, name, sql string, exists, known bool) {
+		t.Helper()
+		gs, ge, gk := u.namedStatement(name)
+		if gs != sql || ge != exists || gk != known {
+			t.Fatalf("%s: %s is (%q, exists %v, known %v), want (%q, %v, %v)", step, name, gs, ge, gk, sql, exists, known)
+		}
+	}
+	rfq := &pgproto3.ReadyForQuery{TxStatus: 'I'}
+	fail := &pgproto3.ErrorResponse{Code: "42P05"}
+
+	want("at start", "a", "", false, true)
+	send(&pgproto3.Parse{Name: "a", Query: "update t set n = 1"}, &pgproto3.Sync{})
+	want("before the reply", "a", "", false, true)
+	reply(&pgproto3.ParseComplete{}, rfq)
+	want("parsed", "a", "update t set n = 1", true, true)
+
+	send(&pgproto3.Parse{Name: "a", Query: "select 1"}, &pgproto3.Sync{})
+	reply(fail, rfq)
+	want("a refused Parse", "a", "update t set n = 1", true, true)
+
+	send(&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Close{ObjectType: 'S', Name: "a"}, &pgproto3.Parse{Name: "b", Query: "select 2"}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.ErrorResponse{Code: "22012"}, rfq)
+	want("a skipped Close", "a", "update t set n = 1", true, true)
+	want("a skipped Parse", "b", "", false, true)
+
+	send(&pgproto3.Close{ObjectType: 'S', Name: "a"}, &pgproto3.Sync{})
+	reply(&pgproto3.CloseComplete{}, rfq)
+	want("closed", "a", "", false, true)
+
+	send(&pgproto3.Parse{Name: "c", Query: "select 3"}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	send(&pgproto3.Query{String: "DEALLOCATE ALL; PREPARE c AS DELETE FROM t"})
+	reply(&pgproto3.CommandComplete{}, &pgproto3.CommandComplete{}, rfq)
+	want("after SQL's PREPARE", "c", "", false, false)
+	send(&pgproto3.Parse{Name: "d", Query: "select 4"}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	want("parsed after SQL's PREPARE", "d", "select 4", true, true)
+	want("unknown after SQL's PREPARE", "e", "", false, false)
+
+	send(&pgproto3.Query{String: "select 'no such words'"})
+	reply(&pgproto3.CommandComplete{}, rfq)
+	want("a Query without them", "d", "select 4", true, true)
+}
