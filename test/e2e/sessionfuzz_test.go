@@ -136,8 +136,9 @@ func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
 		return []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}, "Query " + q
 	}
 	// Extended protocol: up to four statements, each Parse (unnamed, or
-	// named and closed after), Bind, Describe, Execute; sometimes a Parse
-	// alone, bound in a later unit (the unnamed statement must survive).
+	// named, sometimes closed after), Bind, Describe, Execute; sometimes a
+	// Parse alone, bound in a later unit (the unnamed statement must
+	// survive), or a Bind of what a name holds from before.
 	n := 1 + rng.IntN(4)
 	for i := 0; i < n; i++ {
 		s := fuzzStatements[rng.IntN(len(fuzzStatements))]
@@ -149,8 +150,10 @@ func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
 			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: s.sql})
 			desc = append(desc, fmt.Sprintf("Parse %q %s", name, s.sql))
 		} else {
-			desc = append(desc, fmt.Sprintf("(unnamed from before) %s", s.sql))
-			name, s.params = "", -1 // bind whatever the unnamed statement is
+			// Bind whatever the statement of that name is (a named one
+			// left open, or whose Parse was refused because it was).
+			desc = append(desc, fmt.Sprintf("(%q from before)", name))
+			s.params = -1
 		}
 		if s.params >= 0 && rng.IntN(6) == 0 {
 			continue // prepared only
@@ -167,8 +170,9 @@ func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
 			msgs = append(msgs, &pgproto3.Describe{ObjectType: 'P'})
 		}
 		msgs = append(msgs, &pgproto3.Execute{})
-		if name != "" {
+		if name != "" && rng.IntN(2) == 0 {
 			msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: name})
+			desc = append(desc, fmt.Sprintf("Close %q", name))
 		}
 	}
 	msgs = append(msgs, &pgproto3.Sync{})
