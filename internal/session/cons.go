@@ -106,6 +106,12 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		return err
 	}
 	ct := &s.tx.cons
+	if unparsed(a) {
+		// PostgreSQL's grammar refuses it too: it runs nothing, and its
+		// error is the client's to see (were it to run after all, its
+		// writes are checked against the classes at commit).
+		return nil
+	}
 	if a.Kind == analysis.KindDDL {
 		if !covers(ct.declared, txn.ClassRef{Name: analysis.AllClasses}) {
 			return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: DDL touches every conflict class, and this transaction declared only %s; declare '*' to run DDL", refString(ct.declared)))
@@ -120,6 +126,11 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: %v; the transaction can only roll back", err))
 	}
 	return nil
+}
+
+// unparsed reports whether a is text the analyzer could not parse.
+func unparsed(a *analysis.Statement) bool {
+	return a.Kind == analysis.KindOpaque && strings.HasPrefix(a.Reason, "not analyzable: "+analysis.ErrSyntax.Error())
 }
 
 // consTake takes the transaction's classes, before statement a (params
@@ -138,8 +149,11 @@ func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []
 		return true, nil
 	}
 	if s.tx.snapshot {
-		// Its snapshot predates its classes: the cluster switched to cons
-		// while it ran.
+		// Its snapshot predates its classes.
+		if s.tx.batchSnap && s.unitCons {
+			return false, pgErr(codeFeatureNotSupported,
+				"ordo: under protocol cons a transaction takes its conflict classes before its snapshot, and this one's was taken by a statement earlier in its batch (a read, then an update or a BEGIN, with no Sync between them); begin the transaction before its first statement, or send the update in a batch of its own")
+		}
 		return false, pgErr(codeSerializationFailure, "ordo: the cluster switched to protocol cons while this transaction ran; retry it")
 	}
 	refs, err := s.consDeclared(s.h.cfg.Classes(), a, params)

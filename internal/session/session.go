@@ -8,6 +8,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/catalog"
+	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
 	"github.com/ordo-db/ordo/internal/wire"
 )
@@ -81,6 +82,12 @@ type session struct {
 	// later statement of the batch update (beginHere).
 	unitSnap  uint64
 	unitReads txn.ReadSet
+	// unitFresh: no statement has run yet in the batch's current implicit
+	// transaction (none since the batch began, or since a COMMIT or
+	// ROLLBACK in it ended the previous one), so none took its snapshot.
+	unitFresh bool
+	// unitCons: the cluster ran cons when the batch began.
+	unitCons bool
 	// label is the client's name for its current or next update
 	// transaction (SET ordo.txn_label), recorded with its outcome.
 	label      string
@@ -92,8 +99,11 @@ type txState struct {
 	wrapped  bool   // we sent BEGIN for an autocommit statement
 	snapshot bool   // snapshot_seqno recorded
 	snapSeq  uint64 // snapshot_seqno
-	reads    txn.ReadSet
-	ddl      []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
+	// batchSnap: the snapshot was taken by a statement earlier in the
+	// batch, before the transaction was known to need a block.
+	batchSnap bool
+	reads     txn.ReadSet
+	ddl       []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
 	// blocks counts, by the md5 of the query text, the runs of messages
 	// holding statements that may run DDL inside them (DO, CALL,
 	// functions): a DDL record no statement accounts for is replayed as
@@ -156,6 +166,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}
 		}
+		s.unitFresh = true
+		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
 		// Read-your-writes anywhere: before anything that may look at data
@@ -309,7 +321,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.noticeIsolation(stmts[0].Txn.Isolation, at{kind: wire.KindBind})
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
+			s.tx = txState{active: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads}
 			s.unitReads = txn.ReadSet{}
 			s.unitStatus = 'T'
 			return nil
@@ -441,6 +453,12 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 	if s.txStatus() == 'I' && !s.tx.active {
 		if err := s.wrap(ctx); err != nil {
 			return err
+		}
+		if len(stmts) > 0 {
+			// Under cons, the block's classes come before its snapshot.
+			if _, err := s.consTake(ctx, stmts[0], nil, true); err != nil {
+				return err
+			}
 		}
 		return s.beforeSnapshot(ctx, true)
 	}
@@ -790,6 +808,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				if s.h.cfg.Replica.CertifiesReads() {
 					s.trackReads(&s.unitReads, a, params)
 				}
+				s.unitFresh = false
 				continue
 			}
 		}
@@ -812,6 +831,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			}
 		}
 		s.track(a, params, m)
+		s.unitFresh = false
 	}
 	return nil
 }
@@ -888,9 +908,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		// what follows in the batch is a new transaction, whose snapshot
 		// includes this one (it would conflict with it otherwise).
 		s.endTx()
-		s.unitStatus = 'I'
-		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
-		s.unitReads = txn.ReadSet{}
+		s.newImplicit()
 		return nil
 	case analysis.TxnRollback:
 		// PostgreSQL rolls back. What follows in the same batch runs in
@@ -917,7 +935,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 				s.tx = txState{active: true}
 				s.unitStatus = 'T'
 			} else {
-				s.unitStatus = 'I'
+				s.newImplicit()
 			}
 		}
 	case analysis.TxnRollbackTo:
@@ -1036,6 +1054,16 @@ func (s *session) sync(ctx context.Context) error {
 	return nil
 }
 
+// newImplicit notes that the batch's implicit transaction ended at a
+// COMMIT or ROLLBACK: what follows in the batch runs in a new one, whose
+// snapshot includes what committed so far.
+func (s *session) newImplicit() {
+	s.unitStatus = 'I'
+	s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
+	s.unitReads = txn.ReadSet{}
+	s.unitFresh = true
+}
+
 // noteWrap notes a block Ordo opens in the current unit (see wrapExec).
 func (s *session) noteWrap(injected bool) {
 	if !s.wrapExec && !s.wrapInjected {
@@ -1050,13 +1078,14 @@ func (s *session) noteWrap(injected bool) {
 
 // beginHere makes the implicit transaction of the batch being sent a
 // transaction block that the batch's Sync does not end (see wrap). Its
-// snapshot was taken by an earlier statement of the batch: snapshot_seqno
-// is the applied prefix when the batch began, and its reads so far are
-// the transaction's.
+// snapshot was taken by an earlier statement of the batch, if one ran in
+// it (unitFresh): snapshot_seqno is the applied prefix when the batch (or
+// the implicit transaction) began, and its reads so far are the
+// transaction's.
 func (s *session) beginHere() {
 	s.noteWrap(true)
 	s.be.BeginHere()
-	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: true, snapSeq: s.unitSnap, reads: s.unitReads}
+	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads}
 	s.unitStatus = 'T'
 	s.unitReads = txn.ReadSet{}
 	s.inTxn.Store(true)

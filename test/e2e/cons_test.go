@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ordo-db/ordo/pkg/config"
@@ -268,4 +269,46 @@ func TestConsDeadOriginReleasesItsClasses(t *testing.T) {
 	var n int
 	require.NoError(t, d.QueryRow(ctx, "SELECT n FROM hot").Scan(&n))
 	require.Equal(t, 1, n, "the dead origin's transaction is nowhere")
+}
+
+// TestConsBatchesAndQueryStrings: under cons a transaction takes its
+// classes before its snapshot. A ROLLBACK or COMMIT inside a batch or
+// query string starts a new implicit transaction that has no snapshot yet
+// (it was refused as if the cluster had switched to cons), a query string
+// of several statements takes its classes before its first one, a
+// statement PostgreSQL's grammar refuses gets PostgreSQL's error, and
+// only an update after a read of the same batch is refused, saying why.
+func TestConsBatchesAndQueryStrings(t *testing.T) {
+	sb := startSideBySide(t, "cons")
+	ho, hp := sb.hijacked(t)
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	ext := func(sqls ...string) []pgproto3.FrontendMessage {
+		var msgs []pgproto3.FrontendMessage
+		for _, sql := range sqls {
+			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		}
+		return append(msgs, &pgproto3.Sync{})
+	}
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		q("create table cb(k int primary key, v int)"),
+		q("rollback; insert into cb values (1, 1)"),
+		ext("rollback", "insert into cb values (2, 1)"),
+		ext("insert into cb values (3, 1)", "commit", "update cb set v = v + 1 where k = 3"),
+		q("select count(*) from cb; update cb set v = v + 1 where k = 1"),
+		q("/* ordo.conflict_classes: * */ begin"),
+		q("selec broken"),
+		q("rollback"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	got := exchange(t, ho, ext("select count(*) from cb", "update cb set v = v + 1 where k = 2"))
+	require.Contains(t, got, "Error 0A000 ordo: under protocol cons a transaction takes its conflict classes before its snapshot")
+	sb.c.waitConverged()
+	for i := range sb.c.nodes {
+		require.Equal(t, sb.c.checksum(0, "cb"), sb.c.checksum(i, "cb"), "node %d", i+1)
+		require.Zero(t, sb.c.unreplicated(i), "node %d", i+1)
+	}
 }

@@ -24,6 +24,20 @@ import (
 // more rounds (default 60), ORDO_SESSION_FUZZ_SEED another seed,
 // ORDO_SESSION_FUZZ_PROTOCOL another protocol (default dbsm).
 func TestSessionMessageSequences(t *testing.T) {
+	protocol := "dbsm"
+	if v := os.Getenv("ORDO_SESSION_FUZZ_PROTOCOL"); v != "" {
+		protocol = v
+	}
+	fuzzSessions(t, protocol)
+}
+
+// TestSessionMessageSequencesUnderCons: the same under cons, whose
+// blocks declare their classes in a comment on BEGIN.
+func TestSessionMessageSequencesUnderCons(t *testing.T) {
+	fuzzSessions(t, "cons")
+}
+
+func fuzzSessions(t *testing.T, protocol string) {
 	rounds := 60
 	if v, err := strconv.Atoi(os.Getenv("ORDO_SESSION_FUZZ_ROUNDS")); err == nil {
 		rounds = v
@@ -32,10 +46,12 @@ func TestSessionMessageSequences(t *testing.T) {
 	if v, err := strconv.ParseUint(os.Getenv("ORDO_SESSION_FUZZ_SEED"), 10, 64); err == nil {
 		seed = v
 	}
-	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds", seed, rounds)
-	protocol := "dbsm"
-	if v := os.Getenv("ORDO_SESSION_FUZZ_PROTOCOL"); v != "" {
-		protocol = v
+	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds, protocol %s", seed, rounds, protocol)
+	begin := "begin"
+	if protocol == "cons" {
+		// A block declares its classes (every one); a statement outside
+		// a block gets its own from the analyzer.
+		begin = "/* ordo.conflict_classes: * */ begin"
 	}
 	sb := startSideBySide(t, protocol)
 	ctx := context.Background()
@@ -59,7 +75,7 @@ func TestSessionMessageSequences(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var recent []string
 	for r := 0; r < rounds; r++ {
-		msgs, text := randomUnit(rng)
+		msgs, text := randomUnit(rng, begin)
 		want := exchange(t, plain, msgs)
 		got := exchange(t, ordo, msgs)
 		if want != got {
@@ -116,18 +132,35 @@ var fuzzStatements = []struct {
 
 // randomUnit returns a random sequence of client messages ending with a
 // Sync or a Query, and a description of it.
-func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
+// begin is the text of BEGIN. Under cons (a BEGIN with a declaration),
+// no update or BEGIN follows a read in one batch: cons refuses that
+// (its snapshot would predate its classes), PostgreSQL does not.
+func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, string) {
 	var msgs []pgproto3.FrontendMessage
 	var desc []string
+	cons := begin != "begin"
+	read := false
+	pick := func() (string, int) {
+		for {
+			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
+			isRead := strings.HasPrefix(s.sql, "select")
+			if cons && read && !isRead && (s.sql == "begin" || strings.HasPrefix(s.sql, "insert") ||
+				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete")) {
+				continue
+			}
+			read = read || isRead
+			return s.sql, s.params
+		}
+	}
 	param := func() []byte { return []byte(strconv.Itoa(rng.IntN(6))) }
 	if rng.IntN(3) == 0 {
 		// A simple query: one statement or several.
 		n := 1 + rng.IntN(4)
 		var parts []string
 		for i := 0; i < n; i++ {
-			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
-			sql := s.sql
-			for j := s.params; j >= 1; j-- {
+			sql0, params := pick()
+			sql := strings.Replace(sql0, "begin", begin, 1)
+			for j := params; j >= 1; j-- {
 				sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(j), string(param()))
 			}
 			parts = append(parts, sql)
@@ -141,19 +174,24 @@ func randomUnit(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
 	// survive), or a Bind of what a name holds from before.
 	n := 1 + rng.IntN(4)
 	for i := 0; i < n; i++ {
-		s := fuzzStatements[rng.IntN(len(fuzzStatements))]
+		var s struct {
+			sql    string
+			params int
+		}
+		s.sql, s.params = pick()
 		name := ""
 		if rng.IntN(3) == 0 {
 			name = "fz" + strconv.Itoa(i)
 		}
-		if rng.IntN(5) > 0 {
-			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: s.sql})
+		if rng.IntN(5) > 0 || (cons && read) {
+			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: strings.Replace(s.sql, "begin", begin, 1)})
 			desc = append(desc, fmt.Sprintf("Parse %q %s", name, s.sql))
 		} else {
 			// Bind whatever the statement of that name is (a named one
 			// left open, or whose Parse was refused because it was).
 			desc = append(desc, fmt.Sprintf("(%q from before)", name))
 			s.params = -1
+			read = true // it may be
 		}
 		if s.params >= 0 && rng.IntN(6) == 0 {
 			continue // prepared only
