@@ -266,10 +266,7 @@ func TestLoaderReadsTheSystemSchemasOnlyWhenTheyChange(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Load(ctx); err == nil {
-		t.Fatal("a load over a terminated connection succeeded")
-	}
-	same("after the connection was terminated")
+	same("after the connection was terminated") // tried again on a new one
 	if connects != 2 {
 		t.Fatalf("%d connections after one was terminated, want 2", connects)
 	}

@@ -38,14 +38,26 @@ func NewLoader(connect func(ctx context.Context) (*pgx.Conn, error), granules ma
 
 // Load reads the catalog as Load does: the user's schemas always, the
 // system schemas when they changed. It is a Cache's load function.
-func (l *Loader) Load(ctx context.Context) (_ Description, err error) {
+func (l *Loader) Load(ctx context.Context) (Description, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	defer func() {
-		if err != nil {
-			l.closeLocked() // a connection in an unknown state is not reused
+	kept := l.conn != nil && !l.conn.IsClosed()
+	d, err := l.loadLocked(ctx)
+	if err != nil {
+		l.closeLocked() // a connection in an unknown state is not reused
+		if kept && ctx.Err() == nil {
+			// The kept connection may have died since (PostgreSQL
+			// restarted, an idle timeout): once more on a new one, as
+			// a refresh after DDL is not tried again.
+			if d, err = l.loadLocked(ctx); err != nil {
+				l.closeLocked()
+			}
 		}
-	}()
+	}
+	return d, err
+}
+
+func (l *Loader) loadLocked(ctx context.Context) (Description, error) {
 	if l.conn == nil || l.conn.IsClosed() {
 		c, err := l.connect(ctx)
 		if err != nil {

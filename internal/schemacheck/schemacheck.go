@@ -47,8 +47,9 @@ const Unreadable = "unreadable"
 
 // objectsSQL lists user objects with their definitions, or NULL for a
 // relation locked against reading its definition (AccessExclusiveLock,
-// which every schema change of an existing relation but a few takes) and
-// a view or index that depends on one. A lock taken after the query
+// held or awaited: a lock request queues behind a waiting one; every
+// schema change of an existing relation but a few takes it) and a view,
+// index or row security policy that depends on one. A lock taken after the query
 // started makes it wait (lock_timeout, then Fingerprint tries again).
 const objectsSQL = `
 WITH ns AS (
@@ -56,7 +57,7 @@ WITH ns AS (
   WHERE nspname NOT IN ('pg_catalog', 'information_schema', '_ordo', 'pg_toast') AND nspname NOT LIKE 'pg_temp_%' AND nspname NOT LIKE 'pg_toast_temp_%'
 ), locked AS MATERIALIZED (
   SELECT relation FROM pg_locks
-  WHERE locktype = 'relation' AND mode = 'AccessExclusiveLock' AND granted
+  WHERE locktype = 'relation' AND mode = 'AccessExclusiveLock'
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND pid IS DISTINCT FROM pg_backend_pid()
 )
@@ -69,6 +70,9 @@ SELECT (CASE c.relkind WHEN 'r' THEN 'table ' WHEN 'p' THEN 'table ' WHEN 'v' TH
   CASE WHEN c.oid IN (SELECT relation FROM locked) OR EXISTS (
       SELECT 1 FROM pg_rewrite rw JOIN pg_depend dp ON dp.classid = 'pg_rewrite'::regclass AND dp.objid = rw.oid
        WHERE rw.ev_class = c.oid AND dp.refclassid = 'pg_class'::regclass AND dp.refobjid IN (SELECT relation FROM locked))
+    OR EXISTS (
+      SELECT 1 FROM pg_policy po JOIN pg_depend dp ON dp.classid = 'pg_policy'::regclass AND dp.objid = po.oid
+       WHERE po.polrelid = c.oid AND dp.refclassid = 'pg_class'::regclass AND dp.refobjid IN (SELECT relation FROM locked))
     THEN NULL ELSE
   concat_ws(E'\n',
     c.relkind::text, c.relpersistence::text, c.relrowsecurity::text, coalesce(array_to_string(c.relacl, ','), ''),

@@ -124,3 +124,47 @@ func TestFingerprintDoesNotWaitForAPreparedSchemaChange(t *testing.T) {
 	delete(before.Objects, "view held.v")
 	require.Equal(t, []Difference{{"view held.v", "only here"}}, Diff(during, before), "an unreadable object still exists")
 }
+
+// TestFingerprintDoesNotQueueBehindAWaitingSchemaChange: a schema change
+// waiting for a prepared transaction's lock makes every later reader of
+// the table queue behind it; the fingerprint reports the table Unreadable
+// instead of timing out on it.
+func TestFingerprintDoesNotQueueBehindAWaitingSchemaChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, pg.Servers[0].DSN("postgres"))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	c, holder, alter := connect(), connect(), connect()
+	_, err := c.Exec(ctx, `CREATE SCHEMA queued; CREATE TABLE queued.t (id int PRIMARY KEY, n int DEFAULT 1)`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "ROLLBACK PREPARED 'queued'")
+		_, _ = c.Exec(context.Background(), "DROP SCHEMA queued CASCADE")
+	})
+	_, err = holder.Exec(ctx, "BEGIN; INSERT INTO queued.t VALUES (1); PREPARE TRANSACTION 'queued'")
+	require.NoError(t, err)
+	altered := make(chan error, 1)
+	go func() {
+		_, err := alter.Exec(ctx, "ALTER TABLE queued.t ADD COLUMN extra int")
+		altered <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'queued.t'::regclass AND NOT granted)`).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 10*time.Millisecond, "the ALTER waits for the prepared transaction")
+
+	_, err = c.Exec(ctx, "SET lock_timeout = '50ms'")
+	require.NoError(t, err)
+	snap, err := Fingerprint(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, Unreadable, snap.Objects["table queued.t"])
+
+	_, err = c.Exec(ctx, "ROLLBACK PREPARED 'queued'")
+	require.NoError(t, err)
+	require.NoError(t, <-altered)
+}
