@@ -130,9 +130,12 @@ type Statement struct {
 	Tag string
 	// Reason explains KindRefused and KindOpaque, and any escalation to
 	// "read everything".
-	Reason  string
-	Txn     *TxnControl // KindTxn and refused two-phase statements
-	Setting *Setting    // SET / RESET / SHOW
+	Reason string
+	// Unparsed marks a KindOpaque statement that stands in for text that
+	// failed to parse (ErrSyntax): PostgreSQL's grammar refuses it too.
+	Unparsed bool
+	Txn      *TxnControl // KindTxn and refused two-phase statements
+	Setting  *Setting    // SET / RESET / SHOW
 	// Explain is set for EXPLAIN; Executes is false only for an EXPLAIN
 	// without ANALYZE (which runs nothing).
 	Explain  bool

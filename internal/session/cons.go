@@ -106,7 +106,7 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		return err
 	}
 	ct := &s.tx.cons
-	if unparsed(a) {
+	if a.Unparsed {
 		// PostgreSQL's grammar refuses it too: it runs nothing, and its
 		// error is the client's to see (were it to run after all, its
 		// writes are checked against the classes at commit).
@@ -126,11 +126,6 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: %v; the transaction can only roll back", err))
 	}
 	return nil
-}
-
-// unparsed reports whether a is text the analyzer could not parse.
-func unparsed(a *analysis.Statement) bool {
-	return a.Kind == analysis.KindOpaque && strings.HasPrefix(a.Reason, "not analyzable: "+analysis.ErrSyntax.Error())
 }
 
 // consTake takes the transaction's classes, before statement a (params

@@ -625,7 +625,9 @@ func paramBinary(formats []int16, i int) bool {
 func (s *session) analyze(sql string) []*analysis.Statement {
 	stmts, err := s.analyzeText(sql)
 	if err != nil {
-		return []*analysis.Statement{opaque(err.Error())}
+		a := opaque(err.Error())
+		a.Unparsed = errors.Is(err, analysis.ErrSyntax)
+		return []*analysis.Statement{a}
 	}
 	return stmts
 }

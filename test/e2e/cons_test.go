@@ -300,6 +300,10 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		q("/* ordo.conflict_classes: * */ begin"),
 		q("selec broken"),
 		q("rollback"),
+		// A block whose classes come from its first statement (public.cb).
+		ext("insert into cb values (9, 9)", "begin"),
+		q("selec broken"),
+		q("rollback"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
