@@ -45,7 +45,7 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	}
 	deadline := time.Now().Add(duration)
 	var commits atomic.Int64
-	var failure atomic.Value
+	var failure errorSlot
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		conn := c.connect(w % 3)

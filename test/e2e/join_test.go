@@ -106,8 +106,8 @@ type bank struct {
 	commits   atomic.Int64
 	aborts    atomic.Int64
 	failed    atomic.Int64 // clients through mayFail that ended
-	failedErr atomic.Value // and the last error one of them saw
-	errs      atomic.Value
+	failedErr errorSlot    // and the last error one of them saw
+	errs      errorSlot
 	stop      chan struct{}
 	wg        sync.WaitGroup
 }

@@ -23,6 +23,26 @@ func sqlstate(err error) string {
 	return ""
 }
 
+// errorSlot keeps the last error client goroutines saw. Unlike
+// atomic.Value it takes errors of any concrete type: a *pgconn.PgError
+// after a *fmt.wrapError would panic there.
+type errorSlot struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (s *errorSlot) Store(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+func (s *errorSlot) Load() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
 // counter sums the samples of a counter (or gauge) of node i whose labels
 // include every label given; the node must export it.
 func (c *cluster) counter(i int, name string, labels map[string]string) float64 {
@@ -248,7 +268,7 @@ func TestBank(t *testing.T) {
 			}
 			deadline := time.Now().Add(duration)
 			var commits, aborts, badSums atomic.Int64
-			var other atomic.Value
+			var other errorSlot
 			var wg sync.WaitGroup
 			for w := 0; w < 8; w++ {
 				conn := c.connect(w % 3)
@@ -423,4 +443,15 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	for i := range c.nodes {
 		require.Zero(t, c.unreplicated(i))
 	}
+}
+
+// TestErrorSlotTakesErrorsOfAnyType: client goroutines store errors of
+// different concrete types (a driver's *pgconn.PgError, a wrapped one); an
+// atomic.Value panicked on the second (seen in CI in TestRemoveNodeUnderLoad).
+func TestErrorSlotTakesErrorsOfAnyType(t *testing.T) {
+	var s errorSlot
+	require.NoError(t, s.Load())
+	s.Store(&pgconn.PgError{Code: "57P01"})
+	s.Store(fmt.Errorf("client 1: %w", errors.New("closed")))
+	require.EqualError(t, s.Load(), "client 1: closed")
 }

@@ -40,7 +40,7 @@ func TestOnlineProtocolSwitch(t *testing.T) {
 	c.waitConverged()
 
 	var committed, retried, next atomic.Int64
-	var failure atomic.Value
+	var failure errorSlot
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < 6; w++ {
