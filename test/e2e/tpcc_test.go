@@ -36,6 +36,9 @@ func TestTPCC(t *testing.T) {
 	dsns := []string{c.dsn(0), c.dsn(1), c.dsn(2)}
 	require.NoError(t, tpcc.Load(ctx, dsns, 3, tpcc.Small, 1))
 	t.Logf("cluster up and loaded: %v", time.Since(t0))
+	// Remote payments are 15 % of them: counted over every run, since a
+	// run of 15 payments on a loaded machine has none 9 % of the time.
+	var payments, remote int
 	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons"} {
 		if protocol != "dbsm" {
 			_, err := c.nodes[0].Replica().SwitchProtocol(ctx, protocol)
@@ -56,7 +59,8 @@ func TestTPCC(t *testing.T) {
 			require.Zero(t, rep.Failures(), "%s: transactions failed: %v", protocol, rep.Errors)
 			require.Positive(t, rep.Stats[tpcc.NewOrder].Committed, protocol)
 			require.Positive(t, rep.Stats[tpcc.Payment].Committed, protocol)
-			require.Positive(t, rep.RemotePayments, "remote payments are kept")
+			payments += rep.Stats[tpcc.Payment].Committed
+			remote += rep.RemotePayments
 			if protocol == "cons" {
 				require.Zero(t, rep.AbortPct(), "cons aborts nothing")
 			}
@@ -64,6 +68,7 @@ func TestTPCC(t *testing.T) {
 		checkTPCC(t, c, protocol)
 		t.Logf("%s done: %v", protocol, time.Since(t0))
 	}
+	require.Positive(t, remote, "remote payments are kept (%d payments)", payments)
 }
 
 // checkTPCC checks conditions 1–4 on every node and that every node has
