@@ -377,7 +377,7 @@ func (a *Applier) run(ctx context.Context, w *worker, it Item, order *ordering) 
 		}
 		a.cfg.Logger.Info("apply: attempt failed; retrying", "seqno", it.Seqno, "gid", it.WriteSet.GID, "attempt", attempt, "err", err)
 	}
-	return false, fmt.Errorf("%w: seqno %d gid %s: %v", ErrGiveUp, it.Seqno, it.WriteSet.GID, last)
+	return false, fmt.Errorf("%w: seqno %d gid %s: %w", ErrGiveUp, it.Seqno, it.WriteSet.GID, last)
 }
 
 // attempt runs one transaction: check the proof, apply the statements,
@@ -454,11 +454,12 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		stop()
 	}
 	// A small write set applied on its own (no ordering with other
-	// workers, no DDL, no AfterDDL) is one round trip: BEGIN, proof, rows
-	// and COMMIT. An error ends the pipeline before COMMIT; a row count
-	// found wrong afterwards is a divergence that stops the node all the
-	// same.
-	oneTrip := order == nil && len(it.WriteSet.DDL) == 0 && head != nil && len(stmts) <= a.cfg.BatchSize
+	// workers, no DDL, no AfterDDL) of inserts only is one round trip:
+	// BEGIN, proof, rows and COMMIT; an error (a duplicate key) ends the
+	// pipeline before COMMIT. An update or delete that finds no row is no
+	// error to PostgreSQL: its count is checked before COMMIT is sent, so
+	// a divergence commits nothing and the cluster can vote to skip it.
+	oneTrip := order == nil && len(it.WriteSet.DDL) == 0 && head != nil && len(stmts) <= a.cfg.BatchSize && !findsRows(stmts)
 	if oneTrip {
 		chunk := append(append(head, stmts...), stmt{sql: "COMMIT", want: -1})
 		if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
@@ -520,6 +521,18 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		order.done(it.Seqno)
 	}
 	return true, nil
+}
+
+// findsRows reports whether a statement must find an existing row (an
+// update or a delete), which PostgreSQL does not treat as an error when
+// it finds none.
+func findsRows(stmts []stmt) bool {
+	for i := range stmts {
+		if r := stmts[i].row; r != nil && stmts[i].want >= 0 && (r.Op == capture.OpUpdate || r.Op == capture.OpDelete) {
+			return true
+		}
+	}
+	return false
 }
 
 // execChunk sends statements in one round trip and checks each affected

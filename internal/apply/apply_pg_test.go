@@ -519,3 +519,34 @@ func TestTablesWithoutPrimaryKey(t *testing.T) {
 	_, err := e.applier.Apply(context.Background(), e.nextSeq(), ws)
 	require.Error(t, err)
 }
+
+// TestDivergedApplyCommitsNothing: an update of a row the replica does not
+// have is a divergence, and the apply must commit none of its transaction
+// (neither its other rows nor its proof row), so that the cluster's vote on
+// it (replica/vote.go) can skip it on every node that failed. A small write
+// set used to go in one round trip with its COMMIT, which committed it
+// before its row counts were checked; a second Apply then took it as done.
+func TestDivergedApplyCommitsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, Config{})
+	mustExec(t, e.a, "INSERT INTO comp VALUES (8700, 1, 'origin only')") // not replicated
+	it := Item{Seqno: e.nextSeq(), WriteSet: e.originTxn(t,
+		"INSERT INTO comp VALUES (8701, 1, 'new')",
+		"UPDATE comp SET v = 'changed' WHERE b = 8700")}
+	for attempt := 1; attempt <= 2; attempt++ {
+		_, err := e.applier.Apply(ctx, it.Seqno, it.WriteSet)
+		require.ErrorIs(t, err, ErrDiverged, "attempt %d", attempt)
+		var rows, proofs int
+		require.NoError(t, e.b.QueryRow(ctx, "SELECT count(*) FROM comp WHERE b = 8701").Scan(&rows))
+		require.NoError(t, e.b.QueryRow(ctx, "SELECT count(*) FROM _ordo.applied WHERE seqno = $1", it.Seqno).Scan(&proofs))
+		require.Zero(t, rows, "attempt %d: the transaction's other row was committed", attempt)
+		require.Zero(t, proofs, "attempt %d: the proof row was committed", attempt)
+	}
+	// Put things back as the other tests expect them: the seqno decided
+	// (skipped, as the cluster's vote would), the origin's rows gone.
+	applied, err := e.applier.Apply(ctx, it.Seqno, &capture.WriteSet{GID: it.WriteSet.GID})
+	require.NoError(t, err)
+	require.True(t, applied)
+	mustExec(t, e.a, "DELETE FROM comp WHERE b IN (8700, 8701)")
+	requireSame(t, e)
+}

@@ -82,6 +82,23 @@ func (r *Replica) Run(parent context.Context) error {
 	}()
 	for {
 		var batch []totalorder.Delivery
+		if len(r.held) > 0 {
+			// Read ahead while the cluster voted (vote.go): they come
+			// before anything still in the channel.
+			n := min(len(r.held), maxBatch)
+			batch, r.held = r.held[:n:n], r.held[n:]
+			if len(r.held) == 0 {
+				r.held = nil
+			}
+			if err := r.deliverHeld(ctx, batch); err != nil {
+				if ctx.Err() != nil {
+					return stopped()
+				}
+				r.fail(err)
+				return err
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return stopped()
@@ -112,12 +129,7 @@ func (r *Replica) Run(parent context.Context) error {
 			}
 		}
 		r.m.queue.Set(float64(len(batch) + len(r.cfg.Order.Deliveries())))
-		err := r.deliverBatch(ctx, batch)
-		var f *applyFailure
-		for errors.As(err, &f) {
-			err = r.vote(ctx, f) // carries on from the entry after, or not
-		}
-		if err != nil {
+		if err := r.deliverHeld(ctx, batch); err != nil {
 			if ctx.Err() != nil {
 				return stopped()
 			}
@@ -127,11 +139,23 @@ func (r *Replica) Run(parent context.Context) error {
 	}
 }
 
+// deliverHeld delivers a batch, and carries on through the votes on
+// entries this node could not carry out.
+func (r *Replica) deliverHeld(ctx context.Context, batch []totalorder.Delivery) error {
+	err := r.deliverBatch(ctx, batch)
+	var f *applyFailure
+	for errors.As(err, &f) {
+		err = r.vote(ctx, f) // carries on from the entry after, or not
+	}
+	return err
+}
+
 // run is a run of committed remote transactions without DDL or fragments,
 // applied together (apply.ApplyBatch) before anything else is carried out.
 type run struct {
-	items []apply.Item
-	last  uint64 // the prefix to publish once the run is applied
+	items   []apply.Item
+	origins []uint32 // of each item, for a vote on one that fails
+	last    uint64   // the prefix to publish once the run is applied
 }
 
 // deliverBatch steps the decider through deliveries in order and carries
@@ -204,8 +228,10 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	close(r.prefixCh)
 	r.prefixCh = make(chan struct{})
 	r.mu.Unlock()
-	if err := r.trimProofs(ctx, batch[len(batch)-1].Seqno); err != nil {
-		return err
+	if len(batch) > 0 { // empty: the rest of a batch after a vote
+		if err := r.trimProofs(ctx, batch[len(batch)-1].Seqno); err != nil {
+			return err
+		}
 	}
 	r.markDurable(ctx, r.dec.Settled())
 	return nil
@@ -358,13 +384,14 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 		}
 		r.rollbackConflicting(ctx, decodeKeys(e))
 		rn.items = append(rn.items, apply.Item{Seqno: dec.Seqno, WriteSet: ws})
+		rn.origins = append(rn.origins, e.Origin)
 		return nil
 	}
 	if err := r.flush(ctx, rn); err != nil {
 		return err
 	}
 	if err := r.carryOutTxn(ctx, dec, e); err != nil {
-		if !local && dec.Commit && r.cfg.Members > 0 && deterministic(err) {
+		if !local && dec.Commit && r.votable(err) {
 			return &applyFailure{seqno: dec.Seqno, origin: e.Origin, err: err}
 		}
 		return err
@@ -473,23 +500,60 @@ func (r *Replica) flush(ctx context.Context, rn *run) error {
 		return err
 	}
 	began := time.Now()
+	lastApplied := rn.items[len(rn.items)-1].Seqno
+	var err error
 	if len(rn.items) == 1 || r.cfg.Applier.Workers() == 1 {
 		for _, it := range rn.items {
-			if _, err := r.cfg.Applier.Apply(ctx, it.Seqno, it.WriteSet); err != nil {
-				return fmt.Errorf("replica: apply %s at seqno %d: %w", it.WriteSet.GID, it.Seqno, err)
+			if _, err = r.cfg.Applier.Apply(ctx, it.Seqno, it.WriteSet); err != nil {
+				err = fmt.Errorf("replica: apply %s at seqno %d: %w", it.WriteSet.GID, it.Seqno, err)
+				break
 			}
 		}
-	} else if err := r.cfg.Applier.ApplyBatch(ctx, rn.items); err != nil {
-		return fmt.Errorf("replica: apply seqnos %d-%d: %w", rn.items[0].Seqno, rn.items[len(rn.items)-1].Seqno, err)
+	} else if err = r.cfg.Applier.ApplyBatch(ctx, rn.items); err != nil {
+		err = fmt.Errorf("replica: apply seqnos %d-%d: %w", rn.items[0].Seqno, rn.items[len(rn.items)-1].Seqno, err)
+	}
+	if err != nil {
+		if !r.votable(err) {
+			return err
+		}
+		if lastApplied, err = r.flushVoting(ctx, rn); err != nil {
+			return err
+		}
 	}
 	per := time.Since(began).Seconds() / float64(len(rn.items))
 	for range rn.items {
 		r.m.applyLatency.Observe(per)
 	}
-	r.proved(rn.items[len(rn.items)-1].Seqno)
-	rn.items = rn.items[:0]
+	if lastApplied > 0 {
+		r.proved(lastApplied)
+	}
+	rn.items, rn.origins = rn.items[:0], rn.origins[:0]
 	r.publish(rn.last)
 	return nil
+}
+
+// flushVoting applies a run one transaction at a time after applying it
+// failed in a way PostgreSQL would repeat (a row that is not there, a
+// duplicate key): the transactions it applied already are skipped (their
+// proof rows say so), and one that fails is put to the cluster's vote
+// (vote.go) before the next is applied. It returns the last seqno it
+// applied (0: none), or the error that ends the node's part in the
+// cluster.
+func (r *Replica) flushVoting(ctx context.Context, rn *run) (lastApplied uint64, err error) {
+	for i, it := range rn.items {
+		if _, err := r.cfg.Applier.Apply(ctx, it.Seqno, it.WriteSet); err != nil {
+			err = fmt.Errorf("replica: apply %s at seqno %d: %w", it.WriteSet.GID, it.Seqno, err)
+			if !r.votable(err) {
+				return 0, err
+			}
+			if err := r.awaitVerdict(ctx, it.Seqno, rn.origins[i], err); err != nil {
+				return 0, err
+			}
+			continue // skipped by the cluster's verdict
+		}
+		lastApplied = it.Seqno
+	}
+	return lastApplied, nil
 }
 
 // finishLocal commits or rolls back one of this node's prepared

@@ -176,10 +176,12 @@ type Replica struct {
 	schema schemaState
 	data   dataState
 	// votes tallies the results of entries some node could not carry
-	// out; skipped holds the entries this node skipped by a verdict
-	// (delivery loop only).
+	// out; skipped holds the entries this node skipped by a verdict;
+	// held the deliveries read from the order while it waited for one,
+	// delivered before any other (delivery loop only).
 	votes   *termination.Votes
 	skipped map[uint64]bool
+	held    []totalorder.Delivery
 	// suspects are the origins taken for gone and since when; goneAborts
 	// the undecided transactions whose abort this node proposed because
 	// their origin was gone (outcomes.go; delivery loop only).

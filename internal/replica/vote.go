@@ -30,9 +30,13 @@ import (
 //     leave, and if its origin is among them, the transaction its client
 //     was told committed is lost with them: said loudly in the log.
 //
-// One bad entry never stops a majority. Votes are taken only on entries
-// carried out on their own (with DDL or fragments: where replays fail);
-// a failure in a run of plain row applies still stops the node.
+// One bad entry never stops a majority. Votes are taken on every remote
+// transaction a node cannot carry out in a way PostgreSQL would repeat
+// (votable): entries with DDL or fragments, carried out on their own, and
+// plain row applies, which a failed run applies again one at a time to
+// find the one to vote on (flushVoting). A node waiting for a verdict
+// reads ahead from the order and holds what it reads (Replica.held): the
+// loop delivers it before anything else.
 
 // applyFailure is an entry this node could not carry out, with the
 // deliveries of its batch after it (not yet stepped).
@@ -59,6 +63,9 @@ func deterministic(err error) bool {
 	if errors.Is(err, apply.ErrPostgresRestarted) || errors.Is(err, termination.ErrPostgresRestarted) {
 		return false
 	}
+	if errors.Is(err, apply.ErrDiverged) {
+		return true // a row that is not there, or is there twice
+	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || len(pe.Code) < 2 {
 		return false
@@ -70,32 +77,48 @@ func deterministic(err error) bool {
 	return true
 }
 
-// vote reports f through the order and carries the deliveries that come
-// meanwhile once the cluster's verdict is in: on from f's entry if the
-// failing side won, or an error (this node leaves) if it lost.
+// votable reports whether a failure to carry out a remote transaction
+// goes to the cluster's vote rather than stopping the node.
+func (r *Replica) votable(err error) bool {
+	return r.cfg.Members > 0 && deterministic(err)
+}
+
+// vote reports f through the order and, once the cluster's verdict is in,
+// carries on from f's entry if the failing side won, or returns an error
+// (this node leaves) if it lost.
 func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
-	r.log.Error("an entry could not be carried out here; the cluster votes", "seqno", f.seqno, "origin", f.origin, "err", f.err)
-	r.m.votes.WithLabelValues("fail").Inc()
-	r.proposeVote(f.seqno, f.origin, false, f.err.Error())
-	held := f.rest
-	for {
-		switch r.votes.Verdict(f.seqno) {
-		case termination.Applied:
-			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer", f.seqno, f.err)
-		case termination.Skipped:
-			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", f.seqno, "origin", f.origin)
-			r.skipped[f.seqno] = true
-			r.publish(f.seqno)
-			if f.resume != nil {
-				if err := f.resume(ctx); err != nil {
-					var next *applyFailure
-					if errors.As(err, &next) {
-						next.rest = append(next.rest, held...)
-					}
-					return err
-				}
+	if err := r.awaitVerdict(ctx, f.seqno, f.origin, f.err); err != nil {
+		return err
+	}
+	r.publish(f.seqno)
+	if f.resume != nil {
+		if err := f.resume(ctx); err != nil {
+			var next *applyFailure
+			if errors.As(err, &next) {
+				next.rest = append(next.rest, f.rest...)
 			}
-			return r.deliverBatch(ctx, held)
+			return err
+		}
+	}
+	return r.deliverBatch(ctx, f.rest)
+}
+
+// awaitVerdict reports that this node could not carry out the entry at
+// seqno (cause) and waits for the cluster's verdict, holding what the
+// order delivers meanwhile (Replica.held). It returns nil when the entry
+// is skipped by every node, or the error that makes this node leave.
+func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, origin uint32, cause error) error {
+	r.log.Error("an entry could not be carried out here; the cluster votes", "seqno", seqno, "origin", origin, "err", cause)
+	r.m.votes.WithLabelValues("fail").Inc()
+	r.proposeVote(seqno, origin, false, cause.Error())
+	for {
+		switch r.votes.Verdict(seqno) {
+		case termination.Applied:
+			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer", seqno, cause)
+		case termination.Skipped:
+			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", seqno, "origin", origin)
+			r.skipped[seqno] = true
+			return nil
 		}
 		var d totalorder.Delivery
 		var ok bool
@@ -104,17 +127,17 @@ func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
 			return ctx.Err()
 		case d, ok = <-r.cfg.Order.Deliveries():
 			if !ok {
-				return fmt.Errorf("replica: the total order stopped while the cluster voted on entry %d", f.seqno)
+				return fmt.Errorf("replica: the total order stopped while the cluster voted on entry %d", seqno)
 			}
 		}
-		held = append(held, d)
+		r.held = append(r.held, d)
 		if d.Type == totalorder.DeliveryMembers {
 			// In log order, as the nodes that do not wait count.
 			r.votes.SetMembers(len(totalorder.Voters(d.Data)))
 		}
 		var e ordov1.Entry
 		if d.Type == totalorder.DeliveryEntry && proto.Unmarshal(d.Data, &e) == nil {
-			if v := e.GetVote(); v != nil && v.AtSeqno == f.seqno {
+			if v := e.GetVote(); v != nil && v.AtSeqno == seqno {
 				r.votes.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
 			}
 		}

@@ -56,3 +56,48 @@ func TestOneBadEntryNeverStopsAMajority(t *testing.T) {
 		}, 30*time.Second, 100*time.Millisecond, "and replicates")
 	})
 }
+
+// TestOneBadRowApplyNeverStopsAMajority: the same for a plain row apply (a
+// run of remote transactions without DDL). A row written behind Ordo's back
+// on one node makes the others' apply of that node's next update find no
+// row (or a duplicate key); they used to stop, and with them the cluster.
+func TestOneBadRowApplyNeverStopsAMajority(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) *cluster {
+		c := startCluster(t, 3, "dbsm-si")
+		_, err := c.connect(0).Exec(ctx, "CREATE TABLE r (id int PRIMARY KEY, v text)")
+		require.NoError(t, err)
+		c.waitConverged()
+		return c
+	}
+	t.Run("majority fails", func(t *testing.T) {
+		c := setup(t)
+		_, err := c.direct(0).Exec(ctx, "INSERT INTO r VALUES (1, 'behind Ordo')")
+		require.NoError(t, err)
+		_, err = c.connect(0).Exec(ctx, "UPDATE r SET v = 'through Ordo' WHERE id = 1")
+		require.NoError(t, err, "the origin commits: it cannot know the others will fail")
+		require.Eventually(t, func() bool { return c.replicaErr(0) != "" }, 60*time.Second, 100*time.Millisecond)
+		require.Contains(t, c.replicaErr(0), "lost with it", "the origin says loudly what is lost")
+		require.Empty(t, c.replicaErr(1))
+		require.Empty(t, c.replicaErr(2))
+		_, err = c.connect(1).Exec(ctx, "INSERT INTO r VALUES (2, 'after')")
+		require.NoError(t, err, "the majority serves")
+		require.Eventually(t, func() bool {
+			var n int
+			return c.direct(2).QueryRow(ctx, "SELECT count(*) FROM r").Scan(&n) == nil && n == 1
+		}, 30*time.Second, 100*time.Millisecond, "and replicates")
+	})
+	t.Run("minority fails", func(t *testing.T) {
+		c := setup(t)
+		_, err := c.direct(2).Exec(ctx, "INSERT INTO r VALUES (1, 'behind Ordo')")
+		require.NoError(t, err)
+		_, err = c.connect(0).Exec(ctx, "INSERT INTO r VALUES (1, 'through Ordo')")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return c.replicaErr(2) != "" }, 60*time.Second, 100*time.Millisecond)
+		require.Contains(t, c.replicaErr(2), "leaves the cluster")
+		require.Empty(t, c.replicaErr(0))
+		require.Empty(t, c.replicaErr(1))
+		_, err = c.connect(1).Exec(ctx, "INSERT INTO r VALUES (2, 'after')")
+		require.NoError(t, err, "the majority serves")
+	})
+}
