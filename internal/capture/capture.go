@@ -26,6 +26,12 @@ var ErrAwaitTimeout = errors.New("capture: timed out waiting for the decoded wri
 // ErrStopped is returned by Capture.Await once Stop was called.
 var ErrStopped = errors.New("capture: stopped")
 
+// ErrEnded is returned by Await for a prepared transaction whose COMMIT
+// PREPARED or ROLLBACK PREPARED was decoded before anyone claimed its
+// write set (the node rolls back prepared transactions that block an
+// apply, even one whose session is about to claim it).
+var ErrEnded = errors.New("capture: the prepared transaction ended before its write set was claimed")
+
 // ErrBadName is returned by Setup and Start for a slot or publication name
 // that is not a plain lowercase identifier.
 var ErrBadName = errors.New("capture: bad slot or publication name")
@@ -105,6 +111,11 @@ type Capture struct {
 	mu        sync.Mutex
 	waits     map[txn.GID]*waiter
 	unclaimed []txn.GID // decoded, not awaited yet, oldest first
+	// ended are decoded write sets dropped unclaimed because their
+	// transaction ended (how: "committed" or "rolled back"), for an
+	// Await that comes after; endedOrder bounds them, oldest first.
+	ended      map[txn.GID]string
+	endedOrder []txn.GID
 	stopped   bool
 }
 
@@ -202,6 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Capture, error) {
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		waits:   make(map[txn.GID]*waiter),
+		ended:   make(map[txn.GID]string),
 	}
 	ready := make(chan error, 1)
 	go c.run(runCtx, ready)
@@ -249,6 +261,11 @@ func (c *Capture) Await(ctx context.Context, gid txn.GID) (*WriteSet, error) {
 	if c.stopped {
 		c.mu.Unlock()
 		return nil, ErrStopped
+	}
+	if how, ok := c.ended[gid]; ok {
+		delete(c.ended, gid)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: gid %s was %s", ErrEnded, gid, how)
 	}
 	w := c.waiterLocked(gid)
 	c.mu.Unlock()
@@ -316,12 +333,20 @@ func (c *Capture) deliver(p Prepared) {
 	}
 }
 
-// forget drops an unclaimed write set once its outcome is decoded.
-func (c *Capture) forget(gid string) {
+// forget drops an unclaimed write set once its outcome (how) is decoded,
+// and remembers that it ended: an Await that comes after it fails at once
+// (ErrEnded) instead of waiting for a PREPARE that was decoded already.
+func (c *Capture) forget(gid, how string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w, ok := c.waits[txn.GID(gid)]; ok && w.decoded {
 		delete(c.waits, txn.GID(gid))
+		c.ended[txn.GID(gid)] = how
+		c.endedOrder = append(c.endedOrder, txn.GID(gid))
+		for len(c.endedOrder) > c.cfg.MaxUnclaimed {
+			delete(c.ended, c.endedOrder[0])
+			c.endedOrder = c.endedOrder[1:]
+		}
 	}
 	if len(c.unclaimed) > 0 && c.unclaimed[0] == txn.GID(gid) {
 		c.unclaimed = c.unclaimed[1:]
@@ -459,10 +484,10 @@ func (c *Capture) handle(ev Event) uint64 {
 		if _, _, err := txn.ParseGID(ev.GID); err != nil {
 			c.leak(ev.XID, -1, "commit prepared "+ev.GID)
 		}
-		c.forget(ev.GID)
+		c.forget(ev.GID, "committed")
 		return ev.EndLSN
 	case RollbackPrepared:
-		c.forget(ev.GID)
+		c.forget(ev.GID, "rolled back")
 		return ev.EndLSN
 	case Committed:
 		if ev.Apply {

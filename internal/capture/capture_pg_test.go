@@ -302,3 +302,30 @@ func TestRealServerBytes(t *testing.T) {
 	require.Equal(t, OpTruncate, ws.Rows[1].Op)
 	require.Equal(t, "ordo_1_1", evs[3].(CommitPrepared).GID)
 }
+
+// TestAwaitAfterTheTransactionEnded: a prepared transaction rolled back
+// before its session claims its write set (the node rolls back prepared
+// transactions that block an apply) makes Await fail at once. Await used to
+// wait for a PREPARE decoded long before: until the stream had been silent
+// for AwaitTimeout, or up to AwaitLimit (10 minutes) under traffic (found by
+// the safety suite's postmaster-kill nemesis: a COMMIT waited 20-30 s).
+func TestAwaitAfterTheTransactionEnded(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t)
+	exec(t, conn, "CREATE TABLE ended (id int PRIMARY KEY)")
+	c, _ := startCapture(t, "ended_slot", Config{AwaitTimeout: 5 * time.Second})
+	gid, later := txn.NewGID(1, 1), txn.NewGID(1, 2)
+	prepared(t, conn, gid, "INSERT INTO ended VALUES (1)")
+	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
+	// Once a later PREPARE is decoded, so is the ROLLBACK PREPARED.
+	prepared(t, conn, later, "INSERT INTO ended VALUES (2)")
+	_, err := c.Await(ctx, later)
+	require.NoError(t, err)
+	exec(t, conn, "ROLLBACK PREPARED '"+string(later)+"'")
+
+	began := time.Now()
+	_, err = c.Await(ctx, gid)
+	require.ErrorIs(t, err, ErrEnded)
+	require.Contains(t, err.Error(), "rolled back")
+	require.Less(t, time.Since(began), time.Second, "Await waited for a PREPARE decoded before it")
+}
