@@ -558,6 +558,14 @@ func (ss *session) clientLoop() error {
 					ss.outstanding.Add(1)
 					ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
 					ss.sendTracked(&pgproto3.Sync{})
+					if ss.hold.Load() {
+						// The hook held the ReadyForQuery before it
+						// refused (it opened a block for the statement):
+						// the unit ends here all the same.
+						if err := ss.finishHeld(); err != nil {
+							return err
+						}
+					}
 					continue
 				}
 			}
