@@ -116,7 +116,7 @@ type Capture struct {
 	// Await that comes after; endedOrder bounds them, oldest first.
 	ended      map[txn.GID]string
 	endedOrder []txn.GID
-	stopped   bool
+	stopped    bool
 }
 
 type waiter struct {
