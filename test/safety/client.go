@@ -3,6 +3,7 @@ package safety
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -23,6 +24,15 @@ type client struct {
 	dsn     string
 	rec     *history.Recorder
 	conn    *pgx.Conn
+	ops     int // operations so far, for labels
+}
+
+// label names the next operation's update transaction (ordo.txn_label),
+// so that the outcome check can answer for it if it ends indeterminate.
+// Every run starts a new cluster: process and count make it unique.
+func (c *client) label() string {
+	c.ops++
+	return fmt.Sprintf("safety-p%d-%d", c.process, c.ops)
 }
 
 func (c *client) close() {
@@ -80,8 +90,13 @@ func errText(err error) string {
 // An error before COMMIT is a fail (nothing was sent for replication); at
 // COMMIT it is a fail only when definitelyAborted says so, else info. body
 // returns the value recorded on completion (e.g. what it read).
+//
+// The transaction is labelled (SET LOCAL ordo.txn_label, right before
+// COMMIT, so it comes after whatever body declares first, such as cons'
+// classes) for the outcome check after the run.
 func (c *client) txn(f string, arg any, body func(ctx context.Context, tx pgx.Tx) (any, error)) (string, any) {
-	c.rec.Record(history.Invoke, c.process, c.node+1, f, arg, "")
+	label := c.label()
+	c.rec.Invoke(c.process, c.node+1, f, arg, label)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	done := func(typ string, v any, err error) (string, any) {
@@ -106,6 +121,9 @@ func (c *client) txn(f string, arg any, body func(ctx context.Context, tx pgx.Tx
 		return done(history.Fail, nil, err)
 	}
 	v, err := body(ctx, tx)
+	if err == nil {
+		_, err = tx.Exec(ctx, "SET LOCAL ordo.txn_label = '"+label+"'")
+	}
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return done(history.Fail, nil, err)
@@ -125,15 +143,25 @@ func (c *client) exec(f string, arg any, sql string, args ...any) string {
 	return typ
 }
 
+// txnless runs one autocommit statement, labelled (SET ordo.txn_label
+// before it) for the outcome check after the run.
 func (c *client) txnless(f string, arg any, sql string, args ...any) (string, error) {
-	c.rec.Record(history.Invoke, c.process, c.node+1, f, arg, "")
+	label := c.label()
+	c.rec.Invoke(c.process, c.node+1, f, arg, label)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := c.connect(ctx); err != nil {
+	err := c.connect(ctx)
+	if err == nil {
+		_, err = c.conn.Exec(ctx, "SET ordo.txn_label = '"+label+"'")
+	}
+	if err != nil {
+		if c.conn != nil && (sqlstate(err) == "" || c.conn.IsClosed()) {
+			c.close()
+		}
 		c.rec.Record(history.Fail, c.process, c.node+1, f, arg, errText(err))
 		return history.Fail, err
 	}
-	_, err := c.conn.Exec(ctx, sql, args...)
+	_, err = c.conn.Exec(ctx, sql, args...)
 	typ := history.OK
 	if err != nil {
 		typ = history.Info

@@ -9,10 +9,16 @@
 //   - client.go: a client (one connection to one node) and how an error
 //     becomes an outcome (ok / fail / info).
 //   - workloads.go: bank, append (list-append), wskew (the write-skew
-//     control) and sets: their schema, operations, final reads and checks.
-//   - nemesis.go: kill, partition and backend-kill faults, and the
-//     supervisor that restarts any ordo process that exited.
-//   - report.go: the run report written beside the history.
+//     control) and sets: their schema, operations, final reads and checks;
+//     workload_hot.go, workload_longfork.go, workload_ddl.go: hot keys,
+//     long-fork registers and schema migrations.
+//   - nemesis.go: the faults (kill, partition, backend-kill, pause,
+//     postmaster-kill, kill-all, partition-leader, partition-ring,
+//     partition-all) and the supervisor that restarts any ordo process
+//     that exited.
+//   - resolve.go: the outcome check of indeterminate operations.
+//   - report.go, plot.go: the run report and latency.svg beside the
+//     history.
 //
 // safety_test.go holds the short run of the default suite (every workload
 // under each protocol with the kill and partition nemeses) and the full

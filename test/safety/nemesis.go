@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,9 +28,32 @@ type window struct {
 type fault func(r *run, i int, d time.Duration) string
 
 var nemeses = map[string]fault{
-	"kill":         killOrdo,
-	"partition":    partition,
-	"backend-kill": killBackend,
+	"kill":             killOrdo,
+	"partition":        partition,
+	"backend-kill":     killBackend,
+	"pause":            pause,
+	"postmaster-kill":  killPostmaster,
+	"kill-all":         killAll,
+	"partition-leader": partition, // on the node aimAtLeader chose
+	"partition-ring":   partitionRing,
+	"partition-all":    partitionAll,
+}
+
+// aims choose the node of the faults that do not hit a random node: the
+// fault receives it as i, the history and the report name it, and the note
+// (what the choice was) goes before the fault's own.
+var aims = map[string]func(r *run, i int) (int, string){
+	"partition-leader": aimAtLeader,
+}
+
+// nemesisNames lists the nemeses, sorted, for messages.
+func nemesisNames() string {
+	names := make([]string, 0, len(nemeses))
+	for n := range nemeses {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 // killOrdo: SIGKILL of node i's ordo process, restarted after d.
@@ -74,6 +100,133 @@ func killBackend(r *run, i int, d time.Duration) string {
 	return fmt.Sprintf("killed backend pid %d", pid)
 }
 
+// pause: SIGSTOP of node i's ordo process for d, then SIGCONT. The process
+// keeps its sockets and PostgreSQL sessions (with whatever locks and
+// prepared transactions they hold) but runs nothing: its peers and clients
+// see it hang, not close. It holds the node's lock, so the supervisor
+// leaves the node alone; it must never leave the process stopped (it is
+// resumed even when the pause could not be confirmed).
+func pause(r *run, i int, d time.Duration) string {
+	r.nodeLock(i).Lock()
+	defer r.nodeLock(i).Unlock()
+	defer r.cluster.Resume(i)
+	if err := r.cluster.Pause(i); err != nil {
+		return fmt.Sprintf("not paused: %v", err)
+	}
+	time.Sleep(d)
+	return "resumed"
+}
+
+// killPostmaster: SIGKILL of node i's PostgreSQL server (the postmaster
+// and every process it started, as a crash of the server would leave it),
+// restarted after d through crash recovery. The ordo process is not
+// touched: it may exit by design when it loses its PostgreSQL, and the
+// supervisor then restarts it (failing, with a backoff, until PostgreSQL
+// is back). It must never leave the server down: if the restart fails,
+// healAll restarts it before the final checks.
+func killPostmaster(r *run, i int, d time.Duration) string {
+	r.cluster.KillPG(i)
+	time.Sleep(d)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.cluster.RestartPG(ctx, i); err != nil {
+		return fmt.Sprintf("PostgreSQL restart failed (healing retries): %v", err)
+	}
+	return "PostgreSQL restarted"
+}
+
+// killAll: SIGKILL of every ordo process at once, all restarted after d,
+// in parallel (a node waits for a quorum before it serves, so one started
+// alone would time out). It holds every node's lock for the whole fault so
+// the supervisor starts none of them early; PostgreSQL is left running.
+func killAll(r *run, _ int, d time.Duration) string {
+	n := r.cluster.N()
+	for k := 0; k < n; k++ {
+		r.nodeLock(k).Lock()
+		defer r.nodeLock(k).Unlock()
+	}
+	var wg sync.WaitGroup
+	for k := 0; k < n; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.cluster.Kill(k)
+		}()
+	}
+	wg.Wait()
+	time.Sleep(d)
+	errs := make([]error, n)
+	for k := 0; k < n; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = r.cluster.Start(k)
+		}()
+	}
+	wg.Wait()
+	var failed []string
+	for k, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("node %d: %s", k+1, summary(err)))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Sprintf("every node killed; restart failed (the supervisor retries): %s", strings.Join(failed, "; "))
+	}
+	return "every node killed and restarted"
+}
+
+// aimAtLeader makes partition-leader isolate the current Raft leader
+// (from the nodes' /metrics), node i when none is found within 5 s: the
+// others must elect a new leader and go on, and the old one must not
+// commit anything alone.
+func aimAtLeader(r *run, i int) (int, string) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		leader, term := r.cluster.Leader()
+		if leader >= 0 {
+			return leader, fmt.Sprintf("the leader (term %g)", term)
+		}
+		if time.Now().After(deadline) {
+			return i, "no leader found within 5 s: a random node"
+		}
+	}
+}
+
+// partitionRing: the link between node i and node i+1 (mod 3) cut both
+// ways for d, then restored (Jepsen's "majorities ring" on 3 nodes): each
+// of the two still reaches a majority through the third, which reaches
+// both; Raft leadership may move or flap, and everything must go on. It
+// must never cut more than that one pair.
+func partitionRing(r *run, i int, d time.Duration) string {
+	j := (i + 1) % r.cluster.N()
+	r.cluster.Cut(i, j)
+	time.Sleep(d)
+	r.cluster.Heal()
+	return fmt.Sprintf("nodes %d and %d cut apart; healed", i+1, j+1)
+}
+
+// partitionAll: every node cut off from every other for d, then healed: no
+// majority anywhere, so nothing can commit; clients must get errors or
+// indeterminate outcomes, never a wrong answer, and the cluster must
+// recover after healing. It ignores i.
+func partitionAll(r *run, _ int, d time.Duration) string {
+	r.cluster.IsolateAll()
+	time.Sleep(d)
+	r.cluster.Heal()
+	return "every node isolated; healed"
+}
+
+// summary is the first line of a start error and, when it goes on with
+// the node's log tail, the last line of that (the reason the process gave).
+func summary(err error) string {
+	s := strings.TrimSpace(err.Error())
+	first, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return first
+	}
+	return first + " … " + rest[strings.LastIndexByte(rest, '\n')+1:]
+}
+
 func (r *run) nodeLock(i int) *nodeMutex {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -100,10 +253,17 @@ func (r *run) nemesis(end time.Duration) {
 		if r.cfg.FaultNode > 0 {
 			i = r.cfg.FaultNode - 1
 		}
+		aimed := ""
+		if aim := aims[name]; aim != nil {
+			i, aimed = aim(r, i)
+		}
 		r.rec.Record(history.Info, history.NemesisProcess, i+1, "nemesis", map[string]string{"fault": name, "phase": "start"}, "")
 		r.logf("%.1fs: %s node %d", r.rec.Since().Seconds(), name, i+1)
 		w := window{Fault: name, Node: i + 1, Start: r.rec.Since()}
 		w.Note = nemeses[name](r, i, r.cfg.FaultTime)
+		if aimed != "" {
+			w.Note = aimed + "; " + w.Note
+		}
 		w.End = r.rec.Since()
 		r.rec.Record(history.Info, history.NemesisProcess, i+1, "nemesis", map[string]string{"fault": name, "phase": "end", "note": w.Note}, "")
 		r.mu.Lock()
@@ -114,10 +274,16 @@ func (r *run) nemesis(end time.Duration) {
 }
 
 // supervise restarts any ordo process that exited on its own, as a
-// supervisor (systemd, Kubernetes) would, until stop is closed.
+// supervisor (systemd, Kubernetes) would, until stop is closed. A paused
+// (SIGSTOPped) process has not exited. After a start that failed (its
+// PostgreSQL is down, say) the next attempt waits, 1 s, then 2 s, up to
+// supervisorMaxBackoff, so a node that cannot start does not spin; a
+// start that succeeds resets the wait.
 func (r *run) supervise(stop <-chan struct{}) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	failures := make([]int, r.cluster.N())
+	next := make([]time.Time, r.cluster.N())
 	for {
 		select {
 		case <-stop:
@@ -125,19 +291,37 @@ func (r *run) supervise(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		for i := 0; i < r.cluster.N(); i++ {
+			if time.Now().Before(next[i]) {
+				continue
+			}
 			l := r.nodeLock(i)
 			if !l.TryLock() {
 				continue // the nemesis holds it down
 			}
 			if r.cluster.Exited(i) {
 				r.cluster.Kill(i) // reap
-				r.note("supervisor: node %d exited on its own; restarting it. Log tail:\n        %s", i+1, indent(tailOf(r, i)))
+				if failures[i] == 0 {
+					r.note("supervisor: node %d exited on its own; restarting it. Log tail:\n        %s", i+1, indent(tailOf(r, i)))
+				}
 				r.rec.Record(history.Info, history.NemesisProcess, i+1, "supervisor", map[string]string{"action": "restart"}, "")
 				if err := r.cluster.Start(i); err != nil {
-					r.note("supervisor: node %d did not start: %v", i+1, err)
+					failures[i]++
+					wait := min(time.Second<<(failures[i]-1), supervisorMaxBackoff)
+					next[i] = time.Now().Add(wait)
+					r.note("supervisor: node %d did not start, attempt %d (next in %s): %s", i+1, failures[i], wait, summary(err))
+				} else {
+					if failures[i] > 0 {
+						r.note("supervisor: node %d started after %d failed attempts", i+1, failures[i])
+					}
+					failures[i] = 0
 				}
+			} else {
+				failures[i] = 0 // running: started by the nemesis or healing
 			}
 			l.Unlock()
 		}
 	}
 }
+
+// supervisorMaxBackoff bounds the supervisor's wait between failed starts.
+const supervisorMaxBackoff = 4 * time.Second

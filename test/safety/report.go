@@ -30,7 +30,7 @@ func (r *run) report() *Report {
 	fmt.Fprintf(&b, "ordo safety run: %s\n", verdict)
 	fmt.Fprintf(&b, "protocol %s; workloads %s; nemeses %s; duration %s; %d clients per workload; seed %d\n",
 		r.cfg.Protocol, strings.Join(r.cfg.Workloads, ","), orNone(r.cfg.Nemeses), r.cfg.Duration, r.cfg.Clients, r.seed)
-	fmt.Fprintf(&b, "history: history.jsonl (%d events); node logs: cluster/node*.log\n\n", len(events))
+	fmt.Fprintf(&b, "history: history.jsonl (%d events); latency plot: latency.svg; node logs: cluster/node*.log\n\n", len(events))
 
 	fmt.Fprintf(&b, "problems (%d):\n", len(r.problems))
 	for _, p := range r.problems {
@@ -41,8 +41,10 @@ func (r *run) report() *Report {
 		fmt.Fprintf(&b, "  %s\n", s)
 	}
 
+	fmt.Fprintf(&b, "  %s\n", indent(r.resolved.String()))
+
 	ops := history.Pair(events)
-	b.WriteString("\noperations by outcome (ok / fail / info):\n")
+	b.WriteString("\noperations by outcome (ok / fail / info; info resolved by the outcome check as aborted count as fail):\n")
 	type key struct{ w, f string }
 	counts := map[key]map[string]int{}
 	for _, op := range ops {

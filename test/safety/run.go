@@ -20,7 +20,7 @@ import (
 type Config struct {
 	Protocol  string   // dbsm, dbsm-si, pgr, cons or dbsm-rc
 	Workloads []string // bank, append, wskew, sets; run at once, each on its own tables
-	Nemeses   []string // kill, partition, backend-kill; faults take turns; none: no faults
+	Nemeses   []string // names from nemeses (nemesis.go): kill, partition, pause, …; faults take turns; none: no faults
 	Duration  time.Duration
 	// Clients per workload (default 6), spread over the nodes.
 	Clients int
@@ -69,6 +69,7 @@ type run struct {
 	notes    []string // supervisor restarts and the like, for the report
 	nodeMu   map[int]*nodeMutex
 	stopped  time.Duration // when the workloads stopped
+	resolved resolution    // what the outcome check answered
 }
 
 func (r *run) newClient(owner string, node int) *client {
@@ -131,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for _, n := range cfg.Nemeses {
 		if _, ok := nemeses[n]; !ok {
-			return nil, fmt.Errorf("safety: unknown nemesis %q (kill, partition, backend-kill)", n)
+			return nil, fmt.Errorf("safety: unknown nemesis %q (%s)", n, nemesisNames())
 		}
 	}
 	clusterDir := filepath.Join(cfg.Dir, "cluster")
@@ -210,9 +211,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	close(supervisorStop)
 	supervisor.Wait()
 	r.finalChecks(ctx)
+	r.resolved = r.resolve(ctx)
 	r.knownBugs()
 	rep := r.report()
 	if err := os.WriteFile(filepath.Join(cfg.Dir, "report.txt"), []byte(rep.Text), 0o644); err != nil {
+		return rep, err
+	}
+	plot := latencyPlot(history.Pair(r.rec.Events()), r.windows, r.stopped, r.owner)
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "latency.svg"), []byte(plot), 0o644); err != nil {
 		return rep, err
 	}
 	if len(rep.Problems) == 0 {
@@ -248,12 +254,24 @@ func (r *run) setup(ctx context.Context) error {
 	return nil
 }
 
-// healAll ends every fault: links restored, every stopped node started.
+// healAll ends every fault: links restored, every PostgreSQL server that
+// is down restarted, every paused node resumed, every stopped node started.
 func (r *run) healAll() {
 	r.cluster.Heal()
 	for i := 0; i < r.cluster.N(); i++ {
+		if !r.cluster.PGRunning(i) {
+			r.note("heal: node %d's PostgreSQL was down; starting it", i+1)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := r.cluster.RestartPG(ctx, i); err != nil {
+				r.problem("node %d's PostgreSQL did not start after healing: %v", i+1, err)
+			}
+			cancel()
+		}
+	}
+	for i := 0; i < r.cluster.N(); i++ {
 		l := r.nodeLock(i) // not at the same time as the supervisor
 		l.Lock()
+		r.cluster.Resume(i)
 		if r.cluster.Exited(i) {
 			r.cluster.Kill(i)
 			r.note("heal: node %d was down; starting it", i+1)

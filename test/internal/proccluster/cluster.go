@@ -61,6 +61,8 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	procs []*exec.Cmd
+
+	pgMu sync.Mutex // serializes KillPG, RestartPG and PGRunning
 }
 
 // Build compiles cmd/ordo into dir and returns the binary's path. It must
@@ -253,7 +255,9 @@ func (c *Cluster) Start(i int) error {
 	}
 }
 
-// Kill sends SIGKILL to node i's process (if running) and reaps it.
+// Kill sends SIGKILL to node i's process (if running) and reaps it. A
+// paused (SIGSTOPped) process is killed as well: SIGKILL ends a stopped
+// process, and the SIGCONT sent after it is harmless either way.
 func (c *Cluster) Kill(i int) {
 	c.mu.Lock()
 	p := c.procs[i]
@@ -261,8 +265,66 @@ func (c *Cluster) Kill(i int) {
 	c.mu.Unlock()
 	if p != nil && p.Process != nil {
 		_ = p.Process.Signal(syscall.SIGKILL)
+		_ = p.Process.Signal(syscall.SIGCONT)
 		_ = p.Wait()
 	}
+}
+
+// Pause stops node i's process with SIGSTOP: it keeps its sockets, its
+// PostgreSQL sessions and its memory but runs nothing until Resume (peers
+// and clients see it hang, not close). A paused process is not Exited.
+func (c *Cluster) Pause(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[i]
+	if p == nil || p.Process == nil {
+		return fmt.Errorf("proccluster: node %d is not running", i+1)
+	}
+	// Under c.mu: Kill clears procs[i] before it reaps, so the pid is
+	// still this process (running or a zombie), never a reused one.
+	return p.Process.Signal(syscall.SIGSTOP)
+}
+
+// Resume sends SIGCONT to node i's process (if any): it ends a Pause and
+// is harmless to a process that is not paused.
+func (c *Cluster) Resume(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.procs[i]; p != nil && p.Process != nil {
+		_ = p.Process.Signal(syscall.SIGCONT)
+	}
+}
+
+// KillPG crashes node i's PostgreSQL server: SIGKILL to its postmaster and
+// every process it started (pglocal.Server.Kill), returning once they are
+// gone. The ordo process is left alone. RestartPG brings the server back.
+func (c *Cluster) KillPG(i int) {
+	c.pgMu.Lock()
+	defer c.pgMu.Unlock()
+	c.PG.Servers[i].Kill()
+}
+
+// RestartPG starts node i's PostgreSQL server again (on the same port and
+// data directory, through crash recovery) if it is not running, and waits
+// until it accepts connections.
+func (c *Cluster) RestartPG(ctx context.Context, i int) error {
+	c.pgMu.Lock()
+	defer c.pgMu.Unlock()
+	s := c.PG.Servers[i]
+	if s.Running() {
+		return nil
+	}
+	if err := s.Restart(ctx); err != nil {
+		return fmt.Errorf("proccluster: node %d's PostgreSQL: %w", i+1, err)
+	}
+	return nil
+}
+
+// PGRunning reports whether node i's PostgreSQL postmaster is running.
+func (c *Cluster) PGRunning(i int) bool {
+	c.pgMu.Lock()
+	defer c.pgMu.Unlock()
+	return c.PG.Servers[i].Running()
 }
 
 // Exited reports whether node i's process is not running: never started,
@@ -328,6 +390,47 @@ func (c *Cluster) Metric(i int, name string) (float64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("proccluster: node %d exports no %s", i+1, name)
+}
+
+// Leader returns the node (0-based) that is the Raft leader by the nodes'
+// /metrics (ordo_totalorder_is_leader, ordo_totalorder_term), with its
+// term, or -1 when none says so (an election under way, or every node that
+// claims it unreachable).
+func (c *Cluster) Leader() (leader int, term float64) {
+	states := make([]leaderState, c.N())
+	for i := range states {
+		is, err := c.Metric(i, "ordo_totalorder_is_leader")
+		if err != nil {
+			continue
+		}
+		t, err := c.Metric(i, "ordo_totalorder_term")
+		if err != nil {
+			continue
+		}
+		states[i] = leaderState{ok: true, isLeader: is == 1, term: t}
+	}
+	return leaderOf(states)
+}
+
+// leaderState is what one node's /metrics says about the leadership.
+type leaderState struct {
+	ok       bool // the node answered
+	isLeader bool
+	term     float64
+}
+
+// leaderOf picks, among the nodes that answered and say they lead, the one
+// of the highest term: a leader cut off from a quorum may still say so for
+// an election timeout after a newer one was elected. A tie (which Raft
+// rules out within one term) goes to the lowest node. -1: nobody leads.
+func leaderOf(states []leaderState) (leader int, term float64) {
+	leader = -1
+	for i, s := range states {
+		if s.ok && s.isLeader && (leader < 0 || s.term > term) {
+			leader, term = i, s.term
+		}
+	}
+	return leader, term
 }
 
 // Tail returns the last n lines of a file.

@@ -6,9 +6,11 @@
 // restored (partitions).
 //
 // Files:
-//   - cluster.go: Cluster: build, configure, start, kill, restart, DSNs.
+//   - cluster.go: Cluster: build, configure, start, kill, restart, pause
+//     (SIGSTOP) and resume, crash and restart a node's PostgreSQL, find the
+//     Raft leader (from /metrics), DSNs.
 //   - netproxy.go: Link, a TCP proxy for one directed peer link, and the
-//     partition helpers on Cluster.
+//     partition helpers on Cluster (Isolate, IsolateAll, Cut, CutLink, Heal).
 //
 // Every node's `peers:` map names, for each other node j, the address of the
 // proxy of link i→j (127.0.0.1 only), which forwards to j's peer_listen.

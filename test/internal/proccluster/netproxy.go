@@ -120,6 +120,20 @@ func (c *Cluster) Isolate(i int) {
 // j; j's connections to i go through the link j→i).
 func (c *Cluster) CutLink(i, j int) { c.links[[2]int{i, j}].Cut() }
 
+// Cut cuts the links between nodes i and j both ways; every other link is
+// left as it is.
+func (c *Cluster) Cut(i, j int) {
+	c.links[[2]int{i, j}].Cut()
+	c.links[[2]int{j, i}].Cut()
+}
+
+// IsolateAll cuts every link: no node reaches any other.
+func (c *Cluster) IsolateAll() {
+	for _, l := range c.links {
+		l.Cut()
+	}
+}
+
 // Heal restores every link.
 func (c *Cluster) Heal() {
 	for _, l := range c.links {

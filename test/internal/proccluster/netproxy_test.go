@@ -67,3 +67,40 @@ func TestLinkCutAndRestore(t *testing.T) {
 	defer c3.Close()
 	require.NoError(t, roundTrip(c3))
 }
+
+// TestClusterCut: Cut(i, j) cuts both links between i and j and no other;
+// IsolateAll cuts every link; Heal restores them.
+func TestClusterCut(t *testing.T) {
+	c := &Cluster{links: map[[2]int]*Link{}}
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			if i == j {
+				continue
+			}
+			l, err := NewLink(echoServer(t))
+			require.NoError(t, err)
+			defer l.Close()
+			c.links[[2]int{i, j}] = l
+		}
+	}
+	carries := func(i, j int) bool {
+		conn, err := net.Dial("tcp", c.links[[2]int{i, j}].Addr())
+		require.NoError(t, err)
+		defer conn.Close()
+		return roundTrip(conn) == nil
+	}
+	c.Cut(0, 1)
+	for k := range c.links {
+		cut := k == [2]int{0, 1} || k == [2]int{1, 0}
+		require.Equal(t, !cut, carries(k[0], k[1]), "link %d→%d", k[0]+1, k[1]+1)
+	}
+	c.Heal()
+	c.IsolateAll()
+	for k := range c.links {
+		require.False(t, carries(k[0], k[1]), "link %d→%d", k[0]+1, k[1]+1)
+	}
+	c.Heal()
+	for k := range c.links {
+		require.True(t, carries(k[0], k[1]), "link %d→%d", k[0]+1, k[1]+1)
+	}
+}

@@ -215,3 +215,29 @@ func TestFinalReads(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, LostAppend, got[0].Kind, "%v", got)
 }
+
+// TestFinalReadsOfResolvedTransactions: an indeterminate transaction the
+// outcome check answered committed for must be in the final state, like an
+// acknowledged one; an unresolved one may be missing.
+func TestFinalReadsOfResolvedTransactions(t *testing.T) {
+	resolved := txn(2, "info", ap(1, 2))
+	resolved.Outcome = "committed"
+	txns := []Txn{
+		txn(1, "ok", ap(1, 1)),
+		resolved,
+		txn(3, "info", ap(1, 3)),
+		txn(10, "ok", rd(1, 1, 2)),
+	}
+	final := map[int]bool{10: true}
+	require.Empty(t, CheckFinalReads(txns, final))
+
+	txns[3] = txn(10, "ok", rd(1, 1))
+	got := CheckFinalReads(txns, final)
+	require.Len(t, got, 1)
+	require.Equal(t, LostAppend, got[0].Kind, "%v", got)
+	require.Contains(t, got[0].Text, "outcome check answered committed")
+
+	res := CheckListAppend(txns)
+	require.Equal(t, 1, res.InfoCommitted)
+	require.Equal(t, 1, res.InfoUnknown)
+}

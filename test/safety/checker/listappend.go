@@ -55,8 +55,17 @@ type MOp struct {
 type Txn struct {
 	ID     int    // unique; the history's completion index
 	Status string // "ok", "fail" or "info"
-	Ops    []MOp
-	Node   int
+	// Outcome is what the outcome check answered for an info
+	// transaction ("committed" counts it as committed), if asked.
+	Outcome string
+	Ops     []MOp
+	Node    int
+}
+
+// acknowledged reports whether t committed by its own completion or by
+// the outcome check's answer.
+func (t *Txn) acknowledged() bool {
+	return t.Status == "ok" || (t.Status == "info" && t.Outcome == "committed")
 }
 
 // Anomaly is one violation found in a history.
@@ -75,7 +84,8 @@ type ListAppendResult struct {
 	// whose appends were read); Edges the graph's edges.
 	Committed, Edges int
 	// InfoCommitted and InfoUnknown count indeterminate transactions
-	// resolved as committed (an append of theirs was read) or not.
+	// resolved as committed (by the outcome check, or because an append
+	// of theirs was read) or not.
 	InfoCommitted, InfoUnknown int
 }
 
@@ -180,9 +190,12 @@ func CheckListAppend(txns []Txn) ListAppendResult {
 		}
 	}
 	committed := map[int]bool{}
-	for _, t := range txns {
-		if t.Status == "ok" {
+	for i := range txns {
+		if t := &txns[i]; t.acknowledged() {
 			committed[t.ID] = true
+			if t.Status == "info" {
+				res.InfoCommitted++
+			}
 		}
 	}
 	for _, r := range full {
@@ -369,13 +382,18 @@ func CheckFinalReads(txns []Txn, final map[int]bool) []Anomaly {
 			present[kv{k, v}] = true
 		}
 	}
-	for _, t := range txns {
-		if t.Status != "ok" || final[t.ID] {
+	for i := range txns {
+		t := &txns[i]
+		if !t.acknowledged() || final[t.ID] {
 			continue
+		}
+		how := "acknowledged"
+		if t.Status != "ok" {
+			how = "indeterminate (the outcome check answered committed)"
 		}
 		for _, op := range t.Ops {
 			if _, read := state[op.K]; op.F == "append" && read && !present[kv{op.K, op.V}] {
-				out = append(out, Anomaly{LostAppend, []int{t.ID}, fmt.Sprintf("key %d: T%d's acknowledged append of %d is not in the final state %v", op.K, t.ID, op.V, state[op.K])})
+				out = append(out, Anomaly{LostAppend, []int{t.ID}, fmt.Sprintf("key %d: T%d's %s append of %d is not in the final state %v", op.K, t.ID, how, op.V, state[op.K])})
 			}
 		}
 	}

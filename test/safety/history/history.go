@@ -20,6 +20,26 @@ const (
 // NemesisProcess is the process of nemesis events.
 const NemesisProcess = -1
 
+// ResolverProcess is the process of the events that record what the
+// outcome check (`_ordo.txn_status`) answered for an indeterminate
+// operation after the run (F "resolve", Value a Resolution).
+const ResolverProcess = -2
+
+// Outcomes the outcome check answers.
+const (
+	Committed = "committed"
+	Aborted   = "aborted"
+	Unknown   = "unknown"
+)
+
+// Resolution is the value of a resolve event: the outcome the cluster
+// answered for the operation whose completion event is Index.
+type Resolution struct {
+	Index   int    `json:"index"`
+	Label   string `json:"label"`
+	Outcome string `json:"outcome"`
+}
+
 // Event is one line of a history.
 type Event struct {
 	Index   int    `json:"index"`
@@ -34,6 +54,9 @@ type Event struct {
 	// Time since the start of the run.
 	Time  time.Duration `json:"time"`
 	Error string        `json:"error,omitempty"`
+	// Label is the transaction label (ordo.txn_label) an invocation gave
+	// its update transaction, so its outcome can be asked for later.
+	Label string `json:"label,omitempty"`
 }
 
 // Op is one completed operation: its invocation and its completion.
@@ -48,6 +71,13 @@ type Op struct {
 	Error string
 	// Index is the completion event's index.
 	Index int
+	// Label is the invocation's transaction label; Outcome what the
+	// outcome check answered for it, if the operation was indeterminate
+	// and was asked about (Committed, Aborted or Unknown). Pair turns an
+	// info operation resolved as aborted into a fail; one resolved as
+	// committed stays info (what it read is unknown), and checkers that
+	// can use Outcome do.
+	Label, Outcome string
 }
 
 // Recorder appends events to a file and keeps them in memory.
@@ -74,6 +104,10 @@ func (r *Recorder) Since() time.Duration { return time.Since(r.start) }
 
 // Record appends an event (its Index and Time are set here) and returns it.
 func (r *Recorder) Record(typ string, process, node int, f string, value any, errText string) Event {
+	return r.add(typ, process, node, f, value, errText, "")
+}
+
+func (r *Recorder) add(typ string, process, node int, f string, value any, errText, label string) Event {
 	var raw json.RawMessage
 	if value != nil {
 		b, err := json.Marshal(value)
@@ -84,13 +118,19 @@ func (r *Recorder) Record(typ string, process, node int, f string, value any, er
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := Event{Index: len(r.events), Type: typ, Process: process, Node: node, F: f, Value: raw, Time: time.Since(r.start), Error: errText}
+	e := Event{Index: len(r.events), Type: typ, Process: process, Node: node, F: f, Value: raw, Time: time.Since(r.start), Error: errText, Label: label}
 	r.events = append(r.events, e)
 	b, _ := json.Marshal(e)
 	if _, err := r.w.Write(append(b, '\n')); err != nil && r.err == nil {
 		r.err = err
 	}
 	return e
+}
+
+// Invoke records the invocation of an operation whose update
+// transaction carries label (see Event.Label).
+func (r *Recorder) Invoke(process, node int, f string, value any, label string) Event {
+	return r.add(Invoke, process, node, f, value, "", label)
 }
 
 // Events returns a copy of the events recorded so far.
@@ -136,7 +176,20 @@ func Load(path string) ([]Event, error) {
 // Pair joins each completion with its process' pending invocation and
 // returns the completed operations of the processes ≥ 0 in completion
 // order, and the invocations never completed (as info operations).
+//
+// Resolve events (process ResolverProcess) set the Outcome of the
+// operation they name; an info operation resolved as aborted becomes a
+// fail.
 func Pair(events []Event) []Op {
+	outcome := map[int]string{}
+	for _, e := range events {
+		if e.Process == ResolverProcess && e.F == "resolve" {
+			var res Resolution
+			if json.Unmarshal(e.Value, &res) == nil {
+				outcome[res.Index] = res.Outcome
+			}
+		}
+	}
 	pending := map[int]Event{}
 	var ops []Op
 	for _, e := range events {
@@ -156,10 +209,16 @@ func Pair(events []Event) []Op {
 		if len(v) == 0 {
 			v = inv.Value
 		}
-		ops = append(ops, Op{Process: e.Process, Node: e.Node, F: e.F, Type: e.Type, Invoke: inv.Time, Complete: e.Time, Value: v, Error: e.Error, Index: e.Index})
+		op := Op{Process: e.Process, Node: e.Node, F: e.F, Type: e.Type, Invoke: inv.Time, Complete: e.Time, Value: v, Error: e.Error, Index: e.Index,
+			Label: inv.Label, Outcome: outcome[e.Index]}
+		if op.Type == Info && op.Outcome == Aborted {
+			op.Type = Fail
+			op.Error += " (the outcome check answered aborted)"
+		}
+		ops = append(ops, op)
 	}
 	for _, inv := range pending {
-		ops = append(ops, Op{Process: inv.Process, Node: inv.Node, F: inv.F, Type: Info, Invoke: inv.Time, Complete: -1, Value: inv.Value, Error: "never completed", Index: inv.Index})
+		ops = append(ops, Op{Process: inv.Process, Node: inv.Node, F: inv.F, Type: Info, Invoke: inv.Time, Complete: -1, Value: inv.Value, Error: "never completed", Index: inv.Index, Label: inv.Label})
 	}
 	return ops
 }
