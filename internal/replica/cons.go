@@ -29,6 +29,7 @@ type consTxn struct {
 	granted  chan struct{}
 	begin    uint64 // seqno of its BeginEntry
 	switched bool   // closed granted because the cluster switched protocols
+	released bool   // closed granted because the cluster aborted it first
 }
 
 // ErrClassesNotGranted is returned by Begin when the transaction's
@@ -65,8 +66,14 @@ func (r *Replica) Begin(ctx context.Context, gid txn.GID, refs []txn.ClassRef) e
 	select {
 	case <-ct.granted:
 		r.mu.Lock()
-		switched := ct.switched
+		switched, released := ct.switched, ct.released
 		r.mu.Unlock()
+		if released { // its abort is in the order: nothing to release
+			r.mu.Lock()
+			delete(r.cons, gid)
+			r.mu.Unlock()
+			return termination.ErrClassesReleased
+		}
 		if switched {
 			r.End(gid)
 			return ErrProtocolSwitched
@@ -121,6 +128,23 @@ func (r *Replica) grant(gid txn.GID) {
 		select {
 		case <-ct.granted:
 		default:
+			close(ct.granted)
+		}
+	}
+}
+
+// released wakes the session waiting for gid's classes when the cluster
+// aborted gid before granting them (delivery loop): another node took
+// this one for gone and ordered its release. The session used to wait out
+// class_wait for a grant that could no longer come.
+func (r *Replica) released(gid txn.GID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ct := r.cons[gid]; ct != nil {
+		select {
+		case <-ct.granted:
+		default:
+			ct.released = true
 			close(ct.granted)
 		}
 	}

@@ -353,6 +353,7 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 		// comes.
 		r.dropFragments(dec.GID)
 		if dec.Origin == r.cfg.NodeID {
+			r.released(dec.GID) // if its session still waits for its classes
 			if err := r.flush(ctx, rn); err != nil {
 				return err
 			}

@@ -161,15 +161,17 @@ func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []
 		wait = defaultClassWait
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
+	began := time.Now()
 	err = sched.Begin(wctx, ct.gid, refs)
 	cancel()
-	if errors.Is(err, termination.ErrProtocolSwitched) {
+	if errors.Is(err, termination.ErrProtocolSwitched) || errors.Is(err, termination.ErrClassesReleased) {
 		ct.gid = ""
 		return false, pgErr(codeSerializationFailure, "ordo: %v; retry it", err)
 	}
 	if err != nil {
 		ct.gid = ""
-		return false, pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it", wait, refString(refs), err)
+		return false, pgErr(codeClassWait, "ordo: waited %s for the conflict classes %s without getting them (%v); the transaction holds nothing, retry it",
+			time.Since(began).Round(time.Millisecond), refString(refs), err)
 	}
 	ct.held = true
 	if idle := s.h.cfg.ClassIdle; idle > 0 && atBoundary {

@@ -33,3 +33,8 @@ var ErrPostgresRestarted = errors.New("replica: PostgreSQL restarted under this 
 // switched protocols while the transaction waited for its classes: it
 // aborted and holds nothing.
 var ErrProtocolSwitched = errors.New("replica: the cluster switched protocols; the transaction aborted")
+
+// ErrClassesReleased is returned by ClassScheduler.Begin when the cluster
+// ordered the transaction's abort before granting its classes (another
+// node took this one for gone): it aborted and holds nothing.
+var ErrClassesReleased = errors.New("replica: the cluster aborted the transaction before granting its conflict classes (a node took this one for gone)")
