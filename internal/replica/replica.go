@@ -414,6 +414,16 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if err := r.Err(); err != nil {
 		return Outcome{}, err
 	}
+	if r.isRolledBack(t.GID) {
+		// Rolled back early (it blocked an apply) before its write set
+		// was in hand: PostgreSQL's decoder, finding the transaction
+		// aborted part-way, still sends its PREPARE, with only the
+		// changes it decoded before. Proposed, such a write set would
+		// commit as if whole. (One rolled back after the write set was
+		// in hand is whole: the loop applies it should the order
+		// commit it.)
+		return Outcome{}, fmt.Errorf("%w: this node rolled it back to let an earlier transaction's writes through before its own writes were captured", termination.ErrNotReplicated)
+	}
 	began := time.Now()
 	if t.WriteSet != nil {
 		r.m.writeRows.Observe(float64(len(t.WriteSet.Rows)))

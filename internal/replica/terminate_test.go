@@ -132,3 +132,23 @@ func (o *failingOrder) count() int {
 	defer o.mu.Unlock()
 	return o.n
 }
+
+// TestTerminateRefusesAWriteSetRolledBackEarly: a local transaction rolled
+// back early (it blocked an apply) before its session had its write set in
+// hand is not proposed: PostgreSQL's decoder, finding it aborted part-way,
+// sends its PREPARE with only the changes decoded before, and the order
+// would commit that part as if whole (found by the safety suite's ddl
+// workload: an acknowledged insert on no node, the outcome check saying
+// committed).
+func TestTerminateRefusesAWriteSetRolledBackEarly(t *testing.T) {
+	order := &failingOrder{}
+	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order})
+	require.NoError(t, err)
+	ws := &capture.WriteSet{GID: "ordo_1_7"}
+	r.rolledMu.Lock()
+	r.rolledBack[ws.GID] = true // as rollBackEarly records it
+	r.rolledMu.Unlock()
+	_, err = r.Terminate(context.Background(), &Txn{GID: ws.GID, Origin: 1, WriteSet: ws})
+	require.ErrorIs(t, err, termination.ErrNotReplicated)
+	require.Empty(t, order.accepted, "nothing is proposed")
+}
