@@ -25,6 +25,18 @@ type client struct {
 	rec     *history.Recorder
 	conn    *pgx.Conn
 	ops     int // operations so far, for labels
+	// onConnect, if set, runs on every new connection (a session
+	// setting, such as a time zone).
+	onConnect string
+	// failed, if set, names more errors after which an operation
+	// certainly did not commit (a refusal Ordo rolls back, say).
+	failed func(error) bool
+}
+
+// didNotCommit reports whether an operation that returned err certainly
+// did not commit.
+func (c *client) didNotCommit(err error) bool {
+	return definitelyAborted(err) || (c.failed != nil && c.failed(err))
 }
 
 // label names the next operation's update transaction (ordo.txn_label),
@@ -52,6 +64,12 @@ func (c *client) connect(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, c.dsn)
 	if err != nil {
 		return err
+	}
+	if c.onConnect != "" {
+		if _, err := conn.Exec(ctx, c.onConnect); err != nil {
+			conn.Close(ctx)
+			return err
+		}
 	}
 	c.conn = conn
 	return nil
@@ -129,7 +147,7 @@ func (c *client) txn(f string, arg any, body func(ctx context.Context, tx pgx.Tx
 		return done(history.Fail, nil, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		if definitelyAborted(err) {
+		if c.didNotCommit(err) {
 			return done(history.Fail, nil, err)
 		}
 		return done(history.Info, nil, err)
@@ -165,7 +183,7 @@ func (c *client) txnless(f string, arg any, sql string, args ...any) (string, er
 	typ := history.OK
 	if err != nil {
 		typ = history.Info
-		if definitelyAborted(err) {
+		if c.didNotCommit(err) {
 			typ = history.Fail
 		}
 		if sqlstate(err) == "" || c.conn.IsClosed() {

@@ -61,8 +61,7 @@ type ddlWorkload struct {
 	nextTable atomic.Int64
 
 	mu     sync.Mutex
-	tz     map[int]*pgx.Conn // the connection each process set its time zone on
-	tables map[int][]string  // each process's tables, oldest first
+	tables map[int][]string // each process's tables, oldest first
 }
 
 // ddlZone is the clients' time zone; the servers run in another.
@@ -74,7 +73,7 @@ var ddlStamps = []string{"2024-06-01 12:00:00", "2024-01-15 08:30:00"}
 func (d *ddlWorkload) name() string { return "ddl" }
 
 func (d *ddlWorkload) setup(ctx context.Context, conn *pgx.Conn) error {
-	d.tz, d.tables = map[int]*pgx.Conn{}, map[int][]string{}
+	d.tables = map[int][]string{}
 	for _, q := range []string{
 		"CREATE TABLE ddl_main (id int PRIMARY KEY)",
 		"INSERT INTO ddl_main SELECT g FROM generate_series(-10, -1) g",
@@ -114,102 +113,18 @@ type ddlOp struct {
 // supported) and rolled the transaction back.
 func ddlRefusal(err error) bool { return sqlstate(err) == "0A000" }
 
-// session connects c if needed and sets its time zone on a new connection.
-func (d *ddlWorkload) session(ctx context.Context, c *client) error {
-	if err := c.connect(ctx); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	set := d.tz[c.process] == c.conn
-	d.mu.Unlock()
-	if set {
-		return nil
-	}
-	if _, err := c.conn.Exec(ctx, "SET TIME ZONE '"+ddlZone+"'"); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	d.tz[c.process] = c.conn
-	d.mu.Unlock()
-	return nil
+// ddlFailed: an error after which a DDL workload operation certainly did
+// not commit: Ordo refused the statement or the COMMIT (0A000) and rolled
+// the transaction back, or PostgreSQL raised a class-42 error running an
+// autocommit statement (a duplicate column): it did not run.
+func ddlFailed(err error) bool {
+	return ddlRefusal(err) || strings.HasPrefix(sqlstate(err), "42")
 }
 
-// txn is client.txn in the client's time zone (labelled as it labels),
-// where a refusal at COMMIT (0A000: Ordo rolled the transaction back) is
-// a fail.
+// txn runs body and COMMIT (client.txn), recording the operation's
+// argument as its value.
 func (d *ddlWorkload) txn(c *client, f string, arg any, body func(ctx context.Context, tx pgx.Tx) error) string {
-	label := c.label()
-	c.rec.Invoke(c.process, c.node+1, f, arg, label)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	done := func(typ string, err error) string {
-		text := ""
-		if err != nil {
-			text = errText(err)
-			if sqlstate(err) == "" || (c.conn != nil && c.conn.IsClosed()) {
-				c.close()
-			}
-		}
-		c.rec.Record(typ, c.process, c.node+1, f, arg, text)
-		return typ
-	}
-	if err := d.session(ctx, c); err != nil {
-		return done(history.Fail, err)
-	}
-	tx, err := c.conn.Begin(ctx)
-	if err != nil {
-		return done(history.Fail, err)
-	}
-	err = body(ctx, tx)
-	if err == nil {
-		_, err = tx.Exec(ctx, "SET LOCAL ordo.txn_label = '"+label+"'")
-	}
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return done(history.Fail, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		if definitelyAborted(err) || ddlRefusal(err) {
-			return done(history.Fail, err)
-		}
-		return done(history.Info, err)
-	}
-	return done(history.OK, nil)
-}
-
-// exec runs one autocommit statement in the client's time zone, labelled
-// as client.txnless labels it. An error PostgreSQL raised running it (a
-// class-42 error such as a duplicate column, or a refusal) is a fail: the
-// statement did not run.
-func (d *ddlWorkload) exec(c *client, f string, arg any, sql string, args ...any) string {
-	label := c.label()
-	c.rec.Invoke(c.process, c.node+1, f, arg, label)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	err := d.session(ctx, c)
-	if err == nil {
-		_, err = c.conn.Exec(ctx, "SET ordo.txn_label = '"+label+"'")
-	}
-	if err != nil {
-		if c.conn != nil && (sqlstate(err) == "" || c.conn.IsClosed()) {
-			c.close()
-		}
-		c.rec.Record(history.Fail, c.process, c.node+1, f, arg, errText(err))
-		return history.Fail
-	}
-	_, err = c.conn.Exec(ctx, sql, args...)
-	if err == nil {
-		c.rec.Record(history.OK, c.process, c.node+1, f, arg, "")
-		return history.OK
-	}
-	typ := history.Info
-	if code := sqlstate(err); definitelyAborted(err) || ddlRefusal(err) || strings.HasPrefix(code, "42") {
-		typ = history.Fail
-	}
-	if sqlstate(err) == "" || c.conn.IsClosed() {
-		c.close()
-	}
-	c.rec.Record(typ, c.process, c.node+1, f, arg, errText(err))
+	typ, _ := c.txn(f, arg, func(ctx context.Context, tx pgx.Tx) (any, error) { return nil, body(ctx, tx) })
 	return typ
 }
 
@@ -235,12 +150,13 @@ func (d *ddlWorkload) run(r *run, stop <-chan struct{}) {
 	// slows the other workloads of a run down.
 	r.loop("ddl", min(r.cfg.Clients, r.cluster.N()), stop, func(c *client, rng *rand.Rand) {
 		defer time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+		c.onConnect, c.failed = "SET TIME ZONE '"+ddlZone+"'", ddlFailed
 		switch n := rng.IntN(20); {
 		case n < 5:
 			d.addColumn(c, rng)
 		case n < 7:
 			col := fmt.Sprintf("d%d", rng.IntN(4))
-			d.exec(c, "do-add", ddlOp{Column: col}, doBlock(col))
+			c.exec("do-add", ddlOp{Column: col}, doBlock(col))
 		case n < 8:
 			col := fmt.Sprintf("d%d", rng.IntN(4))
 			op := &ddlOp{Column: col, Inserts: map[string][]int{"ddl_main": {d.row()}}}
@@ -256,19 +172,19 @@ func (d *ddlWorkload) run(r *run, stop <-chan struct{}) {
 			if rng.IntN(2) == 0 {
 				col = fmt.Sprintf("d%d", rng.IntN(4))
 			}
-			d.exec(c, "drop-column", ddlOp{Column: col}, "ALTER TABLE ddl_main DROP COLUMN IF EXISTS "+col)
+			c.exec("drop-column", ddlOp{Column: col}, "ALTER TABLE ddl_main DROP COLUMN IF EXISTS "+col)
 		case n < 12:
 			d.ownTable(c)
 		case n < 18:
 			id := d.row()
-			d.exec(c, "insert-ts", ddlOp{Inserts: map[string][]int{"ddl_ts": {id}}},
+			c.exec("insert-ts", ddlOp{Inserts: map[string][]int{"ddl_ts": {id}}},
 				fmt.Sprintf("INSERT INTO ddl_ts (id, at) VALUES ($1, '%s')", ddlStamps[id%2]), id)
 		default:
 			typ := "timestamptz"
 			if rng.IntN(2) == 0 {
 				typ = "timestamp"
 			}
-			d.exec(c, "flip-ts", ddlOp{Type: typ}, "ALTER TABLE ddl_ts ALTER COLUMN at TYPE "+typ)
+			c.exec("flip-ts", ddlOp{Type: typ}, "ALTER TABLE ddl_ts ALTER COLUMN at TYPE "+typ)
 		}
 	})
 }
@@ -315,7 +231,7 @@ func (d *ddlWorkload) ownTable(c *client) {
 	d.mu.Unlock()
 	if len(mine) >= 2 {
 		name := mine[0]
-		typ := d.exec(c, "drop-table", ddlOp{Drop: name}, "DROP TABLE "+name)
+		typ := c.exec("drop-table", ddlOp{Drop: name}, "DROP TABLE "+name)
 		if typ != history.Fail {
 			d.mu.Lock()
 			d.tables[c.process] = d.tables[c.process][1:]
@@ -433,6 +349,7 @@ func (d *ddlWorkload) final(r *run) []string {
 	var problems []string
 	for i := 0; i < r.cluster.N(); i++ {
 		c := r.newClient("ddl-final", i)
+		c.onConnect, c.failed = "SET TIME ZONE '"+ddlZone+"'", ddlFailed // the literals read back as written
 		var f checker.DDLFinal
 		typ := d.txn(c, "final", &f, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
