@@ -162,7 +162,9 @@ type run struct {
 // out its decisions, applying runs of remote transactions together.
 func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery) error {
 	var rn run
+	defer func() { r.tail = nil }()
 	for i, d := range batch {
+		r.tail = batch[i:] // this one and the rest: not stepped yet
 		if d.Type == totalorder.DeliveryMembers {
 			// The voters from here on, the same on every node at this
 			// position: votes on poison entries count them.
@@ -217,6 +219,7 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 			return err
 		}
 	}
+	r.tail = nil
 	if err := r.flush(ctx, &rn); err != nil {
 		return err
 	}
@@ -393,7 +396,7 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 	}
 	if err := r.carryOutTxn(ctx, dec, e); err != nil {
 		if !local && dec.Commit && r.votable(err) {
-			return &applyFailure{seqno: dec.Seqno, origin: e.Origin, err: err}
+			return &applyFailure{seqno: dec.Seqno, gid: dec.GID, origin: e.Origin, err: err}
 		}
 		return err
 	}
@@ -484,6 +487,14 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 			r.compareData(k.Data)
 		}
 	case *ordov1.Entry_Vote:
+		if !k.Vote.Ok {
+			// This node answers a failure only for an entry it carried
+			// out: one still in the run is applied first (it may fail
+			// here too, and this node then votes with the failing side).
+			if err := r.flush(ctx, rn); err != nil {
+				return err
+			}
+		}
 		return r.deliverVote(k.Vote)
 	case *ordov1.Entry_Classes:
 		return r.deliverClasses(ctx, seqno, k.Classes)
@@ -547,7 +558,7 @@ func (r *Replica) flushVoting(ctx context.Context, rn *run) (lastApplied uint64,
 			if !r.votable(err) {
 				return 0, err
 			}
-			if err := r.awaitVerdict(ctx, it.Seqno, rn.origins[i], err); err != nil {
+			if err := r.awaitVerdict(ctx, it.Seqno, it.WriteSet.GID, rn.origins[i], err); err != nil {
 				return 0, err
 			}
 			continue // skipped by the cluster's verdict

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,7 +46,7 @@ func (r *Replica) loadProven(ctx context.Context) error {
 	if r.cfg.Proven <= r.cfg.StartAfter {
 		return nil
 	}
-	rows, err := r.conn.Query(ctx, "SELECT seqno FROM _ordo.applied WHERE seqno > $1 AND seqno <= $2",
+	rows, err := r.conn.Query(ctx, "SELECT seqno, gid FROM _ordo.applied WHERE seqno > $1 AND seqno <= $2",
 		int64(r.cfg.StartAfter), int64(r.cfg.Proven))
 	if err != nil {
 		return fmt.Errorf("replica: read the decisions before the restart: %w", err)
@@ -53,13 +54,23 @@ func (r *Replica) loadProven(ctx context.Context) error {
 	defer rows.Close()
 	for rows.Next() {
 		var s int64
-		if err := rows.Scan(&s); err != nil {
+		var gid string
+		if err := rows.Scan(&s, &gid); err != nil {
 			return fmt.Errorf("replica: read the decisions before the restart: %w", err)
 		}
 		r.proven[uint64(s)] = true
+		if strings.HasPrefix(gid, skippedPrefix) {
+			r.skipped[uint64(s)] = true // by the cluster's verdict (vote.go)
+		}
 	}
 	return rows.Err()
 }
+
+// skippedPrefix marks the proof row of an entry this node skipped by the
+// cluster's verdict (vote.go): committed by the order, carried out
+// without it here. A restart replays it as committed and not to apply,
+// and the votes on it as on an entry it skipped.
+const skippedPrefix = "skipped:"
 
 // replayed reports whether seqno was decided before the restart and, if
 // so, whether it committed.

@@ -182,6 +182,9 @@ type Replica struct {
 	votes   *termination.Votes
 	skipped map[uint64]bool
 	held    []totalorder.Delivery
+	// tail is what deliverBatch (or a vote) has delivered but not
+	// stepped yet, before held: votes among it count toward a verdict.
+	tail []totalorder.Delivery
 	// suspects are the origins taken for gone and since when; goneAborts
 	// the undecided transactions whose abort this node proposed because
 	// their origin was gone (outcomes.go; delivery loop only).

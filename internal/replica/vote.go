@@ -11,6 +11,7 @@ import (
 	"github.com/ordo-db/ordo/internal/apply"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/totalorder"
+	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
@@ -42,6 +43,7 @@ import (
 // deliveries of its batch after it (not yet stepped).
 type applyFailure struct {
 	seqno  uint64
+	gid    txn.GID
 	origin uint32
 	err    error
 	rest   []totalorder.Delivery
@@ -87,7 +89,9 @@ func (r *Replica) votable(err error) bool {
 // carries on from f's entry if the failing side won, or returns an error
 // (this node leaves) if it lost.
 func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
-	if err := r.awaitVerdict(ctx, f.seqno, f.origin, f.err); err != nil {
+	r.tail = f.rest // delivered, not stepped yet: votes may be among them
+	defer func() { r.tail = nil }()
+	if err := r.awaitVerdict(ctx, f.seqno, f.gid, f.origin, f.err); err != nil {
 		return err
 	}
 	r.publish(f.seqno)
@@ -104,13 +108,21 @@ func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
 }
 
 // awaitVerdict reports that this node could not carry out the entry at
-// seqno (cause) and waits for the cluster's verdict, holding what the
-// order delivers meanwhile (Replica.held). It returns nil when the entry
-// is skipped by every node, or the error that makes this node leave.
-func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, origin uint32, cause error) error {
+// seqno (transaction gid; cause) and waits for the cluster's verdict. It
+// counts the votes among what was delivered but not stepped yet
+// (Replica.tail, then Replica.held), then holds what the order delivers
+// meanwhile (Replica.held). It returns nil when the entry is skipped by
+// every node (recorded in a proof row of its own, so a restart replays it
+// as skipped), or the error that makes this node leave.
+func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, origin uint32, cause error) error {
 	r.log.Error("an entry could not be carried out here; the cluster votes", "seqno", seqno, "origin", origin, "err", cause)
 	r.m.votes.WithLabelValues("fail").Inc()
 	r.proposeVote(seqno, origin, false, cause.Error())
+	for _, ds := range [][]totalorder.Delivery{r.tail, r.held} {
+		for _, d := range ds {
+			r.countAhead(d, seqno)
+		}
+	}
 	for {
 		switch r.votes.Verdict(seqno) {
 		case termination.Applied:
@@ -118,6 +130,7 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, origin uint32,
 		case termination.Skipped:
 			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", seqno, "origin", origin)
 			r.skipped[seqno] = true
+			r.proofs = append(r.proofs, proof{seqno: seqno, gid: skippedPrefix + gid})
 			return nil
 		}
 		var d totalorder.Delivery
@@ -131,15 +144,22 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, origin uint32,
 			}
 		}
 		r.held = append(r.held, d)
-		if d.Type == totalorder.DeliveryMembers {
-			// In log order, as the nodes that do not wait count.
-			r.votes.SetMembers(len(totalorder.Voters(d.Data)))
-		}
-		var e ordov1.Entry
-		if d.Type == totalorder.DeliveryEntry && proto.Unmarshal(d.Data, &e) == nil {
-			if v := e.GetVote(); v != nil && v.AtSeqno == seqno {
-				r.votes.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
-			}
+		r.countAhead(d, seqno)
+	}
+}
+
+// countAhead counts d, delivered but not stepped yet, toward the verdict
+// on seqno: a vote on it, or the voters from a membership change (in log
+// order, as the nodes that do not wait count them).
+func (r *Replica) countAhead(d totalorder.Delivery, seqno uint64) {
+	if d.Type == totalorder.DeliveryMembers {
+		r.votes.SetMembers(len(totalorder.Voters(d.Data)))
+		return
+	}
+	var e ordov1.Entry
+	if d.Type == totalorder.DeliveryEntry && proto.Unmarshal(d.Data, &e) == nil {
+		if v := e.GetVote(); v != nil && v.AtSeqno == seqno {
+			r.votes.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
 		}
 	}
 }

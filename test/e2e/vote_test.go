@@ -86,6 +86,21 @@ func TestOneBadRowApplyNeverStopsAMajority(t *testing.T) {
 			var n int
 			return c.direct(2).QueryRow(ctx, "SELECT count(*) FROM r").Scan(&n) == nil && n == 1
 		}, 30*time.Second, 100*time.Millisecond, "and replicates")
+
+		// A node of the majority restarted replays the entry it skipped
+		// and the votes on it: it skips it again and stays (it used to
+		// take the replayed verdict for one against an entry it applied,
+		// and leave).
+		c.nodes[1].Stop()
+		c.startNode(1)
+		_, err = c.connect(1).Exec(ctx, "INSERT INTO r VALUES (3, 'after the restart')")
+		require.NoError(t, err, "the restarted node serves")
+		time.Sleep(time.Second)
+		require.Empty(t, c.replicaErr(1), "the restarted node stays")
+		require.Eventually(t, func() bool {
+			var n int
+			return c.direct(2).QueryRow(ctx, "SELECT count(*) FROM r").Scan(&n) == nil && n == 2
+		}, 30*time.Second, 100*time.Millisecond)
 	})
 	t.Run("minority fails", func(t *testing.T) {
 		c := setup(t)
