@@ -121,30 +121,23 @@ func (r *Replica) beginSeqno(gid txn.GID) uint64 {
 }
 
 // grant wakes the session waiting for gid's classes (delivery loop).
-func (r *Replica) grant(gid txn.GID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if ct := r.cons[gid]; ct != nil {
-		select {
-		case <-ct.granted:
-		default:
-			close(ct.granted)
-		}
-	}
-}
+func (r *Replica) grant(gid txn.GID) { r.wake(gid, false) }
 
 // released wakes the session waiting for gid's classes when the cluster
 // aborted gid before granting them (delivery loop): another node took
 // this one for gone and ordered its release. The session used to wait out
 // class_wait for a grant that could no longer come.
-func (r *Replica) released(gid txn.GID) {
+func (r *Replica) released(gid txn.GID) { r.wake(gid, true) }
+
+// wake wakes the session waiting for gid's classes, once.
+func (r *Replica) wake(gid txn.GID, released bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ct := r.cons[gid]; ct != nil {
 		select {
 		case <-ct.granted:
 		default:
-			ct.released = true
+			ct.released = released
 			close(ct.granted)
 		}
 	}
