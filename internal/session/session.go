@@ -771,7 +771,16 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			}
 			continue
 		case analysis.KindSession:
+			was := s.syncRead
 			s.setting(a)
+			if !was && s.syncRead && m.first && m.kind == wire.KindQuery && len(stmts) > 1 && !s.tx.snapshot {
+				// `SET ordo.read_consistency = 'sync'; SELECT …` in one
+				// query string (psql -c): nothing of it has run yet, so
+				// catch up now, before the statements after the SET.
+				if err := s.sync(ctx); err != nil {
+					return err
+				}
+			}
 			continue
 		case analysis.KindNotify:
 			if s.txStatus() == 'T' && m.first && len(stmts) == 1 && m.kind == wire.KindQuery {
