@@ -424,7 +424,9 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		// changes it decoded before. Proposed, such a write set would
 		// commit as if whole. (One rolled back after the write set was
 		// in hand is whole: the loop applies it should the order
-		// commit it.)
+		// commit it.) Its abort is ordered, so that the outcome check
+		// answers "aborted" for its label, not "unknown".
+		r.abortInBackground(t.GID, t.Label)
 		return Outcome{}, fmt.Errorf("%w: this node rolled it back to let an earlier transaction's writes through before its own writes were captured", termination.ErrNotReplicated)
 	}
 	began := time.Now()

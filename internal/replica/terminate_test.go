@@ -148,7 +148,12 @@ func TestTerminateRefusesAWriteSetRolledBackEarly(t *testing.T) {
 	r.rolledMu.Lock()
 	r.rolledBack[ws.GID] = true // as rollBackEarly records it
 	r.rolledMu.Unlock()
-	_, err = r.Terminate(context.Background(), &Txn{GID: ws.GID, Origin: 1, WriteSet: ws})
+	_, err = r.Terminate(context.Background(), &Txn{GID: ws.GID, Origin: 1, WriteSet: ws, Label: "pay-7"})
 	require.ErrorIs(t, err, termination.ErrNotReplicated)
-	require.Empty(t, order.accepted, "nothing is proposed")
+	r.bg.Wait()
+	require.Len(t, order.accepted, 1, "only its abort is proposed (the outcome check answers aborted)")
+	a := order.accepted[0].GetAbort()
+	require.NotNil(t, a, "%v", order.accepted[0])
+	require.Equal(t, string(ws.GID), a.Gid)
+	require.Equal(t, "pay-7", a.Label)
 }
