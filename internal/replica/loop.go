@@ -168,7 +168,9 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 		if d.Type == totalorder.DeliveryMembers {
 			// The voters from here on, the same on every node at this
 			// position: votes on poison entries count them.
-			r.votes.SetMembers(len(totalorder.Voters(d.Data)))
+			if err := r.deliverMembers(len(totalorder.Voters(d.Data))); err != nil {
+				return err
+			}
 			continue
 		}
 		if d.Type == totalorder.DeliverySnapshot {

@@ -107,30 +107,56 @@ func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
 	return r.deliverBatch(ctx, f.rest)
 }
 
+// maxHeldBytes bounds what a node waiting for a verdict holds of what it
+// reads ahead. Beyond it, it only counts (votes and members); if it then
+// goes on, it stops for a restart, which replays the rest from the log.
+var maxHeldBytes = 256 << 20
+
+// errReplay is returned by awaitVerdict when this node skipped the entry
+// but did not hold everything it read while waiting.
+var errReplay = errors.New("replica: restart this node to replay the entries read while the cluster voted")
+
 // awaitVerdict reports that this node could not carry out the entry at
 // seqno (transaction gid; cause) and waits for the cluster's verdict. It
 // counts the votes among what was delivered but not stepped yet
 // (Replica.tail, then Replica.held), then holds what the order delivers
-// meanwhile (Replica.held). It returns nil when the entry is skipped by
-// every node (recorded in a proof row of its own, so a restart replays it
-// as skipped), or the error that makes this node leave.
+// meanwhile (Replica.held, up to maxHeldBytes). It returns nil when the
+// entry is skipped by every node (recorded in a proof row of its own, so
+// a restart replays it as skipped), or the error that makes this node
+// leave.
+//
+// What it reads ahead is tallied apart from Replica.votes, which counts
+// only what the loop steps, in log order: a membership change read ahead
+// must not count for the votes on other entries stepped before it (every
+// other node counts those under the members before the change).
 func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, origin uint32, cause error) error {
 	r.log.Error("an entry could not be carried out here; the cluster votes", "seqno", seqno, "origin", origin, "err", cause)
 	r.m.votes.WithLabelValues("fail").Inc()
 	r.proposeVote(seqno, origin, false, cause.Error())
+	ahead := termination.NewVotes(r.votes.Members())
+	held, dropped := 0, 0
 	for _, ds := range [][]totalorder.Delivery{r.tail, r.held} {
 		for _, d := range ds {
-			r.countAhead(d, seqno)
+			countAhead(ahead, d, seqno)
+			held += len(d.Data)
 		}
 	}
 	for {
-		switch r.votes.Verdict(seqno) {
+		switch ahead.Verdict(seqno) {
 		case termination.Applied:
 			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer", seqno, cause)
 		case termination.Skipped:
 			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", seqno, "origin", origin)
 			r.skipped[seqno] = true
 			r.proofs = append(r.proofs, proof{seqno: seqno, gid: skippedPrefix + gid})
+			if dropped > 0 {
+				// The skip's proof row is written first: the restart
+				// replays the entry as skipped and steps what follows.
+				if err := r.flushProofs(ctx); err != nil {
+					return err
+				}
+				return fmt.Errorf("%w (entry %d skipped by the cluster's vote; %d deliveries read while waiting were beyond the %d MiB it holds)", errReplay, seqno, dropped, maxHeldBytes>>20)
+			}
 			return nil
 		}
 		var d totalorder.Delivery
@@ -143,23 +169,30 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, o
 				return fmt.Errorf("replica: the total order stopped while the cluster voted on entry %d", seqno)
 			}
 		}
+		countAhead(ahead, d, seqno)
+		if held += len(d.Data); held > maxHeldBytes {
+			if dropped == 0 {
+				r.log.Warn("still waiting for the cluster's verdict; no longer holding what the order delivers (the node will restart to replay it)", "seqno", seqno, "held_bytes", held-len(d.Data))
+			}
+			dropped++
+			continue
+		}
 		r.held = append(r.held, d)
-		r.countAhead(d, seqno)
 	}
 }
 
 // countAhead counts d, delivered but not stepped yet, toward the verdict
-// on seqno: a vote on it, or the voters from a membership change (in log
-// order, as the nodes that do not wait count them).
-func (r *Replica) countAhead(d totalorder.Delivery, seqno uint64) {
+// on seqno in tally: a vote on it, or the voters from a membership change
+// (in log order, as the nodes that do not wait count them).
+func countAhead(tally *termination.Votes, d totalorder.Delivery, seqno uint64) {
 	if d.Type == totalorder.DeliveryMembers {
-		r.votes.SetMembers(len(totalorder.Voters(d.Data)))
+		tally.SetMembers(len(totalorder.Voters(d.Data)))
 		return
 	}
 	var e ordov1.Entry
 	if d.Type == totalorder.DeliveryEntry && proto.Unmarshal(d.Data, &e) == nil {
 		if v := e.GetVote(); v != nil && v.AtSeqno == seqno {
-			r.votes.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
+			tally.Add(v.AtSeqno, v.Origin, v.Node, v.Ok)
 		}
 	}
 }
@@ -175,15 +208,37 @@ func (r *Replica) deliverVote(v *ordov1.VoteEntry) error {
 		r.m.votes.WithLabelValues("ok").Inc()
 		r.proposeVote(v.AtSeqno, v.Origin, true, "")
 	}
-	if verdict == termination.Skipped && before == termination.Undecided && applied {
-		lost := ""
-		if v.Origin == r.cfg.NodeID {
-			lost = "; this node is the entry's origin: the transaction its client was told committed is lost with it"
-		}
-		r.log.Error("the cluster voted to skip an entry this node carried out: it leaves the cluster"+lost, "seqno", v.AtSeqno, "origin", v.Origin)
-		return fmt.Errorf("replica: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s", v.AtSeqno, lost)
+	if before == termination.Undecided {
+		return r.afterVerdict(v.AtSeqno, v.Origin, verdict)
 	}
 	return nil
+}
+
+// deliverMembers counts the voters from a membership change delivered in
+// the normal course of the loop: polls it decides (a voter removed before
+// it voted) are acted on as a vote deciding them would be.
+func (r *Replica) deliverMembers(voters int) error {
+	for _, d := range r.votes.SetMembers(voters) {
+		if err := r.afterVerdict(d.Seqno, d.Origin, d.Verdict); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// afterVerdict acts on a verdict just reached on an entry this node is
+// past: if the failing side won and this node carried the entry out, it
+// leaves.
+func (r *Replica) afterVerdict(seqno uint64, origin uint32, verdict termination.Verdict) error {
+	if verdict != termination.Skipped || r.skipped[seqno] {
+		return nil
+	}
+	lost := ""
+	if origin == r.cfg.NodeID {
+		lost = "; this node is the entry's origin: the transaction its client was told committed is lost with it"
+	}
+	r.log.Error("the cluster voted to skip an entry this node carried out: it leaves the cluster"+lost, "seqno", seqno, "origin", origin)
+	return fmt.Errorf("replica: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s", seqno, lost)
 }
 
 // proposeVote sends this node's vote on the entry at seqno.

@@ -1,5 +1,10 @@
 package termination
 
+import (
+	"cmp"
+	"slices"
+)
+
 // Votes tally the results nodes report for entries some node could not
 // carry out (DESIGN.md "When things go wrong": no poison entries). Nodes
 // report only failures unprompted; a node that carried the entry out
@@ -36,11 +41,36 @@ func NewVotes(members int) *Votes {
 	return &Votes{members: max(members, 1), polls: map[uint64]*poll{}}
 }
 
-// SetMembers changes how many voting members the tally counts, from the
-// next verdict on. Callers change it at the same position of the order on
-// every node (the voters as the log says at that seqno), so the verdicts
-// stay the same everywhere.
-func (v *Votes) SetMembers(members int) { v.members = max(members, 1) }
+// Members returns how many voting members the tally counts.
+func (v *Votes) Members() int { return v.members }
+
+// Decided is a verdict reached by a change of members.
+type Decided struct {
+	Seqno   uint64
+	Origin  uint32
+	Verdict Verdict
+}
+
+// SetMembers changes how many voting members the tally counts. Callers
+// change it at the same position of the order on every node (the voters
+// as the log says at that seqno), so the verdicts stay the same
+// everywhere. Undecided polls are tallied again under the new count (a
+// voter removed before it voted can leave the others even, or a
+// majority of fewer): SetMembers returns the verdicts reached so, in
+// seqno order.
+func (v *Votes) SetMembers(members int) []Decided {
+	v.members = max(members, 1)
+	var out []Decided
+	for seqno, p := range v.polls {
+		if p.verdict == Undecided {
+			if p.verdict = v.tally(p); p.verdict != Undecided {
+				out = append(out, Decided{Seqno: seqno, Origin: p.origin, Verdict: p.verdict})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Decided) int { return cmp.Compare(a.Seqno, b.Seqno) })
+	return out
+}
 
 // Add counts node's vote on the entry at seqno (from origin) and returns
 // the verdict on it, Undecided until one side has a majority of the
@@ -61,19 +91,25 @@ func (v *Votes) Add(seqno uint64, origin, node uint32, ok bool) Verdict {
 	} else {
 		p.bad[node] = true
 	}
+	p.verdict = v.tally(p)
+	return p.verdict
+}
+
+// tally is the verdict on p under the current count of members.
+func (v *Votes) tally(p *poll) Verdict {
 	majority := v.members/2 + 1
 	switch {
 	case len(p.ok) >= majority:
-		p.verdict = Applied
+		return Applied
 	case len(p.bad) >= majority:
-		p.verdict = Skipped
+		return Skipped
 	case len(p.ok)+len(p.bad) >= v.members && len(p.ok) == len(p.bad):
-		p.verdict = Applied
 		if p.bad[p.origin] {
-			p.verdict = Skipped
+			return Skipped
 		}
+		return Applied
 	}
-	return p.verdict
+	return Undecided
 }
 
 // Verdict returns the verdict on the entry at seqno.

@@ -41,3 +41,21 @@ func TestVotes(t *testing.T) {
 	require.Equal(t, Skipped, v.Verdict(9))
 	require.Equal(t, Undecided, v.Verdict(8))
 }
+
+// TestVotesDecidedByAMemberChange: a voter removed before it voted leaves
+// the others even (or a majority of fewer); the poll is decided at the
+// change, where it used to wait for a vote that would never come.
+func TestVotesDecidedByAMemberChange(t *testing.T) {
+	v := NewVotes(3)
+	require.Equal(t, Undecided, v.Add(4, 1, 3, false))
+	require.Equal(t, Undecided, v.Add(4, 1, 1, true))
+	require.Equal(t, Undecided, v.Add(6, 2, 1, false))
+	require.Empty(t, v.SetMembers(3), "the same count decides nothing")
+	got := v.SetMembers(2) // node 2 removed: 1 against 1 on entry 4, whose origin (1) applied it
+	require.Equal(t, []Decided{{Seqno: 4, Origin: 1, Verdict: Applied}}, got)
+	require.Equal(t, Applied, v.Verdict(4))
+	require.Equal(t, Undecided, v.Verdict(6), "one vote of two members decides nothing")
+	got = v.SetMembers(1)
+	require.Equal(t, []Decided{{Seqno: 6, Origin: 2, Verdict: Skipped}}, got)
+	require.Equal(t, 1, v.Members())
+}
