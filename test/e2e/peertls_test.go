@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/ordo-db/ordo/internal/admin"
 	"github.com/ordo-db/ordo/internal/certs"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 	"github.com/ordo-db/ordo/pkg/config"
@@ -178,4 +179,22 @@ func TestPeerTLSRefusesImpostors(t *testing.T) {
 		10*time.Second, 50*time.Millisecond, node1())
 	require.NotEqual(t, clientBefore, clientSerial())
 	replicated("after_rotation")
+
+	// A removed node is refused, its certificate valid as it is.
+	node3, err := certs.LoadPeer(certs.Files{Cert: filepath.Join(dir, "node-3.crt"), Key: filepath.Join(dir, "node-3.key"), CA: filepath.Join(dir, "ca.crt")}, 3)
+	require.NoError(t, err)
+	asNode3 := func() error {
+		return sendMsg(node3.ClientConfig(), 3, raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 1}) // a stale term: raft ignores it
+	}
+	require.NoError(t, asNode3(), "node 3 is a member")
+	adminAddr, err := admin.ReadAddrFile(n1.DataDir)
+	require.NoError(t, err)
+	cert, key := certs.ClientFiles("alice")
+	out, errOut, code := buildOrdoctl(t).run("member", "remove", "3", "--endpoints", adminAddr,
+		"--cert", filepath.Join(dir, cert), "--key", filepath.Join(dir, key), "--cacert", filepath.Join(dir, "ca.crt"))
+	require.Zero(t, code, "ordoctl member remove: %s%s", out, errOut)
+	require.Eventually(t, func() bool {
+		err := asNode3()
+		return status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "removed")
+	}, 10*time.Second, 100*time.Millisecond, "node 1 still takes node 3's messages")
 }
