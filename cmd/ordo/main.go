@@ -19,6 +19,7 @@ import (
 	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/demo"
 	"github.com/ordo-db/ordo/internal/node"
+	"github.com/ordo-db/ordo/internal/totalorder/storage"
 	"github.com/ordo-db/ordo/internal/version"
 	"github.com/ordo-db/ordo/pkg/config"
 )
@@ -107,6 +108,7 @@ use them.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			injectFaults(ctx, log)
 			n, err := node.Start(ctx, cfg, log)
 			if err != nil {
 				return err
@@ -118,6 +120,16 @@ use them.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())
 	return cmd
+}
+
+// injectFaults starts the fault injections the safety suite asks for
+// through the environment (never set in a deployment): slow fsyncs of the
+// Raft log (storage.FaultSyncDelayEnv).
+func injectFaults(ctx context.Context, log *slog.Logger) {
+	if path := os.Getenv(storage.FaultSyncDelayEnv); path != "" {
+		log.Warn("fault injection: Raft log fsyncs are delayed by the duration in a file (a test setting)", "env", storage.FaultSyncDelayEnv, "file", path)
+		go storage.WatchSyncDelayFile(ctx, path)
+	}
 }
 
 // serve runs a started node until ctx ends or the node fails, reloading
@@ -190,6 +202,7 @@ version of the cluster must be in --pg-bin or on PATH.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			injectFaults(ctx, log)
 			n, err := node.StartJoin(ctx, cfg, log, node.JoinOptions{
 				From: donor, DonorPostgres: donorPostgres, BinDir: pgBin, Progress: cmd.OutOrStdout(),
 			})

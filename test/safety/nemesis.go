@@ -37,6 +37,7 @@ var nemeses = map[string]fault{
 	"partition-leader": partition, // on the node aimAtLeader chose
 	"partition-ring":   partitionRing,
 	"partition-all":    partitionAll,
+	"slow-fsync":       slowFsync, // on the leader (aimAtLeader) and the node after it
 }
 
 // aims choose the node of the faults that do not hit a random node: the
@@ -44,6 +45,7 @@ var nemeses = map[string]fault{
 // (what the choice was) goes before the fault's own.
 var aims = map[string]func(r *run, i int) (int, string){
 	"partition-leader": aimAtLeader,
+	"slow-fsync":       aimAtLeader,
 }
 
 // nemesisNames lists the nemeses, sorted, for messages.
@@ -214,6 +216,31 @@ func partitionAll(r *run, _ int, d time.Duration) string {
 	time.Sleep(d)
 	r.cluster.Heal()
 	return "every node isolated; healed"
+}
+
+// slowSyncDelay is what slow-fsync adds to each fsync of the Raft log:
+// commits wait for two of them, past the nodes' propose_timeout (3 s) when
+// one batch waits behind another, so some outcomes become unknown.
+const slowSyncDelay = 2 * time.Second
+
+// slowFsync: every fsync of the Raft log of node i and of the node after
+// it takes slowSyncDelay longer for d (a majority, so every commit waits
+// for a slow disk), then back to normal. PostgreSQL's own fsync is not
+// slowed (the suite runs it with fsync off, and nothing else here can).
+func slowFsync(r *run, i int, d time.Duration) string {
+	j := (i + 1) % r.cluster.N()
+	for _, k := range []int{i, j} {
+		if err := r.cluster.SlowSync(k, slowSyncDelay); err != nil {
+			return fmt.Sprintf("could not slow node %d's fsyncs: %v", k+1, err)
+		}
+	}
+	time.Sleep(d)
+	for _, k := range []int{i, j} {
+		if err := r.cluster.SlowSync(k, 0); err != nil {
+			return fmt.Sprintf("could not restore node %d's fsyncs: %v", k+1, err)
+		}
+	}
+	return fmt.Sprintf("Raft log fsyncs of nodes %d and %d slowed by %s; restored", i+1, j+1, slowSyncDelay)
 }
 
 // summary is the first line of a start error and, when it goes on with

@@ -291,6 +291,7 @@ func (w *wal) sync(f *os.File) error {
 	if w.noSync {
 		return nil
 	}
+	injectedSyncDelay()
 	return fdatasync(f)
 }
 

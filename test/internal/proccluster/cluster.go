@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/totalorder/storage"
 )
 
 // Options configures Start.
@@ -196,6 +197,19 @@ func (c *Cluster) config(i int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("node%d.yaml", i+1))
 }
 
+// syncDelayFile holds the delay node i's process adds to each fsync of its
+// Raft log (SlowSync).
+func (c *Cluster) syncDelayFile(i int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("node%d.syncdelay", i+1))
+}
+
+// SlowSync makes every fsync of node i's Raft log take d longer (0: back
+// to normal), within 100 ms, in the running process and those started
+// after.
+func (c *Cluster) SlowSync(i int, d time.Duration) error {
+	return os.WriteFile(c.syncDelayFile(i), []byte(d.String()+"\n"), 0o644)
+}
+
 // LogFile is node i's log (appended to by every start).
 func (c *Cluster) LogFile(i int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("node%d.log", i+1))
@@ -205,6 +219,7 @@ func (c *Cluster) LogFile(i int) string {
 // PostgreSQL clients. Its log is appended to LogFile(i).
 func (c *Cluster) Start(i int) error {
 	cmd := exec.Command(c.bin, "start", "--config", c.config(i), "--log-level", "info")
+	cmd.Env = append(os.Environ(), storage.FaultSyncDelayEnv+"="+c.syncDelayFile(i))
 	// Killed with the process that started it: a test that dies leaves no
 	// node behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
