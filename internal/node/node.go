@@ -371,6 +371,13 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 			}
 		}
 	}()
+	if cfg.DataCheckInterval > 0 {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			scheduleDataChecks(runCtx, n.order, rep, cfg.DataCheckInterval, log)
+		}()
+	}
 	backend, err := backendAddr(cfg.Postgres)
 	if err != nil {
 		return nil, err
@@ -612,3 +619,34 @@ func redact(dsn string) string {
 	}
 	return fmt.Sprintf("%s@%s:%d/%s", pc.User, pc.Host, pc.Port, pc.Database)
 }
+
+// scheduleDataChecks requests a data check (replica.RequestDataCheck)
+// whenever this node leads the Raft group and `every` has passed since the
+// last check any node requested (or since this node started). Only the
+// leader asks, so a cluster runs one check per interval, not one per
+// node; a new leader counts from the last check it was delivered.
+func scheduleDataChecks(ctx context.Context, order *totalorder.Node, rep *replica.Replica, every time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(min(max(every/10, 100*time.Millisecond), time.Minute))
+	defer tick.Stop()
+	var requested time.Time // by this node (its loop may not have stepped it yet)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if order.Leader() != order.ID() || time.Since(rep.LastDataCheck()) < every || time.Since(requested) < every {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		seqno, err := rep.RequestDataCheck(pctx)
+		cancel()
+		if err != nil {
+			log.Warn("scheduled data check: could not request it; trying again", "err", err)
+			continue
+		}
+		requested = time.Now()
+		log.Info("scheduled data check requested", "seqno", seqno, "data_check_interval", every)
+	}
+}
+

@@ -77,6 +77,13 @@ func (r *Replica) RequestDataCheck(ctx context.Context) (uint64, error) {
 	return r.cfg.Order.Propose(ctx, payload)
 }
 
+// LastDataCheck is when this node was last delivered a data check request
+// (or, before any, when it started): the leader schedules the next one
+// from it (config data_check_interval).
+func (r *Replica) LastDataCheck() time.Time {
+	return time.Unix(0, r.lastDataCheck.Load())
+}
+
 // dataSnapshot runs on the delivery loop at the DataCheckEntry at seqno:
 // it takes the snapshot, and sums and proposes in the background.
 func (r *Replica) dataSnapshot(ctx context.Context, seqno uint64, buckets uint32) {

@@ -478,6 +478,8 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 			r.deliverSchema(k.Schema)
 		}
 	case *ordov1.Entry_DataCheck:
+		r.lastDataCheck.Store(time.Now().UnixNano())
+		r.m.dataChecks.Inc()
 		if err := r.flush(ctx, rn); err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ type metrics struct {
 	schemaCompared   *prometheus.CounterVec // result: consistent, different, unavailable
 	schemaConsistent prometheus.Gauge
 	dataMismatches   prometheus.Counter
+	dataChecks       prometheus.Counter
 	votes            *prometheus.CounterVec // vote: ok, fail
 	classChanges     *prometheus.CounterVec // result: applied, refused
 	dataConsistent   prometheus.Gauge
@@ -88,6 +89,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_data_mismatches_total",
 			Help: "Other nodes' data checksums that differed from this node's at the same position of the order (a data check).",
 		}),
+		dataChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_data_checks_total",
+			Help: "Data checks this node was delivered (each asks every node to checksum its tables at that position of the order).",
+		}),
 		dataConsistent: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_data_consistent",
 			Help: "1 if the latest data checksums of every other node matched this node's, else 0.",
@@ -107,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.schemaConsistent.Set(1)
 	m.dataConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaCompared, m.schemaConsistent, m.dataMismatches, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaCompared, m.schemaConsistent, m.dataMismatches, m.dataChecks, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
 	}
 	return m
 }

@@ -129,6 +129,9 @@ type Replica struct {
 	// not flushed (watchPostgres).
 	durable atomic.Uint64
 	suspect atomic.Bool
+	// lastDataCheck is when the loop was last delivered a DataCheckEntry
+	// (unix nanoseconds; at first, when the replica was made).
+	lastDataCheck atomic.Int64
 
 	mu       sync.Mutex
 	waiters  map[txn.GID]*waiter
@@ -281,6 +284,7 @@ func New(cfg Config) (*Replica, error) {
 	r.prefix.Store(max(cfg.StartAfter, cfg.Proven))
 	r.recorded.Store(r.prefix.Load())
 	r.durable.Store(max(cfg.StartAfter, cfg.Proven))
+	r.lastDataCheck.Store(time.Now().UnixNano())
 	return r, nil
 }
 

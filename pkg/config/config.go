@@ -78,6 +78,14 @@ type Node struct {
 	// ProposeTimeout: a node cut off from the majority fails proposals
 	// after this long (default 5s).
 	ProposeTimeout time.Duration `yaml:"propose_timeout"`
+	// DataCheckInterval, if non-zero, runs a data check (ordoctl
+	// data-check: every node checksums its replicated tables at one
+	// position of the order and compares) this often: the Raft leader
+	// requests one once this long has passed since the last check any node
+	// requested. Default 0: only on demand. A check reads every table
+	// in one snapshot (which holds back VACUUM while it runs); a day is a
+	// sensible interval for most databases.
+	DataCheckInterval time.Duration `yaml:"data_check_interval"`
 	// CertificationWindow is how many seqnos certification remembers;
 	// cluster-wide (default 100000).
 	CertificationWindow uint64 `yaml:"certification_window"`
@@ -330,6 +338,9 @@ func (n *Node) validate(files bool) error {
 	}
 	if n.MaxConnections < 1 {
 		bad("max_connections: must be positive, got %d", n.MaxConnections)
+	}
+	if n.DataCheckInterval != 0 && n.DataCheckInterval < time.Second {
+		bad("data_check_interval: must be 0 (off) or at least 1s, got %s", n.DataCheckInterval)
 	}
 	if n.AuthTimeout < time.Second {
 		bad("auth_timeout: must be at least 1s, got %s", n.AuthTimeout)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // TestDataCheckNamesTheDifference: a data check compares every node's
@@ -63,4 +65,33 @@ func TestDataCheckNamesTheDifference(t *testing.T) {
 	consistent := c.counter(0, "ordo_data_consistent", nil)
 	require.Zero(t, consistent, "ordo_data_consistent drops to 0")
 	require.Equal(t, 1.0, c.counter(0, "ordo_data_mismatches_total", nil))
+}
+
+// TestScheduledDataCheck: with data_check_interval set, the cluster checks
+// its data by itself, once per interval (the leader asks), and a row
+// changed behind Ordo's back is reported without anyone asking.
+func TestScheduledDataCheck(t *testing.T) {
+	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) { cfg.DataCheckInterval = 2 * time.Second })
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE sdc (id int PRIMARY KEY, v text)")
+	require.NoError(t, err)
+	_, err = c.connect(0).Exec(ctx, "INSERT INTO sdc SELECT g, 'v' FROM generate_series(1, 50) g")
+	require.NoError(t, err)
+	c.waitConverged()
+	_, err = c.direct(2).Exec(ctx, "UPDATE sdc SET v = 'tampered' WHERE id = 7")
+	require.NoError(t, err)
+	start := time.Now()
+	var diff string
+	require.Eventually(t, func() bool {
+		p := c.nodes[0].Replica().Data().Peers[3]
+		diff = strings.Join(p.Differences, "\n")
+		return strings.Contains(diff, "table public.sdc")
+	}, 30*time.Second, 100*time.Millisecond, "no scheduled check found the change")
+	t.Logf("found after %s: %s", time.Since(start).Round(100*time.Millisecond), diff)
+
+	// One check per interval for the cluster, not one per node.
+	time.Sleep(6 * time.Second)
+	checks := int(c.counter(0, "ordo_data_checks_total", nil))
+	require.GreaterOrEqual(t, checks, 3)
+	require.LessOrEqual(t, checks, 9, "about one check per 2 s over the test's ~10 s: %d", checks)
 }
