@@ -649,4 +649,3 @@ func scheduleDataChecks(ctx context.Context, order *totalorder.Node, rep *replic
 		log.Info("scheduled data check requested", "seqno", seqno, "data_check_interval", every)
 	}
 }
-
