@@ -12,6 +12,7 @@ import (
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/termination"
+	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
 )
 
@@ -167,6 +168,11 @@ func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []
 	if errors.Is(err, termination.ErrProtocolSwitched) || errors.Is(err, termination.ErrClassesReleased) {
 		ct.gid = ""
 		return false, pgErr(codeSerializationFailure, "ordo: %v; retry it", err)
+	}
+	if errors.Is(err, totalorder.ErrNoQuorum) {
+		ct.gid = ""
+		return false, pgErr(codeClassWait, "ordo: this node cannot reach a majority of the cluster, so the conflict classes %s cannot be granted (%v); the transaction holds nothing, retry it",
+			refString(refs), err)
 	}
 	if err != nil {
 		ct.gid = ""

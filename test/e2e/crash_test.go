@@ -293,7 +293,13 @@ func killNodeMidCommitAndRestart(t *testing.T, protocol string) {
 // commits with a clear error within the propose timeout, never commits
 // locally, and converges once the majority is back.
 func TestMinorityCannotCommit(t *testing.T) {
-	c := startProcCluster(t, 3, "dbsm")
+	for _, protocol := range []string{"dbsm", "pgr", "cons"} {
+		t.Run(protocol, func(t *testing.T) { minorityCannotCommit(t, protocol) })
+	}
+}
+
+func minorityCannotCommit(t *testing.T, protocol string) {
+	c := startProcCluster(t, 3, protocol)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.dsn(0))
 	require.NoError(t, err)
@@ -307,7 +313,13 @@ func TestMinorityCannotCommit(t *testing.T) {
 	_, err = conn.Exec(ctx, "INSERT INTO m VALUES (1)")
 	took := time.Since(began)
 	require.Error(t, err, "a minority node must not commit")
-	require.Equal(t, "08007", sqlstate(err), "clear error: %v", err)
+	if protocol == "cons" {
+		// Refused before anything ran: its classes cannot be ordered.
+		require.Equal(t, "55P03", sqlstate(err), "clear error: %v", err)
+		require.Contains(t, err.Error(), "cannot reach a majority of the cluster")
+	} else {
+		require.Equal(t, "08007", sqlstate(err), "clear error: %v", err)
+	}
 	require.Less(t, took, 30*time.Second, "must fail, not hang")
 	t.Logf("minority commit failed after %s: %v", took.Round(time.Millisecond), err)
 	// Reads still work on the minority node.

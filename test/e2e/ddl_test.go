@@ -41,9 +41,15 @@ func (c *cluster) schemaFingerprint(i int) string {
 
 // TestEveryDDLKindReplicates sends each kind of schema change through a
 // different node and checks the schema fingerprints of all nodes are equal
-// after each.
+// after each, under dbsm, pgr and cons.
 func TestEveryDDLKindReplicates(t *testing.T) {
-	c := startCluster(t, 3, "dbsm")
+	for _, protocol := range []string{"dbsm", "pgr", "cons"} {
+		t.Run(protocol, func(t *testing.T) { everyDDLKindReplicates(t, protocol) })
+	}
+}
+
+func everyDDLKindReplicates(t *testing.T, protocol string) {
+	c := startCluster(t, 3, protocol)
 	ctx := context.Background()
 	conns := []interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)

@@ -80,9 +80,15 @@ func lastLines(s string, n int) string {
 
 // TestSequencesNeverCollide: 3 nodes × 4 clients insert into a SERIAL
 // table at once; no id is handed out twice and every node ends with the
-// same rows.
+// same rows; under dbsm-si, pgr and cons.
 func TestSequencesNeverCollide(t *testing.T) {
-	c := startCluster(t, 3, "dbsm-si")
+	for _, protocol := range []string{"dbsm-si", "pgr", "cons"} {
+		t.Run(protocol, func(t *testing.T) { sequencesNeverCollide(t, protocol) })
+	}
+}
+
+func sequencesNeverCollide(t *testing.T, protocol string) {
+	c := startCluster(t, 3, protocol)
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE events (id serial PRIMARY KEY, node int NOT NULL, at timestamptz DEFAULT now())")
 	require.NoError(t, err)
