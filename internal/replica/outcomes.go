@@ -66,9 +66,13 @@ func (r *Replica) forgetLocal(gid txn.GID) {
 // proposeOutcome puts a decider's proposal in the order, retrying in the
 // background; whether it wins is the sequence's business.
 func (r *Replica) proposeOutcome(p termination.Proposal) {
-	payload, err := encodeEntry(&ordov1.Entry{Kind: &ordov1.Entry_Outcome{Outcome: &ordov1.OutcomeEntry{
+	o := &ordov1.OutcomeEntry{
 		Gid: string(p.GID), TxnSeqno: p.TxnSeqno, Commit: p.Commit, Reason: p.Reason, Cause: string(p.Cause), By: r.cfg.NodeID,
-	}}})
+	}
+	if k := p.Conflict; k.Level != 0 {
+		o.Conflict = &ordov1.Key{Level: uint32(k.Level), Schema: k.Schema, Table: k.Table, Column: k.Column, Value: k.Value}
+	}
+	payload, err := encodeEntry(&ordov1.Entry{Kind: &ordov1.Entry_Outcome{Outcome: o}})
 	if err != nil {
 		r.log.Error("encode outcome", "gid", p.GID, "err", err)
 		return

@@ -111,6 +111,9 @@ type Entry struct {
 	Commit   bool
 	Reason   string
 	Cause    Cause
+	// Conflict is the key a certification abort conflicted on (Level 0:
+	// none).
+	Conflict txn.Key
 	// KindBegin only: the classes the transaction declared (its Origin
 	// is set too).
 	Classes []txn.ClassRef
@@ -151,6 +154,8 @@ type Proposal struct {
 	Commit   bool
 	Reason   string
 	Cause    Cause
+	// Conflict is the key a certification abort conflicted on.
+	Conflict txn.Key
 }
 
 // Decision is the fate of one transaction.

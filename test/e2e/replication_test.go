@@ -137,6 +137,18 @@ func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
 					"UPDATE acct SET bal = bal + 1 WHERE id = 1", "UPDATE acct SET bal = bal + 10 WHERE id = 1")
 				require.Equal(t, 1, committed, "round %d: exactly one of two conflicting transactions commits", round)
 			}
+			// Every node counts the certification aborts on the row's key
+			// among the hottest conflicts (under pgr the origin certifies,
+			// and its outcome entry carries the key to the others).
+			c.waitConverged()
+			hot := c.nodes[0].Replica().HotConflicts()
+			t.Logf("hottest conflicts: %+v", hot)
+			require.Positive(t, hot.Conflicts, "five rounds, none aborted in certification")
+			for i := range c.nodes {
+				h := c.nodes[i].Replica().HotConflicts()
+				require.Equal(t, hot.Conflicts, h.Conflicts, "node %d", i+1)
+				require.Equal(t, "public.acct(1)", h.Keys[0].Name, "node %d", i+1)
+			}
 			sum := c.checksum(0, "acct")
 			for i := range c.nodes {
 				require.Equal(t, sum, c.checksum(i, "acct"))

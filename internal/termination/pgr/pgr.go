@@ -134,6 +134,7 @@ func (d *Decider) Step(e *termination.Entry) (termination.Step, error) {
 				cause = termination.CauseCertification
 			}
 			d.decide(p, e.Commit, e.Reason, cause)
+			p.dec.Conflict = e.Conflict
 		}
 	case termination.KindTxn:
 		if err := d.deliver(e); err != nil {
@@ -253,7 +254,7 @@ func (d *Decider) certify() *termination.Proposal {
 			if c.Key == (txn.Key{}) {
 				out.Reason = fmt.Sprintf("an unattributed read conflicts with the transaction at seqno %d", c.By)
 			}
-			out.Cause = termination.CauseCertification
+			out.Cause, out.Conflict = termination.CauseCertification, c.Key
 		}
 	}
 	return out

@@ -125,6 +125,13 @@ func parseEntry(td *datadriven.TestData, node uint32) (*termination.Entry, error
 		e.Commit = arg(td, "commit", "") == "true"
 		e.Reason = arg(td, "reason", "")
 		e.Cause = termination.Cause(arg(td, "cause", ""))
+		if c := arg(td, "conflict", ""); c != "" {
+			km, err := parseKeyMode("X:" + c)
+			if err != nil {
+				return nil, err
+			}
+			e.Conflict = km.Key
+		}
 	case "abort":
 		e.Kind = termination.KindAbort
 	case "frag":
@@ -197,14 +204,14 @@ func render(st termination.Step, settled uint64) string {
 			}
 			b.WriteString("\n")
 		} else {
-			fmt.Fprintf(&b, "abort %s %s (origin %d) [%s]: %s\n", d.GID, at, d.Origin, d.Cause, d.Reason)
+			fmt.Fprintf(&b, "abort %s %s (origin %d) [%s]: %s%s\n", d.GID, at, d.Origin, d.Cause, d.Reason, conflictOn(d.Conflict))
 		}
 	}
 	for _, p := range st.Proposals {
 		if p.Commit {
 			fmt.Fprintf(&b, "propose commit %s at %d\n", p.GID, p.TxnSeqno)
 		} else {
-			fmt.Fprintf(&b, "propose abort %s at %d [%s]: %s\n", p.GID, p.TxnSeqno, p.Cause, p.Reason)
+			fmt.Fprintf(&b, "propose abort %s at %d [%s]: %s%s\n", p.GID, p.TxnSeqno, p.Cause, p.Reason, conflictOn(p.Conflict))
 		}
 	}
 	fmt.Fprintf(&b, "settled %d\n", settled)
@@ -237,4 +244,13 @@ func TestDrain(t *testing.T) {
 	if got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
+}
+
+// conflictOn renders the key an abort is counted on among the hottest
+// conflicts.
+func conflictOn(k txn.Key) string {
+	if k.Level == 0 {
+		return ""
+	}
+	return " {hot: " + k.String() + "}"
 }
