@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/replica"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
@@ -38,6 +39,9 @@ type Classes struct {
 	Seqno    uint64    `json:"seqno"`
 	Classes  []Class   `json:"classes"`
 	Profiles []Profile `json:"profiles"`
+	// CatchAll is what a transaction that declares no classes takes
+	// ("*": every class, it runs alone).
+	CatchAll string `json:"catch_all"`
 }
 
 // ClassesChange is a change of the conflict classes (POST /v1/classes):
@@ -48,10 +52,16 @@ type ClassesChange struct {
 	Profiles       []Profile `json:"profiles,omitempty" yaml:"profiles,omitempty"`
 	DeleteClasses  []string  `json:"delete_classes,omitempty" yaml:"delete_classes,omitempty"`
 	DeleteProfiles []string  `json:"delete_profiles,omitempty" yaml:"delete_profiles,omitempty"`
+	// CatchAll, if set, replaces the catch-all (a declaration; "*" is the
+	// default).
+	CatchAll string `json:"catch_all,omitempty" yaml:"catch_all,omitempty"`
 }
 
 func classesOf(node uint32, cfg *ordov1.ClassConfig) Classes {
-	out := Classes{NodeID: node, Seqno: cfg.Seqno, Classes: []Class{}, Profiles: []Profile{}}
+	out := Classes{NodeID: node, Seqno: cfg.GetSeqno(), Classes: []Class{}, Profiles: []Profile{}, CatchAll: cfg.GetCatchAll()}
+	if out.CatchAll == "" {
+		out.CatchAll = analysis.AllClasses
+	}
 	for _, c := range cfg.Classes {
 		cl := Class{Name: c.Name, Tables: slices.Clone(c.Tables), Label: c.Label}
 		for _, tc := range c.Columns {
@@ -69,7 +79,7 @@ func classesOf(node uint32, cfg *ordov1.ClassConfig) Classes {
 }
 
 func (ch *ClassesChange) entry() *ordov1.ClassesEntry {
-	e := &ordov1.ClassesEntry{DeleteClasses: ch.DeleteClasses, DeleteProfiles: ch.DeleteProfiles}
+	e := &ordov1.ClassesEntry{DeleteClasses: ch.DeleteClasses, DeleteProfiles: ch.DeleteProfiles, CatchAll: ch.CatchAll}
 	for _, c := range ch.Classes {
 		cd := &ordov1.ClassDef{Name: c.Name, Tables: c.Tables, Label: c.Label}
 		tables := make([]string, 0, len(c.Columns))

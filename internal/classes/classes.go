@@ -68,6 +68,12 @@ func Apply(cfg *ordov1.ClassConfig, e *ordov1.ClassesEntry, seqno uint64) (*ordo
 			out.Profiles = append(out.Profiles, p)
 		}
 	}
+	if e.CatchAll != "" {
+		out.CatchAll = strings.TrimSpace(e.CatchAll)
+		if out.CatchAll == analysis.AllClasses {
+			out.CatchAll = "" // the default
+		}
+	}
 	slices.SortFunc(out.Classes, func(a, b *ordov1.ClassDef) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(out.Profiles, func(a, b *ordov1.ProfileDef) int { return strings.Compare(a.Name, b.Name) })
 	if _, err := Build(out); err != nil {
@@ -122,7 +128,28 @@ func Build(cfg *ordov1.ClassConfig) (*analysis.Classes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if _, err := CatchAll(cfg, cs); err != nil {
+		return nil, err
+	}
 	return cs, nil
+}
+
+// CatchAll returns the classes of a transaction that declares none under
+// cfg (built as cs): the configured catch-all, by default every class
+// ("*": it runs alone).
+func CatchAll(cfg *ordov1.ClassConfig, cs *analysis.Classes) ([]txn.ClassRef, error) {
+	decl := cfg.GetCatchAll()
+	if decl == "" {
+		return []txn.ClassRef{{Name: analysis.AllClasses}}, nil
+	}
+	refs, err := cs.ParseClasses(decl)
+	if err != nil {
+		return nil, fmt.Errorf("%w: catch_all %q: %w", ErrInvalid, decl, err)
+	}
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%w: catch_all %q names no class", ErrInvalid, decl)
+	}
+	return refs, nil
 }
 
 var profileName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

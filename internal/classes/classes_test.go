@@ -1,11 +1,13 @@
 package classes
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ordo-db/ordo/internal/txn"
 	ordov1 "github.com/ordo-db/ordo/pkg/api/ordo/v1"
 )
 
@@ -74,4 +76,51 @@ func names(cfg *ordov1.ClassConfig) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// TestCatchAll: what a transaction that declares no classes takes is
+// cluster configuration too: "*" by default, a declaration once set, back
+// to "*" when set so; a catch-all naming an unknown class is refused, and
+// so is deleting a class it names.
+func TestCatchAll(t *testing.T) {
+	cfg, err := Apply(nil, &ordov1.ClassesEntry{Classes: []*ordov1.ClassDef{
+		{Name: "app", Tables: []string{"public.a", "public.b"}},
+		{Name: "reports", Tables: []string{"public.r"}},
+	}}, 3)
+	require.NoError(t, err)
+	cs, err := Build(cfg)
+	require.NoError(t, err)
+	refs, err := CatchAll(cfg, cs)
+	require.NoError(t, err)
+	require.Equal(t, "*", refString(refs), "the default: the whole database")
+
+	cfg, err = Apply(cfg, &ordov1.ClassesEntry{CatchAll: " app "}, 4)
+	require.NoError(t, err)
+	require.Equal(t, "app", cfg.CatchAll)
+	cs, err = Build(cfg)
+	require.NoError(t, err)
+	refs, err = CatchAll(cfg, cs)
+	require.NoError(t, err)
+	require.Equal(t, "app", refString(refs))
+
+	next, err := Apply(cfg, &ordov1.ClassesEntry{Profiles: []*ordov1.ProfileDef{{Name: "p", Classes: "reports"}}}, 5)
+	require.NoError(t, err)
+	require.Equal(t, "app", next.CatchAll, "a change that does not name it keeps it")
+
+	_, err = Apply(cfg, &ordov1.ClassesEntry{CatchAll: "nosuch"}, 6)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = Apply(cfg, &ordov1.ClassesEntry{DeleteClasses: []string{"app"}}, 6)
+	require.ErrorIs(t, err, ErrInvalid, "the catch-all names it")
+
+	cfg, err = Apply(cfg, &ordov1.ClassesEntry{CatchAll: "*"}, 7)
+	require.NoError(t, err)
+	require.Empty(t, cfg.CatchAll, "back to the default")
+}
+
+func refString(refs []txn.ClassRef) string {
+	var s []string
+	for _, r := range refs {
+		s = append(s, r.String())
+	}
+	return strings.Join(s, ", ")
 }

@@ -26,6 +26,7 @@ import (
 //	profiles:
 //	  - name: payment
 //	    classes: "warehouse[w={w}], district[w={w}], customer[w={w}]"
+//	catch_all: "district, customer"   # what a transaction that declares none takes ("*" by default)
 //
 // docs/admin.md has TPC-C's complete example.
 
@@ -143,7 +144,10 @@ naming an unknown class…) is refused whole and exits 1.`,
 			if what == "profiles" {
 				ch.Classes = nil
 			}
-			if len(ch.Classes)+len(ch.Profiles) == 0 {
+			if what == "profiles" {
+				ch.CatchAll = ""
+			}
+			if len(ch.Classes)+len(ch.Profiles) == 0 && ch.CatchAll == "" {
 				return usagef("-f %s: no %s in it", file, what)
 			}
 			return changeClasses(cmd, g, ch)
@@ -188,7 +192,7 @@ func changeClasses(cmd *cobra.Command, g *globals, ch admin.ClassesChange) error
 }
 
 func sameClasses(a, b *admin.Classes) bool {
-	return a.Seqno == b.Seqno && reflect.DeepEqual(a.Classes, b.Classes) && reflect.DeepEqual(a.Profiles, b.Profiles)
+	return a.Seqno == b.Seqno && reflect.DeepEqual(a.Classes, b.Classes) && reflect.DeepEqual(a.Profiles, b.Profiles) && a.CatchAll == b.CatchAll
 }
 
 func classesTable(w io.Writer, what string, out classesOutput) {
@@ -226,6 +230,9 @@ func classesTable(w io.Writer, what string, out classesOutput) {
 		}
 		if len(c.Classes) == 0 {
 			fmt.Fprintf(w, "%d\t%d\t(none: every table is a class of its own)\t-\t-\n", c.NodeID, c.Seqno)
+		}
+		if c.CatchAll != "" && c.CatchAll != "*" {
+			fmt.Fprintf(w, "%d\t%d\t(catch-all: transactions that declare none)\t%s\t-\n", c.NodeID, c.Seqno, c.CatchAll)
 		}
 	}
 }

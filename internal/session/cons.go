@@ -28,7 +28,8 @@ import (
 //  2. SET LOCAL ordo.profile = 'new_order(w=3)' (a profile of the
 //     cluster's configuration);
 //  3. for a single autocommit statement, the analyzer;
-//  4. otherwise the catch-all "*" (the whole database: it runs alone).
+//  4. otherwise the cluster's catch-all (classes.CatchAll; by default
+//     "*", the whole database: it runs alone).
 //
 // A statement that touches an undeclared class is refused with an error
 // naming the class, and the transaction can only roll back: its COMMIT
@@ -223,7 +224,7 @@ func (s *session) consDeclared(set classes.Set, a *analysis.Statement, params []
 			return refs, nil
 		}
 	}
-	return []txn.ClassRef{{Name: analysis.AllClasses}}, nil
+	return classes.CatchAll(set.Config, set.Classes)
 }
 
 // consRefuse remembers that the transaction touched an undeclared class:
