@@ -97,3 +97,49 @@ func TestConsConfigurableCatchAll(t *testing.T) {
 		require.Equal(t, [3]int{1, 1, 1}, [3]int{a, b, r}, "node %d", i+1)
 	}
 }
+
+// TestConsCascadeOutsideTheClassesIsRolledBack: a foreign key's ON DELETE
+// CASCADE writes a table the statement does not name. The analyzer sees
+// only the parent, so the statement runs; the decoded write set, checked
+// against the declared classes before anything is proposed, holds the
+// child's rows: the commit is refused with 55000 and nothing of it
+// reaches any node.
+func TestConsCascadeOutsideTheClassesIsRolledBack(t *testing.T) {
+	c := startCluster(t, 3, "cons")
+	ctx := context.Background()
+	for _, sql := range []string{
+		"CREATE TABLE parent (id int PRIMARY KEY)",
+		"CREATE TABLE child (id int PRIMARY KEY, pid int REFERENCES parent ON DELETE CASCADE)",
+		"INSERT INTO parent VALUES (1), (2)", "INSERT INTO child VALUES (10, 1), (20, 2)",
+	} {
+		_, err := c.connect(0).Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	tx, err := c.connect(1).Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.parent'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DELETE FROM parent WHERE id = 1")
+	require.NoError(t, err, "the statement names the parent only")
+	err = tx.Commit(ctx)
+	require.Error(t, err)
+	require.Equal(t, "55000", sqlstate(err), "%v", err)
+	require.Contains(t, err.Error(), "public.child")
+	require.Contains(t, err.Error(), "outside its conflict classes")
+
+	// Declaring both, it commits everywhere.
+	tx, err = c.connect(1).Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL ordo.conflict_classes = 'public.parent, public.child'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DELETE FROM parent WHERE id = 2")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	c.waitConverged()
+	for i := range c.nodes {
+		var parents, children string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT (SELECT string_agg(id::text, ',') FROM parent), (SELECT string_agg(id::text, ',') FROM child)").Scan(&parents, &children))
+		require.Equal(t, "1 10", parents+" "+children, "node %d: the refused delete changed nothing", i+1)
+	}
+}
