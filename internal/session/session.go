@@ -103,6 +103,12 @@ type txState struct {
 	// batch, before the transaction was known to need a block.
 	batchSnap bool
 	reads     txn.ReadSet
+	// locks are the keys of the rows SELECT … FOR UPDATE/SHARE locked
+	// (or their tables): certified and recorded as writes (trackLocks);
+	// lockSnap is the applied prefix before the first of those statements
+	// ran (dbsm-rc certifies a transaction that locked rows from there).
+	locks    []txn.Key
+	lockSnap uint64
 	ddl       []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
 	// blocks counts, by the md5 of the query text, the runs of messages
 	// holding statements that may run DDL inside them (DO, CALL,
@@ -1115,10 +1121,44 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 	if a.Kind == analysis.KindOpaque {
 		s.tx.noteBlock(m)
 	}
+	if len(a.Locks) > 0 && a.Kind != analysis.KindLock {
+		s.trackLocks(a, params)
+	}
 	if !s.h.cfg.Replica.CertifiesReads() {
 		return
 	}
 	s.trackReads(&s.tx.reads, a, params)
+}
+
+// trackLocks adds the rows a SELECT … FOR UPDATE/NO KEY UPDATE/SHARE/KEY
+// SHARE locks to the transaction's lock keys, which terminate certifies
+// and records as writes (X): a row lock is local to a node, so without
+// them two transactions on two nodes could both lock one row and commit,
+// where PostgreSQL lets only one hold it at a time (compatibility.md "Row
+// locks"). The rows are those the analyzer proves (primary key or
+// granule values); otherwise the whole table is the key.
+func (s *session) trackLocks(a *analysis.Statement, params []analysis.Param) {
+	if len(s.tx.locks) == 0 {
+		s.tx.lockSnap = s.h.cfg.Replica.AppliedPrefix()
+	}
+	locked := map[catalog.Name]bool{}
+	for _, t := range a.Locks {
+		locked[t] = true
+	}
+	keyed := map[catalog.Name]bool{}
+	if fp, err := a.Bind(params); err == nil && !fp.All {
+		for _, k := range fp.Reads {
+			if t := (catalog.Name{Schema: k.Schema, Name: k.Table}); locked[t] {
+				s.tx.locks = append(s.tx.locks, k)
+				keyed[t] = true
+			}
+		}
+	}
+	for _, t := range a.Locks {
+		if !keyed[t] {
+			s.tx.locks = append(s.tx.locks, txn.TableKey(t.Schema, t.Name))
+		}
+	}
 }
 
 // trackReads adds a statement's read keys to reads.

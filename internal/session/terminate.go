@@ -131,6 +131,14 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 			// Local commits prove themselves after they are visible.
 			s.tx.snapSeq = max(s.tx.snapSeq, vp.VisiblePrefix(ctx))
 		}
+		if len(s.tx.locks) > 0 {
+			// Its row locks (SELECT … FOR UPDATE) are held since they
+			// were taken, and a remote transaction that locked the same
+			// row writes no row here that would wait for them: it is
+			// certified from before its first lock (at most more aborts
+			// than READ COMMITTED needs, never fewer).
+			s.tx.snapSeq = min(s.tx.snapSeq, s.tx.lockSnap)
+		}
 	}
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
@@ -383,6 +391,9 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	}
 	for _, k := range s.tx.reads.Keys() {
 		keys.Add(k, txn.S)
+	}
+	for _, k := range s.tx.locks {
+		keys.Add(k, txn.X) // rows it locked: as if written
 	}
 	if esc := keys.Escalate(s.h.cfg.KeyEscalationRows); len(esc) > 0 {
 		s.h.cfg.Logger.Debug("session: write keys escalated to whole tables", "gid", gid, "tables", esc)
