@@ -109,7 +109,7 @@ type txState struct {
 	// ran (dbsm-rc certifies a transaction that locked rows from there).
 	locks    []txn.Key
 	lockSnap uint64
-	ddl       []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
+	ddl      []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
 	// blocks counts, by the md5 of the query text, the runs of messages
 	// holding statements that may run DDL inside them (DO, CALL,
 	// functions): a DDL record no statement accounts for is replayed as
