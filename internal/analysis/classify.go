@@ -18,7 +18,7 @@ const ddlReason = "DDL is ordered against every transaction"
 
 // analyzeStmt classifies one parsed statement and collects its tables.
 func analyzeStmt(cat *catalog.Catalog, sp []string, n *pg.Node, text string, offset, limit int) *Statement {
-	st := &Statement{SQL: text, Offset: offset, Executes: true, limit: limit}
+	st := &Statement{SQL: text, Offset: offset, Executes: true, limit: limit, GranuleSeqno: cat.GranuleSeqno()}
 	w := &walker{cat: cat, sp: sp, st: st,
 		reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
 	w.top(n)

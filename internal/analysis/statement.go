@@ -181,6 +181,10 @@ type Statement struct {
 	SetsSequence bool
 	// NumParams is the highest $n used.
 	NumParams int
+	// GranuleSeqno is the granule epoch of the catalog it was analyzed
+	// under (catalog.Catalog.GranuleSeqno): its granule keys are of that
+	// configuration.
+	GranuleSeqno uint64
 
 	acc    []access
 	static *Footprint // set when no key depends on a parameter

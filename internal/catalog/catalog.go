@@ -136,16 +136,23 @@ type Description struct {
 	Views     []ViewDesc  `json:"views,omitempty"`
 	Functions []FuncDesc  `json:"functions,omitempty"`
 	// Granules maps "schema.table" to its granule column (cluster
-	// configuration, e.g. TPC-C's warehouse id columns).
-	Granules map[string]string `json:"granules,omitempty"`
+	// configuration, e.g. TPC-C's warehouse id columns); GranuleSeqno is
+	// the epoch of that configuration (classes.GranuleSeqnoAt).
+	Granules     map[string]string `json:"granules,omitempty"`
+	GranuleSeqno uint64            `json:"granule_seqno,omitempty"`
 }
 
 // Catalog is an immutable snapshot of a database's schema.
 type Catalog struct {
-	version uint64
-	rels    map[Name]*Relation
-	funcs   map[Name]*Function
+	version      uint64
+	granuleSeqno uint64
+	rels         map[Name]*Relation
+	funcs        map[Name]*Function
 }
+
+// GranuleSeqno is the epoch of the granule configuration the catalog's
+// relations have (Description.GranuleSeqno).
+func (c *Catalog) GranuleSeqno() uint64 { return c.granuleSeqno }
 
 // ErrInvalid is returned by New for a Description that contradicts itself
 // (a view cycle, a primary key or granule column that is not a column, a
@@ -155,7 +162,7 @@ var ErrInvalid = errors.New("catalog: invalid description")
 // New builds a catalog from d. version distinguishes successive snapshots
 // (analysis results cached under one version are not used under another).
 func New(d Description, version uint64) (*Catalog, error) {
-	c := &Catalog{version: version, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function)}
+	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
 		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers}

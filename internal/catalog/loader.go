@@ -18,8 +18,9 @@ import (
 // (replica.Config.OnDDL), so a refresh must cost what the user's schema
 // costs, not a connection and the whole of pg_proc.
 type Loader struct {
-	connect  func(ctx context.Context) (*pgx.Conn, error)
-	granules map[string]string
+	connect      func(ctx context.Context) (*pgx.Conn, error)
+	granules     map[string]string
+	granuleSeqno uint64
 
 	mu     sync.Mutex
 	conn   *pgx.Conn
@@ -34,6 +35,37 @@ type Loader struct {
 // (see Load).
 func NewLoader(connect func(ctx context.Context) (*pgx.Conn, error), granules map[string]string) *Loader {
 	return &Loader{connect: connect, granules: granules}
+}
+
+// SetGranules sets the granule columns (from the cluster's split conflict
+// classes) and their epoch for the loads after it. A column is given to a
+// table only if it exists and is part of its primary key (or the table
+// has none, whose old rows are logged whole): the granule of a row then
+// never changes unseen by its key or old row.
+func (l *Loader) SetGranules(granules map[string]string, seqno uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.granules, l.granuleSeqno = granules, seqno
+}
+
+// usableGranules returns the granules of l for the tables of user that
+// can have them (SetGranules).
+func (l *Loader) usableGranules(user []TableDesc) map[string]string {
+	if len(l.granules) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for _, t := range user {
+		name := t.Schema + "." + t.Name
+		col, ok := l.granules[name]
+		if !ok || !slices.ContainsFunc(t.Columns, func(c Column) bool { return c.Name == col }) {
+			continue
+		}
+		if len(t.PK) == 0 || slices.Contains(t.PK, col) {
+			out[name] = col
+		}
+	}
+	return out
 }
 
 // Load reads the catalog as Load does: the user's schemas always, the
@@ -77,15 +109,16 @@ func (l *Loader) loadLocked(ctx context.Context) (Description, error) {
 		l.system, l.sig = &sys, sig
 		l.systemLoads++
 	}
-	user, err := load(ctx, l.conn, l.granules, userSchemas)
+	user, err := load(ctx, l.conn, nil, userSchemas)
 	if err != nil {
 		return Description{}, err
 	}
 	return Description{
-		Tables:    slices.Concat(l.system.Tables, user.Tables),
-		Views:     slices.Concat(l.system.Views, user.Views),
-		Functions: slices.Concat(l.system.Functions, user.Functions),
-		Granules:  l.granules,
+		Tables:       slices.Concat(l.system.Tables, user.Tables),
+		Views:        slices.Concat(l.system.Views, user.Views),
+		Functions:    slices.Concat(l.system.Functions, user.Functions),
+		Granules:     l.usableGranules(user.Tables),
+		GranuleSeqno: l.granuleSeqno,
 	}, nil
 }
 

@@ -12,6 +12,7 @@ package classes
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -79,7 +80,56 @@ func Apply(cfg *ordov1.ClassConfig, e *ordov1.ClassesEntry, seqno uint64) (*ordo
 	if _, err := Build(out); err != nil {
 		return nil, err
 	}
+	if !maps.Equal(Granules(cfg), Granules(out)) {
+		out.GranuleChanges = append(out.GranuleChanges, seqno)
+		if n := len(out.GranuleChanges); n > keptGranuleChanges {
+			out.GranuleChanges = slices.Clone(out.GranuleChanges[n-keptGranuleChanges:])
+		}
+	}
 	return out, nil
+}
+
+// keptGranuleChanges bounds ClassConfig.granule_changes: a transaction
+// whose snapshot predates the oldest kept change is older than any
+// certification window in practice, and aborts as too old anyway.
+const keptGranuleChanges = 16
+
+// Granules returns the granule column of each table ("schema.table") of
+// the split classes of cfg: under dbsm and pgr, reads and writes that fix
+// it take granule keys (the warehouse of TPC-C) rather than whole-table
+// keys. A table split by two classes on different columns has none.
+func Granules(cfg *ordov1.ClassConfig) map[string]string {
+	out := map[string]string{}
+	clash := map[string]bool{}
+	for _, c := range cfg.GetClasses() {
+		if c.Label == "" {
+			continue
+		}
+		for _, tc := range c.Columns {
+			if col, ok := out[tc.Table]; ok && col != tc.Column {
+				clash[tc.Table] = true
+			}
+			out[tc.Table] = tc.Column
+		}
+	}
+	for t := range clash {
+		delete(out, t)
+	}
+	return out
+}
+
+// GranuleSeqnoAt returns the granule epoch in force at seqno under cfg:
+// the seqno of the latest change of the granule columns at or before it
+// (0: none since the cluster began). Every node computes it alike from the
+// configuration, restarted or not.
+func GranuleSeqnoAt(cfg *ordov1.ClassConfig, seqno uint64) uint64 {
+	var at uint64
+	for _, c := range cfg.GetGranuleChanges() {
+		if c <= seqno {
+			at = c
+		}
+	}
+	return at
 }
 
 // Build checks cfg and returns it as the analyzer uses it (nil cfg: no

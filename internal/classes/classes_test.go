@@ -124,3 +124,40 @@ func refString(refs []txn.ClassRef) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// TestGranuleEpochs: the granule columns of split classes change their
+// epoch only when they change, and every node finds the epoch in force at
+// any seqno from the configuration alone.
+func TestGranuleEpochs(t *testing.T) {
+	cfg, err := Apply(nil, &ordov1.ClassesEntry{Classes: []*ordov1.ClassDef{
+		split("district", "w", "public.district", "d_w_id"),
+		{Name: "item", Tables: []string{"public.item"}},
+	}}, 10)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"public.district": "d_w_id"}, Granules(cfg))
+	require.Equal(t, []uint64{10}, cfg.GranuleChanges)
+
+	cfg, err = Apply(cfg, &ordov1.ClassesEntry{Profiles: []*ordov1.ProfileDef{{Name: "p", Classes: "item"}}}, 20)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{10}, cfg.GranuleChanges, "a profile changes no granule")
+
+	cfg, err = Apply(cfg, &ordov1.ClassesEntry{Classes: []*ordov1.ClassDef{split("stock", "w", "public.stock", "s_w_id")}}, 30)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{10, 30}, cfg.GranuleChanges)
+	for seqno, want := range map[uint64]uint64{5: 0, 10: 10, 29: 10, 30: 30, 99: 30} {
+		require.Equal(t, want, GranuleSeqnoAt(cfg, seqno), "at %d", seqno)
+	}
+
+	// Two classes splitting one table on different columns: no granule.
+	cfg, err = Apply(cfg, &ordov1.ClassesEntry{Classes: []*ordov1.ClassDef{split("stock2", "i", "public.stock", "s_i_id")}}, 40)
+	require.NoError(t, err)
+	require.NotContains(t, Granules(cfg), "public.stock")
+	require.Equal(t, []uint64{10, 30, 40}, cfg.GranuleChanges)
+	for i := range 20 {
+		cfg, err = Apply(cfg, &ordov1.ClassesEntry{DeleteClasses: []string{"stock2"}}, uint64(50+2*i))
+		require.NoError(t, err)
+		cfg, err = Apply(cfg, &ordov1.ClassesEntry{Classes: []*ordov1.ClassDef{split("stock2", "i", "public.stock", "s_i_id")}}, uint64(51+2*i))
+		require.NoError(t, err)
+	}
+	require.Len(t, cfg.GranuleChanges, keptGranuleChanges, "bounded")
+}

@@ -333,6 +333,13 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 				log.Warn("catalog refresh after DDL", "err", err)
 			}
 		},
+		OnGranules: func(ctx context.Context, granules map[string]string, seqno uint64) {
+			n.catalog.SetGranules(granules, seqno)
+			cat.Invalidate()
+			if _, err := cat.Refresh(ctx); err != nil {
+				log.Warn("catalog refresh after a change of the granule columns", "err", err)
+			}
+		},
 	})
 	if err != nil {
 		return nil, err

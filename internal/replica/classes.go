@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -48,6 +49,7 @@ func (r *Replica) loadClasses(ctx context.Context) error {
 		return fmt.Errorf("replica: the conflict classes in _ordo.cluster_config: %w", err)
 	}
 	r.classes.Store(&cfg)
+	r.granulesChanged(ctx, &cfg)
 	return nil
 }
 
@@ -74,6 +76,9 @@ func (r *Replica) deliverClasses(ctx context.Context, seqno uint64, e *ordov1.Cl
 		return err
 	}
 	r.classes.Store(next)
+	if !slices.Equal(cur.GranuleChanges, next.GranuleChanges) {
+		r.granulesChanged(ctx, next)
+	}
 	r.m.classChanges.WithLabelValues("applied").Inc()
 	r.log.Info("conflict classes changed", "seqno", seqno, "by", e.By, "classes", len(next.Classes), "profiles", len(next.Profiles))
 	return nil
@@ -110,4 +115,16 @@ func (r *Replica) ChangeClasses(ctx context.Context, e *ordov1.ClassesEntry) (*o
 		return cfg, fmt.Errorf("%w at seqno %d (a concurrent change made it invalid)", ErrClassesRefused, seqno)
 	}
 	return cfg, nil
+}
+
+// granulesChanged hands the granule columns of cfg to the node
+// (Config.OnGranules).
+func (r *Replica) granulesChanged(ctx context.Context, cfg *ordov1.ClassConfig) {
+	if r.cfg.OnGranules == nil || len(cfg.GranuleChanges) == 0 {
+		return
+	}
+	g := classes.Granules(cfg)
+	at := classes.GranuleSeqnoAt(cfg, cfg.Seqno)
+	r.log.Info("granule columns of the conflict classes in force", "seqno", at, "tables", len(g))
+	r.cfg.OnGranules(ctx, g, at)
 }

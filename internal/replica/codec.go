@@ -31,6 +31,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		Label:         t.Label,
 		SearchPath:    t.SearchPath,
 		BeginSeqno:    t.BeginSeqno,
+		GranuleSeqno:  t.GranuleSeqno,
 	}
 	for _, km := range t.Keys {
 		e.Keys = append(e.Keys, &ordov1.Key{

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ordo-db/ordo/internal/apply"
+	"github.com/ordo-db/ordo/internal/classes"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/totalorder"
 	"github.com/ordo-db/ordo/internal/txn"
@@ -306,6 +307,7 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		ent.Kind, ent.GID, ent.Origin, ent.Protocol = termination.KindTxn, txn.GID(t.Gid), t.Origin, t.Protocol
 		ent.SnapshotSeqno, ent.Keys, ent.ReadAll, ent.Fragments = t.SnapshotSeqno, decodeKeys(t), t.ReadAll, t.Fragments
 		ent.BeginSeqno = t.BeginSeqno
+		ent.GranuleSeqno, ent.GranulesInForce = t.GranuleSeqno, classes.GranuleSeqnoAt(r.Classes(), seqno)
 		if t.Origin == r.cfg.NodeID {
 			ent.Local = r.localOf(ent.GID)
 		}

@@ -83,7 +83,13 @@ type Config struct {
 	// OnDDL is called on the delivery loop right after a transaction
 	// with DDL committed, local or remote, and before its client is told:
 	// the node marks its catalog stale and refreshes it.
-	OnDDL      func(ctx context.Context)
+	OnDDL func(ctx context.Context)
+	// OnGranules is called on the delivery loop with the granule columns
+	// of the split conflict classes (classes.Granules) and their epoch,
+	// once the configuration in force is loaded and whenever a change of
+	// the classes changes them: the node gives them to its catalog, so
+	// dbsm and pgr keys fix granules (nil: not called).
+	OnGranules func(ctx context.Context, granules map[string]string, seqno uint64)
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }

@@ -82,6 +82,7 @@ type session struct {
 	// later statement of the batch update (beginHere).
 	unitSnap  uint64
 	unitReads txn.ReadSet
+	unitGran  granuleEpoch
 	// unitFresh: no statement has run yet in the batch's current implicit
 	// transaction (none since the batch began, or since a COMMIT or
 	// ROLLBACK in it ended the previous one), so none took its snapshot.
@@ -109,7 +110,9 @@ type txState struct {
 	// ran (dbsm-rc certifies a transaction that locked rows from there).
 	locks    []txn.Key
 	lockSnap uint64
-	ddl      []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
+	// gran is the granule epoch of the analyses its keys came from.
+	gran granuleEpoch
+	ddl  []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
 	// blocks counts, by the md5 of the query text, the runs of messages
 	// holding statements that may run DDL inside them (DO, CALL,
 	// functions): a DDL record no statement accounts for is replayed as
@@ -170,7 +173,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unitStatus = 0
 		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
-			s.unitReads = txn.ReadSet{}
+			s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
 		}
 		s.unitFresh = true
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
@@ -306,6 +309,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				s.stmts[""], s.sent[""] = stmts, sql
 			}
 		}
+		if cat := s.h.cfg.Catalog.Current(); cat != nil && len(stmts) > 0 && stmts[0].GranuleSeqno != cat.GranuleSeqno() {
+			// Analyzed before the granule columns of the conflict
+			// classes changed: its keys would be of the old ones.
+			if sql, ok := s.sent[st.Name]; ok {
+				stmts = s.analyze(sql)
+				s.stmts[st.Name] = stmts
+			}
+		}
 		if stmts == nil {
 			// Never parsed through this session (PostgreSQL will report an
 			// unknown statement): assume the worst.
@@ -327,8 +338,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.noticeIsolation(stmts[0].Txn.Isolation, at{kind: wire.KindBind})
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads}
-			s.unitReads = txn.ReadSet{}
+			s.tx = txState{active: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
+			s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
 			s.unitStatus = 'T'
 			return nil
 		}
@@ -824,6 +835,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				// batch make its implicit transaction an update.
 				if s.h.cfg.Replica.CertifiesReads() {
 					s.trackReads(&s.unitReads, a, params)
+					s.unitGran.note(a.GranuleSeqno)
 				}
 				s.unitFresh = false
 				continue
@@ -1077,7 +1089,7 @@ func (s *session) sync(ctx context.Context) error {
 func (s *session) newImplicit() {
 	s.unitStatus = 'I'
 	s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
-	s.unitReads = txn.ReadSet{}
+	s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
 	s.unitFresh = true
 }
 
@@ -1102,9 +1114,9 @@ func (s *session) noteWrap(injected bool) {
 func (s *session) beginHere() {
 	s.noteWrap(true)
 	s.be.BeginHere()
-	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads}
+	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
 	s.unitStatus = 'T'
-	s.unitReads = txn.ReadSet{}
+	s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
 	s.inTxn.Store(true)
 	s.be.HoldReady()
 }
@@ -1123,11 +1135,27 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 	}
 	if len(a.Locks) > 0 && a.Kind != analysis.KindLock {
 		s.trackLocks(a, params)
+		s.tx.gran.note(a.GranuleSeqno)
 	}
 	if !s.h.cfg.Replica.CertifiesReads() {
 		return
 	}
 	s.trackReads(&s.tx.reads, a, params)
+	s.tx.gran.note(a.GranuleSeqno)
+}
+
+// granuleEpoch is the granule epoch of the analyses a transaction's keys
+// came from (catalog.Catalog.GranuleSeqno), and whether they differed.
+type granuleEpoch struct {
+	seqno      uint64
+	set, mixed bool
+}
+
+func (g *granuleEpoch) note(seqno uint64) {
+	if g.set && g.seqno != seqno {
+		g.mixed = true
+	}
+	g.seqno, g.set = seqno, true
 }
 
 // trackLocks adds the rows a SELECT … FOR UPDATE/NO KEY UPDATE/SHARE/KEY

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
 )
@@ -380,6 +381,15 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	}
 	s.label = "" // one transaction's name
 	keys := ws.Keys()
+	if cat := s.h.cfg.Catalog.Current(); cat != nil {
+		granuleKeys(cat, ws, keys)
+		s.tx.gran.note(cat.GranuleSeqno())
+	}
+	if s.tx.gran.mixed && s.h.cfg.Replica.Name() != termination.CONS {
+		s.abandon(gid)
+		return pgErr(codeSerializationFailure, "ordo: the granule columns of the conflict classes changed while the transaction ran (its keys would mix two configurations); it was rolled back, retry it")
+	}
+	t.GranuleSeqno = s.tx.gran.seqno
 	for _, k := range ddl.keys {
 		keys.Add(k, txn.X)
 	}
@@ -432,4 +442,58 @@ func (s *session) abandon(gid txn.GID) {
 		s.rollback(ctx) // ROLLBACK PREPARED cannot run inside a block
 	}
 	_, _ = s.be.Exec(ctx, "ROLLBACK PREPARED '"+strings.ReplaceAll(string(gid), "'", "")+"'")
+}
+
+// granuleKeys adds, for every row ws writes in a table with a granule
+// column (catalog.Relation.Granule, from the split conflict classes), IX
+// on the granule of the row after the change and of the row before it
+// (its key columns hold the granule column, or the table has no primary
+// key and the old row is whole): a concurrent transaction that read the
+// granule (S) conflicts with it in certification. A row whose granule
+// cannot be told takes X on its table.
+func granuleKeys(cat *catalog.Catalog, ws *capture.WriteSet, keys *txn.KeySet) {
+	for i := range ws.Rows {
+		r := &ws.Rows[i]
+		if r.Op == capture.OpTruncate {
+			continue // X on its table already
+		}
+		rel, ok := cat.Lookup(catalog.Name{Schema: r.Table.Schema, Name: r.Table.Name})
+		if !ok || rel.Granule == "" {
+			continue
+		}
+		col := slices.IndexFunc(r.Table.Columns, func(c capture.Column) bool { return c.Name == rel.Granule })
+		if col < 0 {
+			keys.Add(r.Table.TableKey(), txn.X)
+			continue
+		}
+		add := func(v capture.Value) bool {
+			switch v.Kind {
+			case capture.Text:
+				keys.Add(txn.GranuleKey(r.Table.Schema, r.Table.Name, rel.Granule, v.Text), txn.IX)
+				return true
+			case capture.Null:
+				return true // in no granule a read can name
+			}
+			return false
+		}
+		if r.Values != nil && !add(r.Values[col]) {
+			keys.Add(r.Table.TableKey(), txn.X)
+			continue
+		}
+		switch {
+		case r.OldRow != nil:
+			if !add(r.OldRow[col]) {
+				keys.Add(r.Table.TableKey(), txn.X)
+			}
+		case r.OldValues != nil:
+			k := slices.Index(r.Table.KeyColumns, col)
+			if k < 0 || k >= len(r.OldValues) {
+				keys.Add(r.Table.TableKey(), txn.X)
+				continue
+			}
+			keys.Add(txn.GranuleKey(r.Table.Schema, r.Table.Name, rel.Granule, r.OldValues[k]), txn.IX)
+		case r.Op == capture.OpDelete:
+			keys.Add(r.Table.TableKey(), txn.X) // a delete that named no old row
+		}
+	}
 }

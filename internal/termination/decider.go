@@ -95,6 +95,10 @@ type Entry struct {
 	Fragments     uint32 // fragments delivered before it
 	// BeginSeqno is, under cons, the seqno of its BeginEntry.
 	BeginSeqno uint64
+	// GranuleSeqno is the granule epoch its origin computed its keys
+	// under, GranulesInForce the one in force at its delivery (the same on
+	// every node: classes.GranuleSeqnoAt), for GranulesStale.
+	GranuleSeqno, GranulesInForce uint64
 	// Local is, on the transaction's origin only, what the origin alone
 	// knows of it (under pgr, its read keys); nil elsewhere, and on an
 	// origin that restarted since it proposed the transaction.
@@ -190,4 +194,36 @@ const (
 	CauseOriginGone    Cause = "origin_gone"     // pgr: its origin failed, or restarted, before it proposed an outcome
 	CauseSwitch        Cause = "protocol_switch" // the cluster switched protocols before it was decided
 	CauseReplayed      Cause = "replayed"        // decided before this node restarted (not counted again)
+	CauseGranules      Cause = "granules"        // the granule columns of the conflict classes changed while it ran
 )
+
+// GranulesStale returns why a transaction's keys cannot be certified under
+// the granule configuration in force at its delivery, or "". dbsm and pgr
+// give reads and writes that fix a split class's column granule keys (a
+// write takes IX on its row's granule, a read of the granule S); that is
+// sound only if every transaction it is certified against computed its
+// keys under the same granule columns: its own keys must be of the epoch
+// in force, and if it has granule keys, its snapshot must be no older than
+// that epoch (every transaction committed after its snapshot then has
+// granule keys too). Such aborts happen only around a change of the
+// classes' granule columns.
+func (e *Entry) GranulesStale() string {
+	if e.GranuleSeqno != e.GranulesInForce {
+		return "the granule columns of the conflict classes changed while it ran"
+	}
+	if e.SnapshotSeqno >= e.GranulesInForce {
+		return ""
+	}
+	has := func(keys []txn.KeyMode) bool {
+		for _, k := range keys {
+			if k.Key.Level == txn.LevelGranule {
+				return true
+			}
+		}
+		return false
+	}
+	if has(e.Keys) || (e.Local != nil && has(e.Local.Keys)) {
+		return "its snapshot is older than the granule columns of the conflict classes its keys use"
+	}
+	return ""
+}

@@ -97,6 +97,9 @@ type Txn struct {
 	// BeginSeqno is, under cons, the seqno of its BeginEntry (set by the
 	// engine).
 	BeginSeqno uint64
+	// GranuleSeqno is the granule epoch its keys were computed under
+	// (catalog.Catalog.GranuleSeqno).
+	GranuleSeqno uint64
 }
 
 // Outcome is the fate of a terminated transaction.

@@ -140,6 +140,11 @@ func (d *Decider) certify(e *termination.Entry) (termination.Decision, error) {
 		out.Reason, out.Cause = "its fragments were not all delivered within the certification window", termination.CauseTooOld
 		return out, nil
 	}
+	if why := e.GranulesStale(); why != "" {
+		d.cert.Skip(e.Seqno)
+		out.Reason, out.Cause = why, termination.CauseGranules
+		return out, nil
+	}
 	c := d.cert.Certify(e.Seqno, &certifier.Request{SnapshotSeqno: e.SnapshotSeqno, Keys: e.Keys, ReadAll: e.ReadAll})
 	if out.Commit = c.Commit; !c.Commit {
 		out.Reason, out.Cause = c.Reason.String(), termination.CauseTooOld

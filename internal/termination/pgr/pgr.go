@@ -69,6 +69,9 @@ type pending struct {
 	dec     termination.Decision
 	// proposed: this node proposed its outcome (its origin certified it).
 	proposed bool
+	// stale is why its keys cannot be certified under the granules in
+	// force (termination.Entry.GranulesStale), or "".
+	stale string
 }
 
 var _ termination.Decider = (*Decider)(nil)
@@ -161,6 +164,7 @@ func (d *Decider) deliver(e *termination.Entry) error {
 	p := &pending{seqno: e.Seqno, gid: e.GID, origin: e.Origin, snap: e.SnapshotSeqno, keys: e.Keys}
 	if e.Origin == d.node {
 		p.local = e.Local
+		p.stale = e.GranulesStale()
 	}
 	d.queue = append(d.queue, p)
 	d.byGID[e.GID] = p
@@ -244,6 +248,10 @@ func (d *Decider) certify() *termination.Proposal {
 	out := &termination.Proposal{GID: p.gid, TxnSeqno: p.seqno}
 	if p.local == nil {
 		out.Reason, out.Cause = "its origin restarted before it certified it", termination.CauseOriginGone
+		return out
+	}
+	if p.stale != "" {
+		out.Reason, out.Cause = p.stale, termination.CauseGranules
 		return out
 	}
 	c := d.cert.CheckAt(p.seqno, &certifier.Request{SnapshotSeqno: p.snap, Keys: p.local.Keys, ReadAll: p.local.ReadAll})
