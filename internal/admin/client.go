@@ -217,6 +217,13 @@ func (c *Client) AddMember(ctx context.Context, id uint64, addr string) (Members
 	return m, c.callBody(ctx, http.MethodPost, PathMembers, body, &m)
 }
 
+// PromoteMember makes learner id a voter (a voter already: no change) and
+// returns the members.
+func (c *Client) PromoteMember(ctx context.Context, id uint64) (Members, error) {
+	var m Members
+	return m, c.call(ctx, http.MethodPost, fmt.Sprintf("%s?id=%d", PathPromote, id), &m)
+}
+
 // RemoveMember removes node id from the group and returns the members.
 func (c *Client) RemoveMember(ctx context.Context, id uint64) (Members, error) {
 	var m Members

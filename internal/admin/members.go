@@ -47,6 +47,9 @@ const (
 	// PathMembers: GET: Members; POST MemberAdd: Members once the node
 	// is a learner; DELETE ?id=N: Members once it is removed.
 	PathMembers = "/v1/members"
+	// PathPromote: POST ?id=N: makes learner N a voter; Members once it
+	// is one.
+	PathPromote = "/v1/members/promote"
 	// PathTransfer: POST: a state transfer's snapshot. The answer is one
 	// line of JSON (Transfer), after which the response stays open: the
 	// snapshot can be imported until the joiner closes the connection (or
@@ -187,6 +190,45 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: r.URL.Path + " takes GET, POST or DELETE"})
 	}
+}
+
+// promote makes a learner a voter (a joining node does it itself once it
+// has caught up; this is for the operator who will not wait, or a learner
+// added ahead of time).
+func (s *Server) promote(w http.ResponseWriter, r *http.Request) {
+	m := s.cfg.Membership
+	if m == nil {
+		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "members: this node does not manage membership"})
+		return
+	}
+	id, err := strconv.ParseUint(r.URL.Query().Get("id"), 10, 32)
+	if err != nil || id == 0 {
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "members: give the learner's id: ?id=N"})
+		return
+	}
+	var info *totalorder.MemberInfo
+	for _, mi := range m.MemberInfos() {
+		if mi.ID == id {
+			info = &mi
+		}
+	}
+	switch {
+	case info == nil:
+		writeJSON(w, http.StatusNotFound, ErrorBody{Error: fmt.Sprintf("members: node %d is not a member", id)})
+		return
+	case !info.Learner:
+		writeJSON(w, http.StatusOK, s.memberList()) // a voter already: nothing to do
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), schemaCheckTimeout)
+	defer cancel()
+	if err := m.Promote(ctx, id); err != nil {
+		s.log.Warn("admin: learner not promoted", "by", caller(r), "id", id, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: "members: " + err.Error()})
+		return
+	}
+	s.log.Info("admin: learner promoted to voter", "by", caller(r), "id", id)
+	writeJSON(w, http.StatusOK, s.memberList())
 }
 
 func (s *Server) memberList() Members {

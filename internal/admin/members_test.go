@@ -38,7 +38,17 @@ func (m *fakeMembership) AddLearner(_ context.Context, id uint64, addr string) e
 	return nil
 }
 
-func (m *fakeMembership) Promote(context.Context, uint64) error { return errors.New("not used") }
+func (m *fakeMembership) Promote(_ context.Context, id uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.members {
+		if m.members[i].ID == id {
+			m.members[i].Learner = false
+			return nil
+		}
+	}
+	return errors.New("not a member")
+}
 
 func (m *fakeMembership) RemoveNode(_ context.Context, id uint64) error {
 	m.mu.Lock()
@@ -99,6 +109,16 @@ func TestMemberEndpoints(t *testing.T) {
 	_, err = c.AddMember(ctx, 0, "10.0.0.5:7001")
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, http.StatusBadRequest, ae.Code)
+
+	ms, err = c.PromoteMember(ctx, 4)
+	require.NoError(t, err)
+	require.Equal(t, "voter", ms.Members[3].Role, "promoted")
+	ms, err = c.PromoteMember(ctx, 4)
+	require.NoError(t, err, "a voter is left as it is")
+	require.Equal(t, "voter", ms.Members[3].Role)
+	_, err = c.PromoteMember(ctx, 9)
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, http.StatusNotFound, ae.Code)
 
 	ms, err = c.RemoveMember(ctx, 3)
 	require.NoError(t, err)

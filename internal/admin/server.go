@@ -114,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 		s.classes(w, r)
 	})
 	mux.HandleFunc(PathMembers, s.members)
+	mux.Handle(PathPromote, only(http.MethodPost, s.promote))
 	mux.Handle(PathTransfer, only(http.MethodPost, s.transfer))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})

@@ -21,7 +21,7 @@ type memberOutput struct {
 func memberCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "member",
-		Short: "The cluster's members: list, add and remove nodes",
+		Short: "The cluster's members: list, add, promote and remove nodes",
 		Args:  cobra.ArbitraryArgs,
 		RunE:  groupRunE,
 	}
@@ -82,6 +82,25 @@ reused: a removed id is refused.`,
 			}
 			return onFirst(cmd, func(ctx context.Context, c *admin.Client) (admin.Members, error) {
 				return c.AddMember(ctx, id, args[1])
+			})
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "promote ID",
+		Short: "Make a learner a voter now",
+		Long: `member promote makes learner ID a voter. A node joining with 'ordo join'
+promotes itself once it has caught up with the order, so this is for a
+learner added ahead of time, or one the operator will not wait for: a voter
+counts toward every quorum from then on, so promote a node that is behind
+only if the others can form a quorum without it. A voter is left as it is.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 32)
+			if err != nil || id == 0 {
+				return usagef("ID must be a node id (1 to 4294967295): %q", args[0])
+			}
+			return onFirst(cmd, func(ctx context.Context, c *admin.Client) (admin.Members, error) {
+				return c.PromoteMember(ctx, id)
 			})
 		},
 	})

@@ -523,6 +523,9 @@ func (n *Node) AdminAddr() string { return n.adminLn.Addr().String() }
 // Replica returns the node's replication engine.
 func (n *Node) Replica() *replica.Replica { return n.replica }
 
+// Order returns the node's total order (tests and tools).
+func (n *Node) Order() *totalorder.Node { return n.order }
+
 // Registry returns the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 

@@ -533,3 +533,49 @@ func (c *cluster) requireSame(i, k int, tables []string) {
 		require.Equal(c.t, c.checksum(i, tb), c.checksum(k, tb), "table %s: node %d and node %d differ", tb, i+1, k+1)
 	}
 }
+
+// TestPromoteALearner: ordoctl member add makes a learner, member promote
+// makes it a voter through the order (every node sees it so), and the
+// cluster keeps committing with the new voter down (three of four); it is
+// then removed again.
+func TestPromoteALearner(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	octl := buildOrdoctl(t)
+	token := filepath.Join(c.cfgs[0].DataDir, admin.TokenFileName)
+	member := func(args ...string) []admin.MemberRow {
+		t.Helper()
+		out, errOut, code := octl.run(append(append([]string{"member"}, args...), "--endpoints", c.nodes[0].AdminAddr(), "--token-file", token, "-o", "json")...)
+		require.Zero(t, code, "ordoctl member %v: %s%s", args, out, errOut)
+		var ms struct {
+			Members []admin.MemberRow `json:"members"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &ms), out)
+		return ms.Members
+	}
+	role := func(ms []admin.MemberRow, id uint64) string {
+		for _, m := range ms {
+			if m.ID == id {
+				return m.Role
+			}
+		}
+		return "none"
+	}
+	require.Equal(t, "learner", role(member("add", "4", freeAddr(t)), 4))
+	require.Equal(t, "voter", role(member("promote", "4"), 4))
+	require.Eventually(t, func() bool {
+		for _, n := range c.nodes {
+			found := false
+			for _, mi := range n.Order().MemberInfos() {
+				found = found || (mi.ID == 4 && !mi.Learner)
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 100*time.Millisecond, "every node sees node 4 a voter")
+	_, err := c.connect(1).Exec(ctx, "CREATE TABLE after_promote (id int PRIMARY KEY)")
+	require.NoError(t, err, "three of four voters commit")
+	require.Equal(t, "none", role(member("remove", "4"), 4))
+}
