@@ -268,6 +268,11 @@ func (j *joiner) copy(ctx context.Context, donorDSN, snapshot string) error {
 		return err
 	}
 	j.progress("roles: %d statements", n)
+	settings, err := j.copyDatabaseSettings(ctx, donorDSN)
+	if err != nil {
+		return err
+	}
+	j.progress("database settings: %d (ALTER DATABASE … SET, ALTER ROLE … IN DATABASE … SET)", settings)
 
 	j.m.enter("schema")
 	dump := filepath.Join(dir, "schema.dump")
@@ -497,6 +502,74 @@ func (j *joiner) restoreRoles(ctx context.Context, script []byte) (int, error) {
 		n++
 	}
 	return n, sc.Err()
+}
+
+// listSettings are the settings whose stored value is a list PostgreSQL
+// quotes element by element (GUC_LIST_QUOTE): set as stored, not as one
+// string literal.
+var listSettings = map[string]bool{"search_path": true, "temp_tablespaces": true,
+	"session_preload_libraries": true, "local_preload_libraries": true, "shared_preload_libraries": true}
+
+// copyDatabaseSettings copies the donor database's settings (ALTER
+// DATABASE … SET, and ALTER ROLE … IN DATABASE … SET; a role's settings
+// for every database come with the roles) to the local database, which
+// may have another name. It returns how many it set.
+func (j *joiner) copyDatabaseSettings(ctx context.Context, donorDSN string) (int, error) {
+	donor, err := pgx.Connect(ctx, donorDSN)
+	if err != nil {
+		return 0, fmt.Errorf("database settings: %w", err)
+	}
+	defer donor.Close(context.Background())
+	rows, err := donor.Query(ctx, `SELECT coalesce(r.rolname, ''), s.setconfig
+		FROM pg_db_role_setting s LEFT JOIN pg_roles r ON r.oid = s.setrole
+		WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY 1`)
+	if err != nil {
+		return 0, fmt.Errorf("database settings: %w", err)
+	}
+	type setting struct{ role, name, value string }
+	var all []setting
+	for rows.Next() {
+		var role string
+		var config []string
+		if err := rows.Scan(&role, &config); err != nil {
+			return 0, fmt.Errorf("database settings: %w", err)
+		}
+		for _, c := range config {
+			name, value, _ := strings.Cut(c, "=")
+			all = append(all, setting{role, name, value})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("database settings: %w", err)
+	}
+	if len(all) == 0 {
+		return 0, nil
+	}
+	local, err := j.localReplica(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer local.Close(context.Background())
+	var db string
+	if err := local.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return 0, fmt.Errorf("database settings: %w", err)
+	}
+	for _, s := range all {
+		value := quoteLiteral(s.value)
+		if listSettings[s.name] {
+			value = s.value
+		}
+		target := "DATABASE " + pgx.Identifier{db}.Sanitize()
+		if s.role != "" {
+			target = "ROLE " + pgx.Identifier{s.role}.Sanitize() + " IN " + target
+		}
+		q := "ALTER " + target + " SET " + s.name + " = " + value
+		if _, err := local.Exec(ctx, q); err != nil {
+			return 0, fmt.Errorf("database settings: %s: %w", q, err)
+		}
+	}
+	return len(all), nil
 }
 
 // tool runs one of PostgreSQL's client programs and returns its output.

@@ -264,6 +264,22 @@ func TestJoinUnderLoad(t *testing.T) {
 		_, err := setup.Exec(ctx, q)
 		require.NoError(t, err, q)
 	}
+	var db string
+	require.NoError(t, setup.QueryRow(ctx, "SELECT current_database()").Scan(&db))
+	for _, q := range []string{
+		"ALTER DATABASE " + db + " SET work_mem = '7MB'",
+		"ALTER ROLE join_app IN DATABASE " + db + " SET search_path = \"$user\", public, pg_temp",
+	} {
+		_, err := setup.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	settings := func(i int) string {
+		var s string
+		require.NoError(t, c.direct(i).QueryRow(ctx, `SELECT string_agg(coalesce(r.rolname, '*') || ':' || array_to_string(s.setconfig, ';'), ' ' ORDER BY r.rolname NULLS FIRST)
+			FROM pg_db_role_setting s LEFT JOIN pg_roles r ON r.oid = s.setrole
+			WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&s))
+		return s
+	}
 	c.waitConverged()
 	b.run([]int{0, 1, 2, 0, 1, 2}, -1)
 	time.Sleep(2 * time.Second)
@@ -312,6 +328,8 @@ func TestJoinUnderLoad(t *testing.T) {
 	var canLogin bool
 	require.NoError(t, c.direct(j).QueryRow(ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'join_app'").Scan(&canLogin))
 	require.True(t, canLogin, "the role was copied")
+	require.Equal(t, `*:work_mem=7MB join_app:search_path="$user", public, pg_temp`, settings(j), "the database's settings were copied")
+	require.Equal(t, settings(0), settings(j))
 
 	// The new node serves reads and writes; its ledger ids are in its own
 	// residue class, so they never collide with the others'.
