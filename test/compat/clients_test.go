@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ordo-db/ordo/test/internal/pyenv"
 )
 
 const pgjdbcVersion = "42.7.4"
@@ -15,7 +17,7 @@ const pgjdbcVersion = "42.7.4"
 // Central into the cache if needed.
 func pgjdbc(t *testing.T) string {
 	t.Helper()
-	repo := filepath.Join(cacheDir(t), "m2")
+	repo := filepath.Join(pyenv.CacheDir(t), "m2")
 	jar := filepath.Join(repo, "org", "postgresql", "postgresql", pgjdbcVersion, "postgresql-"+pgjdbcVersion+".jar")
 	if _, err := os.Stat(jar); err == nil {
 		return jar
@@ -64,26 +66,7 @@ const psycopgVersion = "3.2.3"
 // psycopgPath returns a PYTHONPATH holding psycopg 3, installing it from
 // PyPI into the cache if needed.
 func psycopgPath(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(cacheDir(t), "py-psycopg-"+psycopgVersion)
-	version := func() (string, error) {
-		check := exec.Command("python3", "-c", "import psycopg; print(psycopg.__version__)")
-		check.Env = append(os.Environ(), "PYTHONPATH="+dir)
-		b, err := check.Output()
-		return strings.TrimSpace(string(b)), err
-	}
-	if v, err := version(); err == nil && v == psycopgVersion {
-		return dir
-	}
-	cmd := exec.Command("python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-		"--target", dir, "psycopg[binary]=="+psycopgVersion)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("install psycopg %s: %v\n%s", psycopgVersion, err, b)
-	}
-	if v, err := version(); err != nil || v != psycopgVersion {
-		t.Fatalf("psycopg not importable after install: %v %s", err, v)
-	}
-	return dir
+	return pyenv.Install(t, "import psycopg; assert psycopg.__version__ == '"+psycopgVersion+"'", "psycopg[binary]=="+psycopgVersion)
 }
 
 func TestPsycopg(t *testing.T) {

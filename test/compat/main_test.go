@@ -168,23 +168,6 @@ func same(t *testing.T, run func(t *testing.T, tg target) string) string {
 	return proxied
 }
 
-// cacheDir is where clients downloaded by the tests are kept.
-func cacheDir(t *testing.T) string {
-	t.Helper()
-	d := os.Getenv("ORDO_COMPAT_CACHE")
-	if d == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d = filepath.Join(base, "ordo-compat")
-	}
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func writeCert(dir string) (string, string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

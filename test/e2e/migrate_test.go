@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", as applications use it
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/test/internal/pyenv"
 )
 
 // TestGooseMigrationsThroughOneNode applies a migration history with a
@@ -95,29 +96,12 @@ const (
 )
 
 // alembicPath returns a PYTHONPATH with Alembic, SQLAlchemy and psycopg 3,
-// installed from PyPI into a cache directory if needed (a failed install
+// installed from PyPI into the test cache if needed (a failed install
 // fails the test).
 func alembicPath(t *testing.T) string {
-	cache, err := os.UserCacheDir()
-	require.NoError(t, err)
-	dir := filepath.Join(cache, "ordo-e2e", "py-alembic-"+alembicVersion)
-	check := func() error {
-		cmd := exec.Command("python3", "-c", "import alembic, sqlalchemy, psycopg; print(alembic.__version__)")
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
-		out, err := cmd.Output()
-		if err == nil && strings.TrimSpace(string(out)) != alembicVersion {
-			err = fmt.Errorf("alembic %s installed, want %s", out, alembicVersion)
-		}
-		return err
-	}
-	if check() == nil {
-		return dir
-	}
-	out, err := exec.Command("python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", dir,
-		"alembic=="+alembicVersion, "sqlalchemy=="+sqlalchemyVersion, "psycopg[binary]=="+psycopgVersion).CombinedOutput()
-	require.NoError(t, err, "pip install alembic: %s", out)
-	require.NoError(t, check())
-	return dir
+	return pyenv.Install(t, "import alembic, sqlalchemy, psycopg; assert alembic.__version__ == '"+alembicVersion+
+		"' and sqlalchemy.__version__ == '"+sqlalchemyVersion+"' and psycopg.__version__ == '"+psycopgVersion+"'",
+		"alembic=="+alembicVersion, "sqlalchemy=="+sqlalchemyVersion, "psycopg[binary]=="+psycopgVersion)
 }
 
 // TestAlembicMigrationsThroughOneNode does the same with Alembic
