@@ -112,7 +112,9 @@ type txState struct {
 	lockSnap uint64
 	// gran is the granule epoch of the analyses its keys came from.
 	gran granuleEpoch
-	ddl  []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
+	// savepoints are its savepoints, innermost last (savepointOp).
+	savepoints []savepoint
+	ddl        []ddlStmt // DDL sent, joined with what ran at termination (ddl.go)
 	// blocks counts, by the md5 of the query text, the runs of messages
 	// holding statements that may run DDL inside them (DO, CALL,
 	// functions): a DDL record no statement accounts for is replayed as
@@ -346,6 +348,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) && !hasTxn(stmts, analysis.TxnRollback) {
 			if hasTxn(stmts, analysis.TxnRollbackTo) {
 				s.rolledBackTo()
+			}
+			for _, a := range stmts {
+				if a.Kind == analysis.KindTxn {
+					s.savepointOp(a.Txn)
+				}
 			}
 			return nil // acted on when parsed earlier in this unit
 		}
@@ -706,6 +713,53 @@ func isTxnControl(stmts []*analysis.Statement) bool {
 // restores the block if the savepoint exists, so what follows in the
 // batch runs, and is followed as such (if it does not, PostgreSQL skips
 // it, and following it costs nothing).
+// savepoint is a savepoint of the transaction and how many DDL statements
+// it had when the savepoint was set.
+type savepoint struct {
+	name string
+	ddl  int
+}
+
+// savepointOp follows SAVEPOINT, RELEASE and ROLLBACK TO, to drop the DDL
+// statements no event trigger sees (roles, databases, TRUNCATE) that a
+// ROLLBACK TO undoes: nothing in the write set proves they ran, so they
+// are replayed as sent, and one rolled back to a savepoint must not be
+// (nor one that failed: the transaction could only go on after a ROLLBACK
+// TO a savepoint set before it). The statements event triggers see are
+// proved by their records (joinDDL).
+func (s *session) savepointOp(t *analysis.TxnControl) {
+	find := func() int {
+		for i := len(s.tx.savepoints) - 1; i >= 0; i-- {
+			if s.tx.savepoints[i].name == t.Savepoint {
+				return i
+			}
+		}
+		return -1
+	}
+	switch t.Op {
+	case analysis.TxnSavepoint:
+		s.tx.savepoints = append(s.tx.savepoints, savepoint{name: t.Savepoint, ddl: len(s.tx.ddl)})
+	case analysis.TxnRelease:
+		if i := find(); i >= 0 {
+			s.tx.savepoints = s.tx.savepoints[:i] // it and those after it; their statements stay
+		}
+	case analysis.TxnRollbackTo:
+		i := find()
+		if i < 0 {
+			return // PostgreSQL refuses it
+		}
+		mark := s.tx.savepoints[i].ddl
+		kept := s.tx.ddl[:mark:mark]
+		for _, d := range s.tx.ddl[mark:] {
+			if d.seen {
+				kept = append(kept, d)
+			}
+		}
+		s.tx.ddl = kept
+		s.tx.savepoints = s.tx.savepoints[:i+1] // it stays; those after it go
+	}
+}
+
 func (s *session) rolledBackTo() {
 	if s.txStatus() == 'E' {
 		s.unitStatus = 'T'
@@ -970,6 +1024,11 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 	case analysis.TxnRollbackTo:
 		if m.kind != wire.KindParse {
 			s.rolledBackTo()
+			s.savepointOp(a.Txn)
+		}
+	case analysis.TxnSavepoint, analysis.TxnRelease:
+		if m.kind != wire.KindParse {
+			s.savepointOp(a.Txn)
 		}
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)

@@ -58,6 +58,50 @@ func TestRolledBackDDLIsNotReplicated(t *testing.T) {
 	require.Equal(t, c.checksum(0, "sp"), c.checksum(2, "sp"))
 }
 
+// TestRolledBackRoleStatementsAreNotReplicated: statements no event
+// trigger sees (roles here) are replayed as sent, so the session follows
+// savepoints: one rolled back to a savepoint is not replicated, nor one
+// that failed (psql's ON_ERROR_ROLLBACK pattern: the other nodes used to
+// replay a CREATE ROLE that failed on the origin, and fail), while one
+// kept by RELEASE is.
+func TestRolledBackRoleStatementsAreNotReplicated(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn := c.connect(0)
+	exec := func(sql string) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	exec("CREATE ROLE sp_existing")
+	exec("CREATE TABLE sp_t (id int PRIMARY KEY)")
+	exec("BEGIN")
+	exec("SAVEPOINT a")
+	exec("CREATE ROLE sp_undone")
+	exec("SAVEPOINT b")
+	exec("CREATE ROLE sp_undone_too")
+	exec("ROLLBACK TO a")
+	exec("SAVEPOINT c")
+	_, err := conn.Exec(ctx, "CREATE ROLE sp_existing")
+	require.Error(t, err, "the role exists")
+	exec("ROLLBACK TO c")
+	exec("SAVEPOINT d")
+	exec("CREATE ROLE sp_released")
+	exec("RELEASE d")
+	exec("CREATE ROLE sp_kept")
+	exec("INSERT INTO sp_t VALUES (1)")
+	exec("COMMIT")
+	// The same in one query string.
+	exec("BEGIN; SAVEPOINT s; CREATE ROLE sp_string_undone; ROLLBACK TO s; CREATE ROLE sp_string_kept; COMMIT")
+	c.waitConverged()
+	for i := range c.nodes {
+		require.NoError(t, c.nodes[i].Replica().Err(), "node %d must keep accepting updates", i+1)
+		var roles string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolname LIKE 'sp\\_%'").Scan(&roles))
+		require.Equal(t, "sp_existing,sp_kept,sp_released,sp_string_kept", roles, "node %d", i+1)
+	}
+}
+
 // TestDDLInBlocksAndFunctions: DDL run by a DO block or a function is
 // replicated (it used to stay on its node alone) when its transaction
 // writes no rows, and refused with a clear error, changing nothing, when
