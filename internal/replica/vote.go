@@ -144,7 +144,7 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, o
 	for {
 		switch ahead.Verdict(seqno) {
 		case termination.Applied:
-			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer", seqno, cause)
+			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer: %s", seqno, cause, r.rejoinSteps())
 		case termination.Skipped:
 			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", seqno, "origin", origin)
 			r.skipped[seqno] = true
@@ -238,7 +238,7 @@ func (r *Replica) afterVerdict(seqno uint64, origin uint32, verdict termination.
 		lost = "; this node is the entry's origin: the transaction its client was told committed is lost with it"
 	}
 	r.log.Error("the cluster voted to skip an entry this node carried out: it leaves the cluster"+lost, "seqno", seqno, "origin", origin)
-	return fmt.Errorf("replica: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s", seqno, lost)
+	return fmt.Errorf("replica: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s: %s", seqno, lost, r.rejoinSteps())
 }
 
 // proposeVote sends this node's vote on the entry at seqno.
@@ -251,4 +251,9 @@ func (r *Replica) proposeVote(seqno uint64, origin uint32, ok bool, reason strin
 	r.proposeInBackground(payload, 1000, func(err error) {
 		r.log.Error("could not send this node's vote", "seqno", seqno, "err", err)
 	})
+}
+
+// rejoinSteps says how to bring back a node a vote sent away.
+func (r *Replica) rejoinSteps() string {
+	return fmt.Sprintf("remove it (ordoctl member remove %d), empty its data directory and database, and add it again under a new id with ordo join (docs/membership.md)", r.cfg.NodeID)
 }

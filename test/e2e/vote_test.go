@@ -49,6 +49,7 @@ func TestOneBadEntryNeverStopsAMajority(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return c.replicaErr(2) != "" }, 30*time.Second, 100*time.Millisecond)
 		require.Contains(t, c.replicaErr(2), "leaves the cluster")
+		require.Contains(t, c.replicaErr(2), "ordoctl member remove 3", "it says how to bring it back")
 		require.Empty(t, c.replicaErr(0))
 		require.Empty(t, c.replicaErr(1))
 		_, err = c.connect(1).Exec(ctx, "INSERT INTO clash VALUES (1)")
