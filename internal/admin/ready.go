@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -37,6 +38,9 @@ const (
 type Readiness struct {
 	order   Order
 	replica Replica
+	// draining, if set and true, makes the node not ready (it takes no
+	// new clients: drain.go).
+	draining func() bool
 
 	mu   sync.Mutex
 	at   time.Time
@@ -48,11 +52,30 @@ func NewReadiness(o Order, r Replica) *Readiness {
 	return &Readiness{order: o, replica: r}
 }
 
+// WhenDraining makes the node not ready while draining() is true.
+func (r *Readiness) WhenDraining(draining func() bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.draining = draining
+}
+
+// drainChanged reports whether the node began or ended a drain since the
+// cached answer (which then does not hold).
+func (r *Readiness) drainChanged() bool {
+	if r.draining == nil {
+		return false
+	}
+	wasDraining := strings.HasPrefix(r.last.Reason, drainingReason)
+	return r.draining() != wasDraining
+}
+
+const drainingReason = "draining"
+
 // Check returns whether the node is ready, and why not.
 func (r *Readiness) Check(ctx context.Context) Ready {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.at.IsZero() && time.Since(r.at) < readyCache {
+	if !r.at.IsZero() && time.Since(r.at) < readyCache && !r.drainChanged() {
 		return r.last
 	}
 	r.last = r.check(ctx)
@@ -67,6 +90,9 @@ func (r *Readiness) check(ctx context.Context) Ready {
 	}
 	if err := r.order.Err(); err != nil {
 		return notReady("the total order stopped: %v", err)
+	}
+	if r.draining != nil && r.draining() {
+		return notReady(drainingReason + ": it takes no new clients (ordoctl drain --undo)")
 	}
 	if err := r.replica.Err(); err != nil {
 		return notReady("refuses updates: %v", err)

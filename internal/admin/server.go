@@ -41,9 +41,12 @@ type Config struct {
 	// joining node is told.
 	Membership Membership
 	Donor      Donor
-	Postgres   string
-	Auth       Auth
-	Logger     *slog.Logger
+	// Drainer drains the node's client sessions (drain.go); nil: the
+	// drain endpoint answers 501.
+	Drainer  Drainer
+	Postgres string
+	Auth     Auth
+	Logger   *slog.Logger
 }
 
 // Server is a node's admin API.
@@ -115,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	mux.HandleFunc(PathMembers, s.members)
 	mux.Handle(PathPromote, only(http.MethodPost, s.promote))
+	mux.HandleFunc(PathDrain, s.drain)
 	mux.Handle(PathTransfer, only(http.MethodPost, s.transfer))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})

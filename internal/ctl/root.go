@@ -124,7 +124,7 @@ Exit codes: 0 ok; 1 a check failed or a node could not do what was asked;
 			fmt.Fprintln(cmd.OutOrStdout(), "ordoctl", version.String())
 		},
 	})
-	root.AddCommand(statusCmd(g), protocolCmd(g), schemaCheckCmd(g), dataCheckCmd(g), txnStatusCmd(g), classesCmd(g), profilesCmd(g), memberCmd(g))
+	root.AddCommand(statusCmd(g), protocolCmd(g), schemaCheckCmd(g), dataCheckCmd(g), txnStatusCmd(g), classesCmd(g), profilesCmd(g), memberCmd(g), drainCmd(g))
 	return root
 }
 

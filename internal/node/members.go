@@ -18,6 +18,9 @@ func (n *Node) refuse() error {
 	if errors.Is(n.order.Err(), totalorder.ErrRemoved) {
 		return fmt.Errorf("ordo: node %d was removed from the cluster (ordoctl member remove) and serves no clients; connect to another node", n.cfg.ID)
 	}
+	if n.draining.Load() {
+		return fmt.Errorf("ordo: node %d is draining (ordoctl drain) and takes no new clients; connect to another node", n.cfg.ID)
+	}
 	return nil
 }
 

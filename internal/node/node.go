@@ -77,6 +77,9 @@ type Node struct {
 	ready atomic.Pointer[admin.Readiness]
 	// clientTLS is the client port's certificate (nil without tls).
 	clientTLS *certs.ServerCert
+	// draining: the node refuses new clients and ends idle sessions
+	// (drain.go).
+	draining atomic.Bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -424,6 +427,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}()
 	// 7. Operators: readiness and metrics, the admin API.
 	ready := admin.NewReadiness(n.order, rep)
+	ready.WhenDraining(n.Draining)
 	n.ready.Store(ready)
 	auth, tokenFile, err := admin.NodeAuth(cfg, n.peerTLS, log)
 	if err != nil {
@@ -432,7 +436,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	n.admin, err = admin.New(admin.Config{
 		NodeID: cfg.ID, Order: n.order, Replica: rep, Ready: ready, Metrics: n.reg, PostgresVersion: pgVersion,
 		CertificationWindow: cfg.CertificationWindow, Auth: auth, Logger: log,
-		Membership: n.order, Donor: rep, Postgres: cfg.Postgres,
+		Membership: n.order, Donor: rep, Postgres: cfg.Postgres, Drainer: n,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)

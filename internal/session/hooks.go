@@ -189,6 +189,21 @@ func parseUint32(s string) uint32 {
 	return n
 }
 
+// IdlePIDs returns the backend pids of this node's sessions that are
+// between transactions, and how many others there are (inside one).
+func (h *Hooks) IdlePIDs() (idle []int, busy int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for pid, s := range h.byPID {
+		if s.inTxn.Load() {
+			busy++
+		} else {
+			idle = append(idle, int(pid))
+		}
+	}
+	return idle, busy
+}
+
 // SessionPIDs returns the PostgreSQL backend pids of this node's sessions.
 func (h *Hooks) SessionPIDs() []int {
 	h.mu.Lock()
