@@ -597,3 +597,75 @@ func TestPromoteALearner(t *testing.T) {
 	require.NoError(t, err, "three of four voters commit")
 	require.Equal(t, "none", role(member("remove", "4"), 4))
 }
+
+// lineWriter passes each complete line written to it to a channel.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   []byte
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		select {
+		case w.lines <- string(w.buf[:i]):
+		default:
+		}
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// TestJoinDonorKilledDuringTheTransfer: the donor (its Ordo node and its
+// PostgreSQL) dies while a joining node copies from it. The join fails
+// with the donor's error; run again from another member it starts the
+// copy over and completes it, and once the donor is back every node is
+// identical.
+func TestJoinDonorKilledDuringTheTransfer(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE filler (id int PRIMARY KEY, note text NOT NULL); INSERT INTO filler SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 20000) g")
+	require.NoError(t, err)
+	c.waitConverged()
+	j := c.addPostgres()
+
+	progress := &lineWriter{lines: make(chan string, 1000)}
+	done := make(chan error, 1)
+	go func() { done <- c.startJoin(ctx, j, 1, progress) }()
+	var seen []string
+	for copying := false; !copying; {
+		select {
+		case l := <-progress.lines:
+			seen = append(seen, l)
+			copying = strings.Contains(l, "database settings") // the schema and the rows are next
+		case err := <-done:
+			t.Fatalf("the join ended before the donor was killed: %v\n%s", err, strings.Join(seen, "\n"))
+		case <-time.After(time.Minute):
+			t.Fatalf("no progress:\n%s", strings.Join(seen, "\n"))
+		}
+	}
+	c.nodes[1].Stop()
+	c.pg.Servers[1].Kill()
+	select {
+	case err := <-done:
+		require.Error(t, err, "the join goes on without its donor")
+		t.Logf("join failed as the donor died: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the join neither failed nor finished")
+	}
+
+	require.NoError(t, c.startJoin(ctx, j, 0, nil), "again, from node 1")
+	require.NoError(t, c.pg.Servers[1].Restart(ctx))
+	c.startNode(1)
+	require.Eventually(t, func() bool { return c.role(0, j) == "voter" }, 60*time.Second, 200*time.Millisecond)
+	_, err = c.connect(j).Exec(ctx, "UPDATE filler SET note = 'after' WHERE id = 1")
+	require.NoError(t, err)
+	c.waitConverged()
+	c.requireIdentical()
+}
