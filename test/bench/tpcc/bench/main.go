@@ -57,6 +57,7 @@ var (
 	small     = flag.Bool("small", false, "load about 1 % of the specification's rows (for quick runs)")
 	classFile = flag.String("classes", "deployments/examples/tpcc-classes.yaml", "the class file applied for cons")
 	wan       = flag.Duration("wan", 0, "one-way delay between every two nodes during the runs (after the load), e.g. 60ms")
+	plotFile  = flag.String("plot", filepath.Join(os.TempDir(), "ordo-bench-tpcc.svg"), "where to write the plot of the medians (SVG; empty: none)")
 )
 
 // config is one measured configuration.
@@ -222,6 +223,7 @@ func run() error {
 		*runs, *duration, warehouses, map[bool]string{true: "small", false: "full"}[*small], *wan)
 	fmt.Printf("%-8s %-9s %7s %9s %7s %7s %8s  %-24s %s\n", "protocol", "grain", "clients", "tpmC", "ratio", "abort%", "p50_ms", "abort% NO/P/D", "aborts by reason (per run)")
 	var results []string
+	var bars []bar
 	for _, cf := range configs {
 		ss := samples[cf.key()]
 		base := median(samples[config{protocol: "direct", clients: cf.clients}.key()], func(s sample) float64 { return s.tpmc })
@@ -233,6 +235,27 @@ func run() error {
 		fmt.Printf("%-8s %-9s %7d %9.0f %7.2f %7.2f %8.2f  %-24s %s\n", cf.protocol, cf.grainName(), cf.clients, tpmc, tpmc/base, ab, p50, byType, reasonString(ss))
 		results = append(results, fmt.Sprintf("RESULT protocol=%s grain=%s clients=%d tpmc=%.0f ratio_direct=%.3f abort_pct=%.2f p50_ms=%.2f",
 			cf.protocol, cf.grainName(), cf.clients, tpmc, tpmc/base, ab, p50))
+		label := cf.protocol + "/" + cf.grainName()
+		if cf.protocol == "direct" || cf.grainName() == "none" {
+			label = cf.protocol
+		}
+		bars = append(bars, bar{label: label, clients: cf.clients, tpmc: tpmc, ratio: tpmc / base, abort: ab})
+	}
+	if *plotFile != "" {
+		f, err := os.Create(*plotFile)
+		if err != nil {
+			return err
+		}
+		title := fmt.Sprintf("TPC-C, %d warehouses, medians of %d runs of %s (%s population, %s between nodes)",
+			warehouses, *runs, *duration, map[bool]string{true: "small", false: "full"}[*small], *wan)
+		err = plotSVG(f, title, bars)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\nplot: %s\n", *plotFile)
 	}
 	fmt.Println()
 	for _, r := range results {
