@@ -259,7 +259,9 @@ func granuleValue(cat *catalog.Catalog, t catalog.Name, col string, k txn.Key) (
 	switch k.Level {
 	case txn.LevelGranule:
 		if k.Column == col {
-			return k.Value, true
+			if vals, err := k.Values(); err == nil && len(vals) == 1 {
+				return vals[0], true // decoded, as a row key's
+			}
 		}
 	case txn.LevelRow:
 		rel, ok := cat.Lookup(t)

@@ -90,8 +90,11 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_DeclareCursorStmt:
 		st.Kind = KindRead
 		w.query(x.DeclareCursorStmt.Query, nil)
-	case *pg.Node_ListenStmt, *pg.Node_UnlistenStmt, *pg.Node_NotifyStmt:
+	case *pg.Node_ListenStmt, *pg.Node_UnlistenStmt:
 		st.Kind = KindNotify
+	case *pg.Node_NotifyStmt:
+		st.Kind = KindNotify
+		st.Notify = &Notification{Channel: x.NotifyStmt.Conditionname, Payload: x.NotifyStmt.Payload}
 	case *pg.Node_LockStmt:
 		st.Kind = KindLock
 		for _, r := range x.LockStmt.Relations {

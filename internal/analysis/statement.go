@@ -181,6 +181,8 @@ type Statement struct {
 	SetsSequence bool
 	// NumParams is the highest $n used.
 	NumParams int
+	// Notify is the notification a NOTIFY statement sends.
+	Notify *Notification
 	// GranuleSeqno is the granule epoch of the catalog it was analyzed
 	// under (catalog.Catalog.GranuleSeqno): its granule keys are of that
 	// configuration.
@@ -229,4 +231,9 @@ func (s *Statement) Updates() bool {
 		return s.Executes
 	}
 	return false
+}
+
+// Notification is what a NOTIFY sends: its channel and payload.
+type Notification struct {
+	Channel, Payload string
 }

@@ -271,6 +271,10 @@ type WriteSet struct {
 	// Label is the client's name for the transaction (SET
 	// ordo.txn_label), recorded with its proof row.
 	Label string
+	// Notify are the notifications the transaction sent (NOTIFY, held by
+	// the origin's session until its commit): every node that applies it
+	// sends them, in its apply's transaction.
+	Notify []Notification
 	// DDLRecords are the DDL commands the transaction ran and did not
 	// roll back, as its event triggers recorded them (DDLTriggerSQL), in
 	// the order they ran. The session joins them with the statements it
@@ -348,3 +352,8 @@ BEGIN
 	PERFORM set_config('lock_timeout', saved, true);
 END
 $ordo$`
+
+// Notification is one NOTIFY of a transaction.
+type Notification struct {
+	Channel, Payload string
+}

@@ -81,18 +81,13 @@ func Apply(cfg *ordov1.ClassConfig, e *ordov1.ClassesEntry, seqno uint64) (*ordo
 		return nil, err
 	}
 	if !maps.Equal(Granules(cfg), Granules(out)) {
+		// Every change is kept (8 bytes each; they are rare): a restarted
+		// node replays entries from before the latest one and must find
+		// the epoch each was delivered under.
 		out.GranuleChanges = append(out.GranuleChanges, seqno)
-		if n := len(out.GranuleChanges); n > keptGranuleChanges {
-			out.GranuleChanges = slices.Clone(out.GranuleChanges[n-keptGranuleChanges:])
-		}
 	}
 	return out, nil
 }
-
-// keptGranuleChanges bounds ClassConfig.granule_changes: a transaction
-// whose snapshot predates the oldest kept change is older than any
-// certification window in practice, and aborts as too old anyway.
-const keptGranuleChanges = 16
 
 // Granules returns the granule column of each table ("schema.table") of
 // the split classes of cfg: under dbsm and pgr, reads and writes that fix

@@ -340,7 +340,27 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 			n.catalog.SetGranules(granules, seqno)
 			cat.Invalidate()
 			if _, err := cat.Refresh(ctx); err != nil {
-				log.Warn("catalog refresh after a change of the granule columns", "err", err)
+				// Until it is refreshed, this node's keys are of the old
+				// epoch and its update transactions abort: keep trying.
+				log.Warn("catalog refresh after a change of the granule columns failed; retrying", "err", err)
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					for ctx.Err() == nil {
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(time.Second):
+						}
+						if c := cat.Current(); c != nil && c.GranuleSeqno() == seqno {
+							return // refreshed since (a later DDL)
+						}
+						if _, err := cat.Refresh(ctx); err == nil {
+							log.Info("catalog refreshed with the new granule columns")
+							return
+						}
+					}
+				}()
 			}
 		},
 	})

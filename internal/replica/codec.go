@@ -33,6 +33,11 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		BeginSeqno:    t.BeginSeqno,
 		GranuleSeqno:  t.GranuleSeqno,
 	}
+	if t.WriteSet != nil {
+		for _, n := range t.WriteSet.Notify {
+			e.Notify = append(e.Notify, &ordov1.Notification{Channel: n.Channel, Payload: n.Payload})
+		}
+	}
 	for _, km := range t.Keys {
 		e.Keys = append(e.Keys, &ordov1.Key{
 			Level: uint32(km.Key.Level), Schema: km.Key.Schema, Table: km.Key.Table,
@@ -195,6 +200,9 @@ func decodeWriteSet(e *ordov1.TxnEntry, frags ...*ordov1.FragmentEntry) (*captur
 // decoded and dropped before the next).
 func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*ordov1.FragmentEntry, error)) (*capture.WriteSet, error) {
 	ws := &capture.WriteSet{GID: txn.GID(e.Gid), Label: e.Label, Rows: make([]capture.Row, 0, fragRows+len(e.Rows))}
+	for _, n := range e.Notify {
+		ws.Notify = append(ws.Notify, capture.Notification{Channel: n.Channel, Payload: n.Payload})
+	}
 	seen := map[string]*capture.Table{} // one *capture.Table per table, across pieces
 	for i := range n {
 		f, err := frag(i)

@@ -175,8 +175,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unitStatus = 0
 		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
-			s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
+			s.unitReads = txn.ReadSet{}
 		}
+		s.unitGran = granuleEpoch{}
 		s.unitFresh = true
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
 	}
@@ -1236,6 +1237,11 @@ func (s *session) trackLocks(a *analysis.Statement, params []analysis.Param) {
 	if fp, err := a.Bind(params); err == nil && !fp.All {
 		for _, k := range fp.Reads {
 			if t := (catalog.Name{Schema: k.Schema, Name: k.Table}); locked[t] {
+				if k.Level == txn.LevelGranule {
+					// A row lock or reference in the granule records no
+					// granule key to meet X on it: the whole table.
+					k = txn.TableKey(k.Schema, k.Table)
+				}
 				s.tx.locks = append(s.tx.locks, k)
 				keyed[t] = true
 			}
