@@ -68,6 +68,11 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 			out = append(out, s)
 		}
 	}
+	// The transaction's notifications, sent when the apply commits, as
+	// they were when it committed on its origin.
+	for _, n := range ws.Notify {
+		out = append(out, stmt{sql: "SELECT pg_notify($1, $2)", params: [][]byte{[]byte(n.Channel), []byte(n.Payload)}, want: -1})
+	}
 	return out, nil
 }
 

@@ -369,6 +369,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		s.abandon(gid)
 		return pgErr(codeFeatureNotSupported, "%v; the transaction was rolled back", err)
 	}
+	ws.Notify = s.notifications()
 	t := &termination.Txn{
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,
@@ -496,4 +497,19 @@ func granuleKeys(cat *catalog.Catalog, ws *capture.WriteSet, keys *txn.KeySet) {
 			keys.Add(r.Table.TableKey(), txn.X) // a delete that named no old row
 		}
 	}
+}
+
+// notifications returns the NOTIFYs among the statements the session held
+// until the commit (LISTEN and UNLISTEN are the session's own): every node
+// sends them when it applies the transaction.
+func (s *session) notifications() []capture.Notification {
+	var out []capture.Notification
+	for _, sql := range s.tx.notify {
+		for _, a := range s.analyze(sql) {
+			if a.Notify != nil {
+				out = append(out, capture.Notification{Channel: a.Notify.Channel, Payload: a.Notify.Payload})
+			}
+		}
+	}
+	return out
 }

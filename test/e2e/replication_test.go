@@ -407,12 +407,17 @@ func TestAutocommitWriteInOneExtendedUnit(t *testing.T) {
 
 // TestNotifyInsideAWritingTransaction: NOTIFY and LISTEN inside a writing
 // transaction work as on PostgreSQL (PostgreSQL refuses to PREPARE them, so
-// Ordo runs them in the transaction's final commit).
+// Ordo runs them in the transaction's final commit), and the NOTIFYs reach
+// the listeners of every node: the others send them when they apply the
+// transaction.
 func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	listener := c.connect(0)
 	_, err := listener.Exec(ctx, "LISTEN jobs")
+	require.NoError(t, err)
+	remote := c.connect(1)
+	_, err = remote.Exec(ctx, "LISTEN jobs")
 	require.NoError(t, err)
 	w := c.connect(0).PgConn()
 	run := func(sql string) string {
@@ -446,6 +451,12 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	n, err = listener.WaitForNotification(wctx)
 	require.NoError(t, err)
 	require.Equal(t, "job 3", n.Payload)
+	for _, want := range []string{"job 1", "job 3"} {
+		n, err := remote.WaitForNotification(wctx)
+		require.NoError(t, err, "node 2's listener")
+		require.Equal(t, "jobs", n.Channel)
+		require.Equal(t, want, n.Payload, "node 2's listener, in commit order")
+	}
 
 	// A rolled-back transaction notifies nobody.
 	run("BEGIN")
@@ -460,6 +471,10 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	defer cancel2()
 	_, err = listener.WaitForNotification(wctx2)
 	require.Error(t, err, "no notification from a rolled-back transaction")
+	wctx3, cancel3 := context.WithTimeout(ctx, time.Second)
+	defer cancel3()
+	_, err = remote.WaitForNotification(wctx3)
+	require.Error(t, err, "nor on another node")
 	for i := range c.nodes {
 		require.Zero(t, c.unreplicated(i))
 	}
