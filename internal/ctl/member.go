@@ -52,6 +52,15 @@ func memberCmd(g *globals) *cobra.Command {
 		}
 		return render(cmd, c, got)
 	}
+	// onID runs a change of member id (the command's argument) on the
+	// first node that answers.
+	onID := func(cmd *cobra.Command, arg string, change func(*admin.Client, context.Context, uint64) (admin.Members, error)) error {
+		id, err := strconv.ParseUint(arg, 10, 32)
+		if err != nil || id == 0 {
+			return usagef("ID must be a node id (1 to 4294967295): %q", arg)
+		}
+		return onFirst(cmd, func(ctx context.Context, c *admin.Client) (admin.Members, error) { return change(c, ctx, id) })
+	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the members: role (voter, learner), state, address, how far behind",
@@ -95,13 +104,7 @@ counts toward every quorum from then on, so promote a node that is behind
 only if the others can form a quorum without it. A voter is left as it is.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseUint(args[0], 10, 32)
-			if err != nil || id == 0 {
-				return usagef("ID must be a node id (1 to 4294967295): %q", args[0])
-			}
-			return onFirst(cmd, func(ctx context.Context, c *admin.Client) (admin.Members, error) {
-				return c.PromoteMember(ctx, id)
-			})
+			return onID(cmd, args[0], (*admin.Client).PromoteMember)
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -115,13 +118,7 @@ The others keep committing (a 3-node cluster becomes a 2-node one, which
 needs both nodes for a quorum).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseUint(args[0], 10, 32)
-			if err != nil || id == 0 {
-				return usagef("ID must be a node id (1 to 4294967295): %q", args[0])
-			}
-			return onFirst(cmd, func(ctx context.Context, c *admin.Client) (admin.Members, error) {
-				return c.RemoveMember(ctx, id)
-			})
+			return onID(cmd, args[0], (*admin.Client).RemoveMember)
 		},
 	})
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,11 +18,7 @@ func TestRolledBackDDLIsNotReplicated(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
-	exec := func(sql string) {
-		t.Helper()
-		_, err := conn.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	exec := mustExec(t, conn)
 	exec("CREATE TABLE sp (id int PRIMARY KEY, c int)")
 	exec("BEGIN")
 	exec("SAVEPOINT s")
@@ -68,11 +65,7 @@ func TestRolledBackRoleStatementsAreNotReplicated(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
-	exec := func(sql string) {
-		t.Helper()
-		_, err := conn.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	exec := mustExec(t, conn)
 	exec("CREATE ROLE sp_existing")
 	exec("CREATE TABLE sp_t (id int PRIMARY KEY)")
 	exec("BEGIN")
@@ -312,5 +305,15 @@ func TestExtensionsWithUpdateScripts(t *testing.T) {
 		var gone bool
 		require.NoError(t, c.direct(i).QueryRow(ctx, "select to_regclass('ext_gone') is null").Scan(&gone))
 		require.True(t, gone, "node %d", i+1)
+	}
+}
+
+// mustExec returns a function that runs a statement on conn and fails the
+// test if it fails.
+func mustExec(t *testing.T, conn *pgx.Conn) func(sql string) {
+	return func(sql string) {
+		t.Helper()
+		_, err := conn.Exec(context.Background(), sql)
+		require.NoError(t, err, sql)
 	}
 }
