@@ -121,7 +121,7 @@ func TestWriteThroughOneNodeIsVisibleEverywhere(t *testing.T) {
 // gets 40001, replicas end identical. Under pgr the loser is found by its
 // origin alone, which orders the abort.
 func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
-	for _, protocol := range []string{"dbsm-si", "pgr"} {
+	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr"} {
 		t.Run(protocol, func(t *testing.T) {
 			c := startCluster(t, 3, protocol)
 			ctx := context.Background()
