@@ -5,7 +5,7 @@ import sys
 import time
 
 from sqlalchemy import (ForeignKey, String, Numeric, UniqueConstraint, create_engine, func, insert, select, update)
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import (DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload)
 
 
@@ -85,11 +85,17 @@ def main(url1, url2):
 
     # Through node 2 once it has the rows: eager loading, an ORM update with
     # dirty tracking, a row lock.
-    for _ in range(100):
-        with Session(e2) as s:
-            if s.scalar(select(func.count()).select_from(Tag)) == 50:
-                break
+    # (Node 2 may not have applied the schema yet: its reads are local.)
+    for _ in range(300):
+        try:
+            with Session(e2) as s:
+                if s.scalar(select(func.count()).select_from(Tag)) == 50:
+                    break
+        except ProgrammingError:
+            pass  # the table is not there yet
         time.sleep(0.1)
+    else:
+        raise RuntimeError("node 2 never had the 50 tags")
 
     def restock(s):
         a = s.scalars(select(Author).where(Author.name == "author 1").options(selectinload(Author.books))).one()

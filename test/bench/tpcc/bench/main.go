@@ -13,10 +13,11 @@
 //
 //	RESULT protocol=<p> grain=<g> clients=<per node> tpmc=<n> ratio_direct=<tpmC / direct tpmC> abort_pct=<aborted attempts %> p50_ms=<New-Order p50>
 //
-// grain is "warehouse" for dbsm and pgr (Ordo certifies key lookups as
-// rows, reads that fix the warehouse as its granule, since the class file
-// splits every table with a warehouse column by it, and every other read
-// as its whole table),
+// grain is, for dbsm and pgr, "table" (the class file applied without its
+// splits: Ordo certifies key lookups as rows and every other read as its
+// whole table, the paper's coarse grain) or "warehouse" (the class file
+// as shipped, which splits every table with a warehouse column by it:
+// reads that fix the warehouse read its granule, the fine grain),
 // "none" for dbsm-si (reads are not certified) and the baseline, and the
 // classes' grain for cons. Aborts are also broken down by where they come
 // from: Ordo's certification and other reasons (ordo_replica_transactions_total),
@@ -38,12 +39,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"gopkg.in/yaml.v3"
 
+	"github.com/ordo-db/ordo/internal/admin"
 	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/ordo-db/ordo/test/bench/tpcc"
 	"github.com/ordo-db/ordo/test/internal/benchcluster"
@@ -53,9 +57,9 @@ var (
 	runs      = flag.Int("runs", 3, "rounds (every configuration once per round; medians are reported)")
 	duration  = flag.Duration("duration", 30*time.Second, "length of one run")
 	clientsF  = flag.String("clients", "1,8", "clients per node (comma-separated)")
-	configsF  = flag.String("configs", "dbsm,dbsm-si,pgr,cons/table,cons/warehouse", "protocol[/grain] to measure (comma-separated)")
+	configsF  = flag.String("configs", "dbsm/table,dbsm/warehouse,dbsm-si,pgr/table,pgr/warehouse,cons/table,cons/warehouse", "protocol[/grain] to measure (comma-separated; dbsm and pgr without a grain: warehouse)")
 	small     = flag.Bool("small", false, "load about 1 % of the specification's rows (for quick runs)")
-	classFile = flag.String("classes", "deployments/examples/tpcc-classes.yaml", "the class file applied for cons")
+	classFile = flag.String("classes", "deployments/examples/tpcc-classes.yaml", "the class file in force (dbsm and pgr at table grain: without its splits)")
 	wan       = flag.Duration("wan", 0, "one-way delay between every two nodes during the runs (after the load), e.g. 60ms")
 	plotFile  = flag.String("plot", filepath.Join(os.TempDir(), "ordo-bench-tpcc.svg"), "where to write the plot of the medians (SVG; empty: none)")
 )
@@ -72,11 +76,28 @@ func (c config) key() string { return fmt.Sprintf("%s/%s/%d", c.protocol, c.grai
 func (c config) grainName() string {
 	switch c.protocol {
 	case "dbsm", "pgr":
-		return "warehouse" // the classes' granules (applied before the runs)
+		if c.grain == tpcc.GrainTable {
+			return "table" // the class file without its splits: no granules
+		}
+		return "warehouse" // the classes' granules
 	case "cons":
 		return c.grain.String()
 	}
 	return "none"
+}
+
+// split reports whether the configuration runs with the class file's
+// splits in force (all but dbsm and pgr at table grain).
+func (c config) split() bool {
+	return !((c.protocol == "dbsm" || c.protocol == "pgr") && c.grain == tpcc.GrainTable)
+}
+
+// driverGrain is the grain the driver declares classes at (cons only).
+func (c config) driverGrain() tpcc.Grain {
+	if c.protocol == "cons" {
+		return c.grain
+	}
+	return tpcc.GrainNone
 }
 
 // sample is one run's figures.
@@ -148,7 +169,17 @@ func run() error {
 		return err
 	}
 	fmt.Printf("cluster: loaded %d warehouses through the nodes in %.1f s\n", warehouses, time.Since(t0).Seconds())
-	if err := applyClasses(c); err != nil {
+	octl, err := buildOrdoctl()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(octl))
+	unsplit, err := unsplitClasses(filepath.Dir(octl))
+	if err != nil {
+		return err
+	}
+	split := true
+	if err := applyClasses(c, octl, *classFile); err != nil {
 		return err
 	}
 	if *wan > 0 {
@@ -163,7 +194,20 @@ func run() error {
 			dsns := c.DSNs
 			if cf.protocol == "direct" {
 				dsns = []string{directDSN, directDSN, directDSN}
-			} else if cf.protocol != current {
+			} else if cf.split() != split {
+				// dbsm and pgr at table grain: the classes without their
+				// splits (no granules); every other configuration: as
+				// shipped.
+				file := *classFile
+				if !cf.split() {
+					file = unsplit
+				}
+				if err := applyClasses(c, octl, file); err != nil {
+					return err
+				}
+				split = cf.split()
+			}
+			if cf.protocol != "direct" && cf.protocol != current {
 				if _, err := c.Nodes[0].Replica().SwitchProtocol(ctx, cf.protocol); err != nil {
 					return err
 				}
@@ -174,7 +218,7 @@ func run() error {
 			}
 			before := ordoAborts(c)
 			rep, err := tpcc.Run(ctx, tpcc.Config{DSNs: dsns, Warehouses: warehouses, Scale: scale, ClientsPerNode: cf.clients,
-				Duration: *duration, Grain: cf.grain, Seed: uint64(time.Now().UnixNano())})
+				Duration: *duration, Grain: cf.driverGrain(), Seed: uint64(time.Now().UnixNano())})
 			if err != nil {
 				return err
 			}
@@ -276,22 +320,55 @@ func converge(ctx context.Context, c *benchcluster.Cluster) error {
 	return nil
 }
 
-// applyClasses applies the class file with the real ordoctl.
-func applyClasses(c *benchcluster.Cluster) error {
+// buildOrdoctl builds the real ordoctl into a temporary directory.
+func buildOrdoctl() (string, error) {
 	dir, err := os.MkdirTemp("", "ordo-bench-tpcc-")
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "ordoctl")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ordoctl").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ordoctl: %v\n%s", err, out)
+		return "", fmt.Errorf("go build ordoctl: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "classes", "apply", "-f", *classFile, "--data-dir", c.Configs[0].DataDir).CombinedOutput()
+	return bin, nil
+}
+
+// unsplitClasses writes, into dir, the class file with no class split:
+// dbsm and pgr then have no granules (table grain).
+func unsplitClasses(dir string) (string, error) {
+	b, err := os.ReadFile(*classFile)
 	if err != nil {
-		return fmt.Errorf("ordoctl classes apply: %v\n%s", err, out)
+		return "", err
 	}
-	return nil
+	var ch admin.ClassesChange
+	if err := yaml.Unmarshal(b, &ch); err != nil {
+		return "", fmt.Errorf("%s: %w", *classFile, err)
+	}
+	for i := range ch.Classes {
+		ch.Classes[i].Label, ch.Classes[i].Columns = "", nil
+	}
+	for i := range ch.Profiles {
+		// warehouse[w={w}] names a partition of a split class: the whole
+		// class now (cons runs with the shipped file anyway).
+		ch.Profiles[i].Classes = partition.ReplaceAllString(ch.Profiles[i].Classes, "")
+	}
+	out, err := yaml.Marshal(ch)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "tpcc-classes-unsplit.yaml")
+	return path, os.WriteFile(path, out, 0o644)
+}
+
+var partition = regexp.MustCompile(`\[[^\]]*\]`)
+
+// applyClasses applies a class file with the real ordoctl.
+func applyClasses(c *benchcluster.Cluster, octl, file string) error {
+	out, err := exec.Command(octl, "classes", "apply", "-f", file, "--data-dir", c.Configs[0].DataDir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ordoctl classes apply -f %s: %v\n%s", file, err, out)
+	}
+	return converge(context.Background(), c)
 }
 
 // ordoAborts sums, over the nodes, the local transactions Ordo aborted,
