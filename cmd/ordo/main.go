@@ -156,6 +156,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg *config.Node, log *slog.
 
 func joinCmd() *cobra.Command {
 	var path, logLevel, from, tokenFile, donorPostgres, pgBin string
+	var rejoin bool
 	cmd := &cobra.Command{
 		Use:   "join --config node.yaml --from ADMIN_ADDRESS",
 		Short: "Add a node with an empty PostgreSQL database to a running cluster, then run it",
@@ -168,6 +169,12 @@ does: it replays the order after S and makes itself a voter once caught up.
 Run it again after a failure: an unfinished copy is started over; once the
 copy is done it only starts the node. node.yaml's peers: may name only the
 bootstrap members; the donor tells the joiner the others.
+
+With --rejoin a node that is a member already comes back under its own id:
+one down for longer than the others' logs keep (log_retention_entries), one
+the cluster voted out, or one whose data differs from the others'. Its
+database is dropped and replaced by the donor's copy (whatever it holds:
+stop the node first), its Raft state and id are kept.
 
 The donor's admin API is called with the node's peer certificate when
 peer_tls is set (the admin API accepts certificates of the peer CA), else
@@ -204,7 +211,7 @@ version of the cluster must be in --pg-bin or on PATH.`,
 			defer signal.Stop(hup)
 			injectFaults(ctx, log)
 			n, err := node.StartJoin(ctx, cfg, log, node.JoinOptions{
-				From: donor, DonorPostgres: donorPostgres, BinDir: pgBin, Progress: cmd.OutOrStdout(),
+				From: donor, DonorPostgres: donorPostgres, BinDir: pgBin, Progress: cmd.OutOrStdout(), Rejoin: rejoin,
 			})
 			if err != nil {
 				return err
@@ -216,6 +223,7 @@ version of the cluster must be in --pg-bin or on PATH.`,
 	cmd.Flags().StringVar(&from, "from", "", "admin API address (host:port) of the member to copy from")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the donor's admin token (nodes without peer_tls)")
 	cmd.Flags().StringVar(&donorPostgres, "donor-postgres", "", "connection string of the donor's database (default: the address the donor reports, with this node's password)")
+	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "this node is a member already: replace its database with the donor's copy and rejoin under its own id")
 	cmd.Flags().StringVar(&pgBin, "pg-bin", "", "directory of pg_dump, pg_dumpall and pg_restore (default: PATH)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -245,14 +246,18 @@ func (l *TransferLease) Close() {
 
 // StartTransfer asks the node for a snapshot to copy (POST /v1/transfer);
 // the snapshot stays importable until the lease is closed or ctx ends.
-func (c *Client) StartTransfer(ctx context.Context) (*TransferLease, error) {
+func (c *Client) StartTransfer(ctx context.Context, keep uint64) (*TransferLease, error) {
 	base, ok := c.hc.Transport.(*http.Transport)
 	if !ok {
 		return nil, fmt.Errorf("%s: transfer: unexpected HTTP transport", c.endpoint)
 	}
 	tr := base.Clone() // its own connection, held for the whole transfer
 	hc := &http.Client{Transport: tr}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathTransfer, nil)
+	url := c.base + PathTransfer
+	if keep > 0 {
+		url += "?keep=" + strconv.FormatUint(keep, 10)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.endpoint, err)
 	}

@@ -28,6 +28,9 @@ type Membership interface {
 	Promote(ctx context.Context, id uint64) error
 	RemoveNode(ctx context.Context, id uint64) error
 	IsRemoved(id uint64) bool
+	// LogPointAt names entry index of the log (a joiner's log starts
+	// there: totalorder.Config.Seed).
+	LogPointAt(index uint64) (totalorder.LogPoint, error)
 }
 
 // Donor exports a snapshot of the node's database at an applied prefix
@@ -103,6 +106,11 @@ type Transfer struct {
 	Postgres PostgresAddr `json:"postgres"`
 	// Members are the group's members with their peer addresses.
 	Members []MemberRow `json:"members"`
+	// LogPoint, when the request asked for ?keep=W and Seqno > W, names
+	// entry Seqno-W of the donor's log: the joiner's log starts there, so
+	// it replays the W entries before Seqno (the certification window)
+	// even where the group's log is compacted.
+	LogPoint *totalorder.LogPoint `json:"log_point,omitempty"`
 }
 
 // PostgresAddr locates a PostgreSQL database.
@@ -290,6 +298,22 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
 		Donor: s.cfg.NodeID, Seqno: exp.Seqno, Snapshot: exp.Snapshot,
 		Postgres: PostgresAddr{Host: pc.Host, Port: pc.Port, Database: pc.Database, User: pc.User},
 		Members:  s.memberList().Members,
+	}
+	if k := r.URL.Query().Get("keep"); k != "" {
+		keep, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "transfer: keep: " + err.Error()})
+			return
+		}
+		if exp.Seqno > keep {
+			lp, err := s.cfg.Membership.LogPointAt(exp.Seqno - keep)
+			if err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: fmt.Sprintf(
+					"transfer: this node's log no longer holds the %d entries before its applied prefix %d (%v): copy from a member that is not behind", keep, exp.Seqno, err)})
+				return
+			}
+			t.LogPoint = &lp
+		}
 	}
 	s.log.Info("admin: state transfer: snapshot exported", "by", caller(r), "seqno", exp.Seqno, "snapshot", exp.Snapshot)
 	began := time.Now()

@@ -27,6 +27,10 @@ func (m *fakeMembership) MemberInfos() []totalorder.MemberInfo {
 	return append([]totalorder.MemberInfo(nil), m.members...)
 }
 
+func (m *fakeMembership) LogPointAt(index uint64) (totalorder.LogPoint, error) {
+	return totalorder.LogPoint{Index: index, Term: 1}, nil
+}
+
 func (m *fakeMembership) AddLearner(_ context.Context, id uint64, addr string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -135,7 +139,7 @@ func TestMemberEndpoints(t *testing.T) {
 	_, err = plain.Members(ctx)
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, http.StatusNotImplemented, ae.Code)
-	_, err = plain.StartTransfer(ctx)
+	_, err = plain.StartTransfer(ctx, 0)
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, http.StatusNotImplemented, ae.Code)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/admin"
+	"github.com/ordo-db/ordo/internal/totalorder"
 )
 
 // Config configures Run.
@@ -39,6 +40,13 @@ type Config struct {
 	DonorPostgres string
 	// BinDir holds pg_dump, pg_dumpall and pg_restore ("": from PATH).
 	BinDir string
+	// Window is the certification window: the log of a new node starts
+	// this many entries before the copy (Result.LogPoint).
+	Window uint64
+	// Rejoin: the node is a member already (down for long, voted out,
+	// or its data differs) and its database is replaced by the donor's
+	// copy whatever it holds; the node keeps its id and Raft state.
+	Rejoin bool
 	// Progress receives one line per step and per copied table (nil:
 	// none).
 	Progress   io.Writer
@@ -55,10 +63,13 @@ type Result struct {
 	Seqno   uint64
 	Donor   uint32
 	Members []admin.MemberRow
-	Tables  int
-	Rows    int64
-	Bytes   int64
-	Took    time.Duration
+	// LogPoint is where the node's log starts (nil: at the beginning):
+	// Window entries before Seqno (totalorder.Config.Seed).
+	LogPoint *totalorder.LogPoint
+	Tables   int
+	Rows     int64
+	Bytes    int64
+	Took     time.Duration
 }
 
 // ErrNotEmpty is returned by Run when the local database holds objects
@@ -69,6 +80,14 @@ var ErrNotEmpty = errors.New("join: the local database is not empty")
 // inProgressFile, in the data directory, says the local database is this
 // package's unfinished copy (Run may recreate it).
 const inProgressFile = "join-in-progress"
+
+// Unfinished reports whether the data directory says its database holds
+// an unfinished copy (a join or rejoin was interrupted): such a node must
+// not start until the copy is done again.
+func Unfinished(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, inProgressFile))
+	return err == nil
+}
 
 type joiner struct {
 	cfg   Config
@@ -108,6 +127,14 @@ func (j *joiner) run(ctx context.Context) (Result, error) {
 	_, ferr := os.Stat(flag)
 	unfinished := ferr == nil
 	switch {
+	case j.cfg.Rejoin:
+		if err := j.checkMember(ctx); err != nil {
+			return j.res, err
+		}
+		// Whatever the database holds is replaced: it is what this
+		// member had (or an unfinished copy), and the donor's copy at S
+		// is what the cluster has.
+		state = stateUsed
 	case state == stateJoined:
 		j.m.enter("done")
 		j.res.Already, j.res.Seqno = true, seqno
@@ -123,26 +150,32 @@ func (j *joiner) run(ctx context.Context) (Result, error) {
 		return j.res, fmt.Errorf("join: %w", err)
 	}
 	if state == stateUsed {
-		j.progress("the local database holds an unfinished copy: recreating it empty")
+		if j.cfg.Rejoin {
+			j.progress("rejoin: discarding the local database (its prepared transactions, capture slot and data) and recreating it empty")
+		} else {
+			j.progress("the local database holds an unfinished copy: recreating it empty")
+		}
 		if err := j.recreate(ctx); err != nil {
 			return j.res, err
 		}
 	}
 
-	j.m.enter("member")
-	ms, err := j.cfg.Donor.AddMember(ctx, uint64(j.cfg.NodeID), j.cfg.PeerAddr)
-	if err != nil {
-		return j.res, fmt.Errorf("join: add node %d as a learner: %w", j.cfg.NodeID, err)
+	if !j.cfg.Rejoin {
+		j.m.enter("member")
+		ms, err := j.cfg.Donor.AddMember(ctx, uint64(j.cfg.NodeID), j.cfg.PeerAddr)
+		if err != nil {
+			return j.res, fmt.Errorf("join: add node %d as a learner: %w", j.cfg.NodeID, err)
+		}
+		j.progress("node %d is a learner of the cluster (%d members)", j.cfg.NodeID, len(ms.Members))
 	}
-	j.progress("node %d is a learner of the cluster (%d members)", j.cfg.NodeID, len(ms.Members))
 
 	j.m.enter("snapshot")
-	lease, err := j.cfg.Donor.StartTransfer(ctx)
+	lease, err := j.cfg.Donor.StartTransfer(ctx, j.cfg.Window)
 	if err != nil {
 		return j.res, fmt.Errorf("join: ask %s for a snapshot: %w", j.cfg.Donor.Endpoint(), err)
 	}
 	defer lease.Close()
-	j.res.Seqno, j.res.Donor, j.res.Members = lease.Seqno, lease.Donor, lease.Members
+	j.res.Seqno, j.res.Donor, j.res.Members, j.res.LogPoint = lease.Seqno, lease.Donor, lease.Members, lease.LogPoint
 	j.m.seqno.Set(float64(lease.Seqno))
 	j.progress("node %d exported snapshot %s at seqno %d", lease.Donor, lease.Snapshot, lease.Seqno)
 	donorDSN, err := j.donorDSN(lease.Postgres)
@@ -203,11 +236,38 @@ func (j *joiner) localState(ctx context.Context) (uint64, localState, error) {
 	return 0, stateEmpty, nil
 }
 
-// recreate drops the local database and creates it again, empty.
+// checkMember makes sure a rejoin is one: the donor is another node, and
+// it counts this node among the members (a removed node never comes back
+// under its id; a new one joins without --rejoin).
+func (j *joiner) checkMember(ctx context.Context) error {
+	j.m.enter("member")
+	ms, err := j.cfg.Donor.Members(ctx)
+	if err != nil {
+		return fmt.Errorf("join: ask %s for the members: %w", j.cfg.Donor.Endpoint(), err)
+	}
+	if ms.NodeID == j.cfg.NodeID {
+		return fmt.Errorf("join: --from names this node (%d) itself: copy from another member", j.cfg.NodeID)
+	}
+	for _, m := range ms.Members {
+		if m.ID == uint64(j.cfg.NodeID) {
+			j.progress("node %d is a %s of the cluster (%d members): rejoining under its own id", j.cfg.NodeID, m.Role, len(ms.Members))
+			return nil
+		}
+	}
+	return fmt.Errorf("join: node %d is not a member of the cluster node %d knows (removed, or never added): "+
+		"a node rejoins under its own id only while it is a member; join it under a new id without --rejoin (docs/membership.md)", j.cfg.NodeID, ms.NodeID)
+}
+
+// recreate drops the local database and creates it again, empty. Its
+// prepared transactions are rolled back first (a database they are in
+// cannot be dropped) and its replication slots dropped.
 func (j *joiner) recreate(ctx context.Context) error {
 	pc, err := pgx.ParseConfig(j.cfg.Postgres)
 	if err != nil {
 		return fmt.Errorf("join: postgres: %w", err)
+	}
+	if err := rollbackPrepared(ctx, pc); err != nil {
+		return err
 	}
 	db := pc.Database
 	pc.Database = "template1"
@@ -224,6 +284,34 @@ func (j *joiner) recreate(ctx context.Context) error {
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("join: recreate database %q: %w", db, err)
+		}
+	}
+	return nil
+}
+
+// rollbackPrepared rolls back the prepared transactions of the database
+// pc names (ROLLBACK PREPARED runs only in a transaction's own database).
+func rollbackPrepared(ctx context.Context, pc *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, pc)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "3D000" {
+		return nil // no such database: nothing prepared in it
+	}
+	if err != nil {
+		return fmt.Errorf("join: connect to %q to roll back its prepared transactions: %w", pc.Database, err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	for _, gid := range gids {
+		if _, err := conn.Exec(ctx, "ROLLBACK PREPARED "+quoteLiteral(gid)); err != nil {
+			return fmt.Errorf("join: roll back prepared transaction %s: %w", gid, err)
 		}
 	}
 	return nil

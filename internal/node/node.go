@@ -100,6 +100,10 @@ type JoinOptions struct {
 	BinDir string
 	// Progress receives the transfer's progress lines (nil: none).
 	Progress io.Writer
+	// Rejoin: the node is a member already and its database is replaced
+	// by the donor's copy, whatever it holds (a node down for longer
+	// than the log keeps, voted out, or whose data differs).
+	Rejoin bool
 }
 
 // Start builds and starts a node. Stop it with Stop.
@@ -173,6 +177,10 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 
 	// 0. Joining: copy a member's database first.
 	var joined *join.Result
+	if j == nil && join.Unfinished(cfg.DataDir) {
+		return nil, fmt.Errorf("node: the database holds an unfinished copy (an ordo join was interrupted; %s): run the same ordo join again",
+			filepath.Join(cfg.DataDir, "join-in-progress"))
+	}
 	if j != nil {
 		pa, err := advertised(cfg.PeerListen)
 		if err != nil {
@@ -180,7 +188,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		}
 		res, err := join.Run(ctx, join.Config{
 			NodeID: cfg.ID, PeerAddr: pa, Postgres: cfg.Postgres, DataDir: cfg.DataDir,
-			Donor: j.From, DonorPostgres: j.DonorPostgres, BinDir: j.BinDir,
+			Donor: j.From, DonorPostgres: j.DonorPostgres, BinDir: j.BinDir, Rejoin: j.Rejoin, Window: cfg.CertificationWindow,
 			Progress: j.Progress, Logger: log, Registerer: n.reg,
 		})
 		if err != nil {
@@ -306,15 +314,24 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 			}
 		}
 	}
+	// A joiner's empty log starts a certification window before its
+	// copy, which it replays (an earlier run's log, if any, is kept).
+	var seed *totalorder.LogPoint
+	if joined != nil {
+		seed = joined.LogPoint
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.order, err = totalorder.Start(totalorder.Config{
-		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr, Join: j != nil,
+		ID: uint64(cfg.ID), Dir: filepath.Join(cfg.DataDir, "raft"), Peers: peers, Transport: tr, Join: j != nil, Seed: seed,
 		StartAfter: startAfter, ProposeTimeout: cfg.ProposeTimeout, Registerer: n.reg, MaxProposalBytes: maxProposal,
-		// Keep the log long enough that a restarted node replays a whole
-		// certification window from it (state transfer does not exist yet).
-		SnapshotEntries: max(1<<20, 4*cfg.CertificationWindow),
+		// Compactions keep a certification window behind what every
+		// member applied, so a node that restarts, or rejoins by state
+		// transfer at a member's applied prefix, replays the window before
+		// its start from the log.
+		SnapshotEntries: compactionInterval(cfg),
+		KeepEntries:     cfg.CertificationWindow,
 		// Votes on poison entries count the voters the log says
 		// (docs/membership.md), not node.yaml's bootstrap peers.
 		DeliverMembership: true,
@@ -682,4 +699,14 @@ func scheduleDataChecks(ctx context.Context, order *totalorder.Node, rep *replic
 		requested = time.Now()
 		log.Info("scheduled data check requested", "seqno", seqno, "data_check_interval", every)
 	}
+}
+
+// compactionInterval is how many entries the log grows past its last
+// compaction before the next: rarely (2^20 entries, or four certification
+// windows) unless a retention limit asks for the log to be bounded.
+func compactionInterval(cfg *config.Node) uint64 {
+	if r := cfg.LogRetentionEntries; r > 0 {
+		return min(1<<20, max(r/2, 256))
+	}
+	return max(1<<20, 4*cfg.CertificationWindow)
 }

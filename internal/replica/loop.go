@@ -175,9 +175,7 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 			continue
 		}
 		if d.Type == totalorder.DeliverySnapshot {
-			return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node is too far behind to catch up from the log, "+
-				"and a state transfer into a node that has data is not supported yet: remove it (ordoctl member remove %d), "+
-				"wipe its data directory and database, and add it again under a new id with ordo join (docs/membership.md)", d.Seqno, r.cfg.NodeID)
+			return r.tooFarBehind(d.Seqno)
 		}
 		var e ordov1.Entry
 		if err := proto.Unmarshal(d.Data, &e); err != nil {
@@ -661,4 +659,19 @@ func (r *Replica) publish(seqno uint64) {
 	r.prefixCh = make(chan struct{})
 	r.mu.Unlock()
 	r.m.applied.Set(float64(seqno))
+}
+
+// tooFarBehind is the error for a snapshot from the total order at seqno:
+// the log no longer holds entries this node must replay.
+func (r *Replica) tooFarBehind(seqno uint64) error {
+	if seqno <= r.cfg.Proven {
+		// A copy at Proven, but the log lacks the certification window
+		// before it: the donor's applied prefix was too close to where
+		// the others compacted.
+		return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: the cluster's log no longer holds the certification window "+
+			"before this node's copy (seqno %d); run 'ordo join --rejoin' again, from a member that is not behind (docs/membership.md)", seqno, r.cfg.Proven)
+	}
+	return fmt.Errorf("replica: the total order sent a snapshot at seqno %d: this node (at %d) is too far behind to catch up from the log: "+
+		"run 'ordo join --config NODE.yaml --from ADMIN_ADDRESS_OF_ANOTHER_MEMBER --rejoin', which replaces its database with a copy of the other's "+
+		"and brings it back under its own id (docs/membership.md)", seqno, r.cfg.Proven)
 }

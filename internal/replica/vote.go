@@ -255,5 +255,5 @@ func (r *Replica) proposeVote(seqno uint64, origin uint32, ok bool, reason strin
 
 // rejoinSteps says how to bring back a node a vote sent away.
 func (r *Replica) rejoinSteps() string {
-	return fmt.Sprintf("remove it (ordoctl member remove %d), empty its data directory and database, and add it again under a new id with ordo join (docs/membership.md)", r.cfg.NodeID)
+	return "stop it and run 'ordo join --config NODE.yaml --from ADMIN_ADDRESS_OF_ANOTHER_MEMBER --rejoin': its database is replaced by a copy of the other's, and it rejoins under its own id (docs/membership.md)"
 }

@@ -27,6 +27,14 @@ type Config struct {
 	// Join starts a node with an empty Dir as a new member that an existing
 	// group has added with AddNode; it waits to be contacted by the leader.
 	Join bool
+	// Seed, with Join and an empty Dir, starts the log at a point of the
+	// group's log (from a member's LogPointAt) instead of at its
+	// beginning: the node holds no entry up to Seed.Index and is caught
+	// up from the entry after it, so a node that joins by state transfer
+	// at S replays the window before S from the log even where the group
+	// compacted the entries before Seed.Index away (a snapshot from the
+	// leader would skip them).
+	Seed *LogPoint
 	// Transport carries Raft messages; the Node starts and stops it.
 	Transport transport.Transport
 	// StartAfter is the applied prefix the consumer's database proves: the
@@ -59,6 +67,12 @@ type Config struct {
 	// state transfer). 0: a member holds compaction back for as long as it
 	// lags.
 	RetainEntries uint64
+	// KeepEntries: a compaction leaves at least this many entries in the
+	// log behind the index every member applied (or RetainEntries
+	// allows), so a node that rejoins by state transfer at such an index
+	// S still finds the entries before S its consumer must replay (the
+	// certification window). 0: none kept.
+	KeepEntries uint64
 	// SnapshotData, if set, supplies the consumer's part of a snapshot at
 	// seqno (called on the apply goroutine, which it stalls: keep it quick). A node that receives
 	// a snapshot gets it back in a DeliverySnapshot.

@@ -430,7 +430,9 @@ func (n *Node) applySnapshot(s raftpb.Snapshot) error {
 	// Waiting proposals are not released here: one of them may be inside
 	// the snapshot. They end by timeout (unknown outcome).
 	n.appliedTerm = max(n.appliedTerm, s.Metadata.Term)
+	n.histMu.Lock()
 	n.confHist = []confAt{{index: idx, cs: s.Metadata.ConfState}}
+	n.histMu.Unlock()
 	n.setMembers(s.Metadata.ConfState)
 	if err := n.deliverMembers(idx, s.Metadata.ConfState); err != nil {
 		return err
@@ -497,7 +499,9 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		if err := n.ctrl(context.Background(), func(rn *raft.RawNode) { cs = rn.ApplyConfChange(cc) }); err != nil {
 			return errStopping
 		}
+		n.histMu.Lock()
 		n.confHist = append(n.confHist, confAt{index: e.Index, cs: *cs})
+		n.histMu.Unlock()
 		n.setMembers(*cs)
 		if err := n.deliverMembers(e.Index, *cs); err != nil {
 			return err
@@ -570,7 +574,7 @@ func (n *Node) releaseLost(term uint64) {
 }
 
 // maybeSnapshot compacts the log at the highest index that this node has
-// applied and every member has marked applied, once that is SnapshotEntries
+// applied and every member has marked applied (less KeepEntries), once that is SnapshotEntries
 // past the last compaction, taking a snapshot there first. After a member
 // was added to a group whose log is already compacted it also takes a
 // snapshot at the applied index (without compacting further): the new
@@ -602,6 +606,10 @@ func (n *Node) maybeSnapshot() error {
 		}
 	}
 	n.mu.Unlock()
+	if target <= n.cfg.KeepEntries {
+		return nil
+	}
+	target -= n.cfg.KeepEntries
 	if target < n.compacted+n.cfg.SnapshotEntries {
 		return nil
 	}
@@ -626,7 +634,9 @@ func (n *Node) maybeSnapshot() error {
 			keep = i
 		}
 	}
+	n.histMu.Lock()
 	n.confHist = n.confHist[keep:]
+	n.histMu.Unlock()
 	return nil
 }
 

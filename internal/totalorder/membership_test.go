@@ -380,6 +380,7 @@ func TestRetentionCompactsPastADownNode(t *testing.T) {
 	c := newTestCluster(t, 3, func(cfg *Config) {
 		cfg.SnapshotEntries = 20
 		cfg.RetainEntries = 60
+		cfg.KeepEntries = 100
 		cfg.SnapshotData = func(seqno uint64) ([]byte, error) { return []byte("state@" + itoa(seqno)), nil }
 	})
 	c.startAll()
@@ -408,6 +409,14 @@ func TestRetentionCompactsPastADownNode(t *testing.T) {
 			fi = min(fi, f)
 		}
 		if fi > last+1 {
+			// Compacted, but never closer than KeepEntries to the end.
+			for _, id := range rest {
+				f, _ := c.node(id).st.Raft().FirstIndex()
+				l, _ := c.node(id).st.Raft().LastIndex()
+				if f > 1 && f-1+100 > l {
+					t.Fatalf("node %d compacted to %d with its log ending at %d: fewer than KeepEntries kept", id, f-1, l)
+				}
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -428,5 +437,70 @@ func TestRetentionCompactsPastADownNode(t *testing.T) {
 	}
 	if !snap {
 		t.Fatalf("the returning node (at %d) was handed no snapshot: %+v", last, tn.deliveries()[:min(5, len(tn.deliveries()))])
+	}
+}
+
+// A node that joins by state transfer at S starts its empty log at a
+// point the donor names a window before S (Config.Seed): it is caught up
+// with the entries after that point, not with the leader's snapshot taken
+// when it was added, which lies past the point and would skip the window
+// (a joiner into a compacted log used to be handed that snapshot).
+func TestSeededJoinerReplaysFromItsLogPoint(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const window = 30
+	var seedPoint *LogPoint
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.KeepEntries = 20, window
+		cfg.ProposeTimeout = 15 * time.Second
+		if cfg.ID == 4 {
+			cfg.Seed = seedPoint
+		}
+	})
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	for i := 0; i < 4 && c.node(lead).Compacted() == 0; i++ {
+		c.proposeRetry(ids(3), 1, 50, "a"+itoa(uint64(i)))
+	}
+	if c.node(lead).Compacted() == 0 {
+		t.Fatal("the log was never compacted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const newID = 4
+	c.addrs[newID], c.dirs[newID] = freeAddr(t), t.TempDir()
+	lead = c.leader(5 * time.Second)
+	must(t, c.node(lead).AddLearner(ctx, newID, c.addrs[newID]))
+	c.proposeRetry([]uint64{lead}, 1, 5, "b")
+	// The donor's applied prefix S, and the point a window before it.
+	s := c.node(lead).Delivered()
+	lp, err := c.node(lead).LogPointAt(s - window)
+	must(t, err)
+	if lp.Index <= c.node(lead).Compacted() {
+		t.Fatalf("the point %d is compacted away (at %d)", lp.Index, c.node(lead).Compacted())
+	}
+	seedPoint = &lp
+	tn := c.start(newID, lp.Index, true)
+	var top uint64
+	for _, sq := range c.proposeRetry(ids(3), 1, 5, "c") {
+		top = max(top, sq)
+	}
+	tn.waitSeqno(t, top, 15*time.Second)
+	var got, want []uint64
+	for _, d := range tn.deliveries() {
+		if d.Type == DeliverySnapshot {
+			t.Fatalf("the seeded joiner was handed a snapshot at %d (its log starts at %d)", d.Seqno, lp.Index)
+		}
+		if d.Type == DeliveryEntry {
+			got = append(got, d.Seqno)
+		}
+	}
+	for _, d := range c.node(lead).deliveries() {
+		if d.Type == DeliveryEntry && d.Seqno > lp.Index && d.Seqno <= top {
+			want = append(want, d.Seqno)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the joiner (from %d) got entries %v, the leader delivered %v", lp.Index, got, want)
 	}
 }

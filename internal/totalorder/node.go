@@ -120,11 +120,12 @@ type Node struct {
 
 	// owned by the apply goroutine
 	applied     uint64
-	appliedTerm uint64 // term of the last applied entry
-	snapIndex   uint64 // newest snapshot
-	compacted   uint64 // log compacted up to here
-	joinSnap    bool   // a member was added: snapshot for it
-	confHist    []confAt
+	appliedTerm uint64   // term of the last applied entry
+	snapIndex   uint64   // newest snapshot
+	compacted   uint64   // log compacted up to here
+	joinSnap    bool     // a member was added: snapshot for it
+	confHist    []confAt // written by the apply goroutine under histMu
+	histMu      sync.Mutex
 
 	stopc    chan struct{}
 	removedc chan struct{}
@@ -160,6 +161,13 @@ func Start(cfg Config) (_ *Node, err error) {
 			st.Close()
 		}
 	}()
+	fresh := st.Fresh()
+	if fresh && cfg.Join && cfg.Seed != nil && cfg.Seed.Index > 0 {
+		if err := seed(st, cfg.Seed); err != nil {
+			return nil, err
+		}
+		fresh = false
+	}
 	n := &Node{
 		cfg: cfg, id: cfg.ID, st: st, tr: cfg.Transport, m: m,
 		deliverc:    make(chan Delivery, cfg.DeliveryBuffer),
@@ -196,7 +204,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.appliedIdx.Store(snap.Metadata.Index)
 	n.lastDelivered.Store(max(cfg.StartAfter, snap.Metadata.Index))
 	n.seenCh = make(chan struct{})
-	n.confHist = []confAt{{index: snap.Metadata.Index, cs: cs}}
+	n.confHist = []confAt{{index: snap.Metadata.Index, cs: cs}} // no goroutine yet: no histMu
 	n.setMembers(cs)
 	n.durable.Store(cfg.StartAfter)
 
@@ -221,7 +229,6 @@ func Start(cfg Config) (_ *Node, err error) {
 		StepDownOnRemoval:         true,
 		Logger:                    logger,
 	}
-	fresh := st.Fresh()
 	if fresh && !cfg.Join {
 		if _, ok := cfg.Peers[cfg.ID]; !ok {
 			return nil, fmt.Errorf("totalorder: config: Peers must contain this node's ID %d to bootstrap", cfg.ID)
@@ -865,6 +872,16 @@ func (n *Node) PeerApplied(id, applied uint64) {
 		n.peerApplied[id] = applied
 	}
 	n.mu.Unlock()
+}
+
+// Compacted is the index the log is compacted up to: entries after it are
+// all the log still holds.
+func (n *Node) Compacted() uint64 {
+	f, err := n.st.Raft().FirstIndex()
+	if err != nil || f == 0 {
+		return 0
+	}
+	return f - 1
 }
 
 // Delivered returns the seqno of the last entry handed to the delivery

@@ -91,8 +91,11 @@ type Node struct {
 	CertificationWindow uint64 `yaml:"certification_window"`
 	// LogRetentionEntries, if non-zero, bounds how far a member that is
 	// down holds back compaction of the Raft log: once the others are more
-	// than this many entries ahead of it, they compact past it, and it can
-	// only come back under a new id by state transfer (docs/membership.md).
+	// than this many entries ahead of it, they compact past it (keeping a
+	// certification window more), and it comes back by state transfer
+	// with 'ordo join --rejoin' (docs/membership.md). With it set, the log
+	// is compacted every min(2^20, max(LogRetentionEntries/2, 256))
+	// entries rather than every max(2^20, 4 × CertificationWindow).
 	// Default 0: a member that is down holds compaction back until it
 	// returns.
 	LogRetentionEntries uint64 `yaml:"log_retention_entries"`
