@@ -336,6 +336,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		// (docs/membership.md), not node.yaml's bootstrap peers.
 		DeliverMembership: true,
 		RetainEntries:     cfg.LogRetentionEntries,
+		RetainBytes:       cfg.LogRetentionBytes,
 		TickInterval:      50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {

@@ -67,6 +67,12 @@ type Config struct {
 	// state transfer). 0: a member holds compaction back for as long as it
 	// lags.
 	RetainEntries uint64
+	// RetainBytes, if non-zero, bounds the same in bytes of entries: once
+	// the entries after a member's reported index hold more than
+	// RetainBytes, the log is compacted past it (whichever of the two
+	// limits is reached first). It also makes the log compact once the
+	// entries since the last compaction hold RetainBytes/2, however few.
+	RetainBytes uint64
 	// KeepEntries: a compaction leaves at least this many entries in the
 	// log behind the index every member applied (or RetainEntries
 	// allows), so a node that rejoins by state transfer at such an index

@@ -455,6 +455,10 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		n.appliedTerm = e.Term
 		n.releaseLost(e.Term)
 	}
+	if n.cfg.RetainBytes > 0 {
+		n.cumBytes += uint64(len(e.Data))
+		n.sizes = append(n.sizes, indexBytes{index: e.Index, cum: n.cumBytes})
+	}
 	switch e.Type {
 	case raftpb.EntryNormal:
 		if len(e.Data) == 0 {
@@ -590,15 +594,17 @@ func (n *Node) maybeSnapshot() error {
 		}
 	}
 	target := min(n.durable.Load(), n.applied)
-	if target < n.compacted+n.cfg.SnapshotEntries {
+	if target < n.compacted+n.cfg.SnapshotEntries && !n.bytesDue(target) {
 		return nil
 	}
-	// A member that lags more than RetainEntries behind what this node
-	// has durably applied no longer holds compaction back.
+	// A member that lags more than RetainEntries, or entries of more
+	// than RetainBytes, behind what this node has durably applied no
+	// longer holds compaction back.
 	floor := uint64(0)
 	if r := n.cfg.RetainEntries; r > 0 && target > r {
 		floor = target - r
 	}
+	floor = max(floor, n.bytesFloor(target))
 	n.mu.Lock()
 	for id := range n.members {
 		if id != n.id {
@@ -610,7 +616,7 @@ func (n *Node) maybeSnapshot() error {
 		return nil
 	}
 	target -= n.cfg.KeepEntries
-	if target < n.compacted+n.cfg.SnapshotEntries {
+	if target <= n.compacted || (target < n.compacted+n.cfg.SnapshotEntries && !n.bytesDue(target)) {
 		return nil
 	}
 	if target > n.snapIndex {
@@ -637,6 +643,7 @@ func (n *Node) maybeSnapshot() error {
 	n.histMu.Lock()
 	n.confHist = n.confHist[keep:]
 	n.histMu.Unlock()
+	n.trimSizes(target)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -376,10 +377,23 @@ func TestDeliverMembership(t *testing.T) {
 // back for good: the others compact past it once they are RetainEntries
 // ahead, and when it returns its consumer is handed a snapshot.
 func TestRetentionCompactsPastADownNode(t *testing.T) {
+	testRetention(t, "b", func(cfg *Config) { cfg.SnapshotEntries, cfg.RetainEntries = 20, 60 })
+}
+
+// The same with a limit in bytes: entries of about 1 KiB, 60 KiB retained,
+// no limit in entries (and compactions only every 2^20 entries but for
+// the bytes).
+func TestRetentionInBytesCompactsPastADownNode(t *testing.T) {
+	testRetention(t, strings.Repeat("x", 1000), func(cfg *Config) { cfg.SnapshotEntries, cfg.RetainBytes = 1<<20, 60<<10 })
+}
+
+// testRetention: a member down while the others write is compacted past
+// once the limit tune sets is reached, and is handed a snapshot when it
+// returns; compactions keep KeepEntries.
+func testRetention(t *testing.T, tag string, tune func(*Config)) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.SnapshotEntries = 20
-		cfg.RetainEntries = 60
+		tune(cfg)
 		cfg.KeepEntries = 100
 		cfg.SnapshotData = func(seqno uint64) ([]byte, error) { return []byte("state@" + itoa(seqno)), nil }
 	})
@@ -401,7 +415,7 @@ func TestRetentionCompactsPastADownNode(t *testing.T) {
 	last := got[len(got)-1].Seqno
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c.proposeRetry(rest, 1, 10, "b"+itoa(uint64(time.Now().UnixNano())))
+		c.proposeRetry(rest, 1, 10, tag+itoa(uint64(time.Now().UnixNano())))
 		// Every survivor, so whichever leads must send a snapshot.
 		fi := uint64(1 << 62)
 		for _, id := range rest {

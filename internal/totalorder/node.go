@@ -125,7 +125,12 @@ type Node struct {
 	compacted   uint64   // log compacted up to here
 	joinSnap    bool     // a member was added: snapshot for it
 	confHist    []confAt // written by the apply goroutine under histMu
-	histMu      sync.Mutex
+	// sizes: the payload bytes of the applied entries since the last
+	// compaction, cumulated (sizes[i].cum counts every entry up to
+	// sizes[i].index); only with RetainBytes. Apply goroutine only.
+	sizes    []indexBytes
+	cumBytes uint64
+	histMu   sync.Mutex
 
 	stopc    chan struct{}
 	removedc chan struct{}

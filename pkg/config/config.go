@@ -99,6 +99,12 @@ type Node struct {
 	// Default 0: a member that is down holds compaction back until it
 	// returns.
 	LogRetentionEntries uint64 `yaml:"log_retention_entries"`
+	// LogRetentionBytes is the same limit in bytes of log entries (their
+	// payloads): a member behind more than this many bytes of entries is
+	// compacted past, whichever limit is reached first; the log is also
+	// compacted whenever the entries since the last compaction hold half
+	// of it. Default 0: no limit in bytes.
+	LogRetentionBytes uint64 `yaml:"log_retention_bytes"`
 	// ApplyWorkers is the number of connections that apply other nodes'
 	// transactions, in parallel where their rows do not overlap, committed
 	// in order (default 1). More than one is experimental: it showed no
