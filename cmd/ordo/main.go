@@ -31,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), demoCmd(), startCmd(), joinCmd(), certCmd())
+	root.AddCommand(versionCmd(), demoCmd(), startCmd(), joinCmd(), witnessCmd(), certCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ordo:", err)
 		os.Exit(1)
@@ -225,6 +225,86 @@ version of the cluster must be in --pg-bin or on PATH.`,
 	cmd.Flags().StringVar(&donorPostgres, "donor-postgres", "", "connection string of the donor's database (default: the address the donor reports, with this node's password)")
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "this node is a member already: replace its database with the donor's copy and rejoin under its own id")
 	cmd.Flags().StringVar(&pgBin, "pg-bin", "", "directory of pg_dump, pg_dumpall and pg_restore (default: PATH)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.SetContext(context.Background())
+	return cmd
+}
+
+func witnessCmd() *cobra.Command {
+	var path, logLevel, joinFrom, tokenFile string
+	cmd := &cobra.Command{
+		Use:   "witness --config witness.yaml [--join ADMIN_ADDRESS]",
+		Short: "Run a witness: a Raft voter without PostgreSQL",
+		Long: `Runs a witness (docs/membership.md): a member that keeps the Raft log and
+votes, so that two data nodes and a witness keep committing when either
+data node is lost, and carries out nothing (it has no PostgreSQL and serves
+no clients). Its node.yaml needs id, peer_listen, data_dir, peers and
+witnesses (listing its own id; the data nodes list the bootstrap
+witnesses too), and peer_tls off loopback; no postgres, no listen.
+
+A witness in the bootstrap set starts with the others. To add one to a
+running cluster, pass --join with the admin API of any member: it is added
+as a learner that is a witness, its log starts at that member's last
+applied entry, and it promotes itself to voter once caught up. The
+member's admin API is called with the witness's peer certificate when
+peer_tls is set, else with --token-file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return fmt.Errorf("--config is required")
+			}
+			log, cfg, err := loadNode(path, logLevel)
+			if err != nil {
+				return err
+			}
+			var j *node.WitnessJoin
+			if joinFrom != "" {
+				o := admin.ClientOptions{}
+				if pt := cfg.PeerTLS; pt.CertFile != "" {
+					if o.TLS, err = certs.AdminClientConfig(pt.CertFile, pt.KeyFile, pt.CAFile); err != nil {
+						return fmt.Errorf("peer_tls: %w", err)
+					}
+				}
+				if tokenFile != "" {
+					b, err := os.ReadFile(tokenFile)
+					if err != nil {
+						return fmt.Errorf("--token-file: %w", err)
+					}
+					o.Token = strings.TrimSpace(string(b))
+				}
+				from := admin.NewClient(joinFrom, o)
+				defer from.Close()
+				j = &node.WitnessJoin{From: from}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			injectFaults(ctx, log)
+			w, err := node.StartWitness(ctx, cfg, log, j)
+			if err != nil {
+				return err
+			}
+			defer w.Stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "ordo witness %d voting on %s\n", cfg.ID, cfg.PeerListen)
+			done := make(chan error, 1)
+			go func() { done <- w.Wait(ctx) }()
+			for {
+				select {
+				case err := <-done:
+					return err
+				case <-hup:
+					if err := w.ReloadPeerTLS(); err != nil {
+						log.Error("SIGHUP: peer TLS files not reloaded; keeping the previous certificates", "err", err)
+					}
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVarP(&path, "config", "c", "", "witness configuration file (YAML)")
+	cmd.Flags().StringVar(&joinFrom, "join", "", "admin API address (host:port) of a member: add this witness to that running cluster")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the member's admin token (without peer_tls)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())
 	return cmd

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ordo-db/ordo/internal/totalorder"
 )
 
 // ErrUnreachable is returned (wrapped) by Client's calls when the node
@@ -216,6 +218,24 @@ func (c *Client) AddMember(ctx context.Context, id uint64, addr string) (Members
 	}
 	var m Members
 	return m, c.callBody(ctx, http.MethodPost, PathMembers, body, &m)
+}
+
+// AddWitness adds node id, whose peer_listen is addr, as a witness
+// (a learner until it promotes itself; done already: no change) and
+// returns the members.
+func (c *Client) AddWitness(ctx context.Context, id uint64, addr string) (Members, error) {
+	body, err := json.Marshal(MemberAdd{ID: id, Addr: addr, Witness: true})
+	if err != nil {
+		return Members{}, err
+	}
+	var m Members
+	return m, c.callBody(ctx, http.MethodPost, PathMembers, body, &m)
+}
+
+// LastLogPoint returns the last applied entry of the node's log.
+func (c *Client) LastLogPoint(ctx context.Context) (totalorder.LogPoint, error) {
+	var lp totalorder.LogPoint
+	return lp, c.call(ctx, http.MethodGet, PathLogPoint, &lp)
 }
 
 // PromoteMember makes learner id a voter (a voter already: no change) and

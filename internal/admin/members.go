@@ -29,8 +29,11 @@ type Membership interface {
 	RemoveNode(ctx context.Context, id uint64) error
 	IsRemoved(id uint64) bool
 	// LogPointAt names entry index of the log (a joiner's log starts
-	// there: totalorder.Config.Seed).
+	// there: totalorder.Config.Seed); LastLogPoint the last applied one.
 	LogPointAt(index uint64) (totalorder.LogPoint, error)
+	LastLogPoint() (totalorder.LogPoint, error)
+	// AddWitness adds a learner that is a witness.
+	AddWitness(ctx context.Context, id uint64, addr string) error
 }
 
 // Donor exports a snapshot of the node's database at an applied prefix
@@ -58,6 +61,9 @@ const (
 	// snapshot can be imported until the joiner closes the connection (or
 	// TransferMaxHold passes).
 	PathTransfer = "/v1/transfer"
+	// PathLogPoint: GET: the last applied entry of the answering node's
+	// log (totalorder.LogPoint), where a witness's log starts.
+	PathLogPoint = "/v1/logpoint"
 )
 
 // TransferMaxHold bounds how long a donor keeps a snapshot importable.
@@ -66,7 +72,8 @@ const TransferMaxHold = 6 * time.Hour
 // MemberRow is one member of the group as the answering node sees it.
 type MemberRow struct {
 	ID uint64 `json:"id"`
-	// Role: voter or learner (a joining node, until it is caught up).
+	// Role: voter, witness (a voter without PostgreSQL), learner (a
+	// joining node, until it is caught up), or "learner (witness)".
 	Role string `json:"role"`
 	// Addr is the member's peer address ("" if not known here).
 	Addr   string `json:"addr"`
@@ -91,6 +98,8 @@ type Members struct {
 type MemberAdd struct {
 	ID   uint64 `json:"id"`
 	Addr string `json:"addr"`
+	// Witness: the node is a witness (a voter without PostgreSQL).
+	Witness bool `json:"witness,omitempty"`
 }
 
 // Transfer is the donor's first answer to POST /v1/transfer.
@@ -160,7 +169,11 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), schemaCheckTimeout)
 		defer cancel()
-		if err := m.AddLearner(ctx, req.ID, req.Addr); err != nil {
+		add, what := m.AddLearner, "a learner"
+		if req.Witness {
+			add, what = m.AddWitness, "a witness (learner until it promotes itself)"
+		}
+		if err := add(ctx, req.ID, req.Addr); err != nil {
 			code := http.StatusServiceUnavailable
 			if errors.Is(err, totalorder.ErrRemovedID) {
 				code = http.StatusConflict
@@ -169,7 +182,7 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, code, ErrorBody{Error: "members: " + err.Error()})
 			return
 		}
-		s.log.Info("admin: member added as a learner", "by", caller(r), "id", req.ID, "addr", req.Addr)
+		s.log.Info("admin: member added as "+what, "by", caller(r), "id", req.ID, "addr", req.Addr)
 		writeJSON(w, http.StatusOK, s.memberList())
 	case http.MethodDelete:
 		id, err := strconv.ParseUint(r.URL.Query().Get("id"), 10, 32)
@@ -247,10 +260,7 @@ func (s *Server) memberList() Members {
 	reported := o.PeersApplied()
 	out := Members{NodeID: s.cfg.NodeID, Members: []MemberRow{}}
 	for _, mi := range s.cfg.Membership.MemberInfos() {
-		row := MemberRow{ID: mi.ID, Role: "voter", Addr: mi.Addr, Leader: mi.ID == lead, State: "unreachable"}
-		if mi.Learner {
-			row.Role = "learner"
-		}
+		row := MemberRow{ID: mi.ID, Role: roleOf(mi), Addr: mi.Addr, Leader: mi.ID == lead, State: "unreachable"}
 		var applied uint64
 		known := false
 		if mi.ID == uint64(s.cfg.NodeID) {
@@ -337,4 +347,31 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
 	case <-hold.C:
 	}
 	s.log.Info("admin: state transfer: snapshot released", "seqno", exp.Seqno, "held", time.Since(began).Round(time.Millisecond))
+}
+
+func (s *Server) logPoint(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Membership == nil {
+		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "logpoint: this node does not manage membership"})
+		return
+	}
+	lp, err := s.cfg.Membership.LastLogPoint()
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: "logpoint: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, lp)
+}
+
+// roleOf names a member's role: voter, witness, learner or
+// "learner (witness)".
+func roleOf(mi totalorder.MemberInfo) string {
+	switch {
+	case mi.Learner && mi.Witness:
+		return "learner (witness)"
+	case mi.Learner:
+		return "learner"
+	case mi.Witness:
+		return "witness"
+	}
+	return "voter"
 }

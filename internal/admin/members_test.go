@@ -31,6 +31,14 @@ func (m *fakeMembership) LogPointAt(index uint64) (totalorder.LogPoint, error) {
 	return totalorder.LogPoint{Index: index, Term: 1}, nil
 }
 
+func (m *fakeMembership) LastLogPoint() (totalorder.LogPoint, error) {
+	return totalorder.LogPoint{Index: 1, Term: 1}, nil
+}
+
+func (m *fakeMembership) AddWitness(ctx context.Context, id uint64, addr string) error {
+	return m.AddLearner(ctx, id, addr)
+}
+
 func (m *fakeMembership) AddLearner(_ context.Context, id uint64, addr string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -120,6 +120,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(PathPromote, only(http.MethodPost, s.promote))
 	mux.HandleFunc(PathDrain, s.drain)
 	mux.Handle(PathTransfer, only(http.MethodPost, s.transfer))
+	mux.Handle(PathLogPoint, only(http.MethodGet, s.logPoint))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -206,10 +207,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	roles := map[uint64]string{}
 	if s.cfg.Membership != nil {
 		for _, mi := range s.cfg.Membership.MemberInfos() {
-			roles[mi.ID] = "voter"
-			if mi.Learner {
-				roles[mi.ID] = "learner"
-			}
+			roles[mi.ID] = roleOf(mi)
 		}
 	}
 	for _, id := range o.Members() {

@@ -126,6 +126,9 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.IsWitness() {
+		return nil, fmt.Errorf("node: node %d is a witness (its id is in witnesses): run it with ordo witness", cfg.ID)
+	}
 	log = log.With("node", cfg.ID)
 	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), errc: make(chan error, 8)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -279,30 +282,11 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}
 
 	// 4. Total order.
-	peerLn, err := net.Listen("tcp", cfg.PeerListen)
+	tr, peerTLS, err := peerTransport(runCtx, cfg, log, maxProposal+16<<20, &n.wg)
 	if err != nil {
-		return nil, fmt.Errorf("node: listen for peers on %s: %w", cfg.PeerListen, err)
+		return nil, err
 	}
-	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn, MaxMsgBytes: maxProposal + 16<<20, Logger: log}
-	if pt := cfg.PeerTLS; pt.CertFile != "" {
-		// Every connection is bound to the node id its certificate
-		// proves; the files are reloaded when they change.
-		if n.peerTLS, err = certs.LoadPeer(certs.Files{Cert: pt.CertFile, Key: pt.KeyFile, CA: pt.CAFile}, uint64(cfg.ID)); err != nil {
-			peerLn.Close()
-			return nil, fmt.Errorf("node: peer_tls: %w", err)
-		}
-		gcfg.ServerTLS, gcfg.ClientTLS, gcfg.PeerID = n.peerTLS.ServerConfig(), n.peerTLS.ClientConfig(), certs.NodeID
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			n.peerTLS.Watch(runCtx, tlsWatch, log)
-		}()
-	}
-	tr, err := transport.NewGRPC(gcfg)
-	if err != nil {
-		peerLn.Close()
-		return nil, fmt.Errorf("node: %w", err)
-	}
+	n.peerTLS = peerTLS
 	peers := make(map[uint64]string, len(cfg.Peers))
 	for id, addr := range cfg.Peers {
 		peers[uint64(id)] = addr
@@ -335,6 +319,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		// Votes on poison entries count the voters the log says
 		// (docs/membership.md), not node.yaml's bootstrap peers.
 		DeliverMembership: true,
+		Witnesses:         cfg.WitnessSet(),
 		RetainEntries:     cfg.LogRetentionEntries,
 		RetainBytes:       cfg.LogRetentionBytes,
 		TickInterval:      50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
@@ -347,7 +332,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	rep, err = replica.New(replica.Config{
 		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout,
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
-		Members: len(cfg.Peers), Suspects: n.suspects(cfg), History: history,
+		Members: len(cfg.Peers) - len(cfg.Witnesses), Suspects: n.suspects(cfg), History: history,
 		OnDDL: func(ctx context.Context) {
 			cat.Invalidate() // statements wait for the refresh
 			if _, err := cat.Refresh(ctx); err != nil {
@@ -710,4 +695,36 @@ func compactionInterval(cfg *config.Node) uint64 {
 		return min(1<<20, max(r/2, 256))
 	}
 	return max(1<<20, 4*cfg.CertificationWindow)
+}
+
+// peerTransport listens on peer_listen and returns the Raft transport,
+// with mutual TLS bound to node ids when peer_tls is set (its files are
+// watched, on wg, until ctx ends; nil without peer_tls).
+func peerTransport(ctx context.Context, cfg *config.Node, log *slog.Logger, maxMsg int, wg *sync.WaitGroup) (*transport.GRPC, *certs.Peer, error) {
+	peerLn, err := net.Listen("tcp", cfg.PeerListen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: listen for peers on %s: %w", cfg.PeerListen, err)
+	}
+	gcfg := transport.GRPCConfig{ID: uint64(cfg.ID), Listener: peerLn, MaxMsgBytes: maxMsg, Logger: log}
+	var peerTLS *certs.Peer
+	if pt := cfg.PeerTLS; pt.CertFile != "" {
+		// Every connection is bound to the node id its certificate
+		// proves; the files are reloaded when they change.
+		if peerTLS, err = certs.LoadPeer(certs.Files{Cert: pt.CertFile, Key: pt.KeyFile, CA: pt.CAFile}, uint64(cfg.ID)); err != nil {
+			peerLn.Close()
+			return nil, nil, fmt.Errorf("node: peer_tls: %w", err)
+		}
+		gcfg.ServerTLS, gcfg.ClientTLS, gcfg.PeerID = peerTLS.ServerConfig(), peerTLS.ClientConfig(), certs.NodeID
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			peerTLS.Watch(ctx, tlsWatch, log)
+		}()
+	}
+	tr, err := transport.NewGRPC(gcfg)
+	if err != nil {
+		peerLn.Close()
+		return nil, nil, fmt.Errorf("node: %w", err)
+	}
+	return tr, peerTLS, nil
 }

@@ -27,6 +27,13 @@ type Config struct {
 	// Join starts a node with an empty Dir as a new member that an existing
 	// group has added with AddNode; it waits to be contacted by the leader.
 	Join bool
+	// Witnesses are the bootstrap members that are witnesses (a voter
+	// that carries out no entry: see witness.go); the same on every node.
+	// Members added later say so in their configuration change.
+	Witnesses map[uint64]bool
+	// Witness: this node is a witness. It hands leadership to another
+	// voter whenever it is elected.
+	Witness bool
 	// Seed, with Join and an empty Dir, starts the log at a point of the
 	// group's log (from a member's LogPointAt) instead of at its
 	// beginning: the node holds no entry up to Seed.Index and is caught

@@ -136,6 +136,9 @@ func (n *Node) run() {
 			return
 		case <-t.C:
 			rn.Tick()
+			if n.cfg.Witness {
+				n.handOver(rn)
+			}
 		case p := <-n.propc:
 			props = append(props[:0], p)
 		drainProps:
@@ -413,7 +416,7 @@ func (n *Node) deliverMembers(index uint64, cs raftpb.ConfState) error {
 		return nil
 	}
 	select {
-	case n.deliverc <- Delivery{Seqno: index, Type: DeliveryMembers, Data: encodeVoters(cs)}:
+	case n.deliverc <- Delivery{Seqno: index, Type: DeliveryMembers, Data: n.encodeVoters(cs)}:
 		return nil
 	case <-n.stopc:
 		return errStopping
@@ -507,20 +510,29 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		n.confHist = append(n.confHist, confAt{index: e.Index, cs: *cs})
 		n.histMu.Unlock()
 		n.setMembers(*cs)
+		v2 := cc.AsV2()
+		// A witness is known as one before the voters are counted.
+		addr, witness := parsePeerContext(string(v2.Context))
+		if witness {
+			n.mu.Lock()
+			for _, ch := range v2.Changes {
+				n.witnesses[ch.NodeID] = true
+			}
+			n.mu.Unlock()
+		}
 		if err := n.deliverMembers(e.Index, *cs); err != nil {
 			return err
 		}
-		v2 := cc.AsV2()
 		selfRemoved := false
 		for _, ch := range v2.Changes {
 			switch ch.Type {
 			case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-				if len(v2.Context) > 0 {
+				if addr != "" {
 					n.mu.Lock()
-					n.addrs[ch.NodeID] = string(v2.Context)
+					n.addrs[ch.NodeID] = addr
 					n.mu.Unlock()
 					if ch.NodeID != n.id {
-						n.tr.AddPeer(ch.NodeID, string(v2.Context))
+						n.tr.AddPeer(ch.NodeID, addr)
 					}
 				}
 				if ch.NodeID != n.id {

@@ -22,8 +22,9 @@ import (
 const membersFile = "members.json"
 
 type membersState struct {
-	Addrs   map[uint64]string `json:"addrs"`
-	Removed []uint64          `json:"removed"`
+	Addrs     map[uint64]string `json:"addrs"`
+	Removed   []uint64          `json:"removed"`
+	Witnesses []uint64          `json:"witnesses,omitempty"`
 }
 
 // loadMembers merges members.json into n.addrs and n.removed. It runs in
@@ -46,6 +47,9 @@ func (n *Node) loadMembers() error {
 	for _, id := range ms.Removed {
 		n.removed[id] = true
 	}
+	for _, id := range ms.Witnesses {
+		n.witnesses[id] = true
+	}
 	if n.removed[n.id] {
 		return fmt.Errorf("%w: node %d was removed from the cluster and never rejoins with its old identity: "+
 			"wipe its data directory and PostgreSQL database and join it as a new node with a new id", ErrRemoved, n.id)
@@ -67,8 +71,12 @@ func (n *Node) saveMembers() error {
 	for id := range n.removed {
 		ms.Removed = append(ms.Removed, id)
 	}
+	for id := range n.witnesses {
+		ms.Witnesses = append(ms.Witnesses, id)
+	}
 	n.mu.Unlock()
 	sort.Slice(ms.Removed, func(i, j int) bool { return ms.Removed[i] < ms.Removed[j] })
+	sort.Slice(ms.Witnesses, func(i, j int) bool { return ms.Witnesses[i] < ms.Witnesses[j] })
 	b, err := json.Marshal(ms)
 	if err != nil {
 		return err
@@ -108,6 +116,8 @@ type MemberInfo struct {
 	Learner bool
 	// Addr is the member's peer address, "" if this node never learnt it.
 	Addr string
+	// Witness: a voter without a database (witness.go).
+	Witness bool
 }
 
 // MemberInfos returns the current members (voters and learners) by id.
@@ -116,7 +126,7 @@ func (n *Node) MemberInfos() []MemberInfo {
 	defer n.mu.Unlock()
 	out := make([]MemberInfo, 0, len(n.members))
 	for id := range n.members {
-		out = append(out, MemberInfo{ID: id, Learner: n.learners[id], Addr: n.addrs[id]})
+		out = append(out, MemberInfo{ID: id, Learner: n.learners[id], Addr: n.addrs[id], Witness: n.witnesses[id]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

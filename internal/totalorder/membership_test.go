@@ -505,7 +505,7 @@ func TestSeededJoinerReplaysFromItsLogPoint(t *testing.T) {
 		if d.Type == DeliverySnapshot {
 			t.Fatalf("the seeded joiner was handed a snapshot at %d (its log starts at %d)", d.Seqno, lp.Index)
 		}
-		if d.Type == DeliveryEntry {
+		if d.Type == DeliveryEntry && d.Seqno <= top {
 			got = append(got, d.Seqno)
 		}
 	}

@@ -36,7 +36,8 @@ const (
 	// late); the consumer must install that state or give up.
 	DeliverySnapshot
 	// DeliveryMembers (only with Config.DeliverMembership) says which
-	// members vote from Seqno on: Data is their ids (Voters decodes it).
+	// members vote from Seqno on: Data is their ids (Voters decodes it),
+	// witnesses left out (they vote in Raft but carry out no entry).
 	// One comes first with the configuration the log starts from, then
 	// one after each configuration change, at the change's index, in log
 	// order among the entries, so every node sees the same voters at
@@ -56,10 +57,14 @@ func Voters(data []byte) []uint64 {
 	return out
 }
 
-func encodeVoters(cs raftpb.ConfState) []byte {
+func (n *Node) encodeVoters(cs raftpb.ConfState) []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	b := make([]byte, 0, 8*len(cs.Voters))
 	for _, id := range cs.Voters {
-		b = binary.BigEndian.AppendUint64(b, id)
+		if !n.witnesses[id] {
+			b = binary.BigEndian.AppendUint64(b, id)
+		}
 	}
 	return b
 }
@@ -106,6 +111,7 @@ type Node struct {
 	members     map[uint64]bool
 	learners    map[uint64]bool
 	addrs       map[uint64]string // peer addresses, persisted (members.go)
+	witnesses   map[uint64]bool   // members that are witnesses, persisted (witness.go)
 	saveMu      sync.Mutex        // one members.json write at a time
 
 	// What ReadIndex waits for: the applied index (entries handed to the
@@ -191,6 +197,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		members:     map[uint64]bool{},
 		learners:    map[uint64]bool{},
 		addrs:       map[uint64]string{},
+		witnesses:   map[uint64]bool{},
 		stopc:       make(chan struct{}),
 		removedc:    make(chan struct{}),
 	}
@@ -242,6 +249,11 @@ func Start(cfg Config) (_ *Node, err error) {
 	for id, addr := range cfg.Peers {
 		n.addrs[id] = addr
 	}
+	for id, w := range cfg.Witnesses {
+		if w {
+			n.witnesses[id] = true
+		}
+	}
 	// The agreed membership's addresses and removals, as this node last
 	// applied them, win over the bootstrap set (members.go).
 	if err := n.loadMembers(); err != nil {
@@ -279,7 +291,7 @@ func Start(cfg Config) (_ *Node, err error) {
 			sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 			peers := make([]raft.Peer, 0, len(ids))
 			for _, id := range ids {
-				peers = append(peers, raft.Peer{ID: id, Context: []byte(cfg.Peers[id])})
+				peers = append(peers, raft.Peer{ID: id, Context: []byte(peerContext(cfg.Peers[id], cfg.Witnesses[id]))})
 			}
 			if err = n.raw.Bootstrap(peers); err != nil {
 				err = fmt.Errorf("totalorder: bootstrap: %w", err)
@@ -296,7 +308,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliverySnapshot, Data: snap.Data}
 	}
 	if cfg.DeliverMembership {
-		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliveryMembers, Data: encodeVoters(cs)}
+		n.deliverc <- Delivery{Seqno: snap.Metadata.Index, Type: DeliveryMembers, Data: n.encodeVoters(cs)}
 	}
 	n.tr.SetApplied(cfg.StartAfter)
 	n.m.delivered.Set(float64(cfg.StartAfter))
@@ -651,6 +663,16 @@ func (n *Node) setApplied(idx uint64) {
 // AddNode adds node id, reachable at addr, to the group as a voter and
 // returns once the change is applied locally. The new node must be started
 // with Join set (and an empty Dir). Ids are never reused.
+// AddWitness adds node id, reachable at addr, as a learner that is a
+// witness (witness.go): every node knows it as one from this change on.
+// It promotes itself like any learner.
+func (n *Node) AddWitness(ctx context.Context, id uint64, addr string) error {
+	if n.IsRemoved(id) {
+		return fmt.Errorf("%w: %d", ErrRemovedID, id)
+	}
+	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id, Context: []byte(peerContext(addr, true))})
+}
+
 func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
 	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: []byte(addr)})
 }

@@ -83,3 +83,6 @@ func seed(st *storage.Storage, p *LogPoint) error {
 	}
 	return nil
 }
+
+// LastLogPoint names the last entry applied here.
+func (n *Node) LastLogPoint() (LogPoint, error) { return n.LogPointAt(n.appliedIdx.Load()) }

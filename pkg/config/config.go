@@ -51,6 +51,12 @@ type Node struct {
 	DataDir string `yaml:"data_dir"`
 	// Peers maps every member's id to its peer address, this node included.
 	Peers map[uint32]string `yaml:"peers"`
+	// Witnesses are the ids among the bootstrap peers that are witnesses:
+	// Raft voters without PostgreSQL (run with 'ordo witness'), which let
+	// two data nodes survive the loss of either (docs/membership.md). The
+	// same list on every node. A node whose own id is listed is a witness
+	// and needs no postgres or listen.
+	Witnesses []uint32 `yaml:"witnesses"`
 	// Protocol is the termination protocol: "dbsm" (serializable),
 	// "dbsm-si" (snapshot isolation), "dbsm-rc" (read committed, no lost
 	// updates across nodes), "pgr" (Postgres-R: serializable, read sets
@@ -296,7 +302,11 @@ func (n *Node) validate(files bool) error {
 	if n.ID == 0 || n.ID > MaxNodes {
 		bad("id: must be between 1 and %d, got %d", MaxNodes, n.ID)
 	}
+	witness := n.IsWitness()
 	for name, addr := range map[string]string{"listen": n.Listen, "peer_listen": n.PeerListen} {
+		if witness && name == "listen" {
+			continue // no clients
+		}
 		if addr == "" {
 			bad("%s: required (host:port)", name)
 		} else if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -311,7 +321,15 @@ func (n *Node) validate(files bool) error {
 	if _, _, err := net.SplitHostPort(n.AdminListen); n.AdminListen != "" && err != nil {
 		bad("admin_listen: %q is not host:port: %v", n.AdminListen, err)
 	}
-	if n.Postgres == "" {
+	for _, id := range n.Witnesses {
+		if _, ok := n.Peers[id]; !ok {
+			bad("witnesses: %d is not among peers", id)
+		}
+	}
+	if witness && n.Postgres != "" {
+		bad("postgres: a witness (its id is in witnesses) has no PostgreSQL; remove postgres")
+	}
+	if n.Postgres == "" && !witness {
 		bad("postgres: required (connection string of this node's PostgreSQL, superuser)")
 	}
 	if n.DataDir == "" {
@@ -403,6 +421,25 @@ func (n *Node) validate(files bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// IsWitness reports whether this node's id is among the witnesses.
+func (n *Node) IsWitness() bool {
+	for _, id := range n.Witnesses {
+		if id == n.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// WitnessSet is Witnesses as a set of Raft ids.
+func (n *Node) WitnessSet() map[uint64]bool {
+	out := make(map[uint64]bool, len(n.Witnesses))
+	for _, id := range n.Witnesses {
+		out[uint64(id)] = true
+	}
+	return out
 }
 
 // validateAdmin checks how the admin API is authenticated: client
