@@ -13,7 +13,7 @@ PG18_BIN  ?=
 # Tests of protocols, membership and deployments behave alike on every
 # PostgreSQL version: on 18 they are skipped, to keep the default suite in
 # its budget (`make test-pg18 PG18_SKIP=` runs everything).
-PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates|JoinUnderLoad|JoinKilledAndRestarted|RemoveNodeUnderLoad|Granules|DonorKilled|PromoteALearner|DrainANode|ScheduledDataCheck|SQLAlchemy
+PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates|JoinUnderLoad|JoinKilledAndRestarted|RemoveNodeUnderLoad|Granules|DonorKilled|PromoteALearner|DrainANode|ScheduledDataCheck|SQLAlchemy|RejoinAfterTheLogMovedOn|Witness
 
 .PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-ddl bench-tpcc clean safety compat-suites
 
