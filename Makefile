@@ -15,7 +15,7 @@ PG18_BIN  ?=
 # its budget (`make test-pg18 PG18_SKIP=` runs everything).
 PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates|JoinUnderLoad|JoinKilledAndRestarted|RemoveNodeUnderLoad|Granules|DonorKilled|PromoteALearner|DrainANode|ScheduledDataCheck|SQLAlchemy|RejoinAfterTheLogMovedOn|Witness
 
-.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-ddl bench-tpcc clean safety compat-suites
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-ddl bench-join bench-tpcc clean safety compat-suites
 
 all: build
 
@@ -122,6 +122,13 @@ bench-load:
 bench-ddl:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster -ddl $(BENCH_FLAGS)
+
+## bench-join: a fourth node joins a 3-node cluster under pgbench load,
+## against pg_dump | pg_restore of the same database, and the donor's
+## throughput during the copy (docs/membership.md).
+bench-join:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/cluster -join $(BENCH_FLAGS)
 
 ## bench-tpcc: TPC-C directly and through a 3-node cluster under dbsm,
 ## dbsm-si, pgr and cons (table and warehouse grain), 1 and 8 clients per

@@ -30,6 +30,18 @@
 //	RESULT ddl_create_ms_direct=<n> ddl_create_ms_ordo=<n> ddl_insert_ms_direct=<n> ddl_insert_ms_ordo=<n> ddl_drop_ms_direct=<n> ddl_drop_ms_ordo=<n>
 //
 // (medians over every run).
+//
+// With -join (`make bench-join`) a fourth node joins the 3-node dbsm-si
+// cluster (pgbench's tables at -scale) from node 2 while two pgbench
+// clients per node write through all three; it compares the join with
+// pg_dump -Fc | pg_restore of node 2's database (-runs times, median) and
+// node 2's throughput during the copy with the 10 s before it, and ends
+// with
+//
+//	RESULT join_s=<n> voter_s=<n> dump_restore_s=<n> join_ratio=<n> donor_tps_before=<n> donor_tps_during=<n> donor_tps_ratio=<n>
+//
+// where join_s is the copy (until the node starts replaying) and voter_s
+// the time until it is a voter.
 package main
 
 import (
@@ -65,6 +77,7 @@ var (
 	workers  = flag.Int("apply-workers", 0, "apply_workers of every node (0: the default)")
 	verbose  = flag.Bool("v", false, "print pgbench's own report of every run")
 	loadMode = flag.Bool("load", false, "measure pgbench -i through the cluster instead (see the package comment)")
+	joinMode = flag.Bool("join", false, "measure a fourth node joining under load instead (see the package comment)")
 	ddlMode  = flag.Bool("ddl", false, "measure CREATE TABLE, an insert and DROP TABLE through a node instead (see the package comment)")
 	ddlTabs  = flag.Int("ddl-tables", 100, "tables in the database before -ddl starts")
 	ddlIters = flag.Int("ddl-iterations", 30, "create/insert/drop cycles per -ddl run")
@@ -99,6 +112,9 @@ func run() error {
 	}
 	if *ddlMode {
 		return runDDL(ctx, direct.Servers[0].DSN("postgres"))
+	}
+	if *joinMode {
+		return runJoin(ctx, pgbench, direct.Servers[0].DSN("postgres"))
 	}
 	if err := initPgbench(pgbench, direct.Servers[0].DSN("postgres")); err != nil {
 		return err

@@ -80,7 +80,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	peers := map[uint32]string{}
 	for i := 1; i <= o.N; i++ {
-		if peers[uint32(i)], err = freeAddr(); err != nil {
+		if peers[uint32(i)], err = FreeAddr(); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -91,7 +91,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	log := slog.New(slog.NewTextHandler(logOut, nil))
 	for i, s := range pg.Servers {
-		listen, err := freeAddr()
+		listen, err := FreeAddr()
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -147,7 +147,8 @@ func (c *Cluster) Stop() {
 	}
 }
 
-func freeAddr() (string, error) {
+// FreeAddr is a free loopback address (host:port).
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
