@@ -330,7 +330,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 
 	// 5. Replication engine.
 	rep, err = replica.New(replica.Config{
-		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout,
+		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout, VoteTimeout: cfg.VoteTimeout,
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
 		Members: len(cfg.Peers) - len(cfg.Witnesses), Suspects: n.suspects(cfg), History: history,
 		OnDDL: func(ctx context.Context) {

@@ -52,6 +52,11 @@ type Config struct {
 	// CommitTimeout bounds each proposal of a transaction and the wait
 	// for its outcome (default 30s).
 	CommitTimeout time.Duration
+	// VoteTimeout bounds how long a node that could not carry out an
+	// entry waits for the cluster's verdict on it (the voters needed for
+	// a majority may be down or cut off): then it leaves, as if the
+	// verdict were against it, and needs a rejoin. Default 10 minutes.
+	VoteTimeout time.Duration
 	// MaxEntryBytes is the size above which a transaction's rows are
 	// split over fragments (0: never split).
 	MaxEntryBytes int
@@ -242,6 +247,9 @@ func New(cfg Config) (*Replica, error) {
 	dec, err := newDecider(atStart, cfg.NodeID, cfg.Window, cfg.StartAfter)
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
+	}
+	if cfg.VoteTimeout <= 0 {
+		cfg.VoteTimeout = 10 * time.Minute
 	}
 	if cfg.CommitTimeout <= 0 {
 		cfg.CommitTimeout = 30 * time.Second

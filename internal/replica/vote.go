@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
@@ -112,6 +113,9 @@ func (r *Replica) vote(ctx context.Context, f *applyFailure) error {
 // goes on, it stops for a restart, which replays the rest from the log.
 var maxHeldBytes = 256 << 20
 
+// voteReport is how often a node waiting for a verdict says so in its log.
+var voteReport = 30 * time.Second
+
 // errReplay is returned by awaitVerdict when this node skipped the entry
 // but did not hold everything it read while waiting.
 var errReplay = errors.New("replica: restart this node to replay the entries read while the cluster voted")
@@ -141,6 +145,11 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, o
 			held += len(d.Data)
 		}
 	}
+	deadline := time.NewTimer(r.cfg.VoteTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(voteReport)
+	defer tick.Stop()
+	began := time.Now()
 	for {
 		switch ahead.Verdict(seqno) {
 		case termination.Applied:
@@ -164,6 +173,16 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, o
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-tick.C:
+			okN, badN := ahead.Count(seqno)
+			r.log.Warn("still waiting for the cluster's verdict on an entry this node could not carry out: voters needed for a majority have not voted (down or cut off?)",
+				"seqno", seqno, "carried_out", okN, "failed", badN, "voters", ahead.Members(), "waited", time.Since(began).Round(time.Second), "vote_timeout", r.cfg.VoteTimeout)
+			continue
+		case <-deadline.C:
+			okN, badN := ahead.Count(seqno)
+			return fmt.Errorf("replica: no verdict on entry %d within vote_timeout (%s): %d of %d voters carried it out, %d (this node included) could not, "+
+				"the others did not vote; this node could not carry it out (%w), so it leaves the cluster and needs a state transfer: %s",
+				seqno, r.cfg.VoteTimeout, okN, ahead.Members(), badN, cause, r.rejoinSteps())
 		case d, ok = <-r.cfg.Order.Deliveries():
 			if !ok {
 				return fmt.Errorf("replica: the total order stopped while the cluster voted on entry %d", seqno)

@@ -135,6 +135,21 @@ func TestWaitingHoldsBoundedBytes(t *testing.T) {
 	require.Less(t, len(r.held), len(feed))
 }
 
+// TestNoVerdictWithinTheBoundLeaves: node 3 fails entry 10, node 1
+// carried it out, and node 2 (down) never votes: one against one of three
+// voters decides nothing. The node used to wait for as long as node 2
+// was away; after VoteTimeout it leaves with the steps to rejoin.
+func TestNoVerdictWithinTheBoundLeaves(t *testing.T) {
+	r := waitingNode(t,
+		voteDelivery(t, 11, 10, 1, 3, false),
+		voteDelivery(t, 12, 10, 1, 1, true))
+	r.cfg.VoteTimeout = 200 * time.Millisecond
+	err := await(t, r, 10, 1)
+	require.ErrorContains(t, err, "no verdict on entry 10 within vote_timeout")
+	require.ErrorContains(t, err, "1 of 3 voters carried it out")
+	require.ErrorContains(t, err, "--rejoin")
+}
+
 func mustVote(t *testing.T, d totalorder.Delivery) *ordov1.VoteEntry {
 	e, err := decodeEntry(d.Data)
 	require.NoError(t, err)

@@ -120,6 +120,15 @@ func (v *Votes) Verdict(seqno uint64) Verdict {
 	return Undecided
 }
 
+// Count returns how many voters carried the entry at seqno out and how
+// many could not, as counted so far.
+func (v *Votes) Count(seqno uint64) (ok, bad int) {
+	if p := v.polls[seqno]; p != nil {
+		return len(p.ok), len(p.bad)
+	}
+	return 0, 0
+}
+
 // Voted reports whether node has voted on the entry at seqno.
 func (v *Votes) Voted(seqno uint64, node uint32) bool {
 	p := v.polls[seqno]

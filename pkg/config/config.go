@@ -76,6 +76,12 @@ type Node struct {
 	// CommitTimeout bounds one update transaction's termination
 	// (default 30s).
 	CommitTimeout time.Duration `yaml:"commit_timeout"`
+	// VoteTimeout bounds how long a node that could not carry out an entry
+	// waits for the cluster's verdict on it while the voters needed for a
+	// majority do not vote (down, cut off): then it leaves, as if the
+	// verdict were against it, and is brought back with 'ordo join
+	// --rejoin' (docs/architecture.md). Default 10m.
+	VoteTimeout time.Duration `yaml:"vote_timeout"`
 	// ClassIdleTimeout bounds, under cons, how long a client may leave a
 	// transaction that holds conflict classes idle: PostgreSQL then ends
 	// its session (idle_in_transaction_session_timeout) and the classes
@@ -241,6 +247,9 @@ func (n *Node) Defaults() {
 	if n.CommitTimeout == 0 {
 		n.CommitTimeout = 30 * time.Second
 	}
+	if n.VoteTimeout == 0 {
+		n.VoteTimeout = 10 * time.Minute
+	}
 	if n.ProposeTimeout == 0 {
 		n.ProposeTimeout = 5 * time.Second
 	}
@@ -368,6 +377,9 @@ func (n *Node) validate(files bool) error {
 	}
 	if n.DataCheckInterval != 0 && n.DataCheckInterval < time.Second {
 		bad("data_check_interval: must be 0 (off) or at least 1s, got %s", n.DataCheckInterval)
+	}
+	if n.VoteTimeout < time.Second {
+		bad("vote_timeout: must be at least 1s, got %s", n.VoteTimeout)
 	}
 	if n.AuthTimeout < time.Second {
 		bad("auth_timeout: must be at least 1s, got %s", n.AuthTimeout)
