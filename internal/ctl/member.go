@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -107,20 +108,80 @@ only if the others can form a quorum without it. A voter is left as it is.`,
 			return onID(cmd, args[0], (*admin.Client).PromoteMember)
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	var drainTimeout time.Duration
+	var noDrain bool
+	remove := &cobra.Command{
 		Use:   "remove ID",
-		Short: "Remove a node from the cluster for good",
-		Long: `member remove removes node ID from the Raft group. The removed node stops
-taking part in the order and refuses clients with an error that names its
-removal; it never starts again with its old identity (its id and data
-directory): to bring the machine back, wipe it and join it with a new id.
-The others keep committing (a 3-node cluster becomes a 2-node one, which
-needs both nodes for a quorum).`,
+		Short: "Remove a node from the cluster for good (draining it first)",
+		Long: `member remove removes node ID from the Raft group. If node ID's own admin API
+is among --endpoints and answers, it is drained first, as 'ordoctl drain'
+does: it refuses new clients and ends each session between transactions,
+for up to --drain-timeout, so that transactions it is committing finish
+rather than end with 08007 (those still inside a transaction then are
+counted and removed with the node). A node that does not answer (down) is
+removed at once, with a note; --no-drain removes at once in any case.
+
+The removed node stops taking part in the order and refuses clients with an
+error that names its removal; it never starts again with its old identity
+(its id and data directory): to bring the machine back, wipe it and join
+it with a new id. The others keep committing (a 3-node cluster becomes a
+2-node one, which needs both nodes for a quorum). The removal is asked of
+another node of --endpoints when there is one.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return onID(cmd, args[0], (*admin.Client).RemoveMember)
+			id, err := strconv.ParseUint(args[0], 10, 32)
+			if err != nil || id == 0 {
+				return usagef("ID must be a node id (1 to 4294967295): %q", args[0])
+			}
+			cs, err := g.clients()
+			if err != nil {
+				return err
+			}
+			defer closeAll(cs)
+			// Which endpoint is node id itself?
+			var self *admin.Client
+			others := make([]*admin.Client, 0, len(cs))
+			for _, c := range cs {
+				if st, err := c.Status(cmd.Context()); err == nil && uint64(st.NodeID) == id && self == nil {
+					self = c
+					continue
+				}
+				others = append(others, c)
+			}
+			switch {
+			case noDrain:
+			case self == nil:
+				fmt.Fprintf(cmd.ErrOrStderr(), "node %d's admin API is not among --endpoints or does not answer: it is removed without a drain (transactions it is committing end with 08007)\n", id)
+			default:
+				fmt.Fprintf(cmd.ErrOrStderr(), "draining node %d (%s) for up to %s…\n", id, self.Endpoint(), drainTimeout)
+				d, err := self.Drain(cmd.Context(), drainTimeout)
+				switch {
+				case err != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "node %d not drained (%v): removing it anyway\n", id, err)
+				case d.Left > 0:
+					fmt.Fprintf(cmd.ErrOrStderr(), "node %d drained but for %d sessions still inside a transaction (their commits end with 08007)\n", id, d.Left)
+				default:
+					fmt.Fprintf(cmd.ErrOrStderr(), "node %d drained: no client session left\n", id)
+				}
+			}
+			if self != nil {
+				others = append(others, self) // last resort: the node removes itself
+			}
+			var got admin.Members
+			c, _, err := startOnFirst(others, func(c *admin.Client) (uint64, error) {
+				m, err := c.RemoveMember(cmd.Context(), id)
+				got = m
+				return 0, err
+			})
+			if err != nil {
+				return err
+			}
+			return render(cmd, c, got)
 		},
-	})
+	}
+	remove.Flags().DurationVar(&drainTimeout, "drain-timeout", admin.DefaultDrainTimeout, "how long to wait for the node's sessions inside a transaction before removing it")
+	remove.Flags().BoolVar(&noDrain, "no-drain", false, "remove the node at once, without draining it")
+	cmd.AddCommand(remove)
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/admin"
 	"github.com/ordo-db/ordo/internal/ctl"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // TestDrainANode: ordoctl drain takes node 3 out of service gently. New
@@ -74,4 +76,63 @@ func TestDrainANode(t *testing.T) {
 	var v int
 	require.NoError(t, back.QueryRow(ctx, "SELECT v FROM dr WHERE id = 1").Scan(&v))
 	require.Equal(t, 1, v)
+}
+
+// TestRemoveDrainsTheNodeFirst: ordoctl member remove 3, given node 3's
+// endpoint too, drains it before removing it: a transaction node 3 is in
+// the middle of commits (it would end with 08007 had the node been removed
+// under it), the idle session is ended, and the node is then removed.
+func TestRemoveDrainsTheNodeFirst(t *testing.T) {
+	const token = "shared-admin-token-for-the-test"
+	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) { cfg.AdminToken = token })
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE rd (id int PRIMARY KEY, v int)")
+	require.NoError(t, err)
+	_, err = c.connect(0).Exec(ctx, "INSERT INTO rd VALUES (1, 0)")
+	require.NoError(t, err)
+	c.waitConverged()
+	octl := buildOrdoctl(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
+
+	idle := c.connect(2)
+	busy := c.connect(2)
+	tx, err := busy.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "UPDATE rd SET v = v + 1 WHERE id = 1")
+	require.NoError(t, err)
+
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, errOut, code := octl.run("member", "remove", "3", "--endpoints", c.nodes[0].AdminAddr()+","+c.nodes[2].AdminAddr(),
+			"--token-file", tokenFile, "--drain-timeout", "20s")
+		done <- result{out + errOut, code}
+	}()
+	require.Eventually(t, func() bool { return c.nodes[2].Draining() }, 10*time.Second, 20*time.Millisecond, "node 3 drains first")
+	select {
+	case r := <-done:
+		t.Fatalf("removed before its transaction ended: %s", r.out)
+	case <-time.After(time.Second):
+	}
+	require.NoError(t, tx.Commit(ctx), "the transaction node 3 was in commits")
+	r := <-done
+	require.Equal(t, ctl.ExitOK, r.code, r.out)
+	require.Contains(t, r.out, "node 3 drained: no client session left")
+	_, err = idle.Exec(ctx, "SELECT 1")
+	require.Error(t, err, "the idle session was ended")
+	ac := admin.NewClient(c.nodes[0].AdminAddr(), admin.ClientOptions{Token: token})
+	defer ac.Close()
+	ms, err := ac.Members(ctx)
+	require.NoError(t, err)
+	for _, m := range ms.Members {
+		require.NotEqual(t, uint64(3), m.ID, "node 3 is removed")
+	}
+	var v int
+	require.Eventually(t, func() bool {
+		return c.direct(0).QueryRow(ctx, "SELECT v FROM rd WHERE id = 1").Scan(&v) == nil && v == 1
+	}, 10*time.Second, 100*time.Millisecond, "its commit reached node 1")
 }
