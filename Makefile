@@ -123,12 +123,12 @@ bench-ddl:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster -ddl $(BENCH_FLAGS)
 
-## bench-join: a fourth node joins a 3-node cluster under pgbench load,
-## against pg_dump | pg_restore of the same database, and the donor's
-## throughput during the copy (docs/membership.md).
+## bench-join: nodes join a 3-node cluster holding pgbench -i -s 50, idle
+## and under pgbench load, against pg_dump | pg_restore of the same
+## database, and the donor's throughput during the copy (docs/membership.md).
 bench-join:
 	@bash scripts/ensure-tools.sh go postgres
-	$(GO) run ./test/bench/cluster -join $(BENCH_FLAGS)
+	$(GO) run ./test/bench/cluster -join -scale 50 $(BENCH_FLAGS)
 
 ## bench-tpcc: TPC-C directly and through a 3-node cluster under dbsm,
 ## dbsm-si, pgr and cons (table and warehouse grain), 1 and 8 clients per

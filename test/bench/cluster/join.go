@@ -26,12 +26,13 @@ import (
 	"github.com/ordo-db/ordo/test/internal/benchcluster"
 )
 
-// runJoin is -join (`make bench-join`): a fourth node joins a 3-node
-// dbsm-si cluster holding pgbench's tables at -scale while pgbench clients
-// write through every node; the time the join takes (until its copy is
-// done, and until it is a voter) is compared with pg_dump -Fc | pg_restore
-// of the same database under the same load, and the donor's throughput
-// during the copy with its throughput before it.
+// runJoin is -join (`make bench-join`): nodes join a 3-node dbsm-si
+// cluster holding pgbench's tables at -scale from node 2, first with no
+// client (node 4), then while pgbench clients write through the three
+// original nodes (node 5); each join (until its copy is done, and until it
+// is a voter) is compared with pg_dump -Fc | pg_restore of the same
+// database under the same conditions (-runs times, median), and under
+// load the donor's throughput during the copy with the 10 s before it.
 func runJoin(ctx context.Context, pgbench, direct string) error {
 	c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: "dbsm-si", Load: func(dsn string) error { return initPgbench(pgbench, dsn) }})
 	if err != nil {
@@ -43,9 +44,83 @@ func runJoin(ctx context.Context, pgbench, direct string) error {
 		return err
 	}
 	const donor = 1 // node 2
+	tok, err := os.ReadFile(filepath.Join(c.Configs[donor].DataDir, admin.TokenFileName))
+	if err != nil {
+		return err
+	}
+	from := admin.NewClient(c.Nodes[donor].AdminAddr(), admin.ClientOptions{Token: strings.TrimSpace(string(tok))})
+	defer from.Close()
+	baseline := func(label string) (float64, error) {
+		var ss []float64
+		for r := range *runs {
+			s, err := dumpRestore(ctx, binDir, c.Servers[donor], direct, label+strconv.Itoa(r))
+			if err != nil {
+				return 0, err
+			}
+			ss = append(ss, s)
+			fmt.Printf("%s run %d: pg_dump -Fc | pg_restore %.2f s\n", label, r+1, s)
+		}
+		return median(ss), nil
+	}
+	joined := 0
+	join := func(label string) (copied, voter time.Duration, began time.Time, err error) {
+		joined++
+		id := uint32(3 + joined)
+		pg, err := pglocal.Start(ctx, pglocal.Options{N: 1, Fsync: true})
+		if err != nil {
+			return 0, 0, began, err
+		}
+		stops = append(stops, func() { _ = pg.Stop() })
+		cfg, err := joinerConfig(c, id, pg.Servers[0].DSN("postgres"))
+		if err != nil {
+			return 0, 0, began, err
+		}
+		began = time.Now()
+		n, err := node.StartJoin(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), node.JoinOptions{From: from, BinDir: binDir, Progress: os.Stdout})
+		if err != nil {
+			return 0, 0, began, err
+		}
+		stops = append(stops, n.Stop)
+		copied = time.Since(began)
+		for {
+			ms, err := from.Members(ctx)
+			if err != nil {
+				return 0, 0, began, err
+			}
+			for _, m := range ms.Members {
+				if m.ID == uint64(id) && m.Role == "voter" {
+					voter = time.Since(began)
+				}
+			}
+			if voter > 0 {
+				break
+			}
+			if time.Since(began) > 20*time.Minute {
+				return 0, 0, began, fmt.Errorf("node %d did not become a voter", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		fmt.Printf("%s: node %d copied in %.2f s, a voter after %.2f s\n", label, id, copied.Seconds(), voter.Seconds())
+		return copied, voter, began, nil
+	}
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
 
-	// Clients through every node, each node's pgbench reporting its
-	// throughput every second.
+	// Idle.
+	idleBase, err := baseline("idle")
+	if err != nil {
+		return err
+	}
+	idleCopy, idleVoter, _, err := join("idle")
+	if err != nil {
+		return err
+	}
+
+	// Under load: clients through the three original nodes, each node's
+	// pgbench reporting its throughput every second.
 	pb := make([]*progress, len(c.DSNs))
 	for i, dsn := range c.DSNs {
 		if pb[i], err = startProgress(pgbench, dsn, 2); err != nil {
@@ -54,85 +129,40 @@ func runJoin(ctx context.Context, pgbench, direct string) error {
 		defer pb[i].stop()
 	}
 	time.Sleep(5 * time.Second)
-
-	// The baseline, under the same load: pg_dump | pg_restore of the
-	// donor's database.
-	baseline := make([]float64, 0, *runs)
-	for r := range *runs {
-		s, err := dumpRestore(ctx, binDir, c.Servers[donor], direct, r)
-		if err != nil {
-			return err
-		}
-		baseline = append(baseline, s)
-		fmt.Printf("run %d pg_dump -Fc | pg_restore (clients writing through every node): %.2f s\n", r+1, s)
+	loadBase, err := baseline("load")
+	if err != nil {
+		return err
 	}
 	time.Sleep(10 * time.Second)
-
-	pg, err := pglocal.Start(ctx, pglocal.Options{N: 1, Fsync: true})
+	loadCopy, loadVoter, began, err := join("load")
 	if err != nil {
 		return err
 	}
-	defer pg.Stop()
-	cfg, err := joinerConfig(c, pg.Servers[0].DSN("postgres"))
-	if err != nil {
-		return err
-	}
-	tok, err := os.ReadFile(filepath.Join(c.Configs[donor].DataDir, admin.TokenFileName))
-	if err != nil {
-		return err
-	}
-	from := admin.NewClient(c.Nodes[donor].AdminAddr(), admin.ClientOptions{Token: strings.TrimSpace(string(tok))})
-	defer from.Close()
-	began := time.Now()
-	n, err := node.StartJoin(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), node.JoinOptions{From: from, BinDir: binDir, Progress: os.Stdout})
-	if err != nil {
-		return err
-	}
-	defer n.Stop()
-	copied := time.Since(began)
-	for {
-		ms, err := from.Members(ctx)
-		if err != nil {
-			return err
-		}
-		voter := false
-		for _, m := range ms.Members {
-			voter = voter || (m.ID == uint64(cfg.ID) && m.Role == "voter")
-		}
-		if voter {
-			break
-		}
-		if time.Since(began) > 10*time.Minute {
-			return fmt.Errorf("node %d did not become a voter", cfg.ID)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	voterAfter := time.Since(began)
-	time.Sleep(2 * time.Second)
 	before := pb[donor].mean(began.Add(-10*time.Second), began)
-	during := pb[donor].mean(began, began.Add(copied))
-	var all float64
-	for _, p := range pb {
-		all += p.mean(began.Add(-10*time.Second), began)
-	}
-	base := median(baseline)
-	fmt.Printf("\njoin (scale %d): copy done in %.2f s, voter after %.2f s; pg_dump | pg_restore %.2f s (median of %d)\n",
-		*scale, copied.Seconds(), voterAfter.Seconds(), base, len(baseline))
-	fmt.Printf("donor (node %d) throughput: %.1f tps before, %.1f tps during the copy (cluster %.1f tps before)\n", donor+1, before, during, all)
-	fmt.Printf("RESULT join_s=%.2f voter_s=%.2f dump_restore_s=%.2f join_ratio=%.2f donor_tps_before=%.1f donor_tps_during=%.1f donor_tps_ratio=%.2f\n",
-		copied.Seconds(), voterAfter.Seconds(), base, copied.Seconds()/base, before, during, during/before)
+	during := pb[donor].mean(began, began.Add(loadCopy))
+	drop := 100 * (1 - during/before)
+	fmt.Printf("\njoin at scale %d, idle: copy %.2f s (a voter after %.2f s) against pg_dump | pg_restore %.2f s: ratio %.2f\n",
+		*scale, idleCopy.Seconds(), idleVoter.Seconds(), idleBase, idleCopy.Seconds()/idleBase)
+	fmt.Printf("join at scale %d, 2 pgbench clients per node: copy %.2f s (a voter after %.2f s) against %.2f s: ratio %.2f\n",
+		*scale, loadCopy.Seconds(), loadVoter.Seconds(), loadBase, loadCopy.Seconds()/loadBase)
+	fmt.Printf("donor (node %d) throughput: %.1f tps before, %.1f tps during the copy (%.0f %% less)\n", donor+1, before, during, drop)
+	fmt.Printf("RESULT join_s=%.2f baseline_s=%.2f ratio=%.2f join_load_s=%.2f baseline_load_s=%.2f ratio_load=%.2f voter_load_s=%.2f donor_tps_drop_pct=%.0f\n",
+		idleCopy.Seconds(), idleBase, idleCopy.Seconds()/idleBase, loadCopy.Seconds(), loadBase, loadCopy.Seconds()/loadBase, loadVoter.Seconds(), drop)
 	return nil
 }
 
+// stops are what runJoin started for the joiners, stopped in reverse.
+var stops []func()
+
 // dumpRestore times pg_dump -Fc of src piped into pg_restore of a new
 // database on the server of direct.
-func dumpRestore(ctx context.Context, binDir, src, direct string, run int) (float64, error) {
+func dumpRestore(ctx context.Context, binDir, src, direct, name string) (float64, error) {
 	conn, err := pgx.Connect(ctx, direct)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close(ctx)
-	db := fmt.Sprintf("restore_%d", run)
+	db := "restore_" + name
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 		return 0, err
 	}
@@ -163,9 +193,9 @@ func dumpRestore(ctx context.Context, binDir, src, direct string, run int) (floa
 	return time.Since(t0).Seconds(), nil
 }
 
-// joinerConfig is node 4's configuration: the cluster's settings, an
+// joinerConfig is joiner id's configuration: the cluster's settings, an
 // empty database.
-func joinerConfig(c *benchcluster.Cluster, pgDSN string) (*config.Node, error) {
+func joinerConfig(c *benchcluster.Cluster, id uint32, pgDSN string) (*config.Node, error) {
 	listen, err := benchcluster.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -175,7 +205,7 @@ func joinerConfig(c *benchcluster.Cluster, pgDSN string) (*config.Node, error) {
 		return nil, err
 	}
 	first := c.Configs[0]
-	peers := map[uint32]string{4: peerListen}
+	peers := map[uint32]string{id: peerListen}
 	for id, a := range first.Peers {
 		peers[id] = a
 	}
@@ -183,7 +213,7 @@ func joinerConfig(c *benchcluster.Cluster, pgDSN string) (*config.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &config.Node{ID: 4, Listen: listen, PeerListen: peerListen, Postgres: pgDSN, DataDir: dir, Peers: peers, Protocol: first.Protocol}
+	cfg := &config.Node{ID: id, Listen: listen, PeerListen: peerListen, Postgres: pgDSN, DataDir: dir, Peers: peers, Protocol: first.Protocol}
 	cfg.Defaults()
 	return cfg, cfg.Validate()
 }

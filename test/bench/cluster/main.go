@@ -31,17 +31,18 @@
 //
 // (medians over every run).
 //
-// With -join (`make bench-join`) a fourth node joins the 3-node dbsm-si
-// cluster (pgbench's tables at -scale) from node 2 while two pgbench
-// clients per node write through all three; it compares the join with
-// pg_dump -Fc | pg_restore of node 2's database (-runs times, median) and
-// node 2's throughput during the copy with the 10 s before it, and ends
-// with
+// With -join (`make bench-join`, at -scale 50 there) nodes join the
+// 3-node dbsm-si cluster (pgbench's tables at -scale) from node 2, first
+// with no client, then while two pgbench clients per node write through
+// the original three; each join is compared with pg_dump -Fc | pg_restore
+// of node 2's database under the same conditions (-runs times, median),
+// and under load node 2's throughput during the copy with the 10 s before
+// it. It ends with
 //
-//	RESULT join_s=<n> voter_s=<n> dump_restore_s=<n> join_ratio=<n> donor_tps_before=<n> donor_tps_during=<n> donor_tps_ratio=<n>
+//	RESULT join_s=<n> baseline_s=<n> ratio=<n> join_load_s=<n> baseline_load_s=<n> ratio_load=<n> voter_load_s=<n> donor_tps_drop_pct=<n>
 //
-// where join_s is the copy (until the node starts replaying) and voter_s
-// the time until it is a voter.
+// where join_s is the copy (until the node starts replaying) and
+// voter_load_s the time until the node under load is a voter.
 package main
 
 import (
