@@ -529,7 +529,13 @@ func (j *joiner) copyTable(ctx context.Context, donor, local *pgconn.PgConn, t t
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := donor.CopyTo(ctx, pw, "COPY "+t.ident()+" TO STDOUT")
+		// PostgreSQL sends a row a message, and pgconn writes each to the
+		// pipe, where a handoff costs more than the row: batch them.
+		bw := bufio.NewWriterSize(pw, 1<<20)
+		_, err := donor.CopyTo(ctx, bw, "COPY "+t.ident()+" TO STDOUT")
+		if err == nil {
+			err = bw.Flush()
+		}
 		pw.CloseWithError(err)
 		done <- err
 	}()
