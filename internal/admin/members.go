@@ -80,7 +80,9 @@ type MemberRow struct {
 	Leader bool   `json:"leader"`
 	// State: live (heard from), behind (more than 1000 seqnos behind the
 	// answering node), unreachable (never heard from, or the leader's
-	// failure detection says so).
+	// failure detection says so), joining (a learner that is not live
+	// yet: copying its database, then replaying, Behind saying how far
+	// it is once it reports).
 	State string `json:"state"`
 	// Applied is the member's applied prefix as last reported.
 	Applied *uint64 `json:"applied,omitempty"`
@@ -278,6 +280,11 @@ func (s *Server) memberList() Members {
 		}
 		if pr, ok := rs.Progress[mi.ID]; ok && mi.ID != uint64(s.cfg.NodeID) && !pr.RecentActive {
 			row.State = "unreachable"
+		}
+		if mi.Learner && row.State != "live" {
+			// Copying (not running yet), then replaying: Behind says
+			// how far it still is once it reports.
+			row.State = "joining"
 		}
 		out.Members = append(out.Members, row)
 	}

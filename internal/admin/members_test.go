@@ -36,7 +36,13 @@ func (m *fakeMembership) LastLogPoint() (totalorder.LogPoint, error) {
 }
 
 func (m *fakeMembership) AddWitness(ctx context.Context, id uint64, addr string) error {
-	return m.AddLearner(ctx, id, addr)
+	if err := m.AddLearner(ctx, id, addr); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.members[len(m.members)-1].Witness = true
+	return nil
 }
 
 func (m *fakeMembership) AddLearner(_ context.Context, id uint64, addr string) error {
@@ -108,9 +114,13 @@ func TestMemberEndpoints(t *testing.T) {
 	ms, err = c.AddMember(ctx, 4, "10.0.0.4:7001")
 	require.NoError(t, err)
 	require.Equal(t, "learner", ms.Members[3].Role)
+	require.Equal(t, "joining", ms.Members[3].State, "a learner not heard from yet is copying")
+	ms, err = c.AddWitness(ctx, 6, "10.0.0.6:7001")
+	require.NoError(t, err)
+	require.Equal(t, "learner (witness)", ms.Members[4].Role)
 	_, err = c.AddMember(ctx, 4, "10.0.0.4:7001")
 	require.NoError(t, err, "adding a member again is a no-op")
-	require.Equal(t, 1, m.adds)
+	require.Equal(t, 2, m.adds, "node 4 once, witness 6 once")
 	var ae *APIError
 	_, err = c.AddMember(ctx, 4, "10.0.0.9:7001")
 	require.ErrorAs(t, err, &ae)
@@ -134,7 +144,7 @@ func TestMemberEndpoints(t *testing.T) {
 
 	ms, err = c.RemoveMember(ctx, 3)
 	require.NoError(t, err)
-	require.Len(t, ms.Members, 3)
+	require.Len(t, ms.Members, 4, "1, 2, 4 and the witness 6")
 	_, err = c.RemoveMember(ctx, 3)
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, http.StatusNotFound, ae.Code)
