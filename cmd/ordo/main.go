@@ -189,18 +189,9 @@ version of the cluster must be in --pg-bin or on PATH.`,
 			if err != nil {
 				return err
 			}
-			o := admin.ClientOptions{}
-			if pt := cfg.PeerTLS; pt.CertFile != "" {
-				if o.TLS, err = certs.AdminClientConfig(pt.CertFile, pt.KeyFile, pt.CAFile); err != nil {
-					return fmt.Errorf("peer_tls: %w", err)
-				}
-			}
-			if tokenFile != "" {
-				b, err := os.ReadFile(tokenFile)
-				if err != nil {
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				o.Token = strings.TrimSpace(string(b))
+			o, err := memberClientOptions(cfg, tokenFile)
+			if err != nil {
+				return err
 			}
 			donor := admin.NewClient(from, o)
 			defer donor.Close()
@@ -259,18 +250,9 @@ peer_tls is set, else with --token-file.`,
 			}
 			var j *node.WitnessJoin
 			if joinFrom != "" {
-				o := admin.ClientOptions{}
-				if pt := cfg.PeerTLS; pt.CertFile != "" {
-					if o.TLS, err = certs.AdminClientConfig(pt.CertFile, pt.KeyFile, pt.CAFile); err != nil {
-						return fmt.Errorf("peer_tls: %w", err)
-					}
-				}
-				if tokenFile != "" {
-					b, err := os.ReadFile(tokenFile)
-					if err != nil {
-						return fmt.Errorf("--token-file: %w", err)
-					}
-					o.Token = strings.TrimSpace(string(b))
+				o, err := memberClientOptions(cfg, tokenFile)
+				if err != nil {
+					return err
 				}
 				from := admin.NewClient(joinFrom, o)
 				defer from.Close()
@@ -308,6 +290,27 @@ peer_tls is set, else with --token-file.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.SetContext(context.Background())
 	return cmd
+}
+
+// memberClientOptions is how a node calls another member's admin API:
+// with its peer certificate when peer_tls is set, else with the token in
+// tokenFile.
+func memberClientOptions(cfg *config.Node, tokenFile string) (admin.ClientOptions, error) {
+	var o admin.ClientOptions
+	if pt := cfg.PeerTLS; pt.CertFile != "" {
+		var err error
+		if o.TLS, err = certs.AdminClientConfig(pt.CertFile, pt.KeyFile, pt.CAFile); err != nil {
+			return o, fmt.Errorf("peer_tls: %w", err)
+		}
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return o, fmt.Errorf("--token-file: %w", err)
+		}
+		o.Token = strings.TrimSpace(string(b))
+	}
+	return o, nil
 }
 
 // loadNode reads --config and builds the logger --log-level asks for.

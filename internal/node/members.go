@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -64,6 +65,20 @@ const caughtUpLag = 100
 // has caught up with the order (twice in a row, half a second apart). It
 // returns once the node is a voter, or when ctx ends.
 func (n *Node) promoteWhenCaughtUp(ctx context.Context) {
+	promoteWhenCaughtUp(ctx, n.order, uint64(n.cfg.ID), n.log, func() (uint64, bool) {
+		if n.replica.Err() != nil {
+			return 0, false
+		}
+		return sub(n.order.Delivered(), n.replica.AppliedPrefix()), true
+	})
+}
+
+// promoteWhenCaughtUp makes member id a voter once it is a learner whose
+// lag (Raft entries committed but not applied, plus what behind adds: its
+// consumer's own lag; false: not ready at all) is at most caughtUpLag,
+// twice in a row, half a second apart. It returns once id is a voter, or
+// when ctx ends.
+func promoteWhenCaughtUp(ctx context.Context, order *totalorder.Node, id uint64, log *slog.Logger, behind func() (uint64, bool)) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	steady := 0
@@ -74,21 +89,21 @@ func (n *Node) promoteWhenCaughtUp(ctx context.Context) {
 		case <-t.C:
 		}
 		learner, member := false, false
-		for _, m := range n.order.MemberInfos() {
-			if m.ID == uint64(n.cfg.ID) {
+		for _, m := range order.MemberInfos() {
+			if m.ID == id {
 				member, learner = true, m.Learner
 			}
 		}
 		if member && !learner {
 			return
 		}
-		if !member || n.replica.Err() != nil {
+		more, ok := behind()
+		if !member || !ok {
 			steady = 0
 			continue
 		}
-		st := n.order.Status()
-		lag := sub(st.Commit, st.Applied) + sub(n.order.Delivered(), n.replica.AppliedPrefix())
-		if st.Lead == 0 || lag > caughtUpLag {
+		st := order.Status()
+		if st.Lead == 0 || sub(st.Commit, st.Applied)+more > caughtUpLag {
 			steady = 0
 			continue
 		}
@@ -96,13 +111,13 @@ func (n *Node) promoteWhenCaughtUp(ctx context.Context) {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := n.order.Promote(pctx, uint64(n.cfg.ID))
+		err := order.Promote(pctx, id)
 		cancel()
 		if err != nil {
-			n.log.Warn("learner: promotion to voter failed; retrying", "err", err)
+			log.Warn("learner: promotion to voter failed; retrying", "err", err)
 			continue
 		}
-		n.log.Info("learner caught up and promoted itself to voter", "applied_prefix", n.replica.AppliedPrefix())
+		log.Info("learner caught up and promoted itself to voter")
 		return
 	}
 }

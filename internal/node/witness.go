@@ -133,7 +133,7 @@ func StartWitness(ctx context.Context, cfg *config.Node, log *slog.Logger, j *Wi
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		w.promoteWhenCaughtUp(runCtx)
+		promoteWhenCaughtUp(runCtx, w.order, uint64(cfg.ID), log, func() (uint64, bool) { return 0, true })
 	}()
 	w.wg.Add(1)
 	go func() {
@@ -192,47 +192,6 @@ func (w *Witness) ready(rw http.ResponseWriter, _ *http.Request) {
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(code)
 	_ = json.NewEncoder(rw).Encode(body)
-}
-
-// promoteWhenCaughtUp makes the witness a voter once it is a learner that
-// has applied what is committed (twice in a row, half a second apart).
-func (w *Witness) promoteWhenCaughtUp(ctx context.Context) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	steady := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		learner, member := false, false
-		for _, m := range w.order.MemberInfos() {
-			if m.ID == uint64(w.cfg.ID) {
-				member, learner = true, m.Learner
-			}
-		}
-		if member && !learner {
-			return
-		}
-		st := w.order.Status()
-		if !member || st.Lead == 0 || sub(st.Commit, st.Applied) > caughtUpLag {
-			steady = 0
-			continue
-		}
-		if steady++; steady < 2 {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := w.order.Promote(pctx, uint64(w.cfg.ID))
-		cancel()
-		if err != nil {
-			w.log.Warn("witness: promotion to voter failed; retrying", "err", err)
-			continue
-		}
-		w.log.Info("witness caught up and promoted itself to voter")
-		return
-	}
 }
 
 // Order is the witness's total order node.
