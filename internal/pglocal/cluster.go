@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -35,6 +36,11 @@ type Options struct {
 	Fsync bool
 	// StartTimeout bounds each server's start (default 60s).
 	StartTimeout time.Duration
+	// Env is added to each postmaster's environment ("NAME=value"; @NAME@
+	// in a value becomes the server's name, node1, node2, …): a test's
+	// fault injection (LD_PRELOAD). Its files must be readable by the
+	// unprivileged user the servers run as.
+	Env []string
 }
 
 // Cluster is a set of running servers.
@@ -109,6 +115,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			Password: o.Password,
 			binDir:   binDir,
 			as:       as,
+		}
+		for _, e := range o.Env {
+			c.Servers[i].env = append(c.Servers[i].env, strings.ReplaceAll(e, "@NAME@", name))
 		}
 	}
 	errs := make([]error, o.N)

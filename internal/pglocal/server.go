@@ -36,6 +36,7 @@ type Server struct {
 	Password string
 
 	binDir  string
+	env     []string // added to the postmaster's environment (Options.Env)
 	as      *runAs
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the postmaster has exited
@@ -240,6 +241,9 @@ func (s *Server) start(ctx context.Context, timeout time.Duration) error {
 	// Not CommandContext: the server must outlive the start context.
 	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), "-D", s.DataDir, "-p", strconv.Itoa(s.Port))
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	s.as.apply(cmd)
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // immediate shutdown if we die
 	cmd.SysProcAttr.Setpgid = true              // a Ctrl-C to the terminal reaches us, not the server

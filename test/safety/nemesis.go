@@ -38,6 +38,7 @@ var nemeses = map[string]fault{
 	"partition-ring":   partitionRing,
 	"partition-all":    partitionAll,
 	"slow-fsync":       slowFsync, // on the leader (aimAtLeader) and the node after it
+	"slow-pg-fsync":    slowPGFsync,
 }
 
 // aims choose the node of the faults that do not hit a random node: the
@@ -46,6 +47,7 @@ var nemeses = map[string]fault{
 var aims = map[string]func(r *run, i int) (int, string){
 	"partition-leader": aimAtLeader,
 	"slow-fsync":       aimAtLeader,
+	"slow-pg-fsync":    aimAtLeader,
 }
 
 // nemesisNames lists the nemeses, sorted, for messages.
@@ -225,8 +227,8 @@ const slowSyncDelay = 2 * time.Second
 
 // slowFsync: every fsync of the Raft log of node i and of the node after
 // it takes slowSyncDelay longer for d (a majority, so every commit waits
-// for a slow disk), then back to normal. PostgreSQL's own fsync is not
-// slowed (the suite runs it with fsync off, and nothing else here can).
+// for a slow disk), then back to normal. PostgreSQL's own fsync is
+// slow-pg-fsync's.
 func slowFsync(r *run, i int, d time.Duration) string {
 	j := (i + 1) % r.cluster.N()
 	for _, k := range []int{i, j} {
@@ -241,6 +243,31 @@ func slowFsync(r *run, i int, d time.Duration) string {
 		}
 	}
 	return fmt.Sprintf("Raft log fsyncs of nodes %d and %d slowed by %s; restored", i+1, j+1, slowSyncDelay)
+}
+
+// slowPGSyncDelay is what slow-pg-fsync adds to each fsync and fdatasync
+// of PostgreSQL: every commit, local or applied, waits for one.
+const slowPGSyncDelay = 300 * time.Millisecond
+
+// slowPGFsync: every fsync of the PostgreSQL servers of node i and of the
+// node after it takes slowPGSyncDelay longer for d, then back to normal.
+// The cluster runs PostgreSQL with fsync on and a preloaded library that
+// adds the delay (proccluster.Options.SlowPGSync) when this nemesis is
+// among a run's.
+func slowPGFsync(r *run, i int, d time.Duration) string {
+	j := (i + 1) % r.cluster.N()
+	for _, k := range []int{i, j} {
+		if err := r.cluster.SlowPGSync(k, slowPGSyncDelay); err != nil {
+			return fmt.Sprintf("could not slow node %d's PostgreSQL fsyncs: %v", k+1, err)
+		}
+	}
+	time.Sleep(d)
+	for _, k := range []int{i, j} {
+		if err := r.cluster.SlowPGSync(k, 0); err != nil {
+			return fmt.Sprintf("could not restore node %d's PostgreSQL fsyncs: %v", k+1, err)
+		}
+	}
+	return fmt.Sprintf("PostgreSQL fsyncs of nodes %d and %d slowed by %s; restored", i+1, j+1, slowPGSyncDelay)
 }
 
 // summary is the first line of a start error and, when it goes on with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -145,7 +146,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer r.rec.Close()
 	r.logf("starting 3 nodes (%s) in %s", cfg.Protocol, cfg.Dir)
-	r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin})
+	slowPG := slices.Contains(cfg.Nemeses, "slow-pg-fsync")
+	r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin, SlowPGSync: slowPG})
 	if err != nil {
 		// Ports are picked free and then bound by the processes; on a
 		// machine shared with other tests one can be taken in between.
@@ -155,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := os.MkdirAll(clusterDir, 0o755); err != nil {
 			return nil, err
 		}
-		r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin})
+		r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin, SlowPGSync: slowPG})
 		if err != nil {
 			return nil, err
 		}

@@ -136,7 +136,7 @@ func workloadsUnder(protocol string) []string {
 // run SAFETY_TIME long (skipped unless SAFETY_TIME is set). The nemeses
 // (nemesis.go) are none (no faults), kill, partition, backend-kill, pause,
 // postmaster-kill, kill-all, partition-leader, partition-ring,
-// partition-all and slow-fsync. Select runs with -run, e.g.
+// partition-all, slow-fsync and slow-pg-fsync. Select runs with -run, e.g.
 // -run 'TestMatrix/dbsm-si/append/kill$'.
 func TestMatrix(t *testing.T) {
 	d := os.Getenv("SAFETY_TIME")
@@ -160,7 +160,7 @@ func TestMatrix(t *testing.T) {
 	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons", "dbsm-rc"} {
 		for _, w := range workloadsUnder(protocol) {
 			for _, n := range []string{"none", "kill", "partition", "backend-kill", "pause", "postmaster-kill",
-				"kill-all", "partition-leader", "partition-ring", "partition-all", "slow-fsync"} {
+				"kill-all", "partition-leader", "partition-ring", "partition-all", "slow-fsync", "slow-pg-fsync"} {
 				if w == "wskew" && n != "none" {
 					continue // the control needs no faults
 				}

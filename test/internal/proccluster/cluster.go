@@ -3,6 +3,7 @@ package proccluster
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,9 @@ type Options struct {
 	// Prepare, if set, runs once the PostgreSQL servers are up and before
 	// any node starts (to create roles and databases on every server).
 	Prepare func(ctx context.Context, pg *pglocal.Cluster) error
+	// SlowPGSync runs the PostgreSQL servers with fsync on and with
+	// slowfsync.c preloaded, so SlowPGSync can slow their fsyncs.
+	SlowPGSync bool
 }
 
 // Cluster is a running set of `ordo start` processes, each in front of its
@@ -64,6 +68,8 @@ type Cluster struct {
 	procs []*exec.Cmd
 
 	pgMu sync.Mutex // serializes KillPG, RestartPG and PGRunning
+
+	faultDir string // slowfsync.so and the servers' delay files (SlowPGSync)
 }
 
 // Build compiles cmd/ordo into dir and returns the binary's path. It must
@@ -108,11 +114,23 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	pg, err := pglocal.Start(ctx, pglocal.Options{N: o.N})
+	pgo := pglocal.Options{N: o.N}
+	var faultDir string
+	if o.SlowPGSync {
+		if faultDir, err = buildSlowFsync(); err != nil {
+			return nil, err
+		}
+		pgo.Fsync = true
+		pgo.Env = []string{"LD_PRELOAD=" + filepath.Join(faultDir, "slowfsync.so"), "ORDO_FAULT_FSYNC_DELAY_FILE=" + filepath.Join(faultDir, "@NAME@.delay")}
+	}
+	pg, err := pglocal.Start(ctx, pgo)
 	if err != nil {
+		if faultDir != "" {
+			os.RemoveAll(faultDir)
+		}
 		return nil, fmt.Errorf("proccluster: %w", err)
 	}
-	c = &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, procs: make([]*exec.Cmd, o.N), links: map[[2]int]*Link{}}
+	c = &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, procs: make([]*exec.Cmd, o.N), links: map[[2]int]*Link{}, faultDir: faultDir}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -208,6 +226,43 @@ func (c *Cluster) syncDelayFile(i int) string {
 // after.
 func (c *Cluster) SlowSync(i int, d time.Duration) error {
 	return os.WriteFile(c.syncDelayFile(i), []byte(d.String()+"\n"), 0o644)
+}
+
+//go:embed preload/slowfsync.c
+var slowFsyncC []byte
+
+// buildSlowFsync compiles slowfsync.c into a directory the servers' user
+// can read, and returns the directory.
+func buildSlowFsync() (string, error) {
+	dir, err := os.MkdirTemp("", "ordo-slowfsync-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	src := filepath.Join(dir, "slowfsync.c")
+	if err := os.WriteFile(src, slowFsyncC, 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	out, err := exec.Command("cc", "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "slowfsync.so"), src, "-ldl").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("proccluster: compile slowfsync.c (a C compiler is needed for SlowPGSync): %w: %s", err, out)
+	}
+	return dir, nil
+}
+
+// SlowPGSync makes every fsync and fdatasync of node i's PostgreSQL
+// server take d longer (0: back to normal), within 100 ms (a cluster
+// started with SlowPGSync).
+func (c *Cluster) SlowPGSync(i int, d time.Duration) error {
+	if c.faultDir == "" {
+		return errors.New("proccluster: the cluster was not started with SlowPGSync")
+	}
+	return os.WriteFile(filepath.Join(c.faultDir, c.PG.Servers[i].Name+".delay"), []byte(fmt.Sprintf("%d\n", d.Microseconds())), 0o644)
 }
 
 // LogFile is node i's log (appended to by every start).
@@ -369,6 +424,9 @@ func (c *Cluster) Stop() {
 	}
 	if c.PG != nil {
 		_ = c.PG.Stop()
+	}
+	if c.faultDir != "" {
+		os.RemoveAll(c.faultDir)
 	}
 }
 
