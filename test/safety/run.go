@@ -42,6 +42,11 @@ type Config struct {
 	Seed uint64
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
+	// Witness runs two data nodes and a witness ('ordo witness', node 3,
+	// no PostgreSQL) instead of three data nodes; faults hit the data
+	// nodes, and the witness is what lets one of them commit without the
+	// other.
+	Witness bool
 }
 
 // Report is the outcome of a run.
@@ -147,7 +152,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer r.rec.Close()
 	r.logf("starting 3 nodes (%s) in %s", cfg.Protocol, cfg.Dir)
 	slowPG := slices.Contains(cfg.Nemeses, "slow-pg-fsync")
-	r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin, SlowPGSync: slowPG})
+	dataNodes := 3
+	if cfg.Witness {
+		dataNodes = 2
+	}
+	r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: dataNodes, Witness: cfg.Witness, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin, SlowPGSync: slowPG})
 	if err != nil {
 		// Ports are picked free and then bound by the processes; on a
 		// machine shared with other tests one can be taken in between.
@@ -157,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := os.MkdirAll(clusterDir, 0o755); err != nil {
 			return nil, err
 		}
-		r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin, SlowPGSync: slowPG})
+		r.cluster, err = proccluster.Start(ctx, proccluster.Options{N: dataNodes, Witness: cfg.Witness, Protocol: cfg.Protocol, Dir: clusterDir, Bin: cfg.Bin, SlowPGSync: slowPG})
 		if err != nil {
 			return nil, err
 		}

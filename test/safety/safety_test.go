@@ -103,6 +103,19 @@ func TestSafety(t *testing.T) {
 			})
 		})
 	}
+	// Two data nodes and a witness: either data node killed or cut off,
+	// the other goes on with the witness.
+	t.Run("witness", func(t *testing.T) {
+		runSafety(t, Config{
+			Protocol:  "dbsm-si",
+			Workloads: []string{"bank", "append"},
+			Nemeses:   []string{"kill", "partition"},
+			Duration:  14 * time.Second,
+			Clients:   4,
+			Converge:  60 * time.Second,
+			Witness:   true,
+		})
+	})
 }
 
 // workloadsUnder returns the workloads whose checks hold under protocol.
@@ -170,6 +183,22 @@ func TestMatrix(t *testing.T) {
 						nem = []string{n}
 					}
 					runSafety(t, Config{Protocol: protocol, Workloads: []string{w}, Nemeses: nem, Duration: dur})
+				})
+			}
+		}
+	}
+	// Two data nodes and a witness: each fault hits a data node (or, for
+	// partition-leader and slow-fsync, the leader), and the other data
+	// node goes on with the witness.
+	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+		for _, w := range []string{"bank", "append"} {
+			for _, n := range []string{"none", "kill", "partition", "pause", "postmaster-kill", "partition-leader", "slow-fsync"} {
+				t.Run("witness/"+protocol+"/"+w+"/"+n, func(t *testing.T) {
+					var nem []string
+					if n != "none" {
+						nem = []string{n}
+					}
+					runSafety(t, Config{Protocol: protocol, Workloads: []string{w}, Nemeses: nem, Duration: dur, Witness: true})
 				})
 			}
 		}

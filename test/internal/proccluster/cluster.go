@@ -44,6 +44,11 @@ type Options struct {
 	// Prepare, if set, runs once the PostgreSQL servers are up and before
 	// any node starts (to create roles and databases on every server).
 	Prepare func(ctx context.Context, pg *pglocal.Cluster) error
+	// Witness adds a witness ('ordo witness', no PostgreSQL) as node
+	// N+1, its process index N: every node's witnesses: lists it. N() and
+	// the methods of data nodes still count only the N data nodes; Kill,
+	// Start, Exited, Isolate and the links take index N for the witness.
+	Witness bool
 	// SlowPGSync runs the PostgreSQL servers with fsync on and with
 	// slowfsync.c preloaded, so SlowPGSync can slow their fsyncs.
 	SlowPGSync bool
@@ -70,6 +75,7 @@ type Cluster struct {
 	pgMu sync.Mutex // serializes KillPG, RestartPG and PGRunning
 
 	faultDir string // slowfsync.so and the servers' delay files (SlowPGSync)
+	witness  int    // the witness's index (Options.Witness), -1 without one
 }
 
 // Build compiles cmd/ordo into dir and returns the binary's path. It must
@@ -130,7 +136,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 		return nil, fmt.Errorf("proccluster: %w", err)
 	}
-	c = &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, procs: make([]*exec.Cmd, o.N), links: map[[2]int]*Link{}, faultDir: faultDir}
+	c = &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, links: map[[2]int]*Link{}, faultDir: faultDir, witness: -1}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -150,7 +156,13 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			l.Close()
 		}
 	}()
-	for i := 0; i < o.N; i++ {
+	total := o.N
+	if o.Witness {
+		total++
+		c.witness = o.N
+	}
+	c.procs = make([]*exec.Cmd, total)
+	for i := 0; i < total; i++ {
 		for _, list := range []*[]string{&c.listen, &c.peer, &c.metrics} {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -160,8 +172,8 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			*list = append(*list, l.Addr().String())
 		}
 	}
-	for i := 0; i < o.N; i++ {
-		for j := 0; j < o.N; j++ {
+	for i := 0; i < total; i++ {
+		for j := 0; j < total; j++ {
 			if i == j {
 				continue
 			}
@@ -172,16 +184,24 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			c.links[[2]int{i, j}] = l
 		}
 	}
-	for i := 0; i < o.N; i++ {
+	for i := 0; i < total; i++ {
 		var b strings.Builder
-		fmt.Fprintf(&b, "id: %d\nlisten: %s\npeer_listen: %s\nmetrics_listen: %s\npostgres: %s\ndata_dir: %s\nprotocol: %s\npropose_timeout: 3s\ncommit_timeout: 20s\npeers:\n",
-			i+1, c.listen[i], c.peer[i], c.metrics[i], pg.Servers[i].DSN(o.Database), filepath.Join(c.Dir, fmt.Sprint("node", i+1)), o.Protocol)
-		for j := 0; j < o.N; j++ {
+		if i == c.witness {
+			fmt.Fprintf(&b, "id: %d\npeer_listen: %s\nmetrics_listen: %s\ndata_dir: %s\npropose_timeout: 3s\npeers:\n",
+				i+1, c.peer[i], c.metrics[i], filepath.Join(c.Dir, fmt.Sprint("node", i+1)))
+		} else {
+			fmt.Fprintf(&b, "id: %d\nlisten: %s\npeer_listen: %s\nmetrics_listen: %s\npostgres: %s\ndata_dir: %s\nprotocol: %s\npropose_timeout: 3s\ncommit_timeout: 20s\npeers:\n",
+				i+1, c.listen[i], c.peer[i], c.metrics[i], pg.Servers[i].DSN(o.Database), filepath.Join(c.Dir, fmt.Sprint("node", i+1)), o.Protocol)
+		}
+		for j := 0; j < total; j++ {
 			addr := c.peer[j]
 			if j != i {
 				addr = c.links[[2]int{i, j}].Addr()
 			}
 			fmt.Fprintf(&b, "  %d: %s\n", j+1, addr)
+		}
+		if o.Witness {
+			fmt.Fprintf(&b, "witnesses: [%d]\n", c.witness+1)
 		}
 		for _, line := range o.Extra {
 			b.WriteString(strings.ReplaceAll(line, "@ID@", fmt.Sprint(i+1)) + "\n")
@@ -195,9 +215,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 	held = nil
 	// Start every node at once: a node waits for a quorum before serving.
-	errs := make([]error, o.N)
+	errs := make([]error, total)
 	var wg sync.WaitGroup
-	for i := 0; i < o.N; i++ {
+	for i := 0; i < total; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -208,8 +228,11 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, errors.Join(errs...)
 }
 
-// N is the number of nodes.
-func (c *Cluster) N() int { return len(c.procs) }
+// N is the number of data nodes (the witness, if any, not counted).
+func (c *Cluster) N() int { return len(c.PG.Servers) }
+
+// Witness is the witness's process index, -1 without one.
+func (c *Cluster) Witness() int { return c.witness }
 
 func (c *Cluster) config(i int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("node%d.yaml", i+1))
@@ -273,7 +296,11 @@ func (c *Cluster) LogFile(i int) string {
 // Start starts node i's process (0-based) and waits until it serves
 // PostgreSQL clients. Its log is appended to LogFile(i).
 func (c *Cluster) Start(i int) error {
-	cmd := exec.Command(c.bin, "start", "--config", c.config(i), "--log-level", "info")
+	verb, ready := "start", "serving PostgreSQL clients"
+	if i == c.witness {
+		verb, ready = "witness", "voting on"
+	}
+	cmd := exec.Command(c.bin, verb, "--config", c.config(i), "--log-level", "info")
 	cmd.Env = append(os.Environ(), storage.FaultSyncDelayEnv+"="+c.syncDelayFile(i))
 	// Killed with the process that started it: a test that dies leaves no
 	// node behind.
@@ -297,12 +324,12 @@ func (c *Cluster) Start(i int) error {
 	c.mu.Lock()
 	c.procs[i] = cmd
 	c.mu.Unlock()
-	ready := make(chan struct{})
+	readyc := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "serving PostgreSQL clients") {
-				close(ready)
+			if strings.Contains(sc.Text(), ready) {
+				close(readyc)
 				break
 			}
 		}
@@ -313,7 +340,7 @@ func (c *Cluster) Start(i int) error {
 	defer tick.Stop()
 	for {
 		select {
-		case <-ready:
+		case <-readyc:
 			return nil
 		case <-tick.C:
 			if c.Exited(i) {
