@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,10 +300,14 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		}
 	}
 	// A joiner's empty log starts a certification window before its
-	// copy, which it replays (an earlier run's log, if any, is kept).
+	// copy, which it replays (an earlier run's log, if any, is kept); it
+	// learns the witnesses from the donor, as the entries that added them
+	// may lie before its log.
 	var seed *totalorder.LogPoint
+	witnesses := cfg.WitnessSet()
 	if joined != nil {
 		seed = joined.LogPoint
+		addWitnesses(witnesses, joined.Members)
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -319,7 +324,8 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		// Votes on poison entries count the voters the log says
 		// (docs/membership.md), not node.yaml's bootstrap peers.
 		DeliverMembership: true,
-		Witnesses:         cfg.WitnessSet(),
+		Witnesses:         witnesses,
+		SeededJoins:       true,
 		RetainEntries:     cfg.LogRetentionEntries,
 		RetainBytes:       cfg.LogRetentionBytes,
 		TickInterval:      50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
@@ -727,4 +733,13 @@ func peerTransport(ctx context.Context, cfg *config.Node, log *slog.Logger, maxM
 		return nil, nil, fmt.Errorf("node: %w", err)
 	}
 	return tr, peerTLS, nil
+}
+
+// addWitnesses adds the witnesses among a member list (a donor's) to set.
+func addWitnesses(set map[uint64]bool, ms []admin.MemberRow) {
+	for _, m := range ms {
+		if strings.Contains(m.Role, "witness") {
+			set[m.ID] = true
+		}
+	}
 }

@@ -83,9 +83,10 @@ func StartWitness(ctx context.Context, cfg *config.Node, log *slog.Logger, j *Wi
 	}
 	var seed *totalorder.LogPoint
 	joining := false
-	if j != nil && j.From != nil && !raftState(dir) {
-		// Not a member yet: be added, and start the log where the member
-		// is (a witness replays nothing).
+	witnesses := cfg.WitnessSet()
+	if j != nil && j.From != nil {
+		// Be added (done already: no change), and start the log where
+		// the member is, if it is empty (a witness replays nothing).
 		pa, err := advertised(cfg.PeerListen)
 		if err != nil {
 			return nil, err
@@ -99,6 +100,7 @@ func StartWitness(ctx context.Context, cfg *config.Node, log *slog.Logger, j *Wi
 				peers[m.ID] = m.Addr
 			}
 		}
+		addWitnesses(witnesses, ms.Members)
 		lp, err := j.From.LastLogPoint(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("node: witness %d: where to start the log: %w", cfg.ID, err)
@@ -116,7 +118,7 @@ func StartWitness(ctx context.Context, cfg *config.Node, log *slog.Logger, j *Wi
 		ProposeTimeout: cfg.ProposeTimeout, Registerer: w.reg, MaxProposalBytes: 256 << 20,
 		SnapshotEntries: compactionInterval(cfg), KeepEntries: cfg.CertificationWindow,
 		RetainEntries: cfg.LogRetentionEntries, RetainBytes: cfg.LogRetentionBytes,
-		Witnesses: cfg.WitnessSet(), Witness: true,
+		Witnesses: witnesses, Witness: true, SeededJoins: true,
 		TickInterval: 50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {
@@ -163,20 +165,6 @@ func StartWitness(ctx context.Context, cfg *config.Node, log *slog.Logger, j *Wi
 	}
 	log.Info("witness started", "peer_listen", cfg.PeerListen)
 	return w, nil
-}
-
-// raftState reports whether dir holds a Raft log already.
-func raftState(dir string) bool {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return false
-	}
-	for _, e := range ents {
-		if e.Name() != "members.json" {
-			return true
-		}
-	}
-	return false
 }
 
 // ready is /readyz: 200 once the witness knows a leader.

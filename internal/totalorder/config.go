@@ -34,6 +34,13 @@ type Config struct {
 	// Witness: this node is a witness. It hands leadership to another
 	// voter whenever it is elected.
 	Witness bool
+	// SeededJoins: every member added to the group starts with Seed (its
+	// log starts where it needs it), so no snapshot is taken for it. That
+	// snapshot, ahead of the compaction point, would be where this node's
+	// log starts after a restart (the storage keeps no entry below its
+	// newest snapshot): a consumer restarted within a certification
+	// window of it would find the entries it replays gone.
+	SeededJoins bool
 	// Seed, with Join and an empty Dir, starts the log at a point of the
 	// group's log (from a member's LogPointAt) instead of at its
 	// beginning: the node holds no entry up to Seed.Index and is caught

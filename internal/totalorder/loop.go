@@ -459,8 +459,7 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		n.releaseLost(e.Term)
 	}
 	if n.cfg.RetainBytes > 0 {
-		n.cumBytes += uint64(len(e.Data))
-		n.sizes = append(n.sizes, indexBytes{index: e.Index, cum: n.cumBytes})
+		n.recordSize(e.Index, len(e.Data))
 	}
 	switch e.Type {
 	case raftpb.EntryNormal:
@@ -593,13 +592,13 @@ func (n *Node) releaseLost(term uint64) {
 // applied and every member has marked applied (less KeepEntries), once that is SnapshotEntries
 // past the last compaction, taking a snapshot there first. After a member
 // was added to a group whose log is already compacted it also takes a
-// snapshot at the applied index (without compacting further): the new
-// member can only be caught up by a snapshot whose configuration includes
-// it.
+// snapshot at the applied index (without compacting further), unless
+// Config.SeededJoins: a new member that starts with an empty log can only
+// be caught up by a snapshot whose configuration includes it.
 func (n *Node) maybeSnapshot() error {
 	if n.joinSnap {
 		n.joinSnap = false
-		if n.compacted > 0 && n.applied > n.snapIndex {
+		if n.compacted > 0 && n.applied > n.snapIndex && !n.cfg.SeededJoins {
 			if err := n.snapshot(n.applied, n.confHist[len(n.confHist)-1].cs); err != nil {
 				return err
 			}

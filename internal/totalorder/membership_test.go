@@ -464,7 +464,7 @@ func TestSeededJoinerReplaysFromItsLogPoint(t *testing.T) {
 	const window = 30
 	var seedPoint *LogPoint
 	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.SnapshotEntries, cfg.KeepEntries = 20, window
+		cfg.SnapshotEntries, cfg.KeepEntries, cfg.SeededJoins = 20, window, true
 		cfg.ProposeTimeout = 15 * time.Second
 		if cfg.ID == 4 {
 			cfg.Seed = seedPoint
@@ -516,5 +516,26 @@ func TestSeededJoinerReplaysFromItsLogPoint(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the joiner (from %d) got entries %v, the leader delivered %v", lp.Index, got, want)
+	}
+
+	// A member restarted now replays a window before what it delivered
+	// from its own log: no snapshot was taken for the joiner (SeededJoins),
+	// which would be where its log starts after the restart.
+	other := uint64(1)
+	if other == lead {
+		other = 2
+	}
+	after := c.node(other).Delivered() - window
+	c.stop(other)
+	rn := c.start(other, after, false)
+	top = 0
+	for _, sq := range c.proposeRetry([]uint64{lead}, 1, 3, "d") {
+		top = max(top, sq)
+	}
+	rn.waitSeqno(t, top, 15*time.Second)
+	for _, d := range rn.deliveries() {
+		if d.Type == DeliverySnapshot {
+			t.Fatalf("node %d, restarted to replay from %d, was handed a snapshot at %d", other, after, d.Seqno)
+		}
 	}
 }

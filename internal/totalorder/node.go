@@ -259,6 +259,14 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := n.loadMembers(); err != nil {
 		return nil, err
 	}
+	if len(cfg.Witnesses) > 0 {
+		// Witnesses this node was told of (a joiner learns them from its
+		// donor: the entries that added them may lie before its log)
+		// are kept for its restarts.
+		if err := n.saveMembers(); err != nil {
+			return nil, err
+		}
+	}
 	if err := n.tr.Start(n); err != nil {
 		return nil, fmt.Errorf("totalorder: transport: %w", err)
 	}
@@ -660,19 +668,26 @@ func (n *Node) setApplied(idx uint64) {
 	}
 }
 
-// AddNode adds node id, reachable at addr, to the group as a voter and
-// returns once the change is applied locally. The new node must be started
-// with Join set (and an empty Dir). Ids are never reused.
 // AddWitness adds node id, reachable at addr, as a learner that is a
 // witness (witness.go): every node knows it as one from this change on.
-// It promotes itself like any learner.
+// It promotes itself like any learner. A member already (a data node)
+// cannot become a witness.
 func (n *Node) AddWitness(ctx context.Context, id uint64, addr string) error {
 	if n.IsRemoved(id) {
 		return fmt.Errorf("%w: %d", ErrRemovedID, id)
 	}
+	n.mu.Lock()
+	member, witness := n.members[id] || n.learners[id], n.witnesses[id]
+	n.mu.Unlock()
+	if member && !witness {
+		return fmt.Errorf("totalorder: node %d is a member already, not a witness", id)
+	}
 	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id, Context: []byte(peerContext(addr, true))})
 }
 
+// AddNode adds node id, reachable at addr, to the group as a voter and
+// returns once the change is applied locally. The new node must be started
+// with Join set (and an empty Dir). Ids are never reused.
 func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
 	return n.confChange(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: []byte(addr)})
 }

@@ -13,6 +13,20 @@ type indexBytes struct {
 	cum   uint64
 }
 
+// sampleBytes: a sample is kept every sampleBytes of entries (or every
+// 1024 entries), so the samples stay small beside the log (at most 16
+// bytes per 4 KiB of it) and sizes are known to within that.
+const sampleBytes = 4 << 10
+
+// recordSize counts entry index of size bytes.
+func (n *Node) recordSize(index uint64, size int) {
+	n.cumBytes += uint64(size)
+	if k := len(n.sizes); k > 0 && n.cumBytes-n.sizes[k-1].cum < sampleBytes && index-n.sizes[k-1].index < 1024 {
+		return // counted at the next sample
+	}
+	n.sizes = append(n.sizes, indexBytes{index: index, cum: n.cumBytes})
+}
+
 // bytesAt is the cumulated size up to index (the last sample at or
 // before it), and whether any sample is that old.
 func (n *Node) bytesAt(index uint64) (uint64, bool) {
@@ -35,9 +49,12 @@ func (n *Node) bytesFloor(target uint64) uint64 {
 	if !ok || top <= r {
 		return 0
 	}
-	// The first sample after which at most r bytes remain up to target.
-	i := sort.Search(len(n.sizes), func(i int) bool { return top-n.sizes[i].cum <= r })
-	if i == 0 || i >= len(n.sizes) {
+	// The first sample (up to target) after which at most r bytes remain
+	// up to target: cum only grows, so cum >= top-r is ordered (top-cum
+	// is not, past target).
+	k := sort.Search(len(n.sizes), func(i int) bool { return n.sizes[i].index > target })
+	i := sort.Search(k, func(i int) bool { return n.sizes[i].cum >= top-r })
+	if i == 0 || i >= k {
 		return 0
 	}
 	return n.sizes[i].index
