@@ -230,19 +230,7 @@ const slowSyncDelay = 2 * time.Second
 // for a slow disk), then back to normal. PostgreSQL's own fsync is
 // slow-pg-fsync's.
 func slowFsync(r *run, i int, d time.Duration) string {
-	j := (i + 1) % r.cluster.N()
-	for _, k := range []int{i, j} {
-		if err := r.cluster.SlowSync(k, slowSyncDelay); err != nil {
-			return fmt.Sprintf("could not slow node %d's fsyncs: %v", k+1, err)
-		}
-	}
-	time.Sleep(d)
-	for _, k := range []int{i, j} {
-		if err := r.cluster.SlowSync(k, 0); err != nil {
-			return fmt.Sprintf("could not restore node %d's fsyncs: %v", k+1, err)
-		}
-	}
-	return fmt.Sprintf("Raft log fsyncs of nodes %d and %d slowed by %s; restored", i+1, j+1, slowSyncDelay)
+	return slowTwo(r, i, d, r.cluster.SlowSync, slowSyncDelay, "Raft log fsyncs")
 }
 
 // slowPGSyncDelay is what slow-pg-fsync adds to each fsync and fdatasync
@@ -255,19 +243,25 @@ const slowPGSyncDelay = 300 * time.Millisecond
 // adds the delay (proccluster.Options.SlowPGSync) when this nemesis is
 // among a run's.
 func slowPGFsync(r *run, i int, d time.Duration) string {
+	return slowTwo(r, i, d, r.cluster.SlowPGSync, slowPGSyncDelay, "PostgreSQL fsyncs")
+}
+
+// slowTwo slows what of node i and of the node after it by delay (set)
+// for d, then restores it.
+func slowTwo(r *run, i int, d time.Duration, set func(int, time.Duration) error, delay time.Duration, what string) string {
 	j := (i + 1) % r.cluster.N()
 	for _, k := range []int{i, j} {
-		if err := r.cluster.SlowPGSync(k, slowPGSyncDelay); err != nil {
-			return fmt.Sprintf("could not slow node %d's PostgreSQL fsyncs: %v", k+1, err)
+		if err := set(k, delay); err != nil {
+			return fmt.Sprintf("could not slow node %d's %s: %v", k+1, what, err)
 		}
 	}
 	time.Sleep(d)
 	for _, k := range []int{i, j} {
-		if err := r.cluster.SlowPGSync(k, 0); err != nil {
-			return fmt.Sprintf("could not restore node %d's PostgreSQL fsyncs: %v", k+1, err)
+		if err := set(k, 0); err != nil {
+			return fmt.Sprintf("could not restore node %d's %s: %v", k+1, what, err)
 		}
 	}
-	return fmt.Sprintf("PostgreSQL fsyncs of nodes %d and %d slowed by %s; restored", i+1, j+1, slowPGSyncDelay)
+	return fmt.Sprintf("%s of nodes %d and %d slowed by %s; restored", what, i+1, j+1, delay)
 }
 
 // summary is the first line of a start error and, when it goes on with
