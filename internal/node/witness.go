@@ -185,9 +185,6 @@ func (w *Witness) ready(rw http.ResponseWriter, _ *http.Request) {
 // Order is the witness's total order node.
 func (w *Witness) Order() *totalorder.Node { return w.order }
 
-// Registry holds the witness's metrics.
-func (w *Witness) Registry() *prometheus.Registry { return w.reg }
-
 // ReloadPeerTLS reads the peer certificate files again now (on SIGHUP).
 func (w *Witness) ReloadPeerTLS() error {
 	if w.peerTLS == nil {
