@@ -15,7 +15,7 @@ PG18_BIN  ?=
 # its budget (`make test-pg18 PG18_SKIP=` runs everything).
 PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates|JoinUnderLoad|JoinKilledAndRestarted|RemoveNodeUnderLoad|Granules|DonorKilled|PromoteALearner|DrainANode|ScheduledDataCheck|SQLAlchemy|RejoinAfterTheLogMovedOn|Witness
 
-.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-load bench-ddl bench-join bench-tpcc clean safety compat-suites
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-sysbench bench-load bench-ddl bench-join bench-tpcc clean safety compat-suites
 
 all: build
 
@@ -111,6 +111,13 @@ bench-capture:
 bench-cluster:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster $(BENCH_FLAGS)
+
+## bench-sysbench: sysbench oltp_read_write directly and through a 3-node
+## cluster (dbsm-si, dbsm), 1 and 8 threads, interleaved runs, medians,
+## CPU per transaction and where a commit's time goes (docs/performance.md).
+bench-sysbench:
+	@bash scripts/ensure-tools.sh go postgres sysbench
+	$(GO) run ./test/bench/sysbench $(BENCH_FLAGS)
 
 ## bench-load: pgbench -i -s 10 directly and through one node (a 1,000,000-row transaction).
 bench-load:

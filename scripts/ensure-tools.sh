@@ -8,6 +8,7 @@
 #             their bin dir on stdout (use it as ORDO_PG_BIN)
 #   protoc    the protobuf compiler
 #   pgbouncer PgBouncer, for the proxy benchmark
+#   sysbench  sysbench (with its PostgreSQL driver), for make bench-sysbench
 #   lint      staticcheck, pinned, into .tools/bin
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +97,12 @@ for need in "${needs[@]}"; do
       command -v protoc >/dev/null 2>&1 || apt_install protobuf-compiler ;;
     pgbouncer)
       command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || apt_install pgbouncer ;;
+    sysbench)
+      command -v sysbench >/dev/null 2>&1 || apt_install sysbench
+      if ! sysbench --help | grep -q '^  pgsql'; then
+        echo "ensure-tools: this sysbench has no PostgreSQL driver (pgsql); install one built with --with-pgsql" >&2
+        exit 1
+      fi ;;
     lint)
       if [ ! -x .tools/bin/staticcheck ] || ! .tools/bin/staticcheck -version 2>/dev/null | grep -q '0.8.2'; then
         echo "ensure-tools: installing staticcheck v0.8.2" >&2

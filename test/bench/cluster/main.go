@@ -3,10 +3,14 @@
 // the nodes), for dbsm and dbsm-si, 1 client (latency) and 8 clients
 // (throughput), several runs, medians. It prints the ratios and ends with
 //
-//	RESULT tps_ratio_dbsm_si=<n> tps_ratio_dbsm=<n> added_p50_ms=<n>
+//	RESULT tps_ratio_dbsm_si=<n> tps_ratio_dbsm=<n> added_p50_ms=<n> node_cpu_ms_per_txn=<n>
 //
 // where the TPS ratios are at 8 clients and added_p50_ms is the p50 latency
-// at 1 client through the cluster (dbsm-si) minus direct. Serialization
+// at 1 client through the cluster (dbsm-si) minus direct, and
+// node_cpu_ms_per_txn the CPU time of this process (the three nodes run in
+// it) per committed transaction at 8 clients (dbsm-si), divided by three:
+// one node's mean. Every run also prints the CPU of all PostgreSQL
+// processes per committed transaction, beside direct's. Serialization
 // failures are retried by pgbench (--max-tries), as an application would.
 // Every server gets the same initial data from pgbench -i before the
 // cluster starts.
@@ -95,6 +99,10 @@ func main() {
 type result struct {
 	tps   float64
 	p50ms float64
+	// CPU per committed transaction, in ms (medians over the runs): this
+	// process (the three Ordo nodes and the benchmark itself, which only
+	// waits for pgbench) and every PostgreSQL process on the machine.
+	ordoCPU, pgCPU float64
 }
 
 func run() error {
@@ -135,7 +143,7 @@ func run() error {
 			return err
 		}
 		results[fmt.Sprintf("direct/%d", clients)] = r
-		fmt.Printf("direct   clients=%d tps=%.1f p50=%.3fms\n", clients, r.tps, r.p50ms)
+		fmt.Printf("direct   clients=%d tps=%.1f p50=%.3fms  cpu/txn: postgres %.3fms\n", clients, r.tps, r.p50ms, r.pgCPU)
 	}
 	for _, protocol := range strings.Split(*protos, ",") {
 		// The initial data (a million rows at scale 10, more than one write
@@ -165,7 +173,8 @@ func run() error {
 				return err
 			}
 			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
-			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms\n", protocol, clients, r.tps, r.p50ms)
+			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms\n",
+				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU)
 		}
 		if *cpuprof != "" {
 			pprof.StopCPUProfile()
@@ -182,7 +191,8 @@ func run() error {
 	added := results["dbsm-si/1"].p50ms - results["direct/1"].p50ms
 	fmt.Printf("\ncluster/direct TPS at 8 clients: dbsm-si %.2f, dbsm %.2f (target >= 0.3)\n", ratioSI, ratioS)
 	fmt.Printf("added p50 latency at 1 client: dbsm-si %.3f ms, dbsm %.3f ms (target <= 1.5)\n", added, results["dbsm/1"].p50ms-results["direct/1"].p50ms)
-	fmt.Printf("RESULT tps_ratio_dbsm_si=%.3f tps_ratio_dbsm=%.3f added_p50_ms=%.3f\n", ratioSI, ratioS, added)
+	fmt.Printf("RESULT tps_ratio_dbsm_si=%.3f tps_ratio_dbsm=%.3f added_p50_ms=%.3f node_cpu_ms_per_txn=%.3f\n",
+		ratioSI, ratioS, added, results["dbsm-si/8"].ordoCPU/3)
 	return nil
 }
 
@@ -197,8 +207,9 @@ func initPgbench(pgbench, dsn string) error {
 // measure runs pgbench with clients spread over dsns, *runs times, and
 // returns the median total TPS and the median of per-run p50 latencies.
 func measure(pgbench string, dsns []string, clients int) (result, error) {
-	var tpss, p50s []float64
+	var tpss, p50s, ordoCPUs, pgCPUs []float64
 	for r := 0; r < *runs; r++ {
+		before := benchcluster.SampleCPU()
 		dir, err := os.MkdirTemp("", "ordo-bench-cluster-")
 		if err != nil {
 			return result{}, err
@@ -246,6 +257,7 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		if len(errs) > 0 {
 			return result{}, errs[0]
 		}
+		after := benchcluster.SampleCPU()
 		lat, err := latencies(dir)
 		os.RemoveAll(dir)
 		if err != nil {
@@ -253,8 +265,10 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		}
 		tpss = append(tpss, total)
 		p50s = append(p50s, median(lat)/1000)
+		ordoCPUs = append(ordoCPUs, (after.Self-before.Self).Seconds()*1000/float64(len(lat)))
+		pgCPUs = append(pgCPUs, (after.Postgres-before.Postgres).Seconds()*1000/float64(len(lat)))
 	}
-	return result{tps: median(tpss), p50ms: median(p50s)}, nil
+	return result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs)}, nil
 }
 
 // latencies reads pgbench's per-transaction logs (latency in µs, 3rd field).
