@@ -417,7 +417,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 			scheduleDataChecks(runCtx, n.order, rep, cfg.DataCheckInterval, log)
 		}()
 	}
-	backend, err := backendAddr(cfg.Postgres)
+	network, backend, err := backendAddr(cfg.Postgres)
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +435,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		}()
 	}
 	n.wire, err = wire.NewServer(wire.Config{
-		ListenAddr: cfg.Listen, BackendAddr: backend,
+		ListenAddr: cfg.Listen, BackendAddr: backend, BackendNetwork: network,
 		TLSConfig: clientTLS, AllowPlaintext: *cfg.TLS.AllowPlaintext,
 		MaxConns: cfg.MaxConnections, Logger: log, Registerer: n.reg,
 		StartupTimeout: cfg.AuthTimeout, MaxStartupConns: cfg.MaxUnauthenticated,
@@ -647,12 +647,19 @@ func (n *Node) bruteForce(rep *replica.Replica, hooks *session.Hooks, pids []int
 	}
 }
 
-func backendAddr(dsn string) (string, error) {
+// backendAddr is where the wire server connects clients' sessions: the
+// host and port of the postgres connection string, or, when its host is
+// a directory (host=/var/run/postgresql), the Unix-domain socket there,
+// as libpq would connect.
+func backendAddr(dsn string) (network, addr string, err error) {
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return "", fmt.Errorf("node: postgres: %w", err)
+		return "", "", fmt.Errorf("node: postgres: %w", err)
 	}
-	return net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), nil
+	if strings.HasPrefix(pc.Host, "/") {
+		return "unix", filepath.Join(pc.Host, ".s.PGSQL."+strconv.Itoa(int(pc.Port))), nil
+	}
+	return "tcp", net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), nil
 }
 
 func redact(dsn string) string {

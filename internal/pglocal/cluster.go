@@ -41,6 +41,10 @@ type Options struct {
 	// fault injection (LD_PRELOAD). Its files must be readable by the
 	// unprivileged user the servers run as.
 	Env []string
+	// Socket makes each server listen on a Unix-domain socket in its data
+	// directory too (Server.SocketDSN), besides its loopback port. Its
+	// connections ask for the password like TCP ones.
+	Socket bool
 }
 
 // Cluster is a set of running servers.

@@ -56,6 +56,13 @@ func (s *Server) DSN(db string) string {
 	return u.String()
 }
 
+// SocketDSN returns a connection string for database db as the superuser
+// through the server's Unix-domain socket (a cluster started with
+// Options.Socket).
+func (s *Server) SocketDSN(db string) string {
+	return fmt.Sprintf("host=%s port=%d dbname=%s user=%s password=%s sslmode=disable", s.DataDir, s.Port, db, s.User, s.Password)
+}
+
 // Addr returns host:port.
 func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
 
@@ -164,6 +171,9 @@ func (s *Server) configure(o *Options) error {
 		"fsync":                     "off",
 		"full_page_writes":          "off",
 	}
+	if o.Socket {
+		settings["unix_socket_directories"] = "'" + s.DataDir + "'"
+	}
 	if o.Fsync {
 		settings["fsync"] = "on"
 		settings["full_page_writes"] = "on"
@@ -200,8 +210,8 @@ func (s *Server) configure(o *Options) error {
 	for _, l := range o.HBA {
 		hba.WriteString(l + "\n")
 	}
-	hba.WriteString("local all all trust\n")
-	hba.WriteString("local replication all trust\n")
+	hba.WriteString("local all all scram-sha-256\n")
+	hba.WriteString("local replication all scram-sha-256\n")
 	hba.WriteString("host all all 127.0.0.0/8 scram-sha-256\n")
 	hba.WriteString("host replication all 127.0.0.0/8 scram-sha-256\n")
 	hba.WriteString("host all all ::1/128 scram-sha-256\n")

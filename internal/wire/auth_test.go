@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,10 +12,13 @@ import (
 	"encoding/binary"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,4 +213,41 @@ func TestGSSENCRefused(t *testing.T) {
 	// gssencmode=prefer clients (pgx does not, psql does) connect the same way.
 	c := connect(t, p.dsn("trustuser", "", ""))
 	_ = c
+}
+
+// TestTrustIsReportedOnce: when PostgreSQL lets a relayed client in
+// without asking for anything, the proxy says, once, that every client
+// reaching it gets in the same way; a password login says nothing.
+func TestTrustIsReportedOnce(t *testing.T) {
+	var logs syncBuffer
+	p := startProxy(t, nil, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	connect(t, p.dsn("scramuser", "scrampass", ""))
+	if strings.Contains(logs.String(), "without asking for a password") {
+		t.Fatalf("a SCRAM login was reported as trusted:\n%s", logs.String())
+	}
+	connect(t, p.dsn("trustuser", "", ""))
+	connect(t, p.dsn("trustuser", "", ""))
+	if n := strings.Count(logs.String(), "without asking for a password"); n != 1 {
+		t.Fatalf("trusted logins reported %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the sessions' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -16,8 +16,14 @@ type Config struct {
 	// ListenAddr is informational (the caller creates the listener and
 	// passes it to Serve); it is used in logs only.
 	ListenAddr string
-	// BackendAddr is host:port of the local PostgreSQL server. Required.
+	// BackendAddr is host:port of the local PostgreSQL server, or the
+	// path of its Unix-domain socket when BackendNetwork is "unix".
+	// Required.
 	BackendAddr string
+	// BackendNetwork is "tcp" (the default) or "unix". Through a socket,
+	// PostgreSQL's `local` lines of pg_hba.conf authenticate every
+	// client.
+	BackendNetwork string
 
 	// TLSCertFile and TLSKeyFile, or TLSConfig, enable TLS termination:
 	// clients that send SSLRequest get TLS with this certificate.
@@ -72,6 +78,13 @@ type Config struct {
 
 func (c *Config) withDefaults() (Config, error) {
 	cfg := *c
+	switch cfg.BackendNetwork {
+	case "":
+		cfg.BackendNetwork = "tcp"
+	case "tcp", "unix":
+	default:
+		return cfg, fmt.Errorf("wire: Config.BackendNetwork %q is neither tcp nor unix", cfg.BackendNetwork)
+	}
 	if cfg.BackendAddr == "" {
 		return cfg, errors.New("wire: Config.BackendAddr is required")
 	}

@@ -39,6 +39,7 @@ type Server struct {
 	addr           net.Addr
 
 	idleTimeouts bool // IdleTimeout or IdleInTxTimeout set
+	warnedTrust  atomic.Bool
 
 	nextID  atomic.Uint64
 	nextPID atomic.Uint32

@@ -1187,7 +1187,7 @@ func (ss *session) backendFailed(err error) {
 // cancelBackend sends a CancelRequest for this session's backend.
 func (ss *session) cancelBackend() error {
 	d := net.Dialer{Timeout: ss.srv.cfg.DialTimeout}
-	c, err := d.Dial("tcp", ss.srv.cfg.BackendAddr)
+	c, err := d.Dial(ss.srv.cfg.BackendNetwork, ss.srv.cfg.BackendAddr)
 	if err != nil {
 		return fmt.Errorf("dial PostgreSQL: %w", err)
 	}

@@ -219,7 +219,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 	}
 
 	d := net.Dialer{Timeout: s.cfg.DialTimeout}
-	sc, err := d.Dial("tcp", s.cfg.BackendAddr)
+	sc, err := d.Dial(s.cfg.BackendNetwork, s.cfg.BackendAddr)
 	if err != nil {
 		s.m.errors.WithLabelValues("backend").Inc()
 		ss.sendClient(fatal(codeCannotConnectNow, "ordo: the local PostgreSQL server is not available: %v", err))
@@ -242,6 +242,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 
 	// Relay authentication. Only authentication messages pass in either
 	// direction until AuthenticationOk.
+	asked := false // PostgreSQL asked the client for a credential
 	for authed := false; !authed; {
 		msg, err := ss.fe.Receive()
 		if err != nil {
@@ -293,6 +294,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		if expect == 0 {
 			continue
 		}
+		asked = true
 		if err := be.SetAuthType(expect); err != nil {
 			return nil, err
 		}
@@ -314,6 +316,13 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 	}
 	_ = be.SetAuthType(pgproto3.AuthTypeOk)
 	be.SetMaxBodyLen(s.cfg.MaxMessageLen)
+	if !asked && s.warnedTrust.CompareAndSwap(false, true) {
+		// Every client of this node reaches PostgreSQL from the same
+		// address (or its socket): a trust or peer line matching it lets
+		// anyone who can reach the node in.
+		s.log.Warn("PostgreSQL let a client in without asking for a password (a trust or peer line of pg_hba.conf matches Ordo's connections): every client that reaches this node gets in the same way; make the line that matches Ordo's connections ask for a password (scram-sha-256) unless that is intended (logged once)",
+			"user", params["user"], "database", params["database"], "backend", s.cfg.BackendNetwork+":"+s.cfg.BackendAddr)
+	}
 
 	// After AuthenticationOk: ParameterStatus, BackendKeyData, notices, then
 	// ReadyForQuery (or a FATAL such as "database does not exist").

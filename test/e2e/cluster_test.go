@@ -80,7 +80,7 @@ func startCluster(t testing.TB, n int, protocol string) *cluster {
 func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.Node)) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts := pglocal.Options{N: n}
+	opts := pglocal.Options{N: n, Socket: true} // TCP for the nodes unless a test says otherwise
 	if os.Getenv("ORDO_TEST_PG_LOG_STATEMENTS") != "" {
 		// Every statement in the servers' logs, with its xid: to follow
 		// what a session sent (the session fuzzer copies node 1's log).

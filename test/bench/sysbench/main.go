@@ -56,6 +56,7 @@ var (
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the nodes (all in this process) to this file, over every cluster run")
 	metricsP  = flag.Int("metrics-port", 19300, "node i of protocol p serves /metrics on this port + 10·p + i - 1 (read for the commit stages)")
 	verbose   = flag.Bool("v", false, "print sysbench's own report of every run")
+	socket    = flag.Bool("socket", false, "also measure the first protocol with the nodes connected to PostgreSQL through its Unix-domain socket instead of loopback TCP (the target \"<protocol>/socket\")")
 )
 
 func main() {
@@ -106,8 +107,13 @@ func run() error {
 		return err
 	}
 	targets := []target{{name: "direct", addrs: []string{direct.Servers[0].Addr()}}}
-	for p, protocol := range strings.Split(*protos, ",") {
-		c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, MetricsPort: *metricsP + 10*p,
+	names := strings.Split(*protos, ",")
+	if *socket {
+		names = append(names, names[0]+"/socket")
+	}
+	for p, name := range names {
+		protocol, viaSocket := strings.CutSuffix(name, "/socket")
+		c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, Socket: viaSocket, MetricsPort: *metricsP + 10*p,
 			Load: func(dsn string) error {
 				u, err := pgAddr(dsn)
 				if err != nil {
@@ -119,7 +125,7 @@ func run() error {
 			return err
 		}
 		defer c.Stop()
-		t := target{name: protocol}
+		t := target{name: name}
 		for i, dsn := range c.DSNs {
 			a, err := pgAddr(dsn)
 			if err != nil {
@@ -162,7 +168,7 @@ func run() error {
 				}
 				key := fmt.Sprintf("%s/%d", t.name, n)
 				samples[key] = append(samples[key], s)
-				fmt.Printf("round %d  %-8s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms\n",
+				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms\n",
 					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU)
 			}
 		}
@@ -175,7 +181,7 @@ func run() error {
 			key := fmt.Sprintf("%s/%d", t.name, n)
 			m := medianSample(samples[key])
 			med[key] = m
-			line := fmt.Sprintf("  %-8s threads=%d tps=%7.1f p95=%6.2fms", t.name, n, m.tps, m.p95ms)
+			line := fmt.Sprintf("  %-12s threads=%d tps=%7.1f p95=%6.2fms", t.name, n, m.tps, m.p95ms)
 			if t.name != "direct" {
 				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms, postgres (all servers) %.3fms (direct: %.3fms)",
 					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.pgCPU, med[fmt.Sprintf("direct/%d", n)].pgCPU)
@@ -194,7 +200,7 @@ func run() error {
 				parts = append(parts, fmt.Sprintf("%s %.2f", name, 1000*(a.sum-b.sum)/(a.count-b.count)))
 			}
 		}
-		fmt.Printf("  %-8s %s\n", t.name, strings.Join(parts, ", "))
+		fmt.Printf("  %-12s %s\n", t.name, strings.Join(parts, ", "))
 	}
 	si1, ok1 := med["dbsm-si/1"]
 	si8, ok8 := med["dbsm-si/8"]

@@ -36,6 +36,9 @@ type Options struct {
 	// Delayable routes every node's traffic to every other node through
 	// a link whose one-way delay SetDelay sets (zero until then).
 	Delayable bool
+	// Socket connects each node to its PostgreSQL server through the
+	// server's Unix-domain socket instead of loopback TCP.
+	Socket bool
 }
 
 // Cluster is a running benchmark cluster.
@@ -60,7 +63,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.N == 0 {
 		o.N = 3
 	}
-	pg, err := pglocal.Start(ctx, pglocal.Options{N: o.N, Fsync: true})
+	pg, err := pglocal.Start(ctx, pglocal.Options{N: o.N, Fsync: true, Socket: o.Socket})
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +116,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 				view[id] = l.addr()
 			}
 		}
-		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: s.DSN("postgres"),
+		dsn := s.DSN("postgres")
+		if o.Socket {
+			dsn = s.SocketDSN("postgres")
+		}
+		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: dsn,
 			DataDir: filepath.Join(c.dir, s.Name), Peers: view, Protocol: o.Protocol}
 		cfg.ApplyWorkers = o.ApplyWorkers
 		if o.MetricsPort != 0 {
