@@ -24,11 +24,31 @@ type walMark struct {
 	lsn   pglogrepl.LSN
 }
 
-// markDurable notes that everything up to seqno is carried out, and tells
-// the total order the largest noted seqno whose WAL PostgreSQL has
-// flushed (delivery loop, once per batch). A failure to ask only delays
-// compaction.
+// markDurable notes that everything up to seqno is carried out (delivery
+// loop, once per batch), and at most every walCheckEvery reads the WAL
+// positions (checkDurable): a query per batch cost the loop a round trip
+// to PostgreSQL on every batch, for a figure only compaction and a
+// suspected crash use.
 func (r *Replica) markDurable(ctx context.Context, seqno uint64) {
+	r.unmarked = max(r.unmarked, seqno)
+	if time.Since(r.walChecked) >= walCheckEvery {
+		r.checkDurable(ctx)
+	}
+}
+
+// walCheckEvery bounds how often the loop reads the WAL positions.
+const walCheckEvery = 20 * time.Millisecond
+
+// durablePending reports whether carried-out seqnos wait for checkDurable
+// (the loop calls it after walCheckEvery when no batch comes).
+func (r *Replica) durablePending() bool { return r.unmarked > 0 || len(r.marks) > 0 }
+
+// checkDurable gives the seqnos carried out since the last check the WAL
+// insert position now (at or past the end of their WAL), and tells the
+// total order the largest seqno whose position PostgreSQL has flushed. A
+// failure to ask only delays compaction.
+func (r *Replica) checkDurable(ctx context.Context) {
+	r.walChecked = time.Now()
 	var insert, flush string
 	if err := r.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text").Scan(&insert, &flush); err != nil {
 		r.log.Debug("replica: read the WAL position", "err", err)
@@ -40,9 +60,10 @@ func (r *Replica) markDurable(ctx context.Context, seqno uint64) {
 		r.log.Warn("replica: unexpected WAL position", "insert", insert, "flush", flush)
 		return
 	}
-	if n := len(r.marks); n == 0 || r.marks[n-1].seqno < seqno {
-		r.marks = append(r.marks, walMark{seqno, ins})
+	if n := len(r.marks); r.unmarked > 0 && (n == 0 || r.marks[n-1].seqno < r.unmarked) {
+		r.marks = append(r.marks, walMark{r.unmarked, ins})
 	}
+	r.unmarked = 0
 	durable := uint64(0)
 	i := 0
 	for ; i < len(r.marks) && r.marks[i].lsn <= fl; i++ {

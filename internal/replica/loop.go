@@ -71,6 +71,8 @@ func (r *Replica) Run(parent context.Context) error {
 	defer stopSweep()
 	gone := time.NewTicker(suspectEvery)
 	defer gone.Stop()
+	walCheck := time.NewTimer(walCheckEvery) // re-armed while seqnos wait for checkDurable
+	defer walCheck.Stop()
 	defer func() {
 		r.closeFingerprints()
 		r.conn.Close(context.Background())
@@ -103,6 +105,14 @@ func (r *Replica) Run(parent context.Context) error {
 		select {
 		case <-ctx.Done():
 			return stopped()
+		case <-walCheck.C:
+			// No batch for a while: what the last ones carried out still
+			// becomes durable, so compaction is not held back.
+			if r.durablePending() {
+				r.checkDurable(ctx)
+				walCheck.Reset(walCheckEvery)
+			}
+			continue
 		case now := <-gone.C:
 			r.abortGone(now)
 			r.abortLeftoverBegun()
@@ -136,6 +146,9 @@ func (r *Replica) Run(parent context.Context) error {
 			}
 			r.fail(err)
 			return err
+		}
+		if r.durablePending() {
+			walCheck.Reset(walCheckEvery)
 		}
 	}
 }

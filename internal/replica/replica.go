@@ -177,6 +177,11 @@ type Replica struct {
 	// flushed before the total order hears they are applied (durable.go).
 	lastProof uint64
 	marks     []walMark
+	// unmarked is the largest carried-out seqno not yet given a WAL
+	// position, walChecked when the loop last read the WAL positions
+	// (markDurable reads them at most every walCheckEvery).
+	unmarked   uint64
+	walChecked time.Time
 	// rolledBack holds local prepared transactions rolled back early
 	// because they blocked an apply (brute force), as _ordo.rolled_back
 	// records them durably; if the order later commits one, the loop
