@@ -100,6 +100,9 @@ func (r *Replica) Run(parent context.Context) error {
 				r.fail(err)
 				return err
 			}
+			if r.durablePending() {
+				walCheck.Reset(walCheckEvery)
+			}
 			continue
 		}
 		select {
