@@ -500,6 +500,9 @@ func TestSeededJoinerReplaysFromItsLogPoint(t *testing.T) {
 		top = max(top, sq)
 	}
 	tn.waitSeqno(t, top, 15*time.Second)
+	// The leader commits top before its own delivery stream hands it
+	// over: compare once it has.
+	c.node(lead).waitSeqno(t, top, 15*time.Second)
 	var got, want []uint64
 	for _, d := range tn.deliveries() {
 		if d.Type == DeliverySnapshot {
