@@ -95,6 +95,10 @@ type Applier struct {
 type worker struct {
 	conn *pgx.Conn
 	pid  int
+	// origin names the replication origin the worker's sessions run
+	// under (useOrigin); originSet says the current session does.
+	origin    string
+	originSet bool
 	// preempt, when set, cancels the worker's current attempt (a later
 	// write set holding a lock an earlier one needs).
 	mu      sync.Mutex
@@ -133,7 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	a.monitor = mon
 	for i := 0; i < cfg.Workers; i++ {
-		w := &worker{}
+		w := &worker{origin: fmt.Sprintf("ordo_apply_%d", i)}
 		if err := a.connect(ctx, w); err != nil {
 			a.Close()
 			return nil, err
@@ -185,12 +189,52 @@ func (a *Applier) connect(ctx context.Context, w *worker) error {
 		conn.Close(context.Background())
 		return err
 	}
+	w.originSet = a.useOrigin(ctx, conn, w.origin)
 	w.conn, w.pid, w.prepared = conn, int(conn.PgConn().PID()), make(map[string]string)
 	a.pidMu.Lock()
 	a.pids[w.pid] = w
 	a.pidMu.Unlock()
 	return nil
 }
+
+// useOrigin runs a worker's session under its replication origin on
+// PostgreSQL 16 and later, creating the origin on first use: the capture
+// stream asks pgoutput for changes without an origin only, so the
+// walsender no longer decodes and sends every apply for the stream to drop
+// it. It never fails the connection: an apply without its origin is still
+// recognised by its proof row, as on PostgreSQL 15, at the cost of the
+// decoding. The origin's progress is not used (the proof rows are). It
+// reports whether the session runs under the origin.
+func (a *Applier) useOrigin(ctx context.Context, conn *pgx.Conn, name string) bool {
+	var version int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil || version < capture.OriginFilterVersion {
+		return false
+	}
+	// The session this one replaces may not have ended yet and still
+	// hold the origin (55006): wait for it a little.
+	deadline := time.Now().Add(originWait)
+	for {
+		_, err := conn.Exec(ctx, "SELECT pg_replication_origin_create($1) WHERE pg_replication_origin_oid($1) IS NULL", name)
+		if err == nil {
+			_, err = conn.Exec(ctx, "SELECT pg_replication_origin_session_setup($1)", name)
+		}
+		if err == nil {
+			return true
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55006" && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		a.cfg.Logger.Warn("apply: this connection's applies run without a replication origin; the capture stream decodes them and drops them (slower, not wrong)",
+			"origin", name, "err", err)
+		return false
+	}
+}
+
+// originWait bounds how long a new connection waits for the session it
+// replaces to release the worker's replication origin.
+const originWait = 3 * time.Second
 
 // NoteCommitted tells the applier that the proof row of seqno is
 // committed by someone else (the delivery loop's local commits): a
@@ -407,6 +451,13 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		params: [][]byte{[]byte(strconv.FormatUint(it.Seqno, 10)), []byte(it.WriteSet.GID), label(it.WriteSet.Label)},
 		want:   1,
 	}}
+	if w.originSet {
+		// A session under a replication origin keeps the commit timestamp
+		// of its first commit for every later one (PostgreSQL takes it
+		// for the origin's remote commit time): reset it, so each apply
+		// has its own, as track_commit_timestamp's users expect.
+		head = slices.Insert(head, 1, stmt{sql: "SELECT pg_replication_origin_xact_reset()", want: -1})
+	}
 	alreadyProven := func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "applied"

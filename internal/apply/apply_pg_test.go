@@ -550,3 +550,44 @@ func TestDivergedApplyCommitsNothing(t *testing.T) {
 	mustExec(t, e.a, "DELETE FROM comp WHERE b IN (8700, 8701)")
 	requireSame(t, e)
 }
+
+// TestAppliesRunUnderAnOrigin: on PostgreSQL 16 and later an apply commits
+// under the worker's replication origin (the capture stream then leaves it
+// out), also after its connection was lost and reopened; on 15 it commits
+// without one.
+func TestAppliesRunUnderAnOrigin(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, Config{})
+	b := conn(t, replica)
+	var num int
+	require.NoError(t, b.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num))
+	want := ""
+	if num >= capture.OriginFilterVersion {
+		want = "ordo_apply_0"
+	}
+	originOf := func(id int) string {
+		var name *string
+		require.NoError(t, b.QueryRow(ctx, `SELECT o.roname FROM comp c
+			LEFT JOIN pg_replication_origin o ON o.roident = (pg_xact_commit_timestamp_origin(c.xmin)).roident
+			WHERE c.b = $1`, id).Scan(&name))
+		if name == nil {
+			return ""
+		}
+		return *name
+	}
+	e.replicate(t, "INSERT INTO comp VALUES (7800, 1, 'first')")
+	require.Equal(t, want, originOf(7800), "PostgreSQL %d", num)
+
+	mustExec(t, b, fmt.Sprintf("SELECT pg_terminate_backend(%d)", e.applier.PIDs()[0]))
+	e.replicate(t, "INSERT INTO comp VALUES (7801, 1, 'after a reconnect')")
+	require.Equal(t, want, originOf(7801), "PostgreSQL %d: the new connection takes the origin again", num)
+	// Each apply has its own commit timestamp (a session under an origin
+	// would otherwise stamp every commit with its first one's).
+	time.Sleep(20 * time.Millisecond)
+	e.replicate(t, "INSERT INTO comp VALUES (7802, 1, 'third')")
+	var later bool
+	require.NoError(t, b.QueryRow(ctx, `SELECT (SELECT pg_xact_commit_timestamp(xmin) FROM comp WHERE b = 7802)
+		> (SELECT pg_xact_commit_timestamp(xmin) FROM comp WHERE b = 7801)`).Scan(&later))
+	require.True(t, later, "the later apply has a later commit timestamp")
+	requireSame(t, e)
+}

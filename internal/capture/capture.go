@@ -190,6 +190,12 @@ func replicationConn(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 	return conn, nil
 }
 
+// OriginFilterVersion is the first PostgreSQL version (16) whose pgoutput
+// takes the origin option: from it on, the stream asks for changes with no
+// replication origin only, and applies, which run under one, are never
+// decoded.
+const OriginFilterVersion = 160000
+
 // outputSettings are the session settings of the replication connection.
 var outputSettings = map[string]string{
 	"DateStyle":          "ISO, MDY",
@@ -401,6 +407,16 @@ func (c *Capture) stream(ctx context.Context, started func()) error {
 	}
 	defer rc.Close(context.Background())
 	args := []string{"proto_version '3'", "two_phase 'on'", "messages 'true'", "publication_names '" + c.cfg.Publication + "'"}
+	var version int
+	if err := cat.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return fmt.Errorf("capture: server version: %w", err)
+	}
+	if version >= OriginFilterVersion {
+		// Applies run under a replication origin (package apply), so the
+		// walsender leaves them out instead of decoding and sending rows
+		// this stream would only recognise and drop.
+		args = append(args, "origin 'none'")
+	}
 	if err := pglogrepl.StartReplication(ctx, rc, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return fmt.Errorf("capture: start replication on slot %s: %w", c.cfg.Slot, err)
 	}

@@ -193,6 +193,45 @@ func TestLeakDetector(t *testing.T) {
 	require.Eventually(t, func() bool { return counter(t, reg, "ordo_capture_unreplicated_commits_total") == 2 }, 10*time.Second, 20*time.Millisecond)
 }
 
+// On PostgreSQL 16 and later the stream asks for changes without a
+// replication origin only: an apply, which runs under one, never reaches
+// the stream. On 15 it is decoded and recognised by its proof row.
+func TestAppliesUnderAnOriginAreNotDecoded(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t)
+	exec(t, conn, "CREATE TABLE origin_t (id int PRIMARY KEY)")
+	exec(t, conn, "CREATE SCHEMA IF NOT EXISTS _ordo")
+	exec(t, conn, "CREATE TABLE IF NOT EXISTS _ordo.applied (seqno bigint PRIMARY KEY, gid text NOT NULL UNIQUE, applied_at timestamptz NOT NULL DEFAULT now())")
+	c, reg := startCapture(t, "origin_slot", Config{})
+	var version int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version))
+
+	applier := connect(t)
+	exec(t, applier, "SELECT pg_replication_origin_create('ordo_apply_test') WHERE pg_replication_origin_oid('ordo_apply_test') IS NULL")
+	exec(t, applier, "SELECT pg_replication_origin_session_setup('ordo_apply_test')")
+	for i := 1; i <= 3; i++ {
+		exec(t, applier, "BEGIN")
+		exec(t, applier, "INSERT INTO origin_t VALUES ($1)", i)
+		exec(t, applier, "INSERT INTO _ordo.applied (seqno, gid) VALUES ($1, $2)", 1000+i, string(txn.NewGID(2, uint64(1000+i))))
+		exec(t, applier, "COMMIT")
+	}
+	// Everything before this prepared transaction has been streamed once
+	// its write set arrives.
+	gid := txn.NewGID(1, 77)
+	prepared(t, conn, gid, "INSERT INTO origin_t VALUES (100)")
+	ws, err := c.Await(ctx, gid)
+	require.NoError(t, err)
+	require.Len(t, ws.Rows, 1, "a local transaction is decoded whatever the applies around it")
+	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
+
+	if version >= OriginFilterVersion {
+		require.Zero(t, counter(t, reg, "ordo_capture_applies_total"), "PostgreSQL %d: applies under an origin are left out by the walsender", version)
+	} else {
+		require.Equal(t, 3.0, counter(t, reg, "ordo_capture_applies_total"), "PostgreSQL %d: applies are decoded and recognised", version)
+	}
+	require.Zero(t, counter(t, reg, "ordo_capture_unreplicated_commits_total"))
+}
+
 func TestLimitsOnRealTransactions(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t)

@@ -26,7 +26,12 @@
 // other plain commit that wrote a published table is a write that bypassed
 // Ordo: it is counted in ordo_capture_unreplicated_commits_total and
 // logged with its xid. So is a COMMIT PREPARED of a gid Ordo did not make.
-// Rows of _ordo.applied never enter a write set.
+// Rows of _ordo.applied never enter a write set. On PostgreSQL 16 and
+// later the applier's sessions run under a replication origin and the
+// stream asks pgoutput for origin 'none', so the walsender skips applies
+// altogether (they cost it no decoding and this stream no bytes); an apply
+// that ran without its origin (package apply falls back when it cannot
+// set one up) is still recognised by its proof row.
 //
 // Values are captured in PostgreSQL's text output format, produced by the
 // walsender under fixed settings (ISO dates, UTC, extra_float_digits=3, hex

@@ -78,9 +78,9 @@ type target struct {
 // sample is one run's figures.
 type sample struct {
 	tps, p95ms, ignored float64
-	// CPU per committed transaction, in ms: this process, and every
-	// PostgreSQL process on the machine.
-	selfCPU, pgCPU float64
+	// CPU per committed transaction, in ms: this process, every
+	// PostgreSQL process on the machine, and the walsenders among them.
+	selfCPU, pgCPU, walCPU float64
 }
 
 func run() error {
@@ -168,8 +168,8 @@ func run() error {
 				}
 				key := fmt.Sprintf("%s/%d", t.name, n)
 				samples[key] = append(samples[key], s)
-				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms\n",
-					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU)
+				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (walsenders %.3fms)\n",
+					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, s.walCPU)
 			}
 		}
 	}
@@ -183,8 +183,8 @@ func run() error {
 			med[key] = m
 			line := fmt.Sprintf("  %-12s threads=%d tps=%7.1f p95=%6.2fms", t.name, n, m.tps, m.p95ms)
 			if t.name != "direct" {
-				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms, postgres (all servers) %.3fms (direct: %.3fms)",
-					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.pgCPU, med[fmt.Sprintf("direct/%d", n)].pgCPU)
+				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms, postgres (all servers) %.3fms of which walsenders %.3fms (direct: %.3fms)",
+					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.pgCPU, m.walCPU, med[fmt.Sprintf("direct/%d", n)].pgCPU)
 			}
 			fmt.Println(line)
 		}
@@ -300,6 +300,7 @@ func measure(sb string, t target, threads int, d time.Duration) (sample, error) 
 	if txns > 0 {
 		s.selfCPU = (after.Self - before.Self).Seconds() * 1000 / txns
 		s.pgCPU = (after.Postgres - before.Postgres).Seconds() * 1000 / txns
+		s.walCPU = (after.Walsenders - before.Walsenders).Seconds() * 1000 / txns
 	}
 	return s, nil
 }
@@ -344,6 +345,7 @@ func medianSample(ss []sample) sample {
 		ignored: pick(func(s sample) float64 { return s.ignored }),
 		selfCPU: pick(func(s sample) float64 { return s.selfCPU }),
 		pgCPU:   pick(func(s sample) float64 { return s.pgCPU }),
+		walCPU:  pick(func(s sample) float64 { return s.walCPU }),
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 type CPUTimes struct {
 	Self     time.Duration // this process (the nodes Start started)
 	Postgres time.Duration // every PostgreSQL process on the machine
+	// Walsenders is the part of Postgres used by WAL senders (the nodes'
+	// capture streams), told apart by their process titles.
+	Walsenders time.Duration
 }
 
 // SampleCPU reads the CPU time of this process and of every PostgreSQL
@@ -47,7 +50,11 @@ func SampleCPU() CPUTimes {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			ticks += n
 		}
-		c.Postgres += time.Duration(ticks) * time.Second / clockTicks
+		d := time.Duration(ticks) * time.Second / clockTicks
+		c.Postgres += d
+		if title, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline")); err == nil && strings.Contains(string(title), "walsender") {
+			c.Walsenders += d
+		}
 	}
 	return c
 }
