@@ -24,3 +24,8 @@ var ErrTooLarge = errors.New("totalorder: proposal too large")
 // ErrRemovedID is returned (wrapped) by AddLearner and Promote for an id
 // that was removed from the group: ids are never reused.
 var ErrRemovedID = errors.New("totalorder: node id was removed from the group and is never reused")
+
+// ErrWitnessMismatch is the reason a node refuses a peer's stream when the
+// two count a member they both know differently: a witness for one, a data
+// node for the other (their bootstrap witnesses lists differ).
+var ErrWitnessMismatch = errors.New("totalorder: the nodes count witnesses differently")

@@ -112,7 +112,10 @@ type Node struct {
 	learners    map[uint64]bool
 	addrs       map[uint64]string // peer addresses, persisted (members.go)
 	witnesses   map[uint64]bool   // members that are witnesses, persisted (witness.go)
-	saveMu      sync.Mutex        // one members.json write at a time
+	// bootPeers are the bootstrap peers of a node bootstrapping its log:
+	// members from its first entries on, known before it applies them.
+	bootPeers map[uint64]bool
+	saveMu    sync.Mutex // one members.json write at a time
 
 	// What ReadIndex waits for: the applied index (entries handed to the
 	// consumer or skipped) and the last seqno handed to the consumer,
@@ -198,6 +201,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		learners:    map[uint64]bool{},
 		addrs:       map[uint64]string{},
 		witnesses:   map[uint64]bool{},
+		bootPeers:   map[uint64]bool{},
 		stopc:       make(chan struct{}),
 		removedc:    make(chan struct{}),
 	}
@@ -244,6 +248,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if fresh && !cfg.Join {
 		if _, ok := cfg.Peers[cfg.ID]; !ok {
 			return nil, fmt.Errorf("totalorder: config: Peers must contain this node's ID %d to bootstrap", cfg.ID)
+		}
+		for id := range cfg.Peers {
+			n.bootPeers[id] = true
 		}
 	}
 	for id, addr := range cfg.Peers {

@@ -1,6 +1,8 @@
 package totalorder
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	"go.etcd.io/raft/v3"
@@ -70,4 +72,70 @@ func (n *Node) handOver(rn *raft.RawNode) {
 	if to != 0 {
 		rn.TransferLeader(to)
 	}
+}
+
+// Every node must count the same members as witnesses, but each
+// bootstrap node marks the bootstrap witnesses from its own witnesses:
+// list (the bootstrap entries are written by each node itself and never
+// sent). So every transport batch carries the sender's view (the members
+// it knows and the ids it counts as witnesses), and a receiver that knows
+// a member the other way refuses the stream (transport.WitnessViewer): a
+// node whose list differs is cut off from the others, both ways, and
+// says why, instead of counting other voters on entries.
+
+// WitnessView implements transport.WitnessViewer.
+func (n *Node) WitnessView() (members, witnesses []uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	members = make([]uint64, 0, len(n.members)+len(n.bootPeers))
+	for id := range n.members {
+		members = append(members, id)
+	}
+	for id := range n.bootPeers {
+		if !n.members[id] {
+			members = append(members, id)
+		}
+	}
+	witnesses = make([]uint64, 0, len(n.witnesses))
+	for id, w := range n.witnesses {
+		if w {
+			witnesses = append(witnesses, id)
+		}
+	}
+	slices.Sort(members)
+	slices.Sort(witnesses)
+	return members, witnesses
+}
+
+// CheckWitnessView implements transport.WitnessViewer: a member both
+// nodes know must be a witness for both or for neither. (A member only
+// one of them knows yet, such as one being added, is not compared.)
+func (n *Node) CheckWitnessView(from uint64, members, witnesses []uint64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	known := func(id uint64) bool { return n.members[id] || n.bootPeers[id] }
+	theirs := make(map[uint64]bool, len(witnesses))
+	for _, id := range witnesses {
+		theirs[id] = true
+		if known(id) && !n.witnesses[id] {
+			return witnessMismatch(from, id, true, n.id)
+		}
+	}
+	for _, id := range members {
+		if known(id) && n.witnesses[id] && !theirs[id] {
+			return witnessMismatch(from, id, false, n.id)
+		}
+	}
+	return nil
+}
+
+func witnessMismatch(from, id uint64, theirs bool, self uint64) error {
+	what := func(w bool) string {
+		if w {
+			return "a witness"
+		}
+		return "a data node"
+	}
+	return fmt.Errorf("%w: node %d counts member %d as %s, node %d as %s. Every bootstrap node's witnesses: list must be the same: correct the list of the node that differs and start that node again with an empty data_dir",
+		ErrWitnessMismatch, from, id, what(theirs), self, what(!theirs))
 }

@@ -1,7 +1,9 @@
 package totalorder
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +65,51 @@ func TestWitness(t *testing.T) {
 	tn := c.start(w, 0, false)
 	if !tn.IsWitness(w) || !c.node(1).IsWitness(w) || c.node(1).IsWitness(2) {
 		t.Fatal("the witness is not known as one after a restart")
+	}
+}
+
+// A bootstrap node whose witnesses list differs from the others' (node 2
+// forgot that 3 is a witness) would count other voters on entries: every
+// node refuses its streams and it refuses theirs, so it delivers nothing,
+// while the data node and the witness that agree go on committing.
+func TestWitnessListsMustAgree(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const w, odd = 3, 2
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.DeliverMembership = true
+		cfg.Witnesses = map[uint64]bool{w: true}
+		if cfg.ID == odd {
+			cfg.Witnesses = nil
+		}
+		cfg.Witness = cfg.ID == w
+	})
+	c.startAll()
+	defer c.stopAll()
+	c.proposeRetry([]uint64{1}, 1, 3, "a")
+
+	time.Sleep(time.Second)
+	for _, d := range c.node(odd).deliveries() {
+		if d.Type == DeliveryEntry {
+			t.Fatalf("node %d, whose witnesses list differs, was delivered entry %d", odd, d.Seqno)
+		}
+	}
+	// Both ways, and saying why.
+	m1, w1 := c.node(1).WitnessView()
+	err := c.node(odd).CheckWitnessView(1, m1, w1)
+	if !errors.Is(err, ErrWitnessMismatch) || !strings.Contains(err.Error(), "node 1 counts member 3 as a witness, node 2 as a data node") {
+		t.Fatalf("node %d checking node 1's view: %v", odd, err)
+	}
+	m2, w2 := c.node(odd).WitnessView()
+	err = c.node(1).CheckWitnessView(odd, m2, w2)
+	if !errors.Is(err, ErrWitnessMismatch) || !strings.Contains(err.Error(), "node 2 counts member 3 as a data node, node 1 as a witness") {
+		t.Fatalf("node 1 checking node %d's view: %v", odd, err)
+	}
+	m3, w3 := c.node(w).WitnessView()
+	if err := c.node(1).CheckWitnessView(w, m3, w3); err != nil {
+		t.Fatalf("nodes that agree: %v", err)
+	}
+	// A member only one side knows yet (being added) is not compared.
+	if err := c.node(1).CheckWitnessView(7, []uint64{1, 3, 7}, []uint64{3, 7}); err != nil {
+		t.Fatalf("a member node 1 does not know yet: %v", err)
 	}
 }

@@ -191,6 +191,12 @@ func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.Raft
 		if t.h.IsRemoved(b.From) {
 			return status.Errorf(codes.FailedPrecondition, "node %x has been removed from the group", b.From)
 		}
+		if wv, ok := t.h.(WitnessViewer); ok && (len(b.Members) > 0 || len(b.Witnesses) > 0) {
+			if err := wv.CheckWitnessView(b.From, b.Members, b.Witnesses); err != nil {
+				t.refuse(fmt.Sprintf("witnesses %d", b.From), "refused a peer stream: the peer counts witnesses differently", "remote", remote, "batch_from", b.From, "err", err)
+				return status.Errorf(codes.PermissionDenied, "%v", err)
+			}
+		}
 		msgs = msgs[:0]
 		for _, raw := range b.Messages {
 			var m raftpb.Message
@@ -557,7 +563,11 @@ func (p *peer) run() {
 			raw = append(raw, batch[i].raw)
 		}
 		applied := p.t.applied.Load()
-		err := stream.Send(&ordov1.RaftBatch{From: p.t.cfg.ID, To: p.id, Applied: applied, Messages: raw})
+		rb := &ordov1.RaftBatch{From: p.t.cfg.ID, To: p.id, Applied: applied, Messages: raw}
+		if wv, ok := p.t.h.(WitnessViewer); ok {
+			rb.Members, rb.Witnesses = wv.WitnessView()
+		}
+		err := stream.Send(rb)
 		if err != nil {
 			if err == io.EOF {
 				_, err = stream.CloseAndRecv()

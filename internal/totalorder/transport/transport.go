@@ -34,6 +34,19 @@ type Transport interface {
 // Handler is what a Transport delivers to. It is implemented by the Raft
 // node. Every method may be called concurrently from several peers'
 // goroutines and must not block for long.
+// WitnessViewer is implemented by a Handler that compares, with every
+// peer, which members are witnesses (the GRPC transport sends its view
+// in each batch and checks the peer's).
+type WitnessViewer interface {
+	// WitnessView returns the members this node knows and the ids it
+	// counts as witnesses.
+	WitnessView() (members, witnesses []uint64)
+	// CheckWitnessView returns an error when peer from counts a member
+	// both know differently (a witness for one, a data node for the
+	// other).
+	CheckWitnessView(from uint64, members, witnesses []uint64) error
+}
+
 type Handler interface {
 	// Process steps a message received from a peer into the Raft node.
 	Process(ctx context.Context, m raftpb.Message) error
