@@ -75,7 +75,7 @@ var (
 	duration = flag.Duration("duration", 10*time.Second, "length of one run")
 	scale    = flag.Int("scale", 10, "pgbench scale factor")
 	protos   = flag.String("protocols", "dbsm-si,dbsm", "protocols to measure (comma-separated)")
-	metrics  = flag.Int("metrics-port", 0, "if set, node i serves /metrics on this port + i - 1 (for investigation)")
+	metrics  = flag.Int("metrics-port", 19400, "node i serves /metrics on this port + i - 1 (read for where a commit's time goes; 0: none)")
 	clientsF = flag.String("clients", "1,8", "client counts to measure (comma-separated)")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the Ordo nodes (all in this process) during the cluster runs")
 	logFile  = flag.String("log", "", "write the nodes' log to this file (for investigation)")
@@ -167,6 +167,11 @@ func run() error {
 			if clients == 1 {
 				targets = dsns[:1]
 			}
+			var nodes []string
+			for i := 0; *metrics != 0 && i < len(dsns); i++ {
+				nodes = append(nodes, fmt.Sprintf("127.0.0.1:%d", *metrics+i))
+			}
+			before := benchcluster.ReadHistograms(nodes)
 			r, err := measure(pgbench, targets, clients)
 			if err != nil {
 				stop()
@@ -175,6 +180,9 @@ func run() error {
 			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
 			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms\n",
 				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU)
+			if b := benchcluster.Breakdown(before, benchcluster.ReadHistograms(nodes)); b != "" {
+				fmt.Printf("         where a commit's time goes (means, ms): %s\n", b)
+			}
 		}
 		if *cpuprof != "" {
 			pprof.StopCPUProfile()

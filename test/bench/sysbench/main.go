@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -155,18 +154,17 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 	samples := map[string][]sample{}
-	stagesBefore := map[string]map[string]stage{}
-	for _, t := range targets {
-		stagesBefore[t.name] = readStages(t.metrics)
-	}
+	moved := map[string]map[string]benchcluster.Histogram{} // by target/threads, over the rounds
 	for r := 0; r < *runs; r++ {
 		for _, n := range threads {
 			for _, t := range targets {
+				before := benchcluster.ReadHistograms(t.metrics)
 				s, err := measure(sb, t, n, *duration)
 				if err != nil {
 					return fmt.Errorf("%s at %d threads: %w", t.name, n, err)
 				}
 				key := fmt.Sprintf("%s/%d", t.name, n)
+				moved[key] = benchcluster.Moved(moved[key], before, benchcluster.ReadHistograms(t.metrics))
 				samples[key] = append(samples[key], s)
 				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (walsenders %.3fms)\n",
 					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, s.walCPU)
@@ -190,17 +188,11 @@ func run() error {
 		}
 	}
 	fmt.Println()
-	fmt.Println("where a commit's time goes (means over every run, each node; ms):")
-	for _, t := range targets[1:] {
-		after := readStages(t.metrics)
-		var parts []string
-		for _, name := range []string{"probe", "prepare", "capture", "terminate"} {
-			a, b := after[name], stagesBefore[t.name][name]
-			if a.count > b.count {
-				parts = append(parts, fmt.Sprintf("%s %.2f", name, 1000*(a.sum-b.sum)/(a.count-b.count)))
-			}
+	fmt.Println("where a commit's time goes (means over the rounds, all nodes; ms):")
+	for _, n := range threads {
+		for _, t := range targets[1:] {
+			fmt.Printf("  %-12s threads=%d  %s\n", t.name, n, benchcluster.Breakdown(nil, moved[fmt.Sprintf("%s/%d", t.name, n)]))
 		}
-		fmt.Printf("  %-12s %s\n", t.name, strings.Join(parts, ", "))
 	}
 	si1, ok1 := med["dbsm-si/1"]
 	si8, ok8 := med["dbsm-si/8"]
@@ -347,37 +339,4 @@ func medianSample(ss []sample) sample {
 		pgCPU:   pick(func(s sample) float64 { return s.pgCPU }),
 		walCPU:  pick(func(s sample) float64 { return s.walCPU }),
 	}
-}
-
-// stage is a histogram's running sum and count.
-type stage struct{ sum, count float64 }
-
-// readStages sums ordo_session_commit_stage_seconds over the nodes, per
-// stage.
-func readStages(addrs []string) map[string]stage {
-	out := map[string]stage{}
-	re := regexp.MustCompile(`^ordo_session_commit_stage_seconds_(sum|count)\{[^}]*stage="([a-z]+)"[^}]*\} ([0-9.e+-]+)$`)
-	for _, a := range addrs {
-		resp, err := http.Get("http://" + a + "/metrics")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, line := range strings.Split(string(b), "\n") {
-			m := re.FindStringSubmatch(line)
-			if m == nil {
-				continue
-			}
-			v, _ := strconv.ParseFloat(m[3], 64)
-			st := out[m[2]]
-			if m[1] == "sum" {
-				st.sum += v
-			} else {
-				st.count += v
-			}
-			out[m[2]] = st
-		}
-	}
-	return out
 }
