@@ -29,3 +29,8 @@ var ErrRemovedID = errors.New("totalorder: node id was removed from the group an
 // two count a member they both know differently: a witness for one, a data
 // node for the other (their bootstrap witnesses lists differ).
 var ErrWitnessMismatch = errors.New("totalorder: the nodes count witnesses differently")
+
+// ErrBootstrapMismatch is the reason a node refuses a peer's stream when
+// the two bootstrapped their logs with different ids (their peers: lists
+// differed when they first started).
+var ErrBootstrapMismatch = errors.New("totalorder: the nodes bootstrapped with different peers")

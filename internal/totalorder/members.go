@@ -25,6 +25,8 @@ type membersState struct {
 	Addrs     map[uint64]string `json:"addrs"`
 	Removed   []uint64          `json:"removed"`
 	Witnesses []uint64          `json:"witnesses,omitempty"`
+	// Bootstrap: the ids this node's log was bootstrapped with.
+	Bootstrap []uint64 `json:"bootstrap,omitempty"`
 }
 
 // loadMembers merges members.json into n.addrs and n.removed. It runs in
@@ -50,6 +52,9 @@ func (n *Node) loadMembers() error {
 	for _, id := range ms.Witnesses {
 		n.witnesses[id] = true
 	}
+	if len(ms.Bootstrap) > 0 {
+		n.bootstrap = ms.Bootstrap
+	}
 	if n.removed[n.id] {
 		return fmt.Errorf("%w: node %d was removed from the cluster and never rejoins with its old identity: "+
 			"wipe its data directory and PostgreSQL database and join it as a new node with a new id", ErrRemoved, n.id)
@@ -74,6 +79,7 @@ func (n *Node) saveMembers() error {
 	for id := range n.witnesses {
 		ms.Witnesses = append(ms.Witnesses, id)
 	}
+	ms.Bootstrap = n.bootstrap
 	n.mu.Unlock()
 	sort.Slice(ms.Removed, func(i, j int) bool { return ms.Removed[i] < ms.Removed[j] })
 	sort.Slice(ms.Witnesses, func(i, j int) bool { return ms.Witnesses[i] < ms.Witnesses[j] })

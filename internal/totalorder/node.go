@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,6 +116,10 @@ type Node struct {
 	// bootPeers are the bootstrap peers of a node bootstrapping its log:
 	// members from its first entries on, known before it applies them.
 	bootPeers map[uint64]bool
+	// bootstrap are the ids this node's log was bootstrapped with, sorted
+	// and kept in members.json (nil: it joined, or bootstrapped before
+	// they were kept). Set in Start, never changed after.
+	bootstrap []uint64
 	saveMu    sync.Mutex // one members.json write at a time
 
 	// What ReadIndex waits for: the applied index (entries handed to the
@@ -251,7 +256,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		}
 		for id := range cfg.Peers {
 			n.bootPeers[id] = true
+			n.bootstrap = append(n.bootstrap, id)
 		}
+		slices.Sort(n.bootstrap)
 	}
 	for id, addr := range cfg.Peers {
 		n.addrs[id] = addr
@@ -266,10 +273,10 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := n.loadMembers(); err != nil {
 		return nil, err
 	}
-	if len(cfg.Witnesses) > 0 {
+	if len(cfg.Witnesses) > 0 || len(n.bootPeers) > 0 {
 		// Witnesses this node was told of (a joiner learns them from its
-		// donor: the entries that added them may lie before its log)
-		// are kept for its restarts.
+		// donor: the entries that added them may lie before its log),
+		// and the ids it bootstraps with, are kept for its restarts.
 		if err := n.saveMembers(); err != nil {
 			return nil, err
 		}

@@ -74,17 +74,18 @@ func (n *Node) handOver(rn *raft.RawNode) {
 	}
 }
 
-// Every node must count the same members as witnesses, but each
-// bootstrap node marks the bootstrap witnesses from its own witnesses:
-// list (the bootstrap entries are written by each node itself and never
-// sent). So every transport batch carries the sender's view (the members
-// it knows and the ids it counts as witnesses), and a receiver that knows
-// a member the other way refuses the stream (transport.WitnessViewer): a
-// node whose list differs is cut off from the others, both ways, and
-// says why, instead of counting other voters on entries.
+// Every node must count the same members as witnesses and must have
+// bootstrapped its log with the same voters, but each bootstrap node
+// writes its first entries itself, from its own peers: and witnesses:
+// lists, and never sends them. So every transport batch carries the
+// sender's view (the members it knows, the ids it counts as witnesses,
+// the ids it bootstrapped with), and a receiver whose view contradicts it
+// refuses the stream (transport.MembershipViewer): a node whose lists
+// differ is cut off from the others, both ways, and says why, instead of
+// counting other voters on entries or another quorum.
 
-// WitnessView implements transport.WitnessViewer.
-func (n *Node) WitnessView() (members, witnesses []uint64) {
+// MembershipView implements transport.MembershipViewer.
+func (n *Node) MembershipView() (members, witnesses, bootstrap []uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	members = make([]uint64, 0, len(n.members)+len(n.bootPeers))
@@ -104,13 +105,19 @@ func (n *Node) WitnessView() (members, witnesses []uint64) {
 	}
 	slices.Sort(members)
 	slices.Sort(witnesses)
-	return members, witnesses
+	return members, witnesses, n.bootstrap
 }
 
-// CheckWitnessView implements transport.WitnessViewer: a member both
-// nodes know must be a witness for both or for neither. (A member only
-// one of them knows yet, such as one being added, is not compared.)
-func (n *Node) CheckWitnessView(from uint64, members, witnesses []uint64) error {
+// CheckMembershipView implements transport.MembershipViewer: a member
+// both nodes know must be a witness for both or for neither (a member only
+// one of them knows yet, such as one being added, is not compared), and
+// two nodes that bootstrapped their logs must have done so with the same
+// ids (a node that joined did not).
+func (n *Node) CheckMembershipView(from uint64, members, witnesses, bootstrap []uint64) error {
+	if len(bootstrap) > 0 && len(n.bootstrap) > 0 && !slices.Equal(bootstrap, n.bootstrap) {
+		return fmt.Errorf("%w: node %d bootstrapped its log with the peers %v, node %d with %v. Every bootstrap node's peers: list must name the same ids (a node added later joins with ordo join instead): correct the list of the node that differs and start that node again with an empty data_dir",
+			ErrBootstrapMismatch, from, bootstrap, n.id, n.bootstrap)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	known := func(id uint64) bool { return n.members[id] || n.bootPeers[id] }

@@ -94,22 +94,73 @@ func TestWitnessListsMustAgree(t *testing.T) {
 		}
 	}
 	// Both ways, and saying why.
-	m1, w1 := c.node(1).WitnessView()
-	err := c.node(odd).CheckWitnessView(1, m1, w1)
+	m1, w1, b1 := c.node(1).MembershipView()
+	err := c.node(odd).CheckMembershipView(1, m1, w1, b1)
 	if !errors.Is(err, ErrWitnessMismatch) || !strings.Contains(err.Error(), "node 1 counts member 3 as a witness, node 2 as a data node") {
 		t.Fatalf("node %d checking node 1's view: %v", odd, err)
 	}
-	m2, w2 := c.node(odd).WitnessView()
-	err = c.node(1).CheckWitnessView(odd, m2, w2)
+	m2, w2, b2 := c.node(odd).MembershipView()
+	err = c.node(1).CheckMembershipView(odd, m2, w2, b2)
 	if !errors.Is(err, ErrWitnessMismatch) || !strings.Contains(err.Error(), "node 2 counts member 3 as a data node, node 1 as a witness") {
 		t.Fatalf("node 1 checking node %d's view: %v", odd, err)
 	}
-	m3, w3 := c.node(w).WitnessView()
-	if err := c.node(1).CheckWitnessView(w, m3, w3); err != nil {
+	m3, w3, b3 := c.node(w).MembershipView()
+	if err := c.node(1).CheckMembershipView(w, m3, w3, b3); err != nil {
 		t.Fatalf("nodes that agree: %v", err)
 	}
-	// A member only one side knows yet (being added) is not compared.
-	if err := c.node(1).CheckWitnessView(7, []uint64{1, 3, 7}, []uint64{3, 7}); err != nil {
+	// A member only one side knows yet (being added) is not compared, nor
+	// is the bootstrap set of a node that joined (none).
+	if err := c.node(1).CheckMembershipView(7, []uint64{1, 3, 7}, []uint64{3, 7}, nil); err != nil {
 		t.Fatalf("a member node 1 does not know yet: %v", err)
 	}
+}
+
+// A bootstrap node whose peers list names other ids than the others'
+// (node 3 was told of a fourth node) wrote other voters into its first
+// entries, so it may count another quorum: the others refuse its streams
+// and it refuses theirs, across restarts too (the ids are kept beside the
+// log), while the two that agree go on committing.
+func TestBootstrapPeersMustAgree(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const odd = 3
+	c := newTestCluster(t, 3, nil)
+	extra := freeAddr(t)
+	c.tune = func(cfg *Config) {
+		if cfg.ID == odd {
+			cfg.Peers[4] = extra
+		}
+	}
+	c.startAll()
+	defer c.stopAll()
+	c.proposeRetry([]uint64{1}, 1, 3, "a")
+	time.Sleep(time.Second)
+	for _, d := range c.node(odd).deliveries() {
+		if d.Type == DeliveryEntry {
+			t.Fatalf("node %d, bootstrapped with other peers, was delivered entry %d", odd, d.Seqno)
+		}
+	}
+	check := func(from, to uint64) error {
+		m, w, b := c.node(from).MembershipView()
+		return c.node(to).CheckMembershipView(from, m, w, b)
+	}
+	err := check(1, odd)
+	if !errors.Is(err, ErrBootstrapMismatch) || !strings.Contains(err.Error(), "node 1 bootstrapped its log with the peers [1 2 3], node 3 with [1 2 3 4]") {
+		t.Fatalf("node %d checking node 1's view: %v", odd, err)
+	}
+	if err := check(odd, 2); !errors.Is(err, ErrBootstrapMismatch) {
+		t.Fatalf("node 2 checking node %d's view: %v", odd, err)
+	}
+	if err := check(1, 2); err != nil {
+		t.Fatalf("nodes that agree: %v", err)
+	}
+	// Restarted, a node still knows what it bootstrapped with.
+	c.stop(1)
+	c.start(1, c.node(2).Delivered(), false)
+	if err := check(1, odd); !errors.Is(err, ErrBootstrapMismatch) {
+		t.Fatalf("after a restart of node 1: %v", err)
+	}
+	if err := check(1, 2); err != nil {
+		t.Fatalf("after a restart of node 1, nodes that agree: %v", err)
+	}
+	c.proposeRetry([]uint64{1, 2}, 1, 2, "b")
 }

@@ -41,6 +41,7 @@
 // accepts batches from a removed node or addressed to another node; under
 // PeerID, steps a message whose sender is not the node the connection's
 // certificate proves; steps a batch from a peer that counts a member both
-// know as a witness and the other as a data node (WitnessViewer: each
-// batch carries the sender's view).
+// know as a witness and the other as a data node, or whose log was
+// bootstrapped with other ids (MembershipViewer: each batch carries the
+// sender's view).
 package transport

@@ -191,9 +191,9 @@ func (t *GRPC) Stream(s grpc.ClientStreamingServer[ordov1.RaftBatch, ordov1.Raft
 		if t.h.IsRemoved(b.From) {
 			return status.Errorf(codes.FailedPrecondition, "node %x has been removed from the group", b.From)
 		}
-		if wv, ok := t.h.(WitnessViewer); ok && (len(b.Members) > 0 || len(b.Witnesses) > 0) {
-			if err := wv.CheckWitnessView(b.From, b.Members, b.Witnesses); err != nil {
-				t.refuse(fmt.Sprintf("witnesses %d", b.From), "refused a peer stream: the peer counts witnesses differently", "remote", remote, "batch_from", b.From, "err", err)
+		if mv, ok := t.h.(MembershipViewer); ok && (len(b.Members) > 0 || len(b.Witnesses) > 0 || len(b.Bootstrap) > 0) {
+			if err := mv.CheckMembershipView(b.From, b.Members, b.Witnesses, b.Bootstrap); err != nil {
+				t.refuse(fmt.Sprintf("membership %d", b.From), "refused a peer stream: the peer's view of the group contradicts this node's", "remote", remote, "batch_from", b.From, "err", err)
 				return status.Errorf(codes.PermissionDenied, "%v", err)
 			}
 		}
@@ -564,8 +564,8 @@ func (p *peer) run() {
 		}
 		applied := p.t.applied.Load()
 		rb := &ordov1.RaftBatch{From: p.t.cfg.ID, To: p.id, Applied: applied, Messages: raw}
-		if wv, ok := p.t.h.(WitnessViewer); ok {
-			rb.Members, rb.Witnesses = wv.WitnessView()
+		if mv, ok := p.t.h.(MembershipViewer); ok {
+			rb.Members, rb.Witnesses, rb.Bootstrap = mv.MembershipView()
 		}
 		err := stream.Send(rb)
 		if err != nil {

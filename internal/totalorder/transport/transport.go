@@ -34,17 +34,19 @@ type Transport interface {
 // Handler is what a Transport delivers to. It is implemented by the Raft
 // node. Every method may be called concurrently from several peers'
 // goroutines and must not block for long.
-// WitnessViewer is implemented by a Handler that compares, with every
-// peer, which members are witnesses (the GRPC transport sends its view
-// in each batch and checks the peer's).
-type WitnessViewer interface {
-	// WitnessView returns the members this node knows and the ids it
-	// counts as witnesses.
-	WitnessView() (members, witnesses []uint64)
-	// CheckWitnessView returns an error when peer from counts a member
-	// both know differently (a witness for one, a data node for the
-	// other).
-	CheckWitnessView(from uint64, members, witnesses []uint64) error
+// MembershipViewer is implemented by a Handler that compares its view of
+// the group with every peer's (the GRPC transport sends its view in each
+// batch and checks the peer's).
+type MembershipViewer interface {
+	// MembershipView returns the members this node knows, the ids it
+	// counts as witnesses, and the ids its log was bootstrapped with (nil
+	// for a node that joined).
+	MembershipView() (members, witnesses, bootstrap []uint64)
+	// CheckMembershipView returns an error when peer from's view
+	// contradicts this node's: a member both know counted as a witness by
+	// one and as a data node by the other, or logs bootstrapped with
+	// different ids.
+	CheckMembershipView(from uint64, members, witnesses, bootstrap []uint64) error
 }
 
 type Handler interface {
