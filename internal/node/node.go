@@ -329,6 +329,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		RetainEntries:     cfg.LogRetentionEntries,
 		RetainBytes:       cfg.LogRetentionBytes,
 		TickInterval:      50 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+		FollowWrites: followWrites(cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: total order: %w", err)
@@ -749,4 +750,14 @@ func addWitnesses(set map[uint64]bool, ms []admin.MemberRow) {
 			set[m.ID] = true
 		}
 	}
+}
+
+// followWrites is the total order's FollowWrites window: the leader moves
+// to the node that proposed most of the last 2 s of entries
+// (leader_follows_writes).
+func followWrites(cfg *config.Node) time.Duration {
+	if cfg.LeaderFollowsWrites != nil && !*cfg.LeaderFollowsWrites {
+		return 0
+	}
+	return 2 * time.Second
 }

@@ -34,6 +34,12 @@ type Config struct {
 	// Witness: this node is a witness. It hands leadership to another
 	// voter whenever it is elected.
 	Witness bool
+	// FollowWrites, if non-zero, is the window over which a leader counts
+	// which node proposed the entries committed: when one other data voter
+	// proposed at least three quarters of them (and at least
+	// followMinEntries), leadership moves to it (follow.go). 0: leadership
+	// stays where elections put it.
+	FollowWrites time.Duration
 	// SeededJoins: every member added to the group starts with Seed (its
 	// log starts where it needs it), so no snapshot is taken for it. That
 	// snapshot, ahead of the compaction point, would be where this node's

@@ -138,6 +138,8 @@ func (n *Node) run() {
 			rn.Tick()
 			if n.cfg.Witness {
 				n.handOver(rn)
+			} else if n.cfg.FollowWrites > 0 {
+				n.followWrites(rn)
 			}
 		case p := <-n.propc:
 			props = append(props[:0], p)
@@ -472,6 +474,9 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		}
 		if term != e.Term {
 			break // made for another term: never delivered (envelope.go)
+		}
+		if n.cfg.FollowWrites > 0 {
+			n.writes.note(origin)
 		}
 		if e.Index > n.cfg.StartAfter {
 			if err := n.deliver(Delivery{Seqno: e.Index, Type: DeliveryEntry, Data: payload}); err != nil {

@@ -19,6 +19,7 @@ type metrics struct {
 	inflight         prometheus.Gauge
 	logSync          prometheus.Histogram
 	refused          prometheus.Counter
+	followTransfers  prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -57,10 +58,12 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_totalorder_refused_messages_total", Help: "Raft messages from peers refused before raft saw them (check.go)."}),
+		followTransfers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_totalorder_follow_transfers_total", Help: "Leadership handed by this node to the node that proposed most entries (follow.go)."}),
 	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.proposals, m.proposalFailures, m.proposalRetries, m.commitLatency,
-			m.leaderChanges, m.isLeader, m.term, m.applied, m.delivered, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync, m.refused} {
+			m.leaderChanges, m.isLeader, m.term, m.applied, m.delivered, m.committed, m.snapshotsMade, m.snapshotsRecv, m.inflight, m.logSync, m.refused, m.followTransfers} {
 			if err := r.Register(c); err != nil {
 				return nil, err
 			}

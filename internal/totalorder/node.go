@@ -116,6 +116,11 @@ type Node struct {
 	// bootPeers are the bootstrap peers of a node bootstrapping its log:
 	// members from its first entries on, known before it applies them.
 	bootPeers map[uint64]bool
+	// writes counts who proposed what was applied (follow.go); the rest
+	// of following the writes is the raft goroutine's.
+	writes                       writeShare
+	followNext, followQuietUntil time.Time
+	followLead                   uint64
 	// bootstrap are the ids this node's log was bootstrapped with, sorted
 	// and kept in members.json (nil: it joined, or bootstrapped before
 	// they were kept). Set in Start, never changed after.

@@ -98,6 +98,13 @@ type Node struct {
 	// in one snapshot (which holds back VACUUM while it runs); a day is a
 	// sensible interval for most databases.
 	DataCheckInterval time.Duration `yaml:"data_check_interval"`
+	// LeaderFollowsWrites: when one node proposed three quarters of the
+	// entries committed over a few seconds, the Raft leader hands
+	// leadership to it, so its commits skip the trip to a leader elsewhere
+	// and back (docs/architecture.md "Where the leader is"). Default true;
+	// every node should say the same (a node with it off never hands its
+	// leadership on).
+	LeaderFollowsWrites *bool `yaml:"leader_follows_writes"`
 	// CertificationWindow is how many seqnos certification remembers;
 	// cluster-wide (default 100000).
 	CertificationWindow uint64 `yaml:"certification_window"`
@@ -276,6 +283,10 @@ func (n *Node) Defaults() {
 	}
 	if n.ApplyWorkers == 0 {
 		n.ApplyWorkers = 1
+	}
+	if n.LeaderFollowsWrites == nil {
+		follow := true
+		n.LeaderFollowsWrites = &follow
 	}
 	if n.MaxWriteSetRows == 0 {
 		n.MaxWriteSetRows = 2_000_000
