@@ -294,6 +294,11 @@ func (r *run) healAll() {
 	}
 }
 
+// connDigester is a workload whose digest takes more than one query.
+type connDigester interface {
+	digestConn(ctx context.Context, conn *pgx.Conn) (string, error)
+}
+
 // digests answers every workload's digest on node i's PostgreSQL, and its
 // number of prepared transactions.
 func (r *run) digests(ctx context.Context, i int) (string, int, error) {
@@ -305,13 +310,20 @@ func (r *run) digests(ctx context.Context, i int) (string, int, error) {
 	}
 	defer d.Close(ctx)
 	var parts []string
-	queries := []string{"SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM safety_probe"}
-	for _, w := range r.workloads {
-		queries = append(queries, w.digest())
+	var probe string
+	if err := d.QueryRow(ctx, "SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM safety_probe").Scan(&probe); err != nil {
+		return "", 0, err
 	}
-	for _, q := range queries {
+	parts = append(parts, probe)
+	for _, w := range r.workloads {
 		var s string
-		if err := d.QueryRow(ctx, q).Scan(&s); err != nil {
+		var err error
+		if dc, ok := w.(connDigester); ok {
+			s, err = dc.digestConn(ctx, d)
+		} else {
+			err = d.QueryRow(ctx, w.digest()).Scan(&s)
+		}
+		if err != nil {
 			return "", 0, err
 		}
 		parts = append(parts, s)

