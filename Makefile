@@ -15,7 +15,7 @@ PG18_BIN  ?=
 # its budget (`make test-pg18 PG18_SKIP=` runs everything).
 PG18_SKIP ?= Pgr|Cons|Classes|TPCC|OnlineProtocolSwitch|Ordoctl|Readyz|Deployments|PeerTLS|MinorityCannotCommit|KillNodeMidCommit|KillDuringFragments|OneBadEntry|PostgresRestart|Pgbench|ReadCommittedNoLostUpdates|JoinUnderLoad|JoinKilledAndRestarted|RemoveNodeUnderLoad|Granules|DonorKilled|PromoteALearner|DrainANode|ScheduledDataCheck|SQLAlchemy|RejoinAfterTheLogMovedOn|Witness
 
-.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-sysbench bench-load bench-ddl bench-join bench-tpcc clean safety compat-suites
+.PHONY: all build demo test test-pg18 fuzz fuzz-short check lint proto tools bench bench-proxy bench-order bench-analysis bench-capture bench-cluster bench-sysbench bench-load bench-ddl bench-join bench-follow bench-tpcc clean safety compat-suites
 
 all: build
 
@@ -136,6 +136,12 @@ bench-ddl:
 bench-join:
 	@bash scripts/ensure-tools.sh go postgres
 	$(GO) run ./test/bench/cluster -join -scale 50 $(BENCH_FLAGS)
+
+## bench-follow: 1 client on a node that does not lead, links delayed by
+## 10 ms one way, with leader_follows_writes off and on (docs/performance.md).
+bench-follow:
+	@bash scripts/ensure-tools.sh go postgres
+	$(GO) run ./test/bench/cluster -follow 10ms -scale 1 $(BENCH_FLAGS)
 
 ## bench-tpcc: TPC-C directly and through a 3-node cluster under dbsm,
 ## dbsm-si, pgr and cons (table and warehouse grain), 1 and 8 clients per

@@ -47,6 +47,14 @@
 //
 // where join_s is the copy (until the node starts replaying) and
 // voter_load_s the time until the node under load is a voter.
+//
+// With -follow D it measures what leader_follows_writes buys: one pgbench
+// client on a node that does not lead a fresh dbsm-si cluster whose links
+// between nodes delay every message by D one way, with
+// leader_follows_writes off and on, in interleaved runs (each after 15 s
+// of the same client, so a leader can move); it ends with
+//
+//	RESULT follow_off_p50_ms=<n> follow_on_p50_ms=<n> follow_on_moved=<runs where the leader moved to the client's node>
 package main
 
 import (
@@ -83,6 +91,7 @@ var (
 	verbose  = flag.Bool("v", false, "print pgbench's own report of every run")
 	loadMode = flag.Bool("load", false, "measure pgbench -i through the cluster instead (see the package comment)")
 	joinMode = flag.Bool("join", false, "measure a fourth node joining under load instead (see the package comment)")
+	follow   = flag.Duration("follow", 0, "measure 1 client on a node that does not lead, links between nodes delayed by this one-way delay, with leader_follows_writes off and on, instead (see the package comment)")
 	ddlMode  = flag.Bool("ddl", false, "measure CREATE TABLE, an insert and DROP TABLE through a node instead (see the package comment)")
 	ddlTabs  = flag.Int("ddl-tables", 100, "tables in the database before -ddl starts")
 	ddlIters = flag.Int("ddl-iterations", 30, "create/insert/drop cycles per -ddl run")
@@ -124,6 +133,9 @@ func run() error {
 	}
 	if *joinMode {
 		return runJoin(ctx, pgbench, direct.Servers[0].DSN("postgres"))
+	}
+	if *follow > 0 {
+		return runFollow(ctx, pgbench)
 	}
 	if err := initPgbench(pgbench, direct.Servers[0].DSN("postgres")); err != nil {
 		return err

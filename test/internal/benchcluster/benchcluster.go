@@ -39,6 +39,8 @@ type Options struct {
 	// Socket connects each node to its PostgreSQL server through the
 	// server's Unix-domain socket instead of loopback TCP.
 	Socket bool
+	// LeaderStays turns leader_follows_writes off.
+	LeaderStays bool
 }
 
 // Cluster is a running benchmark cluster.
@@ -123,6 +125,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		cfg := &config.Node{ID: uint32(i + 1), Listen: listen, PeerListen: peers[uint32(i+1)], Postgres: dsn,
 			DataDir: filepath.Join(c.dir, s.Name), Peers: view, Protocol: o.Protocol}
 		cfg.ApplyWorkers = o.ApplyWorkers
+		if o.LeaderStays {
+			stays := false
+			cfg.LeaderFollowsWrites = &stays
+		}
 		if o.MetricsPort != 0 {
 			cfg.MetricsListen = fmt.Sprintf("127.0.0.1:%d", o.MetricsPort+i)
 		}
