@@ -27,6 +27,12 @@ import (
 // followMinEntries: a window with fewer committed entries moves nothing.
 const followMinEntries = 20
 
+// followMaxLag: a node further behind the commit index is not handed the
+// leadership (raft stops taking proposals until the target has caught up,
+// so only a node that is nearly there is worth it; under load one is always
+// a few entries behind).
+const followMaxLag = 256
+
 // followQuiet: how long after a change of leader nothing moves (a
 // variable for tests).
 var followQuiet = 10 * time.Second
@@ -88,7 +94,7 @@ func (n *Node) followWrites(rn *raft.RawNode) {
 	n.mu.Lock()
 	witness := n.witnesses[to]
 	n.mu.Unlock()
-	if !ok || pr.IsLearner || witness || !pr.RecentActive || pr.Match < st.Commit {
+	if !ok || pr.IsLearner || witness || !pr.RecentActive || pr.Match+followMaxLag < st.Commit {
 		return
 	}
 	n.followQuietUntil = now.Add(followQuiet)
