@@ -219,6 +219,13 @@ func (a *Applier) useOrigin(ctx context.Context, conn *pgx.Conn, name string) bo
 			_, err = conn.Exec(ctx, "SELECT pg_replication_origin_session_setup($1)", name)
 		}
 		if err == nil {
+			// Every apply resets the origin's commit timestamp: a role
+			// allowed the setup but not that must not get this far.
+			if _, err = conn.Exec(ctx, "SELECT pg_replication_origin_xact_reset()"); err != nil {
+				_, _ = conn.Exec(ctx, "SELECT pg_replication_origin_session_reset()")
+			}
+		}
+		if err == nil {
 			return true
 		}
 		var pe *pgconn.PgError

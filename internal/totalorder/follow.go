@@ -27,12 +27,6 @@ import (
 // followMinEntries: a window with fewer committed entries moves nothing.
 const followMinEntries = 20
 
-// followMaxLag: a node further behind the commit index is not handed the
-// leadership (raft stops taking proposals until the target has caught up,
-// so only a node that is nearly there is worth it; under load one is always
-// a few entries behind).
-const followMaxLag = 256
-
 // followQuiet: how long after a change of leader nothing moves (a
 // variable for tests).
 var followQuiet = 10 * time.Second
@@ -64,14 +58,45 @@ func (w *writeShare) take() (map[uint64]uint64, uint64) {
 	return c, t
 }
 
-// followWrites runs on the raft goroutine at every tick; it acts once per
-// window.
+// followWrites runs on the raft goroutine at every tick. Once per window
+// it picks the node to hand leadership to, if any; then, until the next
+// window, it hands it over at the first tick that node has every entry of
+// the leader's log. A transfer to a node that is behind would make raft
+// drop proposals until it caught up, and if it did not within an election
+// timeout, the proposals forwarded meanwhile would be lost with no change
+// of term to release their callers (until their ProposeTimeout).
 func (n *Node) followWrites(rn *raft.RawNode) {
 	now := time.Now()
-	if now.Before(n.followNext) {
+	if !now.Before(n.followNext) {
+		n.followNext = now.Add(n.cfg.FollowWrites)
+		n.followTarget = n.followChoose(rn, now)
+	}
+	if n.followTarget == 0 {
 		return
 	}
-	n.followNext = now.Add(n.cfg.FollowWrites)
+	st := rn.Status()
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 || st.Lead != n.followLead {
+		n.followTarget = 0
+		return
+	}
+	pr, ok := st.Progress[n.followTarget]
+	if !ok || pr.Match < st.Progress[n.id].Match {
+		return // not caught up yet: next tick
+	}
+	to := n.followTarget
+	n.followTarget = 0
+	n.followQuietUntil = now.Add(followQuiet)
+	n.m.followTransfers.Inc()
+	if n.cfg.Logger != nil {
+		n.cfg.Logger.Infof("leadership follows the writes: handing leadership to node %d, which proposed most entries of the last %s", to, n.cfg.FollowWrites)
+	}
+	rn.TransferLeader(to)
+}
+
+// followChoose returns the node that proposed at least three quarters of
+// the window's entries if this node leads and should hand leadership to
+// it, else 0.
+func (n *Node) followChoose(rn *raft.RawNode, now time.Time) uint64 {
 	counts, total := n.writes.take()
 	st := rn.Status()
 	if st.Lead != n.followLead {
@@ -79,7 +104,7 @@ func (n *Node) followWrites(rn *raft.RawNode) {
 		n.followQuietUntil = now.Add(followQuiet)
 	}
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 || now.Before(n.followQuietUntil) || total < followMinEntries {
-		return
+		return 0
 	}
 	var to, most uint64
 	for id, c := range counts {
@@ -88,19 +113,14 @@ func (n *Node) followWrites(rn *raft.RawNode) {
 		}
 	}
 	if to == n.id || most*4 < total*3 {
-		return
+		return 0
 	}
 	pr, ok := st.Progress[to]
 	n.mu.Lock()
 	witness := n.witnesses[to]
 	n.mu.Unlock()
-	if !ok || pr.IsLearner || witness || !pr.RecentActive || pr.Match+followMaxLag < st.Commit {
-		return
+	if !ok || pr.IsLearner || witness || !pr.RecentActive {
+		return 0
 	}
-	n.followQuietUntil = now.Add(followQuiet)
-	n.m.followTransfers.Inc()
-	if n.cfg.Logger != nil {
-		n.cfg.Logger.Infof("leadership follows the writes: node %d proposed %d of the %d entries of the last %s; handing leadership to it", to, most, total, n.cfg.FollowWrites)
-	}
-	rn.TransferLeader(to)
+	return to
 }

@@ -513,9 +513,10 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		n.histMu.Lock()
 		n.confHist = append(n.confHist, confAt{index: e.Index, cs: *cs})
 		n.histMu.Unlock()
-		n.setMembers(*cs)
 		v2 := cc.AsV2()
-		// A witness is known as one before the voters are counted.
+		// A witness is known as one before the voters are counted, and
+		// before it is a member (setMembers): no transport batch shows it
+		// as a member that is not one (witness.go).
 		addr, witness := parsePeerContext(string(v2.Context))
 		if witness {
 			n.mu.Lock()
@@ -524,6 +525,7 @@ func (n *Node) apply(e *raftpb.Entry) error {
 			}
 			n.mu.Unlock()
 		}
+		n.setMembers(*cs)
 		if err := n.deliverMembers(e.Index, *cs); err != nil {
 			return err
 		}

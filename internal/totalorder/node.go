@@ -120,7 +120,7 @@ type Node struct {
 	// of following the writes is the raft goroutine's.
 	writes                       writeShare
 	followNext, followQuietUntil time.Time
-	followLead                   uint64
+	followLead, followTarget     uint64
 	// bootstrap are the ids this node's log was bootstrapped with, sorted
 	// and kept in members.json (nil: it joined, or bootstrapped before
 	// they were kept). Set in Start, never changed after.

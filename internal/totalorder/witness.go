@@ -84,22 +84,35 @@ func (n *Node) handOver(rn *raft.RawNode) {
 // differ is cut off from the others, both ways, and says why, instead of
 // counting other voters on entries or another quorum.
 
-// MembershipView implements transport.MembershipViewer.
+// liveMembers returns the members this node counts now: its applied
+// configuration's, or before it applied any, its bootstrap peers; never a
+// removed id (n.mu held). Witness flags are compared on these only: a
+// member removed since (a witness that left, which a node that joined
+// later may still hold in its configuration while it replays) is not.
+func (n *Node) liveMembers() map[uint64]bool {
+	src := n.members
+	if len(src) == 0 {
+		src = n.bootPeers
+	}
+	out := make(map[uint64]bool, len(src))
+	for id := range src {
+		if !n.removed[id] {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// MembershipView implements transport.MembershipViewer: the live members,
+// those of them that are witnesses, and the bootstrap ids.
 func (n *Node) MembershipView() (members, witnesses, bootstrap []uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	members = make([]uint64, 0, len(n.members)+len(n.bootPeers))
-	for id := range n.members {
+	live := n.liveMembers()
+	members = make([]uint64, 0, len(live))
+	for id := range live {
 		members = append(members, id)
-	}
-	for id := range n.bootPeers {
-		if !n.members[id] {
-			members = append(members, id)
-		}
-	}
-	witnesses = make([]uint64, 0, len(n.witnesses))
-	for id, w := range n.witnesses {
-		if w {
+		if n.witnesses[id] {
 			witnesses = append(witnesses, id)
 		}
 	}
@@ -109,28 +122,25 @@ func (n *Node) MembershipView() (members, witnesses, bootstrap []uint64) {
 }
 
 // CheckMembershipView implements transport.MembershipViewer: a member
-// both nodes know must be a witness for both or for neither (a member only
-// one of them knows yet, such as one being added, is not compared), and
-// two nodes that bootstrapped their logs must have done so with the same
-// ids (a node that joined did not).
+// both nodes count now must be a witness for both or for neither (a
+// member only one of them counts, such as one being added or one removed,
+// is not compared), and two nodes that bootstrapped their logs must have
+// done so with the same ids (a node that joined did not).
 func (n *Node) CheckMembershipView(from uint64, members, witnesses, bootstrap []uint64) error {
 	if len(bootstrap) > 0 && len(n.bootstrap) > 0 && !slices.Equal(bootstrap, n.bootstrap) {
 		return fmt.Errorf("%w: node %d bootstrapped its log with the peers %v, node %d with %v. Every bootstrap node's peers: list must name the same ids (a node added later joins with ordo join instead): correct the list of the node that differs and start that node again with an empty data_dir",
 			ErrBootstrapMismatch, from, bootstrap, n.id, n.bootstrap)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	known := func(id uint64) bool { return n.members[id] || n.bootPeers[id] }
 	theirs := make(map[uint64]bool, len(witnesses))
 	for _, id := range witnesses {
 		theirs[id] = true
-		if known(id) && !n.witnesses[id] {
-			return witnessMismatch(from, id, true, n.id)
-		}
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	live := n.liveMembers()
 	for _, id := range members {
-		if known(id) && n.witnesses[id] && !theirs[id] {
-			return witnessMismatch(from, id, false, n.id)
+		if live[id] && theirs[id] != n.witnesses[id] {
+			return witnessMismatch(from, id, theirs[id], n.id)
 		}
 	}
 	return nil
@@ -143,6 +153,6 @@ func witnessMismatch(from, id uint64, theirs bool, self uint64) error {
 		}
 		return "a data node"
 	}
-	return fmt.Errorf("%w: node %d counts member %d as %s, node %d as %s. Every bootstrap node's witnesses: list must be the same: correct the list of the node that differs and start that node again with an empty data_dir",
+	return fmt.Errorf("%w: node %d counts member %d as %s, node %d as %s. Every bootstrap node's witnesses: list must be the same: correct the list of the node that differs and start that node again with an empty data_dir (if the lists are the same, the node that differs missed the member's configuration change, caught up by a snapshot: rejoin it with ordo join --rejoin)",
 		ErrWitnessMismatch, from, id, what(theirs), self, what(!theirs))
 }

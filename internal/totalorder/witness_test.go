@@ -164,3 +164,31 @@ func TestBootstrapPeersMustAgree(t *testing.T) {
 	}
 	c.proposeRetry([]uint64{1, 2}, 1, 2, "b")
 }
+
+// A witness removed from the group is still in the configuration a node
+// that joined later replays from (its log starts before the removal), and
+// that node never learnt it was a witness: neither side compares it, or
+// the joiner would be cut off for good.
+func TestMembershipViewIgnoresRemovedMembers(t *testing.T) {
+	member := &Node{id: 1, members: map[uint64]bool{1: true, 2: true, 3: true}, removed: map[uint64]bool{4: true},
+		witnesses: map[uint64]bool{4: true}, bootPeers: map[uint64]bool{}, bootstrap: []uint64{1, 2, 3, 4}}
+	joiner := &Node{id: 5, members: map[uint64]bool{1: true, 2: true, 3: true, 4: true, 5: true}, removed: map[uint64]bool{},
+		witnesses: map[uint64]bool{}, bootPeers: map[uint64]bool{}}
+	m, w, b := member.MembershipView()
+	if fmt.Sprint(m, w) != "[1 2 3] []" {
+		t.Fatalf("the member's view: members %v witnesses %v", m, w)
+	}
+	if err := joiner.CheckMembershipView(1, m, w, b); err != nil {
+		t.Fatalf("the joiner refuses the member: %v", err)
+	}
+	m, w, b = joiner.MembershipView()
+	if err := member.CheckMembershipView(5, m, w, b); err != nil {
+		t.Fatalf("the member refuses the joiner: %v", err)
+	}
+	// A member both count now is still compared.
+	joiner.members[6], member.members[6], member.witnesses[6] = true, true, true
+	m, w, b = member.MembershipView()
+	if err := joiner.CheckMembershipView(1, m, w, b); !errors.Is(err, ErrWitnessMismatch) {
+		t.Fatalf("witness 6, which the joiner counts as a data node: %v", err)
+	}
+}
