@@ -119,6 +119,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.QuietTime <= 0 {
 		cfg.QuietTime = 3 * time.Second
 	}
+	// The nemesis starts 2 s into the run and leaves a second after its
+	// last fault: a short run gets one shorter fault rather than none (a
+	// run under a nemesis that injected nothing is a problem, below).
+	if len(cfg.Nemeses) > 0 && cfg.Duration < 3*time.Second+cfg.FaultTime {
+		cfg.FaultTime = max(cfg.Duration-3*time.Second-200*time.Millisecond, time.Second)
+	}
 	if cfg.Converge <= 0 {
 		cfg.Converge = 120 * time.Second
 	}
@@ -200,6 +206,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.nemesis(began + cfg.Duration)
 	}()
 	<-nemesisDone
+	if len(cfg.Nemeses) > 0 && len(r.windows) == 0 {
+		r.problem("no fault was injected: a run under %v must last more than %s (SAFETY_TIME)", cfg.Nemeses, 3*time.Second+cfg.FaultTime)
+	}
 	for r.rec.Since() < began+cfg.Duration {
 		time.Sleep(100 * time.Millisecond)
 	}
