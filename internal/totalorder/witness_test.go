@@ -85,14 +85,7 @@ func TestWitnessListsMustAgree(t *testing.T) {
 	})
 	c.startAll()
 	defer c.stopAll()
-	c.proposeRetry([]uint64{1}, 1, 3, "a")
-
-	time.Sleep(time.Second)
-	for _, d := range c.node(odd).deliveries() {
-		if d.Type == DeliveryEntry {
-			t.Fatalf("node %d, whose witnesses list differs, was delivered entry %d", odd, d.Seqno)
-		}
-	}
+	requireCutOff(t, c, odd, "whose witnesses list differs")
 	// Both ways, and saying why.
 	m1, w1, b1 := c.node(1).MembershipView()
 	err := c.node(odd).CheckMembershipView(1, m1, w1, b1)
@@ -132,13 +125,7 @@ func TestBootstrapPeersMustAgree(t *testing.T) {
 	}
 	c.startAll()
 	defer c.stopAll()
-	c.proposeRetry([]uint64{1}, 1, 3, "a")
-	time.Sleep(time.Second)
-	for _, d := range c.node(odd).deliveries() {
-		if d.Type == DeliveryEntry {
-			t.Fatalf("node %d, bootstrapped with other peers, was delivered entry %d", odd, d.Seqno)
-		}
-	}
+	requireCutOff(t, c, odd, "bootstrapped with other peers")
 	check := func(from, to uint64) error {
 		m, w, b := c.node(from).MembershipView()
 		return c.node(to).CheckMembershipView(from, m, w, b)
@@ -190,5 +177,18 @@ func TestMembershipViewIgnoresRemovedMembers(t *testing.T) {
 	m, w, b = member.MembershipView()
 	if err := joiner.CheckMembershipView(1, m, w, b); !errors.Is(err, ErrWitnessMismatch) {
 		t.Fatalf("witness 6, which the joiner counts as a data node: %v", err)
+	}
+}
+
+// requireCutOff commits entries through node 1 and checks that node odd,
+// which the others refuse, was delivered none of them.
+func requireCutOff(t *testing.T, c *testCluster, odd uint64, why string) {
+	t.Helper()
+	c.proposeRetry([]uint64{1}, 1, 3, "a")
+	time.Sleep(time.Second)
+	for _, d := range c.node(odd).deliveries() {
+		if d.Type == DeliveryEntry {
+			t.Fatalf("node %d, %s, was delivered entry %d", odd, why, d.Seqno)
+		}
 	}
 }
