@@ -24,33 +24,30 @@ var execFunctions = map[string]bool{
 }
 
 const (
-	qTables = `
-SELECT n.nspname, c.relname, c.relkind::text
+	// qRelations reads each table, view, materialized and foreign table
+	// with its columns (names, and type names: '' for a column whose
+	// collation is not deterministic, whose equal values may differ in
+	// bytes), its primary key's columns in key order, and whether it has
+	// user triggers or rules, in one query (one round trip, each
+	// relation's catalog rows found through their indexes): a node
+	// reloads its catalog after every DDL.
+	qRelations = `
+SELECT n.nspname, c.relname, c.relkind::text,
+  coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
+  coalesce((SELECT array_agg(CASE WHEN coalesce((SELECT co.collisdeterministic FROM pg_collation co WHERE co.oid = a.attcollation), true)
+                                  THEN (SELECT t.typname::text FROM pg_type t WHERE t.oid = a.atttypid) ELSE '' END ORDER BY a.attnum)
+            FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
+  coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i
+            CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+            WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
+  EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
+    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid))
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r','p','m','f','v')
   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
 ORDER BY 1, 2`
-	qColumns = `
-SELECT n.nspname, c.relname, a.attname,
-       CASE WHEN coalesce(co.collisdeterministic, true) THEN t.typname ELSE '' END
-FROM pg_attribute a
-JOIN pg_class c ON c.oid = a.attrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_collation co ON co.oid = a.attcollation
-WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r','p','m','f','v')
-  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
-ORDER BY 1, 2, a.attnum`
-	qPK = `
-SELECT n.nspname, c.relname, a.attname
-FROM pg_index i
-JOIN pg_class c ON c.oid = i.indrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-WHERE i.indisprimary AND {scope n}
-  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
-ORDER BY 1, 2, k.ord`
 	qViewDeps = `
 SELECT DISTINCT vn.nspname, v.relname,
        CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
@@ -139,61 +136,30 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	tables := make(map[Name]*TableDesc)
 	views := make(map[Name]*ViewDesc)
 	var order []Name
-	err := each(ctx, q, qTables, sc, func(r pgx.Rows) error {
+	err := each(ctx, q, qRelations, sc, func(r pgx.Rows) error {
 		var n Name
 		var kind string
-		if err := r.Scan(&n.Schema, &n.Name, &kind); err != nil {
+		var cols, types, pk []string
+		var triggers bool
+		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers); err != nil {
 			return err
+		}
+		if len(cols) != len(types) {
+			return fmt.Errorf("%s: %d column names for %d types", n, len(cols), len(types))
+		}
+		if len(pk) == 0 {
+			pk = nil
+		}
+		var columns []Column
+		for i := range cols {
+			columns = append(columns, Column{Name: cols[i], Type: types[i]})
 		}
 		if kind == "v" {
-			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name}
+			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name, Columns: columns}
 		} else {
-			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name}
+			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers}
 		}
 		order = append(order, n)
-		return nil
-	})
-	if err != nil {
-		return d, err
-	}
-	err = each(ctx, q, qColumns, sc, func(r pgx.Rows) error {
-		var n Name
-		var c Column
-		if err := r.Scan(&n.Schema, &n.Name, &c.Name, &c.Type); err != nil {
-			return err
-		}
-		if t, ok := tables[n]; ok {
-			t.Columns = append(t.Columns, c)
-		} else if v, ok := views[n]; ok {
-			v.Columns = append(v.Columns, c)
-		}
-		return nil
-	})
-	if err != nil {
-		return d, err
-	}
-	err = each(ctx, q, qPK, sc, func(r pgx.Rows) error {
-		var n Name
-		var col string
-		if err := r.Scan(&n.Schema, &n.Name, &col); err != nil {
-			return err
-		}
-		if t, ok := tables[n]; ok {
-			t.PK = append(t.PK, col)
-		}
-		return nil
-	})
-	if err != nil {
-		return d, err
-	}
-	err = each(ctx, q, qTriggers, sc, func(r pgx.Rows) error {
-		var n Name
-		if err := r.Scan(&n.Schema, &n.Name); err != nil {
-			return err
-		}
-		if t, ok := tables[n]; ok {
-			t.Triggers = true
-		}
 		return nil
 	})
 	if err != nil {

@@ -335,15 +335,37 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		return nil, fmt.Errorf("node: total order: %w", err)
 	}
 
-	// 5. Replication engine.
+	// 5. Replication engine. The catalog is refreshed after DDL beside
+	// the delivery loop, which only invalidates it (OnDDL): a refresh
+	// reads the whole user schema, and every commit of the node used to
+	// wait for it.
+	refreshCatalog := make(chan struct{}, 1)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-refreshCatalog:
+			}
+			if _, err := cat.Refresh(runCtx); err != nil && runCtx.Err() == nil {
+				log.Warn("catalog refresh after DDL", "err", err)
+			}
+		}
+	}()
 	rep, err = replica.New(replica.Config{
 		NodeID: cfg.ID, Protocol: cfg.Protocol, Window: cfg.CertificationWindow, DSN: cfg.Postgres, MaxEntryBytes: int(cfg.MaxEntryBytes), CommitTimeout: cfg.CommitTimeout, VoteTimeout: cfg.VoteTimeout,
 		Order: n.order, Applier: n.applier, StartAfter: startAfter, Proven: proven, Logger: log, Registerer: n.reg,
 		Members: len(cfg.Peers) - len(cfg.Witnesses), Suspects: n.suspects(cfg), History: history,
-		OnDDL: func(ctx context.Context) {
-			cat.Invalidate() // statements wait for the refresh
-			if _, err := cat.Refresh(ctx); err != nil {
-				log.Warn("catalog refresh after DDL", "err", err)
+		OnDDL: func(context.Context) {
+			// Every statement analyzed from here on waits for the refresh
+			// (catalog.Cache.Current); the loop goes on with the entries
+			// after this one meanwhile.
+			cat.Invalidate()
+			select {
+			case refreshCatalog <- struct{}{}:
+			default: // one is pending: it starts after this Invalidate
 			}
 		},
 		OnGranules: func(ctx context.Context, granules map[string]string, seqno uint64) {

@@ -87,7 +87,8 @@ type Config struct {
 	Suspects func() []uint32
 	// OnDDL is called on the delivery loop right after a transaction
 	// with DDL committed, local or remote, and before its client is told:
-	// the node marks its catalog stale and refreshes it.
+	// the node marks its catalog stale (every statement analyzed after it
+	// waits for a refresh) and refreshes it beside the loop.
 	OnDDL func(ctx context.Context)
 	// OnGranules is called on the delivery loop with the granule columns
 	// of the split conflict classes (classes.Granules) and their epoch,

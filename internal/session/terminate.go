@@ -431,8 +431,9 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	if !out.Commit {
 		return pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node (%s); retry the transaction", out.Reason)
 	}
-	// The node's catalog was refreshed before the outcome was given
-	// (replica.Config.OnDDL).
+	// The node's catalog was marked stale before the outcome was given
+	// (replica.Config.OnDDL): the client's next statement is analyzed
+	// against the refreshed one.
 	return nil
 }
 
