@@ -392,6 +392,15 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 		return unknown(k.Outcome)
 	case *ordov1.Entry_Protocol:
 		return unknown(k.Protocol)
+	case *ordov1.Entry_Notify:
+		if unknown(k.Notify) {
+			return true
+		}
+		for _, n := range k.Notify.Notify {
+			if unknown(n) {
+				return true
+			}
+		}
 	case *ordov1.Entry_Begin:
 		if unknown(k.Begin) {
 			return true

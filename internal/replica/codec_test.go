@@ -185,4 +185,10 @@ func TestEntriesFromANewerVersionAreRecognised(t *testing.T) {
 	deep.GetTxn().Rows[0].Values[0].Kind = 2
 	deep.GetTxn().Rows[0].Op = 5
 	require.True(t, fromNewerVersion(deep), "a row operation this version does not know")
+
+	notify := &ordov1.Entry{Kind: &ordov1.Entry_Notify{Notify: &ordov1.NotifyEntry{Origin: 1,
+		Notify: []*ordov1.Notification{{Channel: "jobs", Payload: "1"}}}}}
+	require.False(t, fromNewerVersion(notify))
+	notify.GetNotify().Notify[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+	require.True(t, fromNewerVersion(notify), "an unknown field of a notification")
 }

@@ -352,7 +352,8 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		if k := o.Conflict; k != nil {
 			ent.Conflict = txn.Key{Level: txn.Level(k.Level), Schema: k.Schema, Table: k.Table, Column: k.Column, Value: k.Value}
 		}
-	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote, *ordov1.Entry_Classes, *ordov1.Entry_Protocol:
+	case *ordov1.Entry_SchemaCheck, *ordov1.Entry_Schema, *ordov1.Entry_DataCheck, *ordov1.Entry_Data, *ordov1.Entry_Vote, *ordov1.Entry_Classes, *ordov1.Entry_Protocol,
+		*ordov1.Entry_Notify:
 		ent.Kind = termination.KindOther
 	default:
 		return ent, fmt.Errorf("replica: entry %d is of a kind this version of Ordo does not know; upgrade this node", seqno)
@@ -521,6 +522,16 @@ func (r *Replica) deliverOther(ctx context.Context, seqno uint64, e *ordov1.Entr
 		return r.deliverVote(k.Vote)
 	case *ordov1.Entry_Classes:
 		return r.deliverClasses(ctx, seqno, k.Classes)
+	case *ordov1.Entry_Notify:
+		if k.Notify.Origin == r.cfg.NodeID || seqno <= r.cfg.Proven {
+			return nil // its origin sent them; a replay sent them before
+		}
+		// After the transactions ordered before it are visible, as a
+		// listener on the origin would see them.
+		if err := r.flush(ctx, rn); err != nil {
+			return err
+		}
+		r.sendNotifications(ctx, seqno, k.Notify.Notify)
 	}
 	return nil
 }

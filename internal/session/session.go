@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
@@ -858,6 +859,14 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			if s.txStatus() == 'T' && m.first && len(stmts) == 1 && m.kind == wire.KindQuery {
 				s.tx.notify = append(s.tx.notify, a.SQL)
 				return &wire.Completed{Tag: notifyTag(a.Tag)}
+			}
+			if a.Notify != nil && s.txStatus() == 'I' && !s.tx.active && len(stmts) == 1 &&
+				(m.kind == wire.KindQuery && m.first || m.kind == wire.KindBind && s.unitFresh) {
+				// An autocommit NOTIFY: ordered for the other nodes'
+				// listeners, then sent here by PostgreSQL as usual.
+				if err := s.orderNotify(ctx, []capture.Notification{{Channel: a.Notify.Channel, Payload: a.Notify.Payload}}); err != nil {
+					return err
+				}
 			}
 			continue
 		case analysis.KindEmpty, analysis.KindLocal:

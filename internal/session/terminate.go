@@ -180,7 +180,13 @@ func (s *session) commitExplicit(ctx context.Context) error {
 	}
 	s.tx.done = true
 	if !replicate {
-		return s.runNotify(ctx) // commits locally with the client's COMMIT
+		// It commits here with the client's COMMIT; its NOTIFYs are
+		// ordered for the other nodes' listeners first.
+		if err := s.orderNotify(ctx, s.notifications()); err != nil {
+			s.rollback(ctx)
+			return err
+		}
+		return s.runNotify(ctx)
 	}
 	if err := s.terminate(ctx, gid, prepared); err != nil {
 		s.rollback(ctx) // the empty transaction
@@ -499,6 +505,29 @@ func granuleKeys(cat *catalog.Catalog, ws *capture.WriteSet, keys *txn.KeySet) {
 		}
 	}
 }
+
+// orderNotify has the replica order ns for the other nodes (a
+// transaction that replicates nothing else: termination.Notifier).
+func (s *session) orderNotify(ctx context.Context, ns []capture.Notification) error {
+	nf, ok := s.h.cfg.Replica.(termination.Notifier)
+	if !ok || len(ns) == 0 {
+		return nil
+	}
+	for _, n := range ns {
+		if len(n.Payload) >= notifyPayloadMax {
+			return nil // PostgreSQL refuses it (22023) and sends nothing
+		}
+	}
+	if err := nf.Notify(ctx, ns); err != nil {
+		return pgErr(codeResolutionUnknown,
+			"ordo: the notification could not be ordered through the cluster (%v); it was not sent to this node's listeners and may or may not reach the other nodes'", err)
+	}
+	return nil
+}
+
+// notifyPayloadMax is PostgreSQL's limit on a NOTIFY payload, in bytes
+// (NOTIFY_PAYLOAD_MAX_LENGTH): a longer one fails and sends nothing.
+const notifyPayloadMax = 8000
 
 // notifications returns the NOTIFYs among the statements the session held
 // until the commit (LISTEN and UNLISTEN are the session's own): every node

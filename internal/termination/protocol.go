@@ -60,6 +60,15 @@ type Preparer interface {
 	Prepared(gid txn.GID) (forget func())
 }
 
+// Notifier is the optional capability of a protocol engine that sends the
+// notifications of a transaction that replicates nothing else (an
+// autocommit NOTIFY, NOTIFYs in a read-only transaction) to every other
+// node: Notify returns once they are ordered; an error means they may
+// reach the other nodes or not.
+type Notifier interface {
+	Notify(ctx context.Context, ns []capture.Notification) error
+}
+
 // VisiblePrefixer is the optional capability of a protocol engine that
 // knows which commits a local statement may see: dbsm-rc's sessions
 // certify against it.

@@ -480,6 +480,69 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 	}
 }
 
+// TestNotifyOnItsOwnReachesEveryNode: a NOTIFY that comes with no write
+// (autocommit, simple and extended protocol, or in a transaction that
+// only reads) reaches the listeners of every node, in the order of the
+// cluster's commits, after the writes ordered before it are visible; one
+// in a transaction rolled back reaches nobody.
+func TestNotifyOnItsOwnReachesEveryNode(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	listen := func(i int) *pgx.Conn {
+		conn := c.connect(i)
+		_, err := conn.Exec(ctx, "LISTEN jobs")
+		require.NoError(t, err)
+		return conn
+	}
+	local, remote, third := listen(0), listen(1), listen(2)
+	w := c.connect(0)
+	_, err := w.Exec(ctx, "CREATE TABLE jobs (id int PRIMARY KEY)")
+	require.NoError(t, err)
+
+	_, err = w.Exec(ctx, "NOTIFY jobs, 'simple'", pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	_, err = w.Exec(ctx, "NOTIFY jobs, 'extended'") // Parse, Bind, Execute
+	require.NoError(t, err)
+	tx, err := w.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT count(*) FROM jobs")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "NOTIFY jobs, 'read-only'", pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	tx, err = w.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "NOTIFY jobs, 'rolled back'", pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	_, err = w.Exec(ctx, "INSERT INTO jobs VALUES (7)")
+	require.NoError(t, err)
+	_, err = w.Exec(ctx, "NOTIFY jobs, 'after 7'", pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+
+	want := []string{"simple", "extended", "read-only", "after 7"}
+	for i, l := range []*pgx.Conn{local, remote, third} {
+		for _, p := range want {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := l.WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err, "node %d's listener, waiting for %q", i+1, p)
+			require.Equal(t, "jobs", n.Channel)
+			require.Equal(t, p, n.Payload, "node %d's listener, in the order of the commits", i+1)
+			if p == "after 7" {
+				// Sent after the insert ordered before it is visible.
+				var rows int
+				require.NoError(t, l.QueryRow(ctx, "SELECT count(*) FROM jobs WHERE id = 7").Scan(&rows))
+				require.Equal(t, 1, rows, "node %d's listener sees the insert ordered before the notification", i+1)
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := l.WaitForNotification(wctx)
+		cancel()
+		require.Error(t, err, "node %d: nothing more (the rolled-back one is not sent)", i+1)
+	}
+}
+
 // TestErrorSlotTakesErrorsOfAnyType: client goroutines store errors of
 // different concrete types (a driver's *pgconn.PgError, a wrapped one); an
 // atomic.Value panicked on the second (seen in CI in TestRemoveNodeUnderLoad).

@@ -39,6 +39,7 @@ type Entry struct {
 	//	*Entry_Classes
 	//	*Entry_Begin
 	//	*Entry_Protocol
+	//	*Entry_Notify
 	Kind          isEntry_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -189,6 +190,15 @@ func (x *Entry) GetProtocol() *ProtocolEntry {
 	return nil
 }
 
+func (x *Entry) GetNotify() *NotifyEntry {
+	if x != nil {
+		if x, ok := x.Kind.(*Entry_Notify); ok {
+			return x.Notify
+		}
+	}
+	return nil
+}
+
 type isEntry_Kind interface {
 	isEntry_Kind()
 }
@@ -241,6 +251,10 @@ type Entry_Protocol struct {
 	Protocol *ProtocolEntry `protobuf:"bytes,12,opt,name=protocol,proto3,oneof"`
 }
 
+type Entry_Notify struct {
+	Notify *NotifyEntry `protobuf:"bytes,13,opt,name=notify,proto3,oneof"`
+}
+
 func (*Entry_Txn) isEntry_Kind() {}
 
 func (*Entry_Abort) isEntry_Kind() {}
@@ -264,6 +278,8 @@ func (*Entry_Classes) isEntry_Kind() {}
 func (*Entry_Begin) isEntry_Kind() {}
 
 func (*Entry_Protocol) isEntry_Kind() {}
+
+func (*Entry_Notify) isEntry_Kind() {}
 
 // Key is a certification key with its modes (internal/txn.Key, txn.Mode).
 // Keys are names and canonical text values, never OIDs.
@@ -2269,6 +2285,64 @@ func (x *ProtocolSwitch) GetName() string {
 	return ""
 }
 
+// NotifyEntry carries the NOTIFYs of a transaction that had nothing else
+// to replicate (an autocommit NOTIFY, or NOTIFYs in a transaction that
+// wrote nothing): every node but its origin sends them when it reaches
+// the entry, so the listeners of every node hear them, in the order of
+// the cluster's commits. The origin sends them from the client's session,
+// once the entry is ordered.
+type NotifyEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        uint32                 `protobuf:"varint,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Notify        []*Notification        `protobuf:"bytes,2,rep,name=notify,proto3" json:"notify,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyEntry) Reset() {
+	*x = NotifyEntry{}
+	mi := &file_ordo_v1_entry_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyEntry) ProtoMessage() {}
+
+func (x *NotifyEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ordo_v1_entry_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyEntry.ProtoReflect.Descriptor instead.
+func (*NotifyEntry) Descriptor() ([]byte, []int) {
+	return file_ordo_v1_entry_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *NotifyEntry) GetOrigin() uint32 {
+	if x != nil {
+		return x.Origin
+	}
+	return 0
+}
+
+func (x *NotifyEntry) GetNotify() []*Notification {
+	if x != nil {
+		return x.Notify
+	}
+	return nil
+}
+
 // Notification is one NOTIFY: its channel and payload.
 type Notification struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2280,7 +2354,7 @@ type Notification struct {
 
 func (x *Notification) Reset() {
 	*x = Notification{}
-	mi := &file_ordo_v1_entry_proto_msgTypes[29]
+	mi := &file_ordo_v1_entry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2366,7 @@ func (x *Notification) String() string {
 func (*Notification) ProtoMessage() {}
 
 func (x *Notification) ProtoReflect() protoreflect.Message {
-	mi := &file_ordo_v1_entry_proto_msgTypes[29]
+	mi := &file_ordo_v1_entry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2379,7 @@ func (x *Notification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notification.ProtoReflect.Descriptor instead.
 func (*Notification) Descriptor() ([]byte, []int) {
-	return file_ordo_v1_entry_proto_rawDescGZIP(), []int{29}
+	return file_ordo_v1_entry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Notification) GetChannel() string {
@@ -2326,8 +2400,8 @@ var File_ordo_v1_entry_proto protoreflect.FileDescriptor
 
 var file_ordo_v1_entry_proto_rawDesc = string([]byte{
 	0x0a, 0x13, 0x6f, 0x72, 0x64, 0x6f, 0x2f, 0x76, 0x31, 0x2f, 0x65, 0x6e, 0x74, 0x72, 0x79, 0x2e,
-	0x70, 0x72, 0x6f, 0x74, 0x6f, 0x12, 0x07, 0x6f, 0x72, 0x64, 0x6f, 0x2e, 0x76, 0x31, 0x22, 0xe0,
-	0x04, 0x0a, 0x05, 0x45, 0x6e, 0x74, 0x72, 0x79, 0x12, 0x25, 0x0a, 0x03, 0x74, 0x78, 0x6e, 0x18,
+	0x70, 0x72, 0x6f, 0x74, 0x6f, 0x12, 0x07, 0x6f, 0x72, 0x64, 0x6f, 0x2e, 0x76, 0x31, 0x22, 0x90,
+	0x05, 0x0a, 0x05, 0x45, 0x6e, 0x74, 0x72, 0x79, 0x12, 0x25, 0x0a, 0x03, 0x74, 0x78, 0x6e, 0x18,
 	0x01, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x11, 0x2e, 0x6f, 0x72, 0x64, 0x6f, 0x2e, 0x76, 0x31, 0x2e,
 	0x54, 0x78, 0x6e, 0x45, 0x6e, 0x74, 0x72, 0x79, 0x48, 0x00, 0x52, 0x03, 0x74, 0x78, 0x6e, 0x12,
 	0x2b, 0x0a, 0x05, 0x61, 0x62, 0x6f, 0x72, 0x74, 0x18, 0x02, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x13,
@@ -2364,7 +2438,10 @@ var file_ordo_v1_entry_proto_rawDesc = string([]byte{
 	0x67, 0x69, 0x6e, 0x12, 0x34, 0x0a, 0x08, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x63, 0x6f, 0x6c, 0x18,
 	0x0c, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x16, 0x2e, 0x6f, 0x72, 0x64, 0x6f, 0x2e, 0x76, 0x31, 0x2e,
 	0x50, 0x72, 0x6f, 0x74, 0x6f, 0x63, 0x6f, 0x6c, 0x45, 0x6e, 0x74, 0x72, 0x79, 0x48, 0x00, 0x52,
-	0x08, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x63, 0x6f, 0x6c, 0x42, 0x06, 0x0a, 0x04, 0x6b, 0x69, 0x6e,
+	0x08, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x63, 0x6f, 0x6c, 0x12, 0x2e, 0x0a, 0x06, 0x6e, 0x6f, 0x74,
+	0x69, 0x66, 0x79, 0x18, 0x0d, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x14, 0x2e, 0x6f, 0x72, 0x64, 0x6f,
+	0x2e, 0x76, 0x31, 0x2e, 0x4e, 0x6f, 0x74, 0x69, 0x66, 0x79, 0x45, 0x6e, 0x74, 0x72, 0x79, 0x48,
+	0x00, 0x52, 0x06, 0x6e, 0x6f, 0x74, 0x69, 0x66, 0x79, 0x42, 0x06, 0x0a, 0x04, 0x6b, 0x69, 0x6e,
 	0x64, 0x22, 0x8b, 0x01, 0x0a, 0x03, 0x4b, 0x65, 0x79, 0x12, 0x14, 0x0a, 0x05, 0x6c, 0x65, 0x76,
 	0x65, 0x6c, 0x18, 0x01, 0x20, 0x01, 0x28, 0x0d, 0x52, 0x05, 0x6c, 0x65, 0x76, 0x65, 0x6c, 0x12,
 	0x16, 0x0a, 0x06, 0x73, 0x63, 0x68, 0x65, 0x6d, 0x61, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52,
@@ -2581,15 +2658,20 @@ var file_ordo_v1_entry_proto_rawDesc = string([]byte{
 	0x63, 0x6f, 0x6c, 0x53, 0x77, 0x69, 0x74, 0x63, 0x68, 0x12, 0x14, 0x0a, 0x05, 0x73, 0x65, 0x71,
 	0x6e, 0x6f, 0x18, 0x01, 0x20, 0x01, 0x28, 0x04, 0x52, 0x05, 0x73, 0x65, 0x71, 0x6e, 0x6f, 0x12,
 	0x12, 0x0a, 0x04, 0x6e, 0x61, 0x6d, 0x65, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x04, 0x6e,
-	0x61, 0x6d, 0x65, 0x22, 0x42, 0x0a, 0x0c, 0x4e, 0x6f, 0x74, 0x69, 0x66, 0x69, 0x63, 0x61, 0x74,
-	0x69, 0x6f, 0x6e, 0x12, 0x18, 0x0a, 0x07, 0x63, 0x68, 0x61, 0x6e, 0x6e, 0x65, 0x6c, 0x18, 0x01,
-	0x20, 0x01, 0x28, 0x09, 0x52, 0x07, 0x63, 0x68, 0x61, 0x6e, 0x6e, 0x65, 0x6c, 0x12, 0x18, 0x0a,
-	0x07, 0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x07,
-	0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64, 0x42, 0x30, 0x5a, 0x2e, 0x67, 0x69, 0x74, 0x68, 0x75,
-	0x62, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x6f, 0x72, 0x64, 0x6f, 0x2d, 0x64, 0x62, 0x2f, 0x6f, 0x72,
-	0x64, 0x6f, 0x2f, 0x70, 0x6b, 0x67, 0x2f, 0x61, 0x70, 0x69, 0x2f, 0x6f, 0x72, 0x64, 0x6f, 0x2f,
-	0x76, 0x31, 0x3b, 0x6f, 0x72, 0x64, 0x6f, 0x76, 0x31, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f,
-	0x33,
+	0x61, 0x6d, 0x65, 0x22, 0x54, 0x0a, 0x0b, 0x4e, 0x6f, 0x74, 0x69, 0x66, 0x79, 0x45, 0x6e, 0x74,
+	0x72, 0x79, 0x12, 0x16, 0x0a, 0x06, 0x6f, 0x72, 0x69, 0x67, 0x69, 0x6e, 0x18, 0x01, 0x20, 0x01,
+	0x28, 0x0d, 0x52, 0x06, 0x6f, 0x72, 0x69, 0x67, 0x69, 0x6e, 0x12, 0x2d, 0x0a, 0x06, 0x6e, 0x6f,
+	0x74, 0x69, 0x66, 0x79, 0x18, 0x02, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x15, 0x2e, 0x6f, 0x72, 0x64,
+	0x6f, 0x2e, 0x76, 0x31, 0x2e, 0x4e, 0x6f, 0x74, 0x69, 0x66, 0x69, 0x63, 0x61, 0x74, 0x69, 0x6f,
+	0x6e, 0x52, 0x06, 0x6e, 0x6f, 0x74, 0x69, 0x66, 0x79, 0x22, 0x42, 0x0a, 0x0c, 0x4e, 0x6f, 0x74,
+	0x69, 0x66, 0x69, 0x63, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x12, 0x18, 0x0a, 0x07, 0x63, 0x68, 0x61,
+	0x6e, 0x6e, 0x65, 0x6c, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x07, 0x63, 0x68, 0x61, 0x6e,
+	0x6e, 0x65, 0x6c, 0x12, 0x18, 0x0a, 0x07, 0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64, 0x18, 0x02,
+	0x20, 0x01, 0x28, 0x09, 0x52, 0x07, 0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64, 0x42, 0x30, 0x5a,
+	0x2e, 0x67, 0x69, 0x74, 0x68, 0x75, 0x62, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x6f, 0x72, 0x64, 0x6f,
+	0x2d, 0x64, 0x62, 0x2f, 0x6f, 0x72, 0x64, 0x6f, 0x2f, 0x70, 0x6b, 0x67, 0x2f, 0x61, 0x70, 0x69,
+	0x2f, 0x6f, 0x72, 0x64, 0x6f, 0x2f, 0x76, 0x31, 0x3b, 0x6f, 0x72, 0x64, 0x6f, 0x76, 0x31, 0x62,
+	0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
 })
 
 var (
@@ -2604,7 +2686,7 @@ func file_ordo_v1_entry_proto_rawDescGZIP() []byte {
 	return file_ordo_v1_entry_proto_rawDescData
 }
 
-var file_ordo_v1_entry_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_ordo_v1_entry_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_ordo_v1_entry_proto_goTypes = []any{
 	(*Entry)(nil),            // 0: ordo.v1.Entry
 	(*Key)(nil),              // 1: ordo.v1.Key
@@ -2635,7 +2717,8 @@ var file_ordo_v1_entry_proto_goTypes = []any{
 	(*ProtocolEntry)(nil),    // 26: ordo.v1.ProtocolEntry
 	(*ProtocolHistory)(nil),  // 27: ordo.v1.ProtocolHistory
 	(*ProtocolSwitch)(nil),   // 28: ordo.v1.ProtocolSwitch
-	(*Notification)(nil),     // 29: ordo.v1.Notification
+	(*NotifyEntry)(nil),      // 29: ordo.v1.NotifyEntry
+	(*Notification)(nil),     // 30: ordo.v1.Notification
 }
 var file_ordo_v1_entry_proto_depIdxs = []int32{
 	2,  // 0: ordo.v1.Entry.txn:type_name -> ordo.v1.TxnEntry
@@ -2650,32 +2733,34 @@ var file_ordo_v1_entry_proto_depIdxs = []int32{
 	19, // 9: ordo.v1.Entry.classes:type_name -> ordo.v1.ClassesEntry
 	24, // 10: ordo.v1.Entry.begin:type_name -> ordo.v1.BeginEntry
 	26, // 11: ordo.v1.Entry.protocol:type_name -> ordo.v1.ProtocolEntry
-	1,  // 12: ordo.v1.TxnEntry.keys:type_name -> ordo.v1.Key
-	6,  // 13: ordo.v1.TxnEntry.tables:type_name -> ordo.v1.Table
-	7,  // 14: ordo.v1.TxnEntry.rows:type_name -> ordo.v1.RowChange
-	3,  // 15: ordo.v1.TxnEntry.ddl_settings:type_name -> ordo.v1.DdlSettings
-	29, // 16: ordo.v1.TxnEntry.notify:type_name -> ordo.v1.Notification
-	4,  // 17: ordo.v1.DdlSettings.settings:type_name -> ordo.v1.Setting
-	6,  // 18: ordo.v1.FragmentEntry.tables:type_name -> ordo.v1.Table
-	7,  // 19: ordo.v1.FragmentEntry.rows:type_name -> ordo.v1.RowChange
-	8,  // 20: ordo.v1.RowChange.values:type_name -> ordo.v1.Value
-	8,  // 21: ordo.v1.RowChange.old_row:type_name -> ordo.v1.Value
-	1,  // 22: ordo.v1.OutcomeEntry.conflict:type_name -> ordo.v1.Key
-	12, // 23: ordo.v1.SchemaEntry.objects:type_name -> ordo.v1.SchemaObject
-	16, // 24: ordo.v1.DataEntry.tables:type_name -> ordo.v1.TableSum
-	17, // 25: ordo.v1.TableSum.buckets:type_name -> ordo.v1.BucketSum
-	20, // 26: ordo.v1.ClassesEntry.classes:type_name -> ordo.v1.ClassDef
-	22, // 27: ordo.v1.ClassesEntry.profiles:type_name -> ordo.v1.ProfileDef
-	21, // 28: ordo.v1.ClassDef.columns:type_name -> ordo.v1.TableColumn
-	20, // 29: ordo.v1.ClassConfig.classes:type_name -> ordo.v1.ClassDef
-	22, // 30: ordo.v1.ClassConfig.profiles:type_name -> ordo.v1.ProfileDef
-	25, // 31: ordo.v1.BeginEntry.classes:type_name -> ordo.v1.ClassRef
-	28, // 32: ordo.v1.ProtocolHistory.switches:type_name -> ordo.v1.ProtocolSwitch
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	29, // 12: ordo.v1.Entry.notify:type_name -> ordo.v1.NotifyEntry
+	1,  // 13: ordo.v1.TxnEntry.keys:type_name -> ordo.v1.Key
+	6,  // 14: ordo.v1.TxnEntry.tables:type_name -> ordo.v1.Table
+	7,  // 15: ordo.v1.TxnEntry.rows:type_name -> ordo.v1.RowChange
+	3,  // 16: ordo.v1.TxnEntry.ddl_settings:type_name -> ordo.v1.DdlSettings
+	30, // 17: ordo.v1.TxnEntry.notify:type_name -> ordo.v1.Notification
+	4,  // 18: ordo.v1.DdlSettings.settings:type_name -> ordo.v1.Setting
+	6,  // 19: ordo.v1.FragmentEntry.tables:type_name -> ordo.v1.Table
+	7,  // 20: ordo.v1.FragmentEntry.rows:type_name -> ordo.v1.RowChange
+	8,  // 21: ordo.v1.RowChange.values:type_name -> ordo.v1.Value
+	8,  // 22: ordo.v1.RowChange.old_row:type_name -> ordo.v1.Value
+	1,  // 23: ordo.v1.OutcomeEntry.conflict:type_name -> ordo.v1.Key
+	12, // 24: ordo.v1.SchemaEntry.objects:type_name -> ordo.v1.SchemaObject
+	16, // 25: ordo.v1.DataEntry.tables:type_name -> ordo.v1.TableSum
+	17, // 26: ordo.v1.TableSum.buckets:type_name -> ordo.v1.BucketSum
+	20, // 27: ordo.v1.ClassesEntry.classes:type_name -> ordo.v1.ClassDef
+	22, // 28: ordo.v1.ClassesEntry.profiles:type_name -> ordo.v1.ProfileDef
+	21, // 29: ordo.v1.ClassDef.columns:type_name -> ordo.v1.TableColumn
+	20, // 30: ordo.v1.ClassConfig.classes:type_name -> ordo.v1.ClassDef
+	22, // 31: ordo.v1.ClassConfig.profiles:type_name -> ordo.v1.ProfileDef
+	25, // 32: ordo.v1.BeginEntry.classes:type_name -> ordo.v1.ClassRef
+	28, // 33: ordo.v1.ProtocolHistory.switches:type_name -> ordo.v1.ProtocolSwitch
+	30, // 34: ordo.v1.NotifyEntry.notify:type_name -> ordo.v1.Notification
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_ordo_v1_entry_proto_init() }
@@ -2696,6 +2781,7 @@ func file_ordo_v1_entry_proto_init() {
 		(*Entry_Classes)(nil),
 		(*Entry_Begin)(nil),
 		(*Entry_Protocol)(nil),
+		(*Entry_Notify)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2703,7 +2789,7 @@ func file_ordo_v1_entry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ordo_v1_entry_proto_rawDesc), len(file_ordo_v1_entry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
