@@ -60,6 +60,7 @@ func (w *walker) top(n *pg.Node) {
 			return
 		}
 		w.selectStmt(x.SelectStmt, nil)
+		w.notifyCall(x.SelectStmt)
 	case *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
 		st.Kind = KindWrite
 		w.query(n, nil)

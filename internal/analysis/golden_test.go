@@ -154,6 +154,9 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		if s.Rewrite != "" {
 			fmt.Fprintf(&b, "\n  rewrite: %s", s.Rewrite)
 		}
+		if n := s.NotifyCall; n != nil {
+			fmt.Fprintf(&b, "\n  notify-call: channel %+v, payload %+v", n.Channel, n.Payload)
+		}
 		if s.Replay != "" {
 			fmt.Fprintf(&b, "\n  replay: %s", s.Replay)
 		}

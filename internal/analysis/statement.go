@@ -183,6 +183,9 @@ type Statement struct {
 	NumParams int
 	// Notify is the notification a NOTIFY statement sends.
 	Notify *Notification
+	// NotifyCall is set for SELECT pg_notify(…) (notifycall.go): its
+	// Rewrite runs in its place, and the session sends the notification.
+	NotifyCall *NotifyCall
 	// GranuleSeqno is the granule epoch of the catalog it was analyzed
 	// under (catalog.Catalog.GranuleSeqno): its granule keys are of that
 	// configuration.

@@ -9,13 +9,15 @@ import (
 
 // SQLSTATEs the session uses.
 const (
-	codeSerializationFailure = "40001"
-	codeResolutionUnknown    = "08007"
-	codeFeatureNotSupported  = "0A000"
-	codeReadOnly             = "25006"
-	codeInternal             = "XX000"
-	codeProgramLimitExceeded = "54000"
-	codeInFailedTransaction  = "25P02"
+	codeSerializationFailure  = "40001"
+	codeResolutionUnknown     = "08007"
+	codeFeatureNotSupported   = "0A000"
+	codeReadOnly              = "25006"
+	codeInternal              = "XX000"
+	codeProgramLimitExceeded  = "54000"
+	codeInFailedTransaction   = "25P02"
+	codeInvalidParameterValue = "22023"
+	codeProtocolViolation     = "08P01"
 )
 
 // canceled reports a statement canceled by a CancelRequest (57014). On

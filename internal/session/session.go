@@ -265,7 +265,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// drivers send Parse/Bind/Execute/Sync in one unit (pgjdbc,
 		// libpq's PQexecParams), so at Bind it would be too late. A unit
 		// that only prepares the statement commits an empty transaction.
-		if first && updates(stmts) && s.txStatus() == 'I' && !s.tx.active {
+		if first && (updates(stmts) || notifyCalls(stmts)) && s.txStatus() == 'I' && !s.tx.active {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
@@ -389,7 +389,7 @@ func (s *session) noteName(name string) {
 func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error {
 	if len(stmts) > 1 {
 		for _, a := range stmts {
-			if a.RewriteInBlock {
+			if a.RewriteInBlock && a.NotifyCall == nil { // (a pg_notify call among others runs as sent)
 				return pgErr(codeFeatureNotSupported, "ordo: send this statement on its own, not in a query string with others: Ordo runs it rewritten (%s)", strings.TrimPrefix(a.Notice, "ordo: "))
 			}
 		}
@@ -398,7 +398,9 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error
 		return nil
 	}
 	st.Rewrite = stmts[0].Rewrite
-	s.be.Notice(stmts[0].Notice)
+	if stmts[0].Notice != "" {
+		s.be.Notice(stmts[0].Notice)
+	}
 	return nil
 }
 
@@ -684,6 +686,22 @@ func notifyTag(parseNode string) string {
 	return "NOTIFY"
 }
 
+// notifyCalls reports whether stmts are a SELECT pg_notify(…) run as
+// its rewrite (heldCall).
+func notifyCalls(stmts []*analysis.Statement) bool {
+	return len(stmts) == 1 && heldCall(stmts[0], stmts)
+}
+
+// heldCall reports whether a, one of stmts, is a SELECT pg_notify(…)
+// whose notification the session holds until the commit: one sent on
+// its own, which runs as its rewrite (session.rewrite). Among other
+// statements of a query string it runs as sent: PostgreSQL sends its
+// notification (on this node only), and a transaction that also writes
+// cannot be prepared.
+func heldCall(a *analysis.Statement, stmts []*analysis.Statement) bool {
+	return a.NotifyCall != nil && len(stmts) == 1
+}
+
 func updates(stmts []*analysis.Statement) bool {
 	for _, a := range stmts {
 		if a.Updates() {
@@ -720,6 +738,10 @@ func isTxnControl(stmts []*analysis.Statement) bool {
 type savepoint struct {
 	name string
 	ddl  int
+	// notify is how many notifications were held when it was set: a
+	// ROLLBACK TO drops those held after it, as PostgreSQL drops the
+	// notifications of a subtransaction rolled back.
+	notify int
 }
 
 // savepointOp follows SAVEPOINT, RELEASE and ROLLBACK TO, to drop the DDL
@@ -740,7 +762,7 @@ func (s *session) savepointOp(t *analysis.TxnControl) {
 	}
 	switch t.Op {
 	case analysis.TxnSavepoint:
-		s.tx.savepoints = append(s.tx.savepoints, savepoint{name: t.Savepoint, ddl: len(s.tx.ddl)})
+		s.tx.savepoints = append(s.tx.savepoints, savepoint{name: t.Savepoint, ddl: len(s.tx.ddl), notify: len(s.tx.notify)})
 	case analysis.TxnRelease:
 		if i := find(); i >= 0 {
 			s.tx.savepoints = s.tx.savepoints[:i] // it and those after it; their statements stay
@@ -758,6 +780,7 @@ func (s *session) savepointOp(t *analysis.TxnControl) {
 			}
 		}
 		s.tx.ddl = kept
+		s.tx.notify = s.tx.notify[:min(len(s.tx.notify), s.tx.savepoints[i].notify)]
 		s.tx.savepoints = s.tx.savepoints[:i+1] // it stays; those after it go
 	}
 }
@@ -877,7 +900,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			continue // PostgreSQL rejects it: the transaction already failed
 		}
 		if status == 'I' && !s.tx.active {
-			if a.Updates() {
+			if a.Updates() || heldCall(a, stmts) {
 				if !atBoundary {
 					if m.kind == wire.KindQuery {
 						return pgErr(codeFeatureNotSupported,
@@ -907,6 +930,17 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		}
 		if !s.tx.active {
 			s.tx.active = true // inside a block the proxy saw begin in another unit
+		}
+		if heldCall(a, stmts) {
+			// A no-op runs in its place (its Rewrite); the notification
+			// is sent at the commit, here and on every node.
+			sql, err := notifyCallSQL(a.NotifyCall, params)
+			if err != nil {
+				return err
+			}
+			s.tx.notify = append(s.tx.notify, sql)
+			s.unitFresh = false
+			continue
 		}
 		if err := s.consBegin(ctx, a, params, atBoundary); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/termination"
@@ -276,15 +277,36 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return err
 	}
 	if !replicate {
+		// Its held notifications (SELECT pg_notify(…)) are ordered for
+		// the other nodes' listeners, then sent here at the commit.
+		if err := s.orderNotify(ctx, s.notifications()); err != nil {
+			s.rollback(ctx)
+			return err
+		}
 		// PostgreSQL's own error at COMMIT (a deferred constraint of a
 		// temporary table) is the statement's.
-		res, err := s.be.Exec(ctx, "COMMIT")
+		run := append(slices.Clone(s.tx.notify), "COMMIT")
+		res, err := s.be.Exec(ctx, run[0], run[1:]...)
 		if err != nil {
 			return err
 		}
 		return res.Err
 	}
-	return s.terminate(ctx, gid, prepared)
+	if err := s.terminate(ctx, gid, prepared); err != nil {
+		return err
+	}
+	// Committed: its notifications go to this node's listeners (the
+	// others send them as they apply it).
+	for _, sql := range s.tx.notify {
+		res, err := s.be.Exec(ctx, sql)
+		if err != nil {
+			return err
+		}
+		if res.Err != nil {
+			s.h.cfg.Logger.Warn("session: a notification of a committed transaction could not be sent", "err", res.Err)
+		}
+	}
+	return nil
 }
 
 // endWrapped forgets the wrapped transaction that ended, and releases its
@@ -525,6 +547,40 @@ func (s *session) orderNotify(ctx context.Context, ns []capture.Notification) er
 	return nil
 }
 
+// notifyCallSQL is the statement that sends the notification of a
+// SELECT pg_notify(…) bound to params, held until the commit, or the
+// error PostgreSQL would have raised for it.
+func notifyCallSQL(c *analysis.NotifyCall, params []analysis.Param) (string, error) {
+	channel, null, err := c.Channel.Value(params)
+	if err != nil {
+		return "", pgErr(codeProtocolViolation, "ordo: %v", err)
+	}
+	if null || channel == "" {
+		return "", pgErr(codeInvalidParameterValue, "channel name cannot be empty")
+	}
+	if len(channel) >= notifyChannelMax {
+		return "", pgErr(codeInvalidParameterValue, "channel name too long")
+	}
+	payload, _, err := c.Payload.Value(params) // NULL is the empty payload
+	if err != nil {
+		return "", pgErr(codeProtocolViolation, "ordo: %v", err)
+	}
+	if len(payload) >= notifyPayloadMax {
+		return "", pgErr(codeInvalidParameterValue, "payload string too long")
+	}
+	return "SELECT pg_notify(" + escapedLiteral(channel) + ", " + escapedLiteral(payload) + ")", nil
+}
+
+// escapedLiteral quotes s as an E” string constant, whose meaning does
+// not depend on standard_conforming_strings.
+func escapedLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s) + "'"
+}
+
+// notifyChannelMax is the length from which PostgreSQL refuses a channel
+// name (NAMEDATALEN).
+const notifyChannelMax = 64
+
 // notifyPayloadMax is PostgreSQL's limit on a NOTIFY payload, in bytes
 // (NOTIFY_PAYLOAD_MAX_LENGTH): a longer one fails and sends nothing.
 const notifyPayloadMax = 8000
@@ -538,6 +594,10 @@ func (s *session) notifications() []capture.Notification {
 		for _, a := range s.analyze(sql) {
 			if a.Notify != nil {
 				out = append(out, capture.Notification{Channel: a.Notify.Channel, Payload: a.Notify.Payload})
+			}
+			if c := a.NotifyCall; c != nil && c.Channel.Param == 0 && c.Payload.Param == 0 {
+				// Held as sent by notifyCallSQL: constants.
+				out = append(out, capture.Notification{Channel: c.Channel.Text, Payload: c.Payload.Text})
 			}
 		}
 	}

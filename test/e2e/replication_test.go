@@ -543,6 +543,98 @@ func TestNotifyOnItsOwnReachesEveryNode(t *testing.T) {
 	}
 }
 
+// TestPgNotifyCallsReachEveryNode: SELECT pg_notify(…) on its own, in
+// autocommit, through the extended protocol with parameters (pgx's
+// cached statements), in a transaction that writes (which PostgreSQL
+// could not prepare had the call run), in a batch without BEGIN, and
+// after a savepoint rolled back, reaches the listeners of every node at
+// the commit, in commit order; the client gets pg_notify's own result and
+// errors.
+func TestPgNotifyCallsReachEveryNode(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	listen := func(i int) *pgx.Conn {
+		conn := c.connect(i)
+		_, err := conn.Exec(ctx, "LISTEN jobs")
+		require.NoError(t, err)
+		return conn
+	}
+	listeners := []*pgx.Conn{listen(0), listen(1), listen(2)}
+	w := c.connect(0)
+	_, err := w.Exec(ctx, "CREATE TABLE jobs (id int PRIMARY KEY)")
+	require.NoError(t, err)
+
+	// What the client sees is pg_notify's result: one row, one void column.
+	res, err := w.PgConn().Exec(ctx, "SELECT pg_notify('jobs', 'a')").ReadAll()
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Len(t, res[0].FieldDescriptions, 1)
+	require.Equal(t, "pg_notify", res[0].FieldDescriptions[0].Name)
+	require.Equal(t, uint32(2278), res[0].FieldDescriptions[0].DataTypeOID, "void")
+	require.Equal(t, [][][]byte{{{}}}, res[0].Rows)
+	require.Equal(t, "SELECT 1", res[0].CommandTag.String())
+
+	_, err = w.Exec(ctx, "SELECT pg_notify($1, $2)", "jobs", "b") // a named statement, parameters
+	require.NoError(t, err)
+
+	tx, err := w.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO jobs VALUES (1)")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", "jobs", "c")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx), "a writing transaction that called pg_notify commits")
+
+	tx, err = w.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO jobs VALUES (2)")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SAVEPOINT s")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT pg_notify('jobs', 'rolled back to the savepoint')")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT pg_notify('jobs', 'd')")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO jobs VALUES (3)")
+	b.Queue("SELECT pg_notify($1, $2)", "jobs", "e")
+	require.NoError(t, w.SendBatch(ctx, b).Close())
+
+	// PostgreSQL's own errors.
+	_, err = w.Exec(ctx, "SELECT pg_notify('', 'x')")
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "22023", pe.Code)
+	require.Equal(t, "channel name cannot be empty", pe.Message)
+
+	for i, l := range listeners {
+		for _, p := range []string{"a", "b", "c", "d", "e"} {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := l.WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err, "node %d's listener, waiting for %q", i+1, p)
+			require.Equal(t, p, n.Payload, "node %d's listener, in the order of the commits", i+1)
+			if p == "e" {
+				var rows int
+				require.NoError(t, l.QueryRow(ctx, "SELECT count(*) FROM jobs").Scan(&rows))
+				require.Equal(t, 3, rows, "node %d: the batch's insert is visible with its notification", i+1)
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := l.WaitForNotification(wctx)
+		cancel()
+		require.Error(t, err, "node %d: nothing more", i+1)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		require.Zero(t, c.unreplicated(i))
+	}
+}
+
 // TestErrorSlotTakesErrorsOfAnyType: client goroutines store errors of
 // different concrete types (a driver's *pgconn.PgError, a wrapped one); an
 // atomic.Value panicked on the second (seen in CI in TestRemoveNodeUnderLoad).
