@@ -42,6 +42,14 @@ func (w *walker) top(n *pg.Node) {
 		st.Kind = KindEmpty
 		return
 	}
+	if largeObjectDDL(n) {
+		// GRANT, COMMENT, ALTER … OWNER on a large object: part of the
+		// object's state, which the session replicates with its content
+		// (Statement.LargeObjects); not replayed as DDL.
+		st.Kind = KindWrite
+		w.largeObjects, w.largeObjectWrites = true, true
+		return
+	}
 	switch x := n.Node.(type) {
 	case *pg.Node_SelectStmt:
 		st.Kind = KindRead
@@ -203,6 +211,23 @@ func (w *walker) top(n *pg.Node) {
 		st.Kind = KindDDL
 		w.ddl(n)
 	}
+}
+
+// largeObjectDDL reports whether n changes the privileges, comment,
+// owner or security label of a large object.
+func largeObjectDDL(n *pg.Node) bool {
+	const lo = pg.ObjectType_OBJECT_LARGEOBJECT
+	switch x := n.Node.(type) {
+	case *pg.Node_GrantStmt:
+		return x.GrantStmt.Objtype == lo
+	case *pg.Node_CommentStmt:
+		return x.CommentStmt.Objtype == lo
+	case *pg.Node_AlterOwnerStmt:
+		return x.AlterOwnerStmt.ObjectType == lo
+	case *pg.Node_SecLabelStmt:
+		return x.SecLabelStmt.Objtype == lo
+	}
+	return false
 }
 
 // noEventTrigger reports whether PostgreSQL fires no event trigger for
@@ -580,14 +605,15 @@ func (w *walker) finish() {
 		}
 	}
 	st.SetsSequence = w.setval
+	st.LargeObjects, st.WritesLargeObjects = w.largeObjects, w.largeObjectWrites
 	if w.refused != "" {
 		st.Kind, st.Reason = KindRefused, w.refused
 		return
 	}
 	switch st.Kind {
 	case KindRead:
-		if w.setval && w.opaque == "" {
-			st.Kind = KindWrite // sequence state is replicated at commit
+		if (w.setval || w.largeObjectWrites) && w.opaque == "" {
+			st.Kind = KindWrite // sequence and large object state is replicated at commit
 		}
 		if w.opaque != "" {
 			st.Kind = KindOpaque

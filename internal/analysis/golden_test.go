@@ -163,6 +163,11 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		if s.SetsSequence {
 			fmt.Fprintf(&b, "\n  sets-sequence")
 		}
+		if s.WritesLargeObjects {
+			fmt.Fprintf(&b, "\n  large-objects: writes")
+		} else if s.LargeObjects {
+			fmt.Fprintf(&b, "\n  large-objects: reads")
+		}
 		if s.Txn != nil {
 			tc := s.Txn
 			fmt.Fprintf(&b, "\n  txn: %s", tc.Op)

@@ -179,6 +179,14 @@ type Statement struct {
 	// decoded, so the session replicates the sequences' new state at
 	// commit; such a statement makes an update transaction.
 	SetsSequence bool
+	// LargeObjects: the statement calls a function on large objects
+	// (lo_open, loread, lo_get, …); WritesLargeObjects: one that changes
+	// one (lo_creat, lowrite, lo_unlink, …), which makes it an update.
+	// Logical decoding does not carry large objects, so the session reads
+	// the state its transaction left them in at commit and replicates
+	// that; a protocol that certifies reads takes the statement for a
+	// read of every large object.
+	LargeObjects, WritesLargeObjects bool
 	// NumParams is the highest $n used.
 	NumParams int
 	// Notify is the notification a NOTIFY statement sends.

@@ -24,14 +24,21 @@ type walker struct {
 	opaque               string
 	readsAll             string // reason, "" if none
 	setval               bool   // calls pg_catalog.setval
-	refused              string // why the statement cannot be replicated, "" if it can
+	// largeObjects: calls a function on large objects;
+	// largeObjectWrites: one that changes one.
+	largeObjects, largeObjectWrites bool
+	refused                         string // why the statement cannot be replicated, "" if it can
 }
 
-// largeObjectWriters are the functions that change large objects, which
-// logical decoding does not carry.
-var largeObjectWriters = map[string]bool{
+// largeObjectFunctions are pg_catalog's functions on large objects, true
+// for those that change one. Logical decoding does not carry large
+// objects: the session replicates the state its transaction left them in
+// (Statement.LargeObjects).
+var largeObjectFunctions = map[string]bool{
 	"lo_create": true, "lo_creat": true, "lo_import": true, "lo_from_bytea": true, "lo_put": true,
 	"lowrite": true, "lo_unlink": true, "lo_truncate": true, "lo_truncate64": true,
+	"lo_open": false, "lo_close": false, "loread": false, "lo_get": false, "lo_export": false,
+	"lo_lseek": false, "lo_lseek64": false, "lo_tell": false, "lo_tell64": false,
 }
 
 // relRef is one item of a FROM list (or a DML target) visible to column
@@ -489,12 +496,16 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "setval" {
 		w.setval = true
 	}
-	lo := largeObjectWriters[name] && (schema == "" || schema == "pg_catalog") // pg_catalog's, even where the catalog was not loaded
+	loWrites, lo := largeObjectFunctions[name]
+	lo = lo && (schema == "" || schema == "pg_catalog") // pg_catalog's, even where the catalog was not loaded
 	if ok {
-		lo = f.Name.Schema == "pg_catalog" && largeObjectWriters[f.Name.Name]
+		loWrites, lo = largeObjectFunctions[f.Name.Name]
+		lo = lo && f.Name.Schema == "pg_catalog"
 	}
-	if lo && w.refused == "" {
-		w.refused = "ordo: " + name + "() changes a large object, and large objects are not replicated (logical decoding does not carry them); store the data in a bytea column instead"
+	if lo {
+		w.largeObjects = true
+		w.largeObjectWrites = w.largeObjectWrites || loWrites
+		ok, f = true, &catalog.Function{Name: catalog.Name{Schema: "pg_catalog", Name: name}, Volatility: catalog.Volatile}
 	}
 	switch {
 	case !ok:

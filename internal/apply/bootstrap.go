@@ -73,7 +73,66 @@ CREATE OR REPLACE FUNCTION _ordo.committed_prefix() RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 	SELECT coalesce(max(seqno), 0) FROM _ordo.applied
 $$;
+-- Large objects (capture/largeobject.go). lo_written: the large objects
+-- whose data pages the calling transaction wrote (pg_largeobject is
+-- readable by superusers only; this reveals a caller its own writes).
+CREATE OR REPLACE FUNCTION _ordo.lo_written() RETURNS SETOF oid
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	SELECT DISTINCT l.loid FROM pg_catalog.pg_largeobject l
+	WHERE l.xmin = ANY (ARRAY(SELECT transactionid FROM pg_catalog.pg_locks
+		WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'transactionid'))
+$$;
+-- lo_set gives a large object the state another node's transaction left
+-- it in (an apply: Ordo's own role, event triggers off); lo_drop unlinks
+-- one, if it exists.
+CREATE OR REPLACE FUNCTION _ordo.lo_set(o oid, owner name, acl text, has_comment bool, cmt text, data bytea) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	fd int4;
+	cur aclitem[];
+	r record;
+BEGIN
+	IF EXISTS (SELECT 1 FROM pg_largeobject_metadata WHERE oid = o) THEN
+		fd := lo_open(o, 131072); -- INV_WRITE
+		PERFORM lo_truncate64(fd, 0);
+		PERFORM lowrite(fd, data);
+		PERFORM lo_close(fd);
+	ELSE
+		PERFORM lo_from_bytea(o, data);
+	END IF;
+	EXECUTE format('ALTER LARGE OBJECT %s OWNER TO %I', o, owner);
+	SELECT lomacl INTO cur FROM pg_largeobject_metadata WHERE oid = o;
+	IF cur IS DISTINCT FROM acl::aclitem[] THEN
+		FOR r IN SELECT DISTINCT grantee FROM aclexplode(cur) LOOP
+			EXECUTE format('REVOKE ALL ON LARGE OBJECT %s FROM %s', o,
+				CASE WHEN r.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r.grantee)) END);
+		END LOOP;
+		IF acl IS NULL THEN
+			-- The default: the owner holds every privilege.
+			EXECUTE format('GRANT ALL ON LARGE OBJECT %s TO %I', o, owner);
+		ELSE
+			FOR r IN SELECT * FROM aclexplode(acl::aclitem[]) LOOP
+				EXECUTE format('GRANT %s ON LARGE OBJECT %s TO %s%s', r.privilege_type, o,
+					CASE WHEN r.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r.grantee)) END,
+					CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+			END LOOP;
+		END IF;
+	END IF;
+	IF has_comment THEN
+		EXECUTE format('COMMENT ON LARGE OBJECT %s IS %L', o, cmt);
+	ELSIF obj_description(o, 'pg_largeobject') IS NOT NULL THEN
+		EXECUTE format('COMMENT ON LARGE OBJECT %s IS NULL', o);
+	END IF;
+END
+$$;
+CREATE OR REPLACE FUNCTION _ordo.lo_drop(o oid) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT lo_unlink(o) FROM pg_largeobject_metadata WHERE oid = o
+$$;
+REVOKE EXECUTE ON FUNCTION _ordo.lo_set(oid, name, text, bool, text, bytea) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _ordo.lo_drop(oid) FROM PUBLIC;
 GRANT USAGE ON SCHEMA _ordo TO PUBLIC;
+GRANT EXECUTE ON FUNCTION _ordo.lo_written() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.committed_prefix() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`
 

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -68,12 +69,39 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 			out = append(out, s)
 		}
 	}
+	// Its large objects, set to the state it left them in (their rows are
+	// system catalogs', which logical decoding does not carry).
+	for i := range ws.LargeObjects {
+		out = append(out, largeObjectStmt(&ws.LargeObjects[i]))
+	}
 	// The transaction's notifications, sent when the apply commits, as
 	// they were when it committed on its origin.
 	for _, n := range ws.Notify {
 		out = append(out, stmt{sql: "SELECT pg_notify($1, $2)", params: [][]byte{[]byte(n.Channel), []byte(n.Payload)}, want: -1})
 	}
 	return out, nil
+}
+
+// largeObjectStmt sets one large object to the state lo says
+// (_ordo.lo_set and _ordo.lo_drop, bootstrap.go).
+func largeObjectStmt(lo *capture.LargeObject) stmt {
+	oid := []byte(strconv.FormatUint(uint64(lo.OID), 10))
+	if lo.Unlinked {
+		return stmt{sql: "SELECT _ordo.lo_drop($1)", params: [][]byte{oid}, want: -1}
+	}
+	var acl, comment []byte // nil: NULL
+	if lo.ACL != "" {
+		acl = []byte(lo.ACL)
+	}
+	hasComment := []byte("f")
+	if lo.HasComment {
+		hasComment, comment = []byte("t"), []byte(lo.Comment)
+	}
+	data := make([]byte, 2+hex.EncodedLen(len(lo.Data)))
+	copy(data, `\x`)
+	hex.Encode(data[2:], lo.Data)
+	return stmt{sql: "SELECT _ordo.lo_set($1, $2, $3, $4, $5, $6)",
+		params: [][]byte{oid, []byte(lo.Owner), acl, hasComment, comment, data}, want: -1}
 }
 
 func param(v capture.Value) []byte {

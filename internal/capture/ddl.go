@@ -95,6 +95,9 @@ BEGIN
 		IF r.in_extension THEN
 			CONTINUE; -- an extension's script (its CREATE EXTENSION is recorded)
 		END IF;
+		IF lower(r.object_type) = 'large object' THEN
+			CONTINUE; -- its state is replicated with its content (largeobject.go)
+		END IF;
 		objs := objs || jsonb_build_array(jsonb_build_array(r.object_type, r.schema_name, NULL, r.object_identity));
 		IF r.object_type = 'table' THEN
 			keyless := keyless || r.objid;

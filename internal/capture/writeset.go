@@ -282,13 +282,18 @@ type WriteSet struct {
 	DDLRecords []DDLRecord
 	// DDLDropped are the objects its DDL dropped (for certification keys).
 	DDLDropped []DDLObject
+	// LargeObjects are the large objects the transaction created, changed
+	// or unlinked, in the state it left them in (largeobject.go), in oid
+	// order. Decoding does not fill them: the origin's session does.
+	LargeObjects []LargeObject
 }
 
 // Keys returns the keys this write set writes, with X mode on row keys
 // (new and old), on the unique-index values an inserted or updated row
 // claims (Table.Uniques) and on table keys of truncated tables, R on the
 // parent rows an inserted or updated row references (Table.ForeignKeys),
-// and IX on the table key of every written row. Granule keys need
+// and IX on the table key of every written row, and X on the key of each
+// large object it changed (IX on theirs). Granule keys need
 // configuration the capture does not have; the termination layer adds
 // them.
 func (ws *WriteSet) Keys() *txn.KeySet {
@@ -311,6 +316,10 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 				referenceKeys(&s, r)
 			}
 		}
+	}
+	for i := range ws.LargeObjects {
+		s.Add(LargeObjectKey(ws.LargeObjects[i].OID), txn.X)
+		s.Add(LargeObjectsTable(), txn.IX)
 	}
 	return &s
 }

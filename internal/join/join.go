@@ -520,8 +520,63 @@ func (j *joiner) copyRows(ctx context.Context, donorDSN, snapshot string) error 
 		}
 	}
 	j.progress("sequences: %d set", len(seqs))
+	if err := j.copyLargeObjects(ctx, donor, local); err != nil {
+		return err
+	}
 	_, err = donor.Exec(ctx, "COMMIT")
 	return err
+}
+
+// copyLargeObjects copies every large object of the donor's snapshot (its
+// owner, privileges, comment and content), one at a time: they live in
+// system catalogs, which neither the schema dump nor the tables' COPY
+// carries. The donor's transaction is open at the snapshot.
+func (j *joiner) copyLargeObjects(ctx context.Context, donor, local *pgx.Conn) error {
+	rows, err := donor.Query(ctx, `SELECT oid, pg_get_userbyid(lomowner), coalesce(lomacl::text, ''),
+			obj_description(oid, 'pg_largeobject') IS NOT NULL, coalesce(obj_description(oid, 'pg_largeobject'), '')
+		FROM pg_largeobject_metadata ORDER BY oid`)
+	if err != nil {
+		return fmt.Errorf("list the donor's large objects: %w", err)
+	}
+	type lo struct {
+		oid                 uint32
+		owner, acl, comment string
+		hasComment          bool
+	}
+	var los []lo
+	for rows.Next() {
+		var l lo
+		if err := rows.Scan(&l.oid, &l.owner, &l.acl, &l.hasComment, &l.comment); err != nil {
+			return err
+		}
+		los = append(los, l)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list the donor's large objects: %w", err)
+	}
+	var total int64
+	for i, l := range los {
+		var data []byte
+		if err := donor.QueryRow(ctx, "SELECT lo_get($1)", l.oid).Scan(&data); err != nil {
+			return fmt.Errorf("read the donor's large object %d: %w", l.oid, err)
+		}
+		var acl, comment *string
+		if l.acl != "" {
+			acl = &l.acl
+		}
+		if l.hasComment {
+			comment = &l.comment
+		}
+		if _, err := local.Exec(ctx, "SELECT _ordo.lo_set($1, $2, $3, $4, $5, $6)", l.oid, l.owner, acl, l.hasComment, comment, data); err != nil {
+			return fmt.Errorf("copy large object %d: %w", l.oid, err)
+		}
+		total += int64(len(data))
+		if (i+1)%1000 == 0 {
+			j.progress("large objects: %d/%d, %s", i+1, len(los), size(total))
+		}
+	}
+	j.progress("large objects: %d, %s", len(los), size(total))
+	return nil
 }
 
 // copyTable streams one table's rows (COPY text format: one line a row).

@@ -409,13 +409,20 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}()
 
 	// 6. Clients.
+	los := capture.NewLargeObjectPeer(cfg.Postgres)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		<-runCtx.Done()
+		los.Close()
+	}()
 	hooks = session.New(session.Config{
 		Registerer: n.reg, OnBruteForce: rep.CountBruteForce,
 		NodeID: cfg.ID, Replica: rep, Capture: n.capture, Analyzer: an, Catalog: cat,
 		Logger: log, AfterDDL: normalize, KeyEscalationRows: cfg.KeyEscalationRows,
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 		Classes: consClasses(cfg, rep), ClassIdle: cfg.ClassIdleTimeout,
-		Refuse: n.refuse,
+		Refuse: n.refuse, LargeObjects: los, MaxWriteSetBytes: cfg.MaxWriteSetBytes,
 	})
 	n.hooks = hooks
 	n.wg.Add(1)

@@ -33,9 +33,17 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		BeginSeqno:    t.BeginSeqno,
 		GranuleSeqno:  t.GranuleSeqno,
 	}
+	loBytes := 0
 	if t.WriteSet != nil {
 		for _, n := range t.WriteSet.Notify {
 			e.Notify = append(e.Notify, &ordov1.Notification{Channel: n.Channel, Payload: n.Payload})
+		}
+		for _, lo := range t.WriteSet.LargeObjects {
+			e.LargeObjects = append(e.LargeObjects, &ordov1.LargeObject{
+				Oid: lo.OID, Unlinked: lo.Unlinked, Owner: lo.Owner, Acl: lo.ACL,
+				HasComment: lo.HasComment, Comment: lo.Comment, Data: lo.Data,
+			})
+			loBytes += len(lo.Data)
 		}
 	}
 	for _, km := range t.Keys {
@@ -79,6 +87,35 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		}
 	}
 	last := p.cur
+	if proto.Size(whole)+last.size > maxEntry && loBytes > 0 {
+		// The large objects' content leaves no room: it travels in
+		// fragments of its own, in chunks, after the rows; the entry
+		// keeps the objects' state without it.
+		if len(last.rows) > 0 {
+			if err := emit(last); err != nil {
+				return nil, err
+			}
+			last = piece{}
+		}
+		chunk := max(p.budget-64, 1)
+		for _, lo := range e.LargeObjects {
+			for off := 0; off < len(lo.Data); off += chunk {
+				b, err := proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Fragment{Fragment: &ordov1.FragmentEntry{
+					Gid: string(t.GID), Index: n, LargeObjects: []*ordov1.LargeObject{{
+						Oid: lo.Oid, Offset: uint64(off), Data: lo.Data[off:min(off+chunk, len(lo.Data))],
+					}},
+				}}})
+				if err != nil {
+					return nil, err
+				}
+				n++
+				if err := fragment(b); err != nil {
+					return nil, err
+				}
+			}
+			lo.Offset, lo.Data = uint64(len(lo.Data)), nil
+		}
+	}
 	if proto.Size(whole)+last.size > maxEntry && len(last.rows) > 0 {
 		// The keys and DDL leave no room for the last rows.
 		if err := emit(last); err != nil {
@@ -204,6 +241,7 @@ func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*or
 		ws.Notify = append(ws.Notify, capture.Notification{Channel: n.Channel, Payload: n.Payload})
 	}
 	seen := map[string]*capture.Table{} // one *capture.Table per table, across pieces
+	var chunks map[uint32][]byte        // large objects' content sent ahead
 	for i := range n {
 		f, err := frag(i)
 		if err != nil {
@@ -212,10 +250,33 @@ func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*or
 		if ws.Rows, err = decodeRows(e.Gid, f.Tables, f.Rows, seen, ws.Rows); err != nil {
 			return nil, fmt.Errorf("fragment %d: %w", f.Index, err)
 		}
+		for _, c := range f.LargeObjects {
+			if chunks == nil {
+				chunks = map[uint32][]byte{}
+			}
+			if c.Offset != uint64(len(chunks[c.Oid])) {
+				return nil, fmt.Errorf("replica: entry %s: fragment %d: large object %d: a chunk at offset %d after %d bytes", e.Gid, f.Index, c.Oid, c.Offset, len(chunks[c.Oid]))
+			}
+			chunks[c.Oid] = append(chunks[c.Oid], c.Data...)
+		}
 	}
 	var err error
 	if ws.Rows, err = decodeRows(e.Gid, e.Tables, e.Rows, seen, ws.Rows); err != nil {
 		return nil, err
+	}
+	for _, lo := range e.LargeObjects {
+		data := chunks[lo.Oid]
+		if lo.Offset != uint64(len(data)) {
+			return nil, fmt.Errorf("replica: entry %s: large object %d: its content goes on at offset %d after %d bytes", e.Gid, lo.Oid, lo.Offset, len(data))
+		}
+		delete(chunks, lo.Oid)
+		ws.LargeObjects = append(ws.LargeObjects, capture.LargeObject{
+			OID: lo.Oid, Unlinked: lo.Unlinked, Owner: lo.Owner, ACL: lo.Acl,
+			HasComment: lo.HasComment, Comment: lo.Comment, Data: append(data, lo.Data...),
+		})
+	}
+	if len(chunks) > 0 {
+		return nil, fmt.Errorf("replica: entry %s: content of %d large objects the entry does not name", e.Gid, len(chunks))
 	}
 	return ws, nil
 }
@@ -374,10 +435,20 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 				return true
 			}
 		}
+		for _, lo := range k.Txn.LargeObjects {
+			if unknown(lo) {
+				return true
+			}
+		}
 		tables, rows = k.Txn.Tables, k.Txn.Rows
 	case *ordov1.Entry_Fragment:
 		if unknown(k.Fragment) {
 			return true
+		}
+		for _, lo := range k.Fragment.LargeObjects {
+			if unknown(lo) {
+				return true
+			}
 		}
 		tables, rows = k.Fragment.Tables, k.Fragment.Rows
 	case *ordov1.Entry_Abort:

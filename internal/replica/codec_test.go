@@ -129,6 +129,72 @@ func TestLargeTxnSplitsIntoFragments(t *testing.T) {
 	}
 }
 
+// TestLargeObjectsTravelWithTheirTransaction: the large objects a
+// transaction changed travel in its entry, or, when their content does not
+// fit, in chunks in fragments after its rows; either way decoding gives
+// back each object's state and whole content, with its keys.
+func TestLargeObjectsTravelWithTheirTransaction(t *testing.T) {
+	log := &capture.Table{Schema: "public", Name: "log", Columns: []capture.Column{{Name: "line", TypeOID: 25}}}
+	big := []byte(strings.Repeat("0123456789", 1500)) // 15,000 bytes: several entries
+	los := []capture.LargeObject{
+		{OID: 16401, Owner: "alice", ACL: "{alice=rw/alice,=r/alice}", HasComment: true, Comment: "a scan", Data: []byte("small")},
+		{OID: 16402, Owner: "bob", Data: big},
+		{OID: 16403, Unlinked: true},
+		{OID: 16404, Owner: "bob"}, // empty
+	}
+	for _, maxEntry := range []int{1 << 20, 4000} {
+		ws := &capture.WriteSet{GID: "ordo_3_1", LargeObjects: los}
+		for i := range 40 {
+			ws.Rows = append(ws.Rows, capture.Row{Op: capture.OpInsert, Table: log, Values: []capture.Value{{Kind: capture.Text, Text: strings.Repeat("r", i*10)}}})
+		}
+		in := &Txn{GID: ws.GID, Origin: 3, WriteSet: ws, Keys: ws.Keys().Sorted()}
+		bs, err := encodeAll(in, DBSMSI, maxEntry)
+		require.NoError(t, err)
+		var frags []*ordov1.FragmentEntry
+		chunks := 0
+		for _, b := range bs[:len(bs)-1] {
+			require.LessOrEqual(t, len(b), maxEntry)
+			var e ordov1.Entry
+			require.NoError(t, proto.Unmarshal(b, &e))
+			frags = append(frags, e.GetFragment())
+			chunks += len(e.GetFragment().LargeObjects)
+		}
+		require.LessOrEqual(t, len(bs[len(bs)-1]), maxEntry)
+		var e ordov1.Entry
+		require.NoError(t, proto.Unmarshal(bs[len(bs)-1], &e))
+		if maxEntry == 1<<20 {
+			require.Len(t, bs, 1, "small enough for one entry")
+		} else {
+			require.GreaterOrEqual(t, chunks, 4, "the content travels in chunks")
+		}
+		got, err := decodeWriteSet(e.GetTxn(), frags...)
+		require.NoError(t, err)
+		require.Len(t, got.Rows, len(ws.Rows))
+		require.Len(t, got.LargeObjects, len(los))
+		for i := range los {
+			w, g := los[i], got.LargeObjects[i]
+			require.Equal(t, w.OID, g.OID)
+			require.Equal(t, w.Unlinked, g.Unlinked)
+			require.Equal(t, w.Owner, g.Owner)
+			require.Equal(t, w.ACL, g.ACL)
+			require.Equal(t, w.HasComment, g.HasComment)
+			require.Equal(t, w.Comment, g.Comment)
+			require.Equal(t, string(w.Data), string(g.Data), "object %d, max entry %d", w.OID, maxEntry)
+		}
+		keys := decodeKeys(e.GetTxn())
+		require.Contains(t, keys, txn.KeyMode{Key: capture.LargeObjectKey(16403), Mode: txn.X})
+		require.Contains(t, keys, txn.KeyMode{Key: capture.LargeObjectsTable(), Mode: txn.IX})
+	}
+	// A chunk out of order or of an object the entry does not name.
+	te := &ordov1.TxnEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Offset: 3, Data: []byte("d")}}}
+	_, err := decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Offset: 1, Data: []byte("abc")}}})
+	require.Error(t, err)
+	_, err = decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 2, Data: []byte("abc")}}})
+	require.Error(t, err)
+	_, err = decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Data: []byte("abc")}}})
+	require.NoError(t, err)
+}
+
 func TestDecodeRejectsMalformedEntries(t *testing.T) {
 	for name, e := range map[string]*ordov1.TxnEntry{
 		"table out of range": {Gid: "g", Rows: []*ordov1.RowChange{{Op: 1, Table: 3}}},

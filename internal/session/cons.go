@@ -269,6 +269,9 @@ func (s *session) consCheckWrites(ws *capture.WriteSet) error {
 			fp.Writes = append(fp.Writes, txn.TableKey(t.Schema, t.Name))
 		}
 	}
+	for i := range ws.LargeObjects {
+		fp.Writes = append(fp.Writes, capture.LargeObjectKey(ws.LargeObjects[i].OID))
+	}
 	if err := s.h.cfg.Classes().Classes.Check(s.h.cfg.Catalog.Current(), s.tx.cons.declared, &analysis.Statement{}, fp, false); err != nil {
 		var ce *analysis.ClassError
 		if errors.As(err, &ce) {

@@ -44,6 +44,13 @@ type Config struct {
 	// AfterDDL runs in a transaction with DDL before it is prepared
 	// (sequence normalization).
 	AfterDDL string
+	// LargeObjects finds the large objects a transaction deleted
+	// (largeobjects.go); nil: a transaction that changes large objects is
+	// refused at its commit.
+	LargeObjects LargeObjectPeer
+	// MaxWriteSetBytes bounds the content of the large objects one
+	// transaction changes, as capture's limit bounds its rows (0: none).
+	MaxWriteSetBytes int64
 	// KeyEscalationRows: more finer keys of one table than this in a
 	// write set are certified as X on the table, and a read set of more
 	// keys than this is certified as reads of its tables (0: never).

@@ -37,6 +37,9 @@ type session struct {
 	// sent holds the text PostgreSQL runs each prepared statement as
 	// (its Parse, or what Ordo rewrote it to).
 	sent map[string]string
+	// funcs names the functions called through the fast-path interface,
+	// by OID (functioncall.go).
+	funcs map[uint32]function
 
 	// The current transaction.
 	tx txState
@@ -123,6 +126,9 @@ type txState struct {
 	blocks map[string]blockRuns
 	// seqBefore: the sequences' positions before the first setval.
 	seqBefore seqState
+	// los: the state it left the large objects it changed in, read
+	// before its PREPARE (largeobjects.go).
+	los []capture.LargeObject
 	// notify holds LISTEN, UNLISTEN and NOTIFY statements sent inside the
 	// transaction: PostgreSQL refuses to PREPARE a transaction that ran
 	// them, so they run in the transaction's final local commit instead
@@ -189,14 +195,17 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return err
 		}
 	}
-	if s.rejectNext && (st.Kind == wire.KindQuery || st.Kind == wire.KindBind) {
+	if s.rejectNext && (st.Kind == wire.KindQuery || st.Kind == wire.KindBind || st.Kind == wire.KindFunctionCall) {
 		// The transaction was aborted by brute force and rolled back to
 		// let a Parse through (see below): its client must learn it at
 		// its next statement, unless that is its ROLLBACK.
 		s.rejectNext = false
 		stmts := s.stmts[st.Name]
-		if st.Kind == wire.KindQuery {
+		switch st.Kind {
+		case wire.KindQuery:
 			stmts = s.analyze(st.SQL)
+		case wire.KindFunctionCall:
+			stmts = nil
 		}
 		if len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn || stmts[0].Txn.Op != analysis.TxnRollback {
 			return errBruteForce
@@ -359,6 +368,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return nil // acted on when parsed earlier in this unit
 		}
 		return s.execute(ctx, stmts, params, at{wire.KindBind, first, s.sent[st.Name]})
+	case wire.KindFunctionCall:
+		return s.fastPath(ctx, st)
 	case wire.KindCloseStatement:
 		s.noteName(st.Name)
 		delete(s.stmts, st.Name)
@@ -1302,6 +1313,11 @@ func (s *session) trackReads(reads *txn.ReadSet, a *analysis.Statement, params [
 	if a.ReadsAll {
 		reads.AddAll()
 		return
+	}
+	if a.LargeObjects {
+		// Which objects a call reads is not known before it runs (an
+		// lo_open's descriptor, an oid from a column): it reads them all.
+		reads.Add(capture.LargeObjectsTable())
 	}
 	fp, err := a.Bind(params)
 	if err != nil {

@@ -24,6 +24,10 @@ import (
 // and the full probe is not needed.
 const quickProbe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL, pg_my_temp_schema() <> 0`
 
+// probeLargeObjects asks whether the open transaction changed large
+// objects (capture.LargeObjectProbe): two more columns of either probe.
+var probeLargeObjects = ", " + capture.LargeObjectProbe
+
 // probe asks PostgreSQL what the open transaction did: whether it has an
 // xid, whether it touched a temporary object (holds any lock on a
 // temporary relation, or created or dropped a temporary object, which the
@@ -32,11 +36,11 @@ const quickProbe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL, pg_my_t
 // DDL the triggers recorded). PostgreSQL cannot PREPARE a transaction
 // that touched a temporary object, and a failed PREPARE would roll the
 // transaction back, so the probe comes first.
-const probe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL,
+var probe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL,
   coalesce(bool_or(c.relpersistence = 't'), false) OR coalesce(current_setting('ordo.temp_touched', true) = 'on', false),
   coalesce(bool_or(c.relpersistence <> 't' AND n.nspname NOT IN ('pg_catalog', '_ordo')
     AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')), false)
-    OR coalesce(current_setting('ordo.ddl_replicated', true) = 'on', false)
+    OR coalesce(current_setting('ordo.ddl_replicated', true) = 'on', false)` + probeLargeObjects + `
 FROM pg_locks l
 JOIN pg_class c ON c.oid = l.relation
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -48,27 +52,32 @@ const quickProbeRC = quickProbe + `, _ordo.committed_prefix()`
 
 type written struct {
 	xid, temp, permanent bool
+	// loMeta, loData: it changed large objects (probeLargeObjects).
+	loMeta, loData bool
 	// prefix is the committed prefix the probe saw (dbsm-rc only).
 	prefix uint64
 }
 
 func (s *session) probe(ctx context.Context) (written, error) {
-	q, cols := quickProbe, 2
+	q, cols := quickProbe+probeLargeObjects, 4
 	if s.rc {
-		q, cols = quickProbeRC, 3
+		q, cols = quickProbeRC+probeLargeObjects, 5
 	}
 	res, err := s.be.Exec(ctx, q)
 	if err != nil {
 		return written{}, err
 	}
 	var prefix uint64
+	var loMeta, loData bool
 	if res.Err == nil && len(res.Rows) == 1 && len(res.Rows[0]) == cols {
+		r := res.Rows[0]
 		if s.rc {
-			prefix, _ = strconv.ParseUint(res.Rows[0][2], 10, 64)
+			prefix, _ = strconv.ParseUint(r[2], 10, 64)
 		}
-		if res.Rows[0][0] != "t" || res.Rows[0][1] != "t" {
-			xid := res.Rows[0][0] == "t"
-			return written{xid: xid, permanent: xid, prefix: prefix}, nil
+		loMeta, loData = r[cols-2] == "t", r[cols-1] == "t"
+		if r[0] != "t" || r[1] != "t" {
+			xid := r[0] == "t"
+			return written{xid: xid, permanent: xid, prefix: prefix, loMeta: loMeta, loData: loData}, nil
 		}
 	}
 	if res.Err == nil {
@@ -85,11 +94,12 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		}
 		return written{}, res.Err
 	}
-	if len(res.Rows) != 1 || len(res.Rows[0]) != 3 {
+	if len(res.Rows) != 1 || len(res.Rows[0]) != 5 {
 		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
 	}
 	r := res.Rows[0]
-	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t", prefix: prefix}, nil
+	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
+		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t"}, nil
 }
 
 // prepare decides how the open transaction ends and, if it must be
@@ -116,6 +126,10 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 			"ordo: this %s used temporary objects and also changed replicated tables, sequences or schema, so it cannot be replicated (PostgreSQL cannot PREPARE a transaction that touched a temporary object); it was rolled back. Do the replicated changes in a transaction of their own", what)
 	}
 	if err := s.afterDDL(ctx); err != nil {
+		s.rollback(ctx)
+		return "", false, t0, err
+	}
+	if s.tx.los, err = s.largeObjects(ctx, w.loMeta, w.loData); err != nil {
 		s.rollback(ctx)
 		return "", false, t0, err
 	}
@@ -380,6 +394,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		}
 		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
 	}
+	ws.LargeObjects = s.tx.los
 	if err := s.consCheckWrites(ws); err != nil {
 		s.abandon(gid)
 		return err

@@ -73,6 +73,10 @@ const (
 	KindBind
 	// KindCloseStatement is a Close of prepared statement Name.
 	KindCloseStatement
+	// KindFunctionCall is a FunctionCall (the fast-path interface):
+	// Function, Params and their formats. Like a Query it is a unit of its
+	// own, and runs in a transaction of its own outside a block.
+	KindFunctionCall
 )
 
 // Statement is what the session layer sees of one client message.
@@ -82,8 +86,9 @@ type Statement struct {
 	Name          string   // prepared statement name (Parse, Bind, CloseStatement)
 	Portal        string   // Bind
 	ParamOIDs     []uint32 // Parse
-	ParamFormats  []int16  // Bind: 0 text, 1 binary (see the protocol's Bind rules)
-	Params        [][]byte // Bind: nil element = SQL NULL
+	Function      uint32   // FunctionCall: the function's OID
+	ParamFormats  []int16  // Bind, FunctionCall: 0 text, 1 binary (see the protocol's Bind rules)
+	Params        [][]byte // Bind, FunctionCall: nil element = SQL NULL
 	ResultFormats []int16  // Bind
 	// Rewrite may be set by Statement for a Query or a Parse: PostgreSQL
 	// then receives this text in place of SQL.

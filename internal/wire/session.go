@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -198,10 +197,6 @@ func (ss *session) flushClient() error {
 	}
 	return err
 }
-
-// errFunctionCall refuses the FunctionCall message in a session with hooks.
-var errFunctionCall = &pgconn.PgError{Severity: "ERROR", Code: codeFeatureNotSupported,
-	Message: "ordo: the fast-path function call interface (FunctionCall) is not supported: what the function writes could not be replicated; call the function in a statement (SELECT f(...))"}
 
 // startUnit runs before a client message is handled. A message that
 // begins a unit (a Query, or an extended-protocol message after a Sync)
@@ -639,16 +634,28 @@ func (ss *session) clientLoop() error {
 			}
 		case *pgproto3.Flush:
 		case *pgproto3.FunctionCall:
-			ss.outstanding.Add(1)
 			if ss.hooks != nil {
-				// The fast-path interface runs a function outside any
-				// statement the hooks could follow: what it writes would
-				// commit here alone. PostgreSQL fails at this point
-				// instead (a transaction block becomes failed).
-				ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(errFunctionCall)})
-				ss.sendTracked(&pgproto3.Sync{})
-				continue
+				formats := make([]int16, len(m.ArgFormatCodes))
+				for i, f := range m.ArgFormatCodes {
+					formats[i] = int16(f)
+				}
+				ss.stmt = Statement{Kind: KindFunctionCall, Function: m.Function, ParamFormats: formats,
+					Params: m.Arguments, AtBoundary: atBoundary}
+				if err := ss.callStatement(); err != nil {
+					// PostgreSQL fails at this point instead (a
+					// transaction block becomes failed).
+					ss.outstanding.Add(1)
+					ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+					ss.sendTracked(&pgproto3.Sync{})
+					if ss.hold.Load() {
+						if err := ss.finishHeld(); err != nil {
+							return err
+						}
+					}
+					continue
+				}
 			}
+			ss.outstanding.Add(1)
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
 			if !ss.copying {
 				ss.copying = true
@@ -681,7 +688,7 @@ func (ss *session) clientLoop() error {
 		if ss.hold.Load() {
 			unitEnd := false
 			switch msg.(type) {
-			case *pgproto3.Query:
+			case *pgproto3.Query, *pgproto3.FunctionCall:
 				unitEnd = true
 			case *pgproto3.CopyDone, *pgproto3.CopyFail:
 				unitEnd = !ss.copyExtended

@@ -25,6 +25,8 @@ func TestDataCheckNamesTheDifference(t *testing.T) {
 		"INSERT INTO dc SELECT g, 'v' || g, '2026-01-01'::timestamptz + g * interval '1 hour', g / 3.0 FROM generate_series(1, 200) g",
 		"CREATE TABLE dc_nokey (v text)",
 		"INSERT INTO dc_nokey VALUES ('a'), ('b')",
+		"SELECT lo_from_bytea(0, 'a large object')",
+		"BEGIN; SELECT lo_create(7007); GRANT SELECT ON LARGE OBJECT 7007 TO PUBLIC; COMMIT",
 	} {
 		_, err := conn.Exec(ctx, sql)
 		require.NoError(t, err, sql)
@@ -65,6 +67,14 @@ func TestDataCheckNamesTheDifference(t *testing.T) {
 	consistent := c.counter(0, "ordo_data_consistent", nil)
 	require.Zero(t, consistent, "ordo_data_consistent drops to 0")
 	require.Equal(t, 1.0, c.counter(0, "ordo_data_mismatches_total", nil))
+
+	// A large object changed behind Ordo's back, on node 2.
+	_, err = c.direct(1).Exec(ctx, "SELECT lo_put(7007, 0, 'x')")
+	require.NoError(t, err)
+	got = check()
+	require.Contains(t, got[2], "table pg_catalog.pg_largeobject, key bucket")
+	require.Contains(t, got[3], "table public.dc")
+	require.NotContains(t, got[3], "pg_largeobject")
 }
 
 // TestScheduledDataCheck: with data_check_interval set, the cluster checks

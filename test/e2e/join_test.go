@@ -277,6 +277,9 @@ func TestJoinUnderLoad(t *testing.T) {
 		"INSERT INTO filler SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 20000) g",
 		"CREATE INDEX filler_note ON filler (note)",
 		"GRANT SELECT ON filler TO join_app",
+		// Large objects live in system catalogs: the copy carries them.
+		"SELECT lo_from_bytea(9001, convert_to(repeat('document ', 1000), 'UTF8'))",
+		"BEGIN; SELECT lo_create(9002); GRANT SELECT ON LARGE OBJECT 9002 TO join_app; COMMENT ON LARGE OBJECT 9002 IS 'empty'; COMMIT",
 	} {
 		_, err := setup.Exec(ctx, q)
 		require.NoError(t, err, q)
@@ -347,6 +350,11 @@ func TestJoinUnderLoad(t *testing.T) {
 	require.True(t, canLogin, "the role was copied")
 	require.Equal(t, `*:work_mem=7MB join_app:search_path="$user", public, pg_temp`, settings(j), "the database's settings were copied")
 	require.Equal(t, settings(0), settings(j))
+	for _, oid := range []uint32{9001, 9002} {
+		require.Equal(t, loState(t, c.direct(0), oid), loState(t, c.direct(j), oid), "large object %d", oid)
+		require.NotEqual(t, "none", loState(t, c.direct(j), oid))
+	}
+	require.Contains(t, progress.String(), "large objects: 2")
 
 	// The new node serves reads and writes; its ledger ids are in its own
 	// residue class, so they never collide with the others'.

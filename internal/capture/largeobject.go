@@ -1,0 +1,197 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// Large objects live in two system catalogs (pg_largeobject_metadata, one
+// row per object; pg_largeobject, its data in pages of 2 KiB), and logical
+// decoding carries no system catalog. So a transaction's large objects are
+// not in its decoded write set: the origin's session finds, before its
+// PREPARE, every large object the transaction created, changed or unlinked,
+// reads the state it left each of them in (owner, privileges, comment,
+// content), and the write set carries that state (WriteSet.LargeObjects).
+// Every node that applies it sets each object to that state; certification
+// takes X on a key per object (LargeObjectKey).
+//
+// Finding them is exact, whatever ran the functions (a statement, the
+// fast-path interface, a trigger, a function): the transaction's own
+// statistics say whether it inserted, updated or deleted catalog rows of
+// either (pg_stat_get_xact_tuples_*, LargeObjectProbe); if it did, its
+// xids (the transaction ids it holds locks on, subtransactions' included)
+// name the rows. Those it wrote, it sees itself with xmin among them: the
+// metadata of an object it created or altered, every page it wrote (a
+// truncation writes the page it ends in, even in a hole). Those it
+// deleted, it no longer sees, but any other connection does, with xmax
+// among them, until it commits (LargeObjectPeer): an object's metadata
+// goes only when the object is unlinked, and its pages with it.
+
+// OIDs of the two catalogs, fixed in every PostgreSQL.
+const (
+	largeObjectOID         = 2613 // pg_catalog.pg_largeobject
+	largeObjectMetadataOID = 2995 // pg_catalog.pg_largeobject_metadata
+)
+
+// LargeObjectProbe is a select-list expression pair for the write probe:
+// whether the open transaction changed rows of pg_largeobject_metadata
+// (objects created, unlinked, altered), then of pg_largeobject (data). Its
+// statistics count rows of subtransactions rolled back as well, which only
+// costs a needless look.
+var LargeObjectProbe = "pg_catalog.pg_stat_get_xact_tuples_inserted(" + strconv.Itoa(largeObjectMetadataOID) + ") + " +
+	"pg_catalog.pg_stat_get_xact_tuples_updated(" + strconv.Itoa(largeObjectMetadataOID) + ") + " +
+	"pg_catalog.pg_stat_get_xact_tuples_deleted(" + strconv.Itoa(largeObjectMetadataOID) + ") > 0, " +
+	"pg_catalog.pg_stat_get_xact_tuples_inserted(" + strconv.Itoa(largeObjectOID) + ") + " +
+	"pg_catalog.pg_stat_get_xact_tuples_updated(" + strconv.Itoa(largeObjectOID) + ") + " +
+	"pg_catalog.pg_stat_get_xact_tuples_deleted(" + strconv.Itoa(largeObjectOID) + ") > 0"
+
+// LargeObjectsWrittenSQL, run in the transaction, returns its xids (an
+// array literal of xid) and the objects whose metadata it wrote (created,
+// or altered); and, when $pages (a literal substituted by the caller) is
+// true, those whose data it wrote (_ordo.lo_written, which reads
+// pg_largeobject for any role but reveals only the caller's own writes).
+func LargeObjectsWrittenSQL(pages bool) string {
+	written := "NULL::text"
+	if pages {
+		written = "(SELECT pg_catalog.array_agg(o)::text FROM _ordo.lo_written() o)"
+	}
+	return `SELECT x.xids::text,
+  (SELECT pg_catalog.array_agg(m.oid)::text FROM pg_catalog.pg_largeobject_metadata m WHERE m.xmin = ANY (x.xids)),
+  ` + written + `
+FROM (SELECT pg_catalog.array_agg(transactionid) AS xids FROM pg_catalog.pg_locks
+      WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'transactionid') x`
+}
+
+// LargeObjectStateSQL, run in the transaction, reads the state of the
+// objects in oids that it sees: oid, owner, privileges ("" for the
+// default, NULL), whether it has a comment, the comment, and its content
+// (base64), ordered by oid. An object it does not see was unlinked. It
+// reads the content as the client's role: one it may change but not read
+// cannot be replicated.
+func LargeObjectStateSQL(oids []uint32) string {
+	return `SELECT m.oid, pg_catalog.pg_get_userbyid(m.lomowner), coalesce(m.lomacl::text, ''),
+  c.d IS NOT NULL, coalesce(c.d, ''), pg_catalog.encode(pg_catalog.lo_get(m.oid), 'base64')
+FROM pg_catalog.pg_largeobject_metadata m, LATERAL (SELECT pg_catalog.obj_description(m.oid, 'pg_largeobject') AS d) c
+WHERE m.oid = ANY ('` + OIDArray(oids) + `'::pg_catalog.oid[]) ORDER BY m.oid`
+}
+
+// OIDArray renders oids as the text of an array literal.
+func OIDArray(oids []uint32) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, o := range oids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(uint64(o), 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// ParseOIDArray reads the text of an array of oids ("" or NULL: none).
+func ParseOIDArray(s string) ([]uint32, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, fmt.Errorf("capture: not an array of oids: %q", s)
+	}
+	var out []uint32
+	for _, f := range strings.Split(s[1:len(s)-1], ",") {
+		if f == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("capture: not an array of oids: %q", s)
+		}
+		out = append(out, uint32(v))
+	}
+	return out, nil
+}
+
+// LargeObject is the state a transaction left one large object in.
+type LargeObject struct {
+	OID uint32
+	// Unlinked: the transaction unlinked it (or created and unlinked it);
+	// nothing else is set.
+	Unlinked bool
+	// Owner is the owning role's name; ACL the privileges as aclitem[]
+	// text, "" for the default (NULL).
+	Owner, ACL string
+	// Comment is its comment, if HasComment.
+	Comment    string
+	HasComment bool
+	Data       []byte
+}
+
+// LargeObjectKey is the certification key of one large object: a row of
+// pg_catalog.pg_largeobject_metadata, keyed by its oid, the same on every
+// node.
+func LargeObjectKey(oid uint32) txn.Key {
+	return txn.RowKey("pg_catalog", "pg_largeobject_metadata", strconv.FormatUint(uint64(oid), 10))
+}
+
+// LargeObjectsTable is the table key that stands for every large object
+// (a read of large objects, under protocols that certify reads).
+func LargeObjectsTable() txn.Key { return txn.TableKey("pg_catalog", "pg_largeobject_metadata") }
+
+// LargeObjectPeer finds, on a connection of its own, what an open
+// transaction of another session deleted: those rows it no longer sees
+// itself, but every other snapshot still does, with the transaction's xid
+// as xmax, until it commits. It is safe for concurrent use (one query at
+// a time).
+type LargeObjectPeer struct {
+	dsn  string
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// NewLargeObjectPeer returns a peer that connects to dsn (the node's
+// own) when first used.
+func NewLargeObjectPeer(dsn string) *LargeObjectPeer { return &LargeObjectPeer{dsn: dsn} }
+
+// DeletedBy returns the large objects whose metadata rows the transaction
+// holding xids (an array literal of xid) deleted or replaced (unlinked or
+// altered: the caller tells them apart by what it still sees).
+func (p *LargeObjectPeer) DeletedBy(ctx context.Context, xids string) ([]uint32, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil || p.conn.IsClosed() {
+		c, err := pgx.Connect(ctx, p.dsn)
+		if err != nil {
+			return nil, fmt.Errorf("capture: large objects: connect: %w", err)
+		}
+		p.conn = c
+	}
+	q := `SELECT pg_catalog.array_agg(oid)::text FROM pg_catalog.pg_largeobject_metadata WHERE xmax = ANY ($1::pg_catalog.xid[])`
+	var m *string
+	if err := p.conn.QueryRow(ctx, q, xids).Scan(&m); err != nil {
+		p.conn.Close(context.Background())
+		p.conn = nil
+		return nil, fmt.Errorf("capture: large objects deleted by %s: %w", xids, err)
+	}
+	if m == nil {
+		return nil, nil
+	}
+	return ParseOIDArray(*m)
+}
+
+// Close closes the peer's connection.
+func (p *LargeObjectPeer) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		p.conn.Close(context.Background())
+		p.conn = nil
+	}
+}
