@@ -211,32 +211,6 @@ func TestDDLReplaysUnderTheOriginsSettings(t *testing.T) {
 	}
 }
 
-// TestUnreplicableWritesAreRefused: what logical decoding never carries
-// (large objects) is refused with a clear error instead of living
-// silently on one node. (Unlogged tables are created logged:
-// TestUnloggedTablesAreCreatedLogged.)
-func TestUnreplicableWritesAreRefused(t *testing.T) {
-	c := startCluster(t, 3, "dbsm-si")
-	ctx := context.Background()
-	conn := c.connect(0)
-	_, err := conn.Exec(ctx, "CREATE TABLE logged (id int PRIMARY KEY)")
-	require.NoError(t, err)
-	for _, sql := range []string{
-		"SELECT lo_create(0)",
-		"SELECT lo_from_bytea(0, 'abc')",
-	} {
-		_, err := conn.Exec(ctx, sql)
-		require.Error(t, err, sql)
-		require.Equal(t, "0A000", sqlstate(err), "%s: %v", sql, err)
-		require.Contains(t, err.Error(), "not replicated", sql)
-	}
-	var n int
-	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT count(*) FROM pg_largeobject_metadata").Scan(&n))
-	require.Zero(t, n)
-	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relpersistence = 'u' AND relnamespace = 'public'::regnamespace").Scan(&n))
-	require.Zero(t, n)
-}
-
 // TestVolatileRewritesAreRefused: a column filled from a volatile default
 // (random(), a serial's nextval()) would get different values on every
 // node that replays the rewrite; it is refused at the origin with a hint,
