@@ -6,8 +6,11 @@
 // What a session does with the client's statements (DESIGN.md "The database
 // interface"):
 //
-//  1. Every session runs at REPEATABLE READ (SET SESSION CHARACTERISTICS at
-//     start; SET TRANSACTION after a BEGIN that asked for another level).
+//  1. Every transaction block runs at REPEATABLE READ: BEGIN and SET
+//     TRANSACTION asking for another level (or a BEGIN asking for none) are
+//     rewritten, or SET TRANSACTION follows them; Ordo's own BEGIN says so.
+//     The session's default stays the client's (default_transaction_isolation,
+//     pg_settings); an implicit transaction of several statements runs at it.
 //  2. Before the first statement that takes the transaction's snapshot, it
 //     records snapshot_seqno (the replica's applied prefix); under cons it
 //     first takes the transaction's conflict classes (cons.go).
@@ -39,9 +42,9 @@
 //     terminated at its own boundary.
 //  9. Work that touched only temporary objects commits locally (PostgreSQL
 //     cannot prepare it); with replicated changes it is refused, naming
-//     why. BEGIN and SET TRANSACTION asking for another isolation level
-//     are rewritten to REPEATABLE READ, and SHOW transaction_isolation
-//     answers the level the cluster provides.
+//     why. SHOW transaction_isolation answers the level the transaction
+//     asked for, unless the cluster gives less (SERIALIZABLE under snapshot
+//     isolation answers REPEATABLE READ).
 //
 // Files: hooks.go (wire.Hooks, the registry of sessions by backend pid),
 // session.go (per-session state machine), terminate.go (steps 5 and 6),

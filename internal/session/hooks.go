@@ -132,13 +132,10 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 			info.Database, h.cfg.Database)}
 	}
 	rc := h.cfg.Replica.Name() == termination.DBSMRC
-	q := "SELECT pg_backend_pid(), current_setting('search_path'), current_user"
-	if !rc {
-		// Every transaction runs at REPEATABLE READ; under dbsm-rc at
-		// the level the client asks.
-		q = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ; " + q
-	}
-	res, err := be.Exec(ctx, q)
+	// The session's default isolation level stays the client's: Ordo
+	// makes each transaction REPEATABLE READ as it begins (under dbsm-rc
+	// only one that asks for SERIALIZABLE).
+	res, err := be.Exec(ctx, "SELECT pg_backend_pid(), current_setting('search_path'), current_user")
 	if err != nil {
 		return nil, err
 	}

@@ -135,8 +135,11 @@ type txState struct {
 	// (PostgreSQL acts on them at commit anyway).
 	notify []string
 	// fixIsolation: a BEGIN asked for another isolation level; the session
-	// resets it to REPEATABLE READ before the first statement.
+	// resets it to REPEATABLE READ before the first statement. isolation
+	// is the level it asked for ("" for the session's default): what SHOW
+	// transaction_isolation reports (reportedIsolation).
 	fixIsolation bool
+	isolation    string
 	done         bool // terminated; the client's COMMIT ends an empty txn
 	// begins is Backend.Begins when Ordo opened a wrapped block: more at
 	// its end means the client's own BEGIN ran in it, making it theirs;
@@ -351,7 +354,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.noticeIsolation(stmts[0].Txn.Isolation, at{kind: wire.KindBind})
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
+			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
 			s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
 			s.unitStatus = 'T'
 			return nil
@@ -560,28 +563,51 @@ func (s *session) txStatus() byte {
 	return s.be.TxStatus()
 }
 
-// providedIsolation is the isolation level the cluster gives every
-// transaction, whatever the client asked: PostgreSQL runs them at
-// REPEATABLE READ, and under a protocol that certifies reads they are
-// serializable.
-func (s *session) providedIsolation() string {
-	if s.h.cfg.Replica.CertifiesReads() {
-		return "serializable"
+// reportedIsolation is an SQL expression of the isolation level to report
+// for a transaction that asked for level ("" for the session's default,
+// default_transaction_isolation, which PostgreSQL holds as the client set
+// it): the level asked for, as PostgreSQL reports READ UNCOMMITTED though
+// it gives READ COMMITTED, unless the cluster gives less. That is
+// SERIALIZABLE under a protocol that certifies no reads: snapshot
+// isolation, reported as REPEATABLE READ.
+func (s *session) reportedIsolation(level string) string {
+	expr := "pg_catalog.current_setting('default_transaction_isolation')"
+	if level != "" {
+		expr = "'" + level + "'::text"
 	}
-	return "repeatable read"
+	if s.h.cfg.Replica.CertifiesReads() {
+		return expr
+	}
+	return "CASE " + expr + " WHEN 'serializable' THEN 'repeatable read' ELSE " + expr + " END"
 }
 
-// rewriteIsolation keeps a BEGIN or SET TRANSACTION that asks for another
-// isolation level from changing the REPEATABLE READ every transaction
-// runs at (rewritten, the client still sees PostgreSQL's own reply), and
-// answers SHOW transaction_isolation with the level the cluster provides.
+// rewriteIsolation keeps a BEGIN or SET TRANSACTION from changing the
+// REPEATABLE READ every transaction runs at (rewritten, the client still
+// sees PostgreSQL's own reply), and answers SHOW transaction_isolation
+// with the level the transaction asked for (reportedIsolation).
 func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Statement) {
-	if st.Rewrite != "" {
+	if st.Rewrite != "" || s.rc {
 		return
 	}
+	// The level asked for by the transaction open when each statement
+	// runs: the one open now, then as BEGIN, SET TRANSACTION, COMMIT and
+	// ROLLBACK in the text change it.
+	level, open := s.tx.isolation, s.tx.active || s.txStatus() != 'I'
 	text, out, at := st.SQL, "", 0
 	for _, a := range stmts {
-		r := s.isolationRewrite(a)
+		r := s.isolationRewrite(a, level, open)
+		if a.Kind == analysis.KindTxn {
+			switch a.Txn.Op {
+			case analysis.TxnBegin:
+				level, open = a.Txn.Isolation, true
+			case analysis.TxnSetTransaction:
+				if a.Txn.Isolation != "" {
+					level = a.Txn.Isolation
+				}
+			case analysis.TxnCommit, analysis.TxnRollback:
+				level, open = "", a.Txn.Chain
+			}
+		}
 		if r == "" || a.Offset < at || a.Offset+len(a.SQL) > len(text) || text[a.Offset:a.Offset+len(a.SQL)] != a.SQL {
 			continue
 		}
@@ -594,16 +620,19 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 }
 
 // isolationRewrite is what rewriteIsolation puts in a's place ("" for
-// nothing).
-func (s *session) isolationRewrite(a *analysis.Statement) string {
+// nothing); level is what the transaction open when a runs asked for, if
+// one is open.
+func (s *session) isolationRewrite(a *analysis.Statement, level string, open bool) string {
 	switch {
-	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && !s.rc &&
-		(a.Setting.Name == "transaction_isolation" || a.Setting.Name == "default_transaction_isolation"):
-		// What the cluster gives every transaction; the session's own
-		// default was set to REPEATABLE READ when it started.
-		return "SELECT '" + s.providedIsolation() + "'::text AS " + a.Setting.Name
-	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn.Isolation) &&
-		(a.Txn.Op == analysis.TxnBegin || a.Txn.Op == analysis.TxnSetTransaction):
+	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "transaction_isolation":
+		if !open {
+			level = ""
+		}
+		return "SELECT " + s.reportedIsolation(level) + " AS transaction_isolation"
+	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "default_transaction_isolation" &&
+		!s.h.cfg.Replica.CertifiesReads():
+		return "SELECT " + s.reportedIsolation("") + " AS default_transaction_isolation"
+	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn):
 		var b strings.Builder
 		switch {
 		case a.Txn.Op == analysis.TxnSetTransaction:
@@ -982,7 +1011,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		s.noticeIsolation(a.Txn.Isolation, m)
 		s.inTxn.Store(true)
 		if s.txStatus() == 'I' && !s.tx.active {
-			s.tx = txState{active: true}
+			s.tx = txState{active: true, isolation: a.Txn.Isolation}
 			s.tx.fixIsolation = s.needsIsolationFix(a, m)
 			s.consBeginComment(a.SQL)
 		}
@@ -1087,6 +1116,9 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 	case analysis.TxnSetTransaction:
 		s.noticeIsolation(a.Txn.Isolation, m)
+		if a.Txn.Isolation != "" {
+			s.tx.isolation = a.Txn.Isolation
+		}
 		if s.needsIsolationFix(a, m) {
 			s.tx.fixIsolation = true
 		}
@@ -1098,17 +1130,26 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 // isolation level Ordo runs at REPEATABLE READ and was not rewritten to
 // it (rewriteIsolation): the session then sets it before the first query.
 func (s *session) needsIsolationFix(a *analysis.Statement, m at) bool {
-	return s.fixesIsolation(a.Txn.Isolation) && !strings.Contains(m.sent, "ISOLATION LEVEL REPEATABLE READ")
+	return s.fixesIsolation(a.Txn) && !strings.Contains(m.sent, "ISOLATION LEVEL REPEATABLE READ")
 }
 
-// fixesIsolation reports whether a transaction asking for level runs at
-// REPEATABLE READ instead: every level but REPEATABLE READ itself, and
-// under dbsm-rc only SERIALIZABLE (the cluster certifies no reads).
-func (s *session) fixesIsolation(level string) bool {
-	if s.rc {
-		return level == "serializable"
+// fixesIsolation reports whether BEGIN or SET TRANSACTION t must be made
+// REPEATABLE READ: a BEGIN asking for any other level, or for none (the
+// session's default is the client's, READ COMMITTED unless it set
+// another), and a SET TRANSACTION asking for another level; under
+// dbsm-rc only one asking for SERIALIZABLE (the cluster certifies no
+// reads).
+func (s *session) fixesIsolation(t *analysis.TxnControl) bool {
+	if t.Op != analysis.TxnBegin && t.Op != analysis.TxnSetTransaction {
+		return false
 	}
-	return level != "" && level != "repeatable read"
+	if s.rc {
+		return t.Isolation == "serializable"
+	}
+	if t.Op == analysis.TxnSetTransaction && t.Isolation == "" {
+		return false // READ ONLY and the like: the level stays
+	}
+	return t.Isolation != "repeatable read"
 }
 
 // noticeIsolation tells a client asking for SERIALIZABLE what it gets when

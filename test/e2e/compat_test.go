@@ -243,20 +243,48 @@ func TestCompatBackendPIDIsTheBackends(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "a client whose backend was terminated keeps working")
 }
 
+// TestCompatIsolationLevels: every transaction block runs at REPEATABLE
+// READ, whatever the session's default (a connection pool's DISCARD ALL,
+// an ORM's SET SESSION CHARACTERISTICS) or the BEGIN asks; the session's
+// default stays the client's (SHOW, pg_settings); SHOW
+// transaction_isolation reports what the transaction asked for, as
+// PostgreSQL does, unless the cluster gives less: SERIALIZABLE under
+// snapshot isolation is reported as REPEATABLE READ.
 func TestCompatIsolationLevels(t *testing.T) {
-	// SHOW transaction_isolation reports what the cluster provides: every
-	// transaction under dbsm is serializable (certified with its reads);
-	// PostgreSQL itself runs it at REPEATABLE READ.
-	c := startCluster(t, 3, "dbsm")
-	o := c.connect(0)
-	for _, sql := range []string{
-		"show transaction_isolation",
-		"show default_transaction_isolation", // node-postgres's connection-parameter test
-		"begin isolation level serializable; show transaction_isolation; commit",
-		"begin isolation level read committed; show transaction_isolation; commit",
-		"begin; set transaction isolation level repeatable read; show transaction_isolation; commit",
-	} {
-		require.Contains(t, simple(o.PgConn(), sql), `row ["serializable"]`, sql)
+	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+		t.Run(protocol, func(t *testing.T) {
+			c := startCluster(t, 3, protocol)
+			o := c.connect(0)
+			serializable := "serializable"
+			if protocol == "dbsm-si" {
+				serializable = "repeatable read"
+			}
+			for sql, want := range map[string]string{
+				"show transaction_isolation":                                                                      "read committed",
+				"show default_transaction_isolation":                                                              "read committed", // node-postgres's connection-parameter test
+				"select setting from pg_settings where name = 'default_transaction_isolation'":                    "read committed", // pgjdbc's
+				"begin isolation level serializable; show transaction_isolation; commit":                          serializable,
+				"begin isolation level read committed; show transaction_isolation; commit":                        "read committed",
+				"begin; set transaction isolation level repeatable read; show transaction_isolation; commit":      "repeatable read",
+				"begin; show transaction_isolation; commit":                                                       "read committed",
+				"begin isolation level read uncommitted; select current_setting('transaction_isolation'); commit": "repeatable read", // what runs
+				"begin; select current_setting('transaction_isolation'); commit":                                  "repeatable read",
+				"set default_transaction_isolation = 'serializable'; show default_transaction_isolation":          serializable,
+			} {
+				require.Contains(t, simple(o.PgConn(), sql), `row ["`+want+`"]`, sql)
+				_, err := o.Exec(context.Background(), "reset default_transaction_isolation")
+				require.NoError(t, err)
+			}
+			// Whatever the session's default becomes, a block runs at
+			// REPEATABLE READ.
+			for _, set := range []string{"discard all", "set session characteristics as transaction isolation level read committed",
+				"set default_transaction_isolation = 'read uncommitted'"} {
+				require.NotContains(t, simple(o.PgConn(), set), "Error")
+				require.Contains(t, simple(o.PgConn(), "begin; select current_setting('transaction_isolation'); commit"), `row ["repeatable read"]`, set)
+				require.Contains(t, simple(o.PgConn(), "start transaction read only; select current_setting('transaction_isolation'), current_setting('transaction_read_only'); commit"),
+					`row ["repeatable read" "on"]`, set)
+			}
+		})
 	}
 }
 
