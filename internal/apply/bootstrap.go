@@ -73,6 +73,14 @@ CREATE OR REPLACE FUNCTION _ordo.committed_prefix() RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 	SELECT coalesce(max(seqno), 0) FROM _ordo.applied
 $$;
+-- The session runs prepare_mark before each PREPARE TRANSACTION, so that
+-- decoding sends the PREPARE of a transaction that changed nothing it
+-- decodes (session, terminate.go). Any role may: the message is empty and
+-- the capture ignores it.
+CREATE OR REPLACE FUNCTION _ordo.prepare_mark() RETURNS bool
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	SELECT pg_catalog.pg_logical_emit_message(true, 'ordo.mark', '') IS NOT NULL
+$$;
 -- Large objects (capture/largeobject.go). lo_written: the large objects
 -- whose data pages the calling transaction wrote (pg_largeobject is
 -- readable by superusers only; this reveals a caller its own writes).
@@ -133,6 +141,7 @@ REVOKE EXECUTE ON FUNCTION _ordo.lo_set(oid, name, text, bool, text, bytea) FROM
 REVOKE EXECUTE ON FUNCTION _ordo.lo_drop(oid) FROM PUBLIC;
 GRANT USAGE ON SCHEMA _ordo TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.lo_written() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION _ordo.prepare_mark() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.committed_prefix() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`
 

@@ -102,6 +102,15 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t"}, nil
 }
 
+// prepareMark runs before every PREPARE TRANSACTION: a transactional
+// logical message of Ordo's (capture ignores it), so that the decoding of
+// the prepared transaction has something to send. PostgreSQL sends no
+// PREPARE for a transaction that changed nothing it decodes (one that only
+// locked rows, took an ACCESS EXCLUSIVE lock, or called txid_current():
+// each has an xid), and the commit would wait for a write set that never
+// comes.
+const prepareMark = "SELECT _ordo.prepare_mark()"
+
 // prepare decides how the open transaction ends and, if it must be
 // replicated, prepares it as a new gid, with the statements then run
 // after the PREPARE (in the same round trip). replicate is false when it should commit
@@ -158,7 +167,7 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	}
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
-	res, err := s.be.Exec(ctx, "PREPARE TRANSACTION '"+string(gid)+"'", then...)
+	res, err := s.be.Exec(ctx, prepareMark, append([]string{"PREPARE TRANSACTION '" + string(gid) + "'"}, then...)...)
 	if err != nil {
 		return "", false, t0, err
 	}
@@ -172,7 +181,7 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		}
 		return "", false, t0, prepareFailed(res.Err)
 	}
-	if len(res.Tags) > 0 && res.Tags[0] == "ROLLBACK" {
+	if len(res.Tags) > 1 && res.Tags[1] == "ROLLBACK" {
 		// PostgreSQL answers PREPARE TRANSACTION in a failed transaction
 		// by rolling it back, without an error: nothing was prepared, and
 		// waiting for its write set would only time out.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -60,5 +61,56 @@ func TestRowLocksHoldAcrossNodes(t *testing.T) {
 				require.Equal(t, "a1,a1,b2", log, "node %d", i+1)
 			}
 		})
+	}
+}
+
+// TestTransactionsThatOnlyLockCommit: a transaction with an xid whose
+// changes logical decoding does not carry (it only locked rows, took an
+// ACCESS EXCLUSIVE lock, or called txid_current()) commits at once, and a
+// session waiting for its lock goes on when it does. Its PREPARE used to
+// be sent by no decoder: the commit waited 10 s for a write set, then
+// failed.
+func TestTransactionsThatOnlyLockCommit(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(0)
+	_, err := a.Exec(ctx, "create table locked(id int primary key, v int); insert into locked values (1, 0)")
+	require.NoError(t, err)
+	for _, sql := range []string{
+		"begin; select * from locked where id = 1 for update; commit",
+		"begin; select * from locked for share; commit",
+		"begin; select txid_current(); commit",
+		"begin; lock table locked in access exclusive mode; commit",
+	} {
+		began := time.Now()
+		out := simple(a.PgConn(), sql)
+		require.NotContains(t, out, "error", sql)
+		require.Less(t, time.Since(began), 5*time.Second, sql)
+	}
+	// pgjdbc's StatementTest.warningsAreAvailableAsap: b waits in
+	// autocommit for the lock a holds; a's COMMIT releases it.
+	_, err = a.Exec(ctx, "begin")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "lock table locked in access exclusive mode")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "update locked set v = v + 1 where id = 1")
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	_, err = a.Exec(ctx, "commit")
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the update still waits for the lock of a committed transaction")
+	}
+	c.waitConverged()
+	for i := range 3 {
+		var v int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "select v from locked where id = 1").Scan(&v))
+		require.Equal(t, 1, v, "node %d", i+1)
 	}
 }
