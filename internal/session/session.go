@@ -649,6 +649,12 @@ func (s *session) isolationRewrite(a *analysis.Statement, level string, open boo
 		case -1:
 			b.WriteString(" READ WRITE")
 		}
+		switch a.Txn.Deferrable {
+		case 1:
+			b.WriteString(" DEFERRABLE")
+		case -1:
+			b.WriteString(" NOT DEFERRABLE")
+		}
 		return b.String()
 	}
 	return ""

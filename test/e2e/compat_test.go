@@ -283,6 +283,9 @@ func TestCompatIsolationLevels(t *testing.T) {
 				require.Contains(t, simple(o.PgConn(), "begin; select current_setting('transaction_isolation'); commit"), `row ["repeatable read"]`, set)
 				require.Contains(t, simple(o.PgConn(), "start transaction read only; select current_setting('transaction_isolation'), current_setting('transaction_read_only'); commit"),
 					`row ["repeatable read" "on"]`, set)
+				require.Contains(t, simple(o.PgConn(), "begin isolation level serializable, read only, deferrable; select current_setting('transaction_isolation'), current_setting('transaction_read_only'), current_setting('transaction_deferrable'); commit"),
+					`row ["repeatable read" "on" "on"]`, set)
+				require.Contains(t, simple(o.PgConn(), "begin deferrable; select current_setting('transaction_deferrable'); commit"), `row ["on"]`, set)
 			}
 		})
 	}
