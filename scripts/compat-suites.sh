@@ -11,6 +11,7 @@
 #   SUITES_DIR/psycopg        github.com/psycopg/psycopg       tag 3.3.4
 #   SUITES_DIR/pgjdbc         github.com/pgjdbc/pgjdbc         tag REL42.7.13
 #   SUITES_DIR/node-postgres  github.com/brianc/node-postgres  tag pg@8.23.0
+#   SUITES_DIR/sqlalchemy     github.com/sqlalchemy/sqlalchemy tag rel_2_0_44 (its ORM's tests)
 # Their dependencies are installed, pinned, from PyPI, Maven Central and npm
 # into SUITES_DIR/.deps (a Python venv, Maven jars, node_modules).
 #
@@ -47,6 +48,9 @@ bash scripts/ensure-tools.sh go postgres
 # ---- pinned dependencies -------------------------------------------------
 
 PSYCOPG_PIP=(pytest==8.4.2 anyio==4.11.0 pproxy==2.7.9 typing-extensions==4.15.0 pytest-timeout==2.4.0)
+# SQLAlchemy's tests want pytest < 8.4 (its tox.ini); psycopg 3 from PyPI
+# (pure Python, over the system's libpq) is its driver here.
+SQLALCHEMY_PIP=(pytest==8.3.5 typing-extensions==4.15.0 psycopg==3.2.12 pytest-timeout==2.4.0)
 PGJDBC_VERSION=42.7.13   # the driver jar the tests are compiled against
 JUNIT_BOM=5.14.4
 JUNIT_PLATFORM=1.14.4
@@ -73,6 +77,18 @@ deps_psycopg() {
     "$venv/bin/pip" install -q --disable-pip-version-check "${PSYCOPG_PIP[@]}"
     # psycopg itself from the checkout (pure Python, over the system libpq).
     "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "$SUITES_DIR/psycopg/psycopg" "$SUITES_DIR/psycopg/psycopg_pool"
+    echo "$stamp" >"$venv/.stamp"
+  fi
+  ldconfig -p | grep -q 'libpq.so.5' || need_cmd __none__ libpq5
+}
+
+deps_sqlalchemy() {
+  need_cmd python3 python3 python3-venv
+  local venv=$DEPS/sqlalchemy-venv stamp="${SQLALCHEMY_PIP[*]}"
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "${SQLALCHEMY_PIP[@]}"
     echo "$stamp" >"$venv/.stamp"
   fi
   ldconfig -p | grep -q 'libpq.so.5' || need_cmd __none__ libpq5
@@ -201,6 +217,20 @@ run_psycopg() {
   RUN_RESULT=$out.xml
 }
 
+# run_sqlalchemy TARGET HOST PORT OUT: SQLAlchemy's own ORM tests
+# (SQLALCHEMY_TESTS, default test/orm) with psycopg 3, as the superuser
+# postgres on database test, after creating the schemas its tests use
+# (test_schema, test_schema_2; through Ordo they are replicated DDL).
+run_sqlalchemy() {
+  local target=$1 host=$2 port=$3 out=$4
+  PGPASSWORD=postgres psql -X -q -h "$host" -p "$port" -U postgres -d test \
+    -c "CREATE SCHEMA IF NOT EXISTS test_schema" -c "CREATE SCHEMA IF NOT EXISTS test_schema_2" >"$out.log" 2>&1 || true
+  (cd "$SUITES_DIR/sqlalchemy" && PYTHONPATH=lib timeout -s INT -k 60 "$SUITE_TIMEOUT" "$DEPS/sqlalchemy-venv/bin/python" -m pytest \
+      ${SQLALCHEMY_TESTS:-test/orm} --dburi "postgresql+psycopg://postgres:postgres@$host:$port/test" \
+      -q -p no:randomly -p no:cacheprovider --timeout 120 --junitxml "$out.xml" ${PYTEST_ARGS:-} >>"$out.log" 2>&1) || true
+  RUN_RESULT=$out.xml
+}
+
 # run_pgjdbc TARGET HOST PORT OUT: pgjdbc's JUnit 5 tests as user test,
 # privileged user postgres. The classes are Gradle's selection (the JUnit
 # platform's default class-name pattern, minus *Suite*), run in batches of
@@ -277,16 +307,17 @@ run_node() {
 }
 
 found=()
-for s in ${SUITES:-psycopg pgjdbc node-postgres}; do
+for s in ${SUITES:-psycopg pgjdbc node-postgres sqlalchemy}; do
   case $s in
     psycopg) [ -d "$SUITES_DIR/psycopg/tests" ] && found+=(psycopg) ;;
     pgjdbc) [ -d "$SUITES_DIR/pgjdbc/pgjdbc/src/test/java" ] && found+=(pgjdbc) ;;
     node-postgres) [ -d "$SUITES_DIR/node-postgres/packages/pg/test/integration" ] && found+=(node-postgres) ;;
+    sqlalchemy) [ -d "$SUITES_DIR/sqlalchemy/test/orm" ] && found+=(sqlalchemy) ;;
     *) echo "compat-suites: unknown suite $s" >&2; exit 2 ;;
   esac
 done
 if [ ${#found[@]} -eq 0 ]; then
-  echo "compat-suites: no suite found in $SUITES_DIR (psycopg/, pgjdbc/, node-postgres/)" >&2
+  echo "compat-suites: no suite found in $SUITES_DIR (psycopg/, pgjdbc/, node-postgres/, sqlalchemy/)" >&2
   exit 2
 fi
 
@@ -302,6 +333,7 @@ for s in "${found[@]}"; do
     psycopg) deps_psycopg; runner=run_psycopg ;;
     pgjdbc) deps_pgjdbc; runner=run_pgjdbc ;;
     node-postgres) deps_node; runner=run_node ;;
+    sqlalchemy) deps_sqlalchemy; runner=run_sqlalchemy ;;
   esac
   start_cluster "$RESULTS/$s.cluster"
   echo "compat-suites: $s: PostgreSQL $PG_VERSION; direct on $DIRECT_HOST:$DIRECT_PORT, Ordo node 1 on 127.0.0.1:${OPORTS[0]}"
