@@ -102,13 +102,15 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t"}, nil
 }
 
-// prepareMark runs before every PREPARE TRANSACTION: a transactional
-// logical message of Ordo's (capture ignores it), so that the decoding of
-// the prepared transaction has something to send. PostgreSQL sends no
-// PREPARE for a transaction that changed nothing it decodes (one that only
-// locked rows, took an ACCESS EXCLUSIVE lock, or called txid_current():
-// each has an xid), and the commit would wait for a write set that never
-// comes.
+// prepareMark runs before the PREPARE TRANSACTION of a transaction whose
+// statements changed no rows: a transactional logical message of Ordo's
+// (capture ignores it), so that the decoding of the prepared transaction
+// has something to send. PostgreSQL sends no PREPARE for a transaction
+// that changed nothing it decodes (one that only locked rows, took an
+// ACCESS EXCLUSIVE lock, or called txid_current(): each has an xid), and
+// the commit would wait for a write set that never comes. (A transaction
+// whose statements changed rows has them decoded; the mark would only
+// show in other consumers of the node's logical decoding.)
 const prepareMark = "SELECT _ordo.prepare_mark()"
 
 // prepare decides how the open transaction ends and, if it must be
@@ -167,7 +169,14 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	}
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
-	res, err := s.be.Exec(ctx, prepareMark, append([]string{"PREPARE TRANSACTION '" + string(gid) + "'"}, then...)...)
+	first, rest := prepareMark, append([]string{"PREPARE TRANSACTION '" + string(gid) + "'"}, then...)
+	if s.be.RowsChanged() > s.idleRows {
+		// Its INSERT, UPDATE, DELETE or MERGE changed rows: decoding
+		// has them, and sends the PREPARE without a mark.
+		first, rest = rest[0], rest[1:]
+	}
+	res, err := s.be.Exec(ctx, first, rest...)
+	s.idleRows = s.be.RowsChanged() // the transaction ended (or failed)
 	if err != nil {
 		return "", false, t0, err
 	}
@@ -181,7 +190,7 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		}
 		return "", false, t0, prepareFailed(res.Err)
 	}
-	if len(res.Tags) > 1 && res.Tags[1] == "ROLLBACK" {
+	if slices.Contains(res.Tags, "ROLLBACK") {
 		// PostgreSQL answers PREPARE TRANSACTION in a failed transaction
 		// by rolling it back, without an error: nothing was prepared, and
 		// waiting for its write set would only time out.
@@ -244,6 +253,13 @@ func (s *session) runNotify(ctx context.Context) error {
 // BeforeReady implements wire.ReadyHolder: it terminates a wrapped
 // autocommit statement before the client sees ReadyForQuery.
 func (s *session) BeforeReady(ctx context.Context) error {
+	// Ordo ends the unit's transaction here (or it goes on): rows changed
+	// so far are not the next transaction's (prepareMark).
+	defer func() {
+		if s.be.TxStatus() == 'I' {
+			s.idleRows = s.be.RowsChanged()
+		}
+	}()
 	injectedRan := s.wrapInjected && s.be.InjectedBegins() > s.wrapInjectedAt
 	ours := s.wrapExec || injectedRan
 	s.wrapExec, s.wrapInjected = false, false
@@ -378,6 +394,7 @@ func prepareFailed(err error) error {
 
 func (s *session) rollback(ctx context.Context) {
 	_, _ = s.be.Exec(ctx, "ROLLBACK")
+	s.idleRows = s.be.RowsChanged()
 }
 
 // terminate hands the prepared transaction gid to the replica and waits for

@@ -281,3 +281,14 @@ func TestHooksExec(t *testing.T) {
 		t.Fatalf("Exec inside a batch: %v", lastErr)
 	}
 }
+
+func TestChangedRows(t *testing.T) {
+	for tag, want := range map[string]int64{
+		"INSERT 0 3": 3, "INSERT 0 0": 0, "UPDATE 2": 2, "DELETE 10": 10, "MERGE 1": 1,
+		"SELECT 5": 0, "COPY 7": 0, "BEGIN": 0, "INSERT 0": 0, "UPDATE x": 0, "": 0, "CREATE TABLE": 0,
+	} {
+		if got := changedRows(tag); got != want {
+			t.Errorf("changedRows(%q) = %d, want %d", tag, got, want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package wire
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -32,6 +34,34 @@ func (ss *session) sendBegin(quiet bool) {
 
 // BeginsSinceInjected implements Backend.
 func (ss *session) BeginsSinceInjected() int64 { return ss.beginsSinceInjected.Load() }
+
+// changedRows is the count of rows a DML statement's CommandComplete tag
+// reports ("INSERT 0 3", "UPDATE 2", "DELETE 0", "MERGE 1"); 0 for any
+// other tag.
+func changedRows(tag string) int64 {
+	verb, rest, ok := strings.Cut(tag, " ")
+	if !ok {
+		return 0
+	}
+	switch verb {
+	case "INSERT":
+		_, rest, ok = strings.Cut(rest, " ") // the oid, always 0
+		if !ok {
+			return 0
+		}
+	case "UPDATE", "DELETE", "MERGE":
+	default:
+		return 0
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// RowsChanged implements Backend.
+func (ss *session) RowsChanged() int64 { return ss.rowsChanged.Load() }
 
 // InjectedBegins implements Backend.
 func (ss *session) InjectedBegins() int64 { return ss.injectedBegins.Load() }

@@ -91,6 +91,8 @@ type session struct {
 	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
 	copyIn atomic.Bool
 	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	// rowsChanged: rows the client's DML changed (Backend.RowsChanged).
+	rowsChanged atomic.Int64
 	// injectedBegins counts BeginHere's BEGINs executed.
 	injectedBegins      atomic.Int64
 	beginsSinceInjected atomic.Int64
@@ -1027,9 +1029,14 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		}
-		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.srv.hooks != nil && (string(m.CommandTag) == "BEGIN" || string(m.CommandTag) == "START TRANSACTION") {
-			ss.begins.Add(1)
-			ss.beginsSinceInjected.Add(1)
+		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.srv.hooks != nil {
+			switch tag := string(m.CommandTag); {
+			case tag == "BEGIN" || tag == "START TRANSACTION":
+				ss.begins.Add(1)
+				ss.beginsSinceInjected.Add(1)
+			default:
+				ss.rowsChanged.Add(changedRows(tag))
+			}
 		}
 		if ss.holdTag.Load() {
 			// The last CommandComplete of a held query waits for

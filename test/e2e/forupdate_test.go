@@ -81,6 +81,7 @@ func TestTransactionsThatOnlyLockCommit(t *testing.T) {
 		"begin; select * from locked for share; commit",
 		"begin; select txid_current(); commit",
 		"begin; lock table locked in access exclusive mode; commit",
+		"begin; select * from locked where id = 1 for update; update locked set v = v where id = -1; commit",
 	} {
 		began := time.Now()
 		out := simple(a.PgConn(), sql)
@@ -113,4 +114,23 @@ func TestTransactionsThatOnlyLockCommit(t *testing.T) {
 		require.NoError(t, c.direct(i).QueryRow(ctx, "select v from locked where id = 1").Scan(&v))
 		require.Equal(t, 1, v, "node %d", i+1)
 	}
+
+	// The message that makes decoding send such a PREPARE is written only
+	// when the transaction's statements changed no rows: another consumer
+	// of the node's logical decoding (test_decoding here) sees none in a
+	// transaction that wrote.
+	d := c.direct(0)
+	_, err = d.Exec(ctx, "select pg_create_logical_replication_slot('peek', 'test_decoding')")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "update locked set v = v + 1 where id = 1")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "begin; select * from locked for update; commit")
+	require.NoError(t, err)
+	var marks, updates int
+	require.NoError(t, d.QueryRow(ctx, `select count(*) filter (where data like '%ordo.mark%'), count(*) filter (where data like 'table public.locked: UPDATE%')
+		from pg_logical_slot_peek_changes('peek', null, null)`).Scan(&marks, &updates))
+	require.Equal(t, 1, updates)
+	require.Equal(t, 1, marks, "one mark, for the transaction that only locked")
+	_, err = d.Exec(ctx, "select pg_drop_replication_slot('peek')")
+	require.NoError(t, err)
 }
