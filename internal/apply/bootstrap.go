@@ -90,23 +90,39 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 	WHERE l.xmin = ANY (ARRAY(SELECT transactionid FROM pg_catalog.pg_locks
 		WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'transactionid'))
 $$;
+-- lo_pages: the stored pages of a large object the calling transaction
+-- created, altered or wrote (its offset in the object, its data).
+CREATE OR REPLACE FUNCTION _ordo.lo_pages(o oid) RETURNS TABLE(off bigint, data bytea)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	WITH mine AS (SELECT ARRAY(SELECT transactionid FROM pg_catalog.pg_locks
+		WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'transactionid') AS x)
+	SELECT l.pageno::bigint * (pg_catalog.current_setting('block_size')::int / 4), l.data
+	FROM pg_catalog.pg_largeobject l, mine
+	WHERE l.loid = o AND (
+		EXISTS (SELECT 1 FROM pg_catalog.pg_largeobject_metadata m WHERE m.oid = o AND m.xmin = ANY (mine.x))
+		OR EXISTS (SELECT 1 FROM pg_catalog.pg_largeobject p WHERE p.loid = o AND p.xmin = ANY (mine.x)))
+	ORDER BY l.pageno
+$$;
 -- lo_set gives a large object the state another node's transaction left
--- it in (an apply: Ordo's own role, event triggers off); lo_drop unlinks
--- one, if it exists.
-CREATE OR REPLACE FUNCTION _ordo.lo_set(o oid, owner name, acl text, has_comment bool, cmt text, data bytea) RETURNS void
+-- it in (an apply: Ordo's own role, event triggers off): it creates it if
+-- it does not exist, sets its owner, privileges and comment, and, with
+-- content, empties it for the pieces of its content that follow
+-- (lo_put); lo_drop unlinks one, if it exists.
+DROP FUNCTION IF EXISTS _ordo.lo_set(oid, name, text, bool, text, bytea);
+CREATE OR REPLACE FUNCTION _ordo.lo_set(o oid, owner name, acl text, has_comment bool, cmt text, content bool) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	fd int4;
 	cur aclitem[];
 	r record;
 BEGIN
-	IF EXISTS (SELECT 1 FROM pg_largeobject_metadata WHERE oid = o) THEN
-		fd := lo_open(o, 131072); -- INV_WRITE
-		PERFORM lo_truncate64(fd, 0);
-		PERFORM lowrite(fd, data);
-		PERFORM lo_close(fd);
-	ELSE
-		PERFORM lo_from_bytea(o, data);
+	IF NOT EXISTS (SELECT 1 FROM pg_largeobject_metadata WHERE oid = o) THEN
+		PERFORM lo_create(o);
+	ELSIF content THEN
+		-- Afresh, with no page left over: its stored pages become the
+		-- origin's.
+		PERFORM lo_unlink(o);
+		PERFORM lo_create(o);
 	END IF;
 	EXECUTE format('ALTER LARGE OBJECT %s OWNER TO %I', o, owner);
 	SELECT lomacl INTO cur FROM pg_largeobject_metadata WHERE oid = o;
@@ -133,14 +149,26 @@ BEGIN
 	END IF;
 END
 $$;
+CREATE OR REPLACE FUNCTION _ordo.lo_size(o oid, size bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	fd int4;
+BEGIN
+	fd := lo_open(o, 131072);
+	PERFORM lo_truncate64(fd, size);
+	PERFORM lo_close(fd);
+END
+$$;
 CREATE OR REPLACE FUNCTION _ordo.lo_drop(o oid) RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT lo_unlink(o) FROM pg_largeobject_metadata WHERE oid = o
 $$;
-REVOKE EXECUTE ON FUNCTION _ordo.lo_set(oid, name, text, bool, text, bytea) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _ordo.lo_set(oid, name, text, bool, text, bool) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _ordo.lo_drop(oid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _ordo.lo_size(oid, bigint) FROM PUBLIC;
 GRANT USAGE ON SCHEMA _ordo TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.lo_written() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION _ordo.lo_pages(oid) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.prepare_mark() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.committed_prefix() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`

@@ -72,7 +72,7 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 	// Its large objects, set to the state it left them in (their rows are
 	// system catalogs', which logical decoding does not carry).
 	for i := range ws.LargeObjects {
-		out = append(out, largeObjectStmt(&ws.LargeObjects[i]))
+		out = append(out, largeObjectStmts(&ws.LargeObjects[i])...)
 	}
 	// The transaction's notifications, sent when the apply commits, as
 	// they were when it committed on its origin.
@@ -82,12 +82,13 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 	return out, nil
 }
 
-// largeObjectStmt sets one large object to the state lo says
-// (_ordo.lo_set and _ordo.lo_drop, bootstrap.go).
-func largeObjectStmt(lo *capture.LargeObject) stmt {
+// largeObjectStmts set one large object to the state lo says
+// (_ordo.lo_set and _ordo.lo_drop, bootstrap.go), then write the pieces
+// of its content.
+func largeObjectStmts(lo *capture.LargeObject) []stmt {
 	oid := []byte(strconv.FormatUint(uint64(lo.OID), 10))
 	if lo.Unlinked {
-		return stmt{sql: "SELECT _ordo.lo_drop($1)", params: [][]byte{oid}, want: -1}
+		return []stmt{{sql: "SELECT _ordo.lo_drop($1)", params: [][]byte{oid}, want: -1}}
 	}
 	var acl, comment []byte // nil: NULL
 	if lo.ACL != "" {
@@ -97,11 +98,26 @@ func largeObjectStmt(lo *capture.LargeObject) stmt {
 	if lo.HasComment {
 		hasComment, comment = []byte("t"), []byte(lo.Comment)
 	}
-	data := make([]byte, 2+hex.EncodedLen(len(lo.Data)))
-	copy(data, `\x`)
-	hex.Encode(data[2:], lo.Data)
-	return stmt{sql: "SELECT _ordo.lo_set($1, $2, $3, $4, $5, $6)",
-		params: [][]byte{oid, []byte(lo.Owner), acl, hasComment, comment, data}, want: -1}
+	content := []byte("f")
+	if lo.Content {
+		content = []byte("t")
+	}
+	out := []stmt{{sql: "SELECT _ordo.lo_set($1, $2, $3, $4, $5, $6)",
+		params: [][]byte{oid, []byte(lo.Owner), acl, hasComment, comment, content}, want: -1}}
+	end := int64(0)
+	for _, p := range lo.Pieces {
+		data := make([]byte, 2+hex.EncodedLen(len(p.Data)))
+		copy(data, `\x`)
+		hex.Encode(data[2:], p.Data)
+		out = append(out, stmt{sql: "SELECT pg_catalog.lo_put($1, $2, $3)",
+			params: [][]byte{oid, []byte(strconv.FormatInt(p.Offset, 10)), data}, want: -1})
+		end = p.Offset + int64(len(p.Data))
+	}
+	if lo.Content && lo.Size > end {
+		// Its last stored page holds no data (a truncation ended there).
+		out = append(out, stmt{sql: "SELECT _ordo.lo_size($1, $2)", params: [][]byte{oid, []byte(strconv.FormatInt(lo.Size, 10))}, want: -1})
+	}
+	return out
 }
 
 func param(v capture.Value) []byte {

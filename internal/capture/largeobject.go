@@ -71,15 +71,44 @@ FROM (SELECT pg_catalog.array_agg(transactionid) AS xids FROM pg_catalog.pg_lock
 
 // LargeObjectStateSQL, run in the transaction, reads the state of the
 // objects in oids that it sees: oid, owner, privileges ("" for the
-// default, NULL), whether it has a comment, the comment, and its content
-// (base64), ordered by oid. An object it does not see was unlinked. It
-// reads the content as the client's role: one it may change but not read
-// cannot be replicated.
+// default, NULL), whether it has a comment, and the comment, ordered by
+// oid. An object it does not see was unlinked.
 func LargeObjectStateSQL(oids []uint32) string {
 	return `SELECT m.oid, pg_catalog.pg_get_userbyid(m.lomowner), coalesce(m.lomacl::text, ''),
-  c.d IS NOT NULL, coalesce(c.d, ''), pg_catalog.encode(pg_catalog.lo_get(m.oid), 'base64')
+  c.d IS NOT NULL, coalesce(c.d, '')
 FROM pg_catalog.pg_largeobject_metadata m, LATERAL (SELECT pg_catalog.obj_description(m.oid, 'pg_largeobject') AS d) c
 WHERE m.oid = ANY ('` + OIDArray(oids) + `'::pg_catalog.oid[]) ORDER BY m.oid`
+}
+
+// LargeObjectPagesSQL, run in the transaction, reads the stored pages of
+// the objects in oids whose content it wrote (_ordo.lo_pages): oid, the
+// page's offset in the object and its data (base64), in oid and offset
+// order (LargeObject.AddStoredPage takes them). Pages are what PostgreSQL stores: a sparse object's holes have
+// none, and an object of several gigabytes is read a page at a time
+// (lo_get refuses more than 1 GB).
+func LargeObjectPagesSQL(oids []uint32) string {
+	return `SELECT o, p.off, pg_catalog.encode(p.data, 'base64')
+FROM pg_catalog.unnest('` + OIDArray(oids) + `'::pg_catalog.oid[]) o, LATERAL _ordo.lo_pages(o) p ORDER BY o, p.off`
+}
+
+// LargeObjectPiece is a run of a large object's stored content.
+type LargeObjectPiece struct {
+	Offset int64
+	Data   []byte
+}
+
+// maxPiece bounds a piece AddPage joins pages into: an apply writes each
+// with one statement.
+const maxPiece = 4 << 20
+
+// AddPage appends a stored page at off to pieces, joining it to the last
+// piece when that one ends at off (up to maxPiece).
+func AddPage(pieces []LargeObjectPiece, off int64, data []byte) []LargeObjectPiece {
+	if n := len(pieces); n > 0 && pieces[n-1].Offset+int64(len(pieces[n-1].Data)) == off && len(pieces[n-1].Data)+len(data) <= maxPiece {
+		pieces[n-1].Data = append(pieces[n-1].Data, data...)
+		return pieces
+	}
+	return append(pieces, LargeObjectPiece{Offset: off, Data: append([]byte(nil), data...)})
 }
 
 // OIDArray renders oids as the text of an array literal.
@@ -131,7 +160,32 @@ type LargeObject struct {
 	// Comment is its comment, if HasComment.
 	Comment    string
 	HasComment bool
-	Data       []byte
+	// Content: the transaction wrote its content, which is Pieces (the
+	// object's stored runs of data, in offset order; holes between them
+	// read as zeros) up to Size (PostgreSQL's size of a large object is
+	// where its last stored page ends, which may hold no data). Without
+	// it only the object's metadata changed.
+	Content bool
+	Pieces  []LargeObjectPiece
+	Size    int64
+}
+
+// AddStoredPage adds a stored page at off to lo's content: its data to
+// Pieces, its end to Size.
+func (lo *LargeObject) AddStoredPage(off int64, data []byte) {
+	if len(data) > 0 {
+		lo.Pieces = AddPage(lo.Pieces, off, data)
+	}
+	lo.Size = max(lo.Size, off+int64(len(data)))
+}
+
+// Bytes is the size of the content lo carries.
+func (lo *LargeObject) Bytes() int64 {
+	n := int64(0)
+	for _, p := range lo.Pieces {
+		n += int64(len(p.Data))
+	}
+	return n
 }
 
 // LargeObjectKey is the certification key of one large object: a row of

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/admin"
+	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/totalorder"
 )
 
@@ -556,10 +557,6 @@ func (j *joiner) copyLargeObjects(ctx context.Context, donor, local *pgx.Conn) e
 	}
 	var total int64
 	for i, l := range los {
-		var data []byte
-		if err := donor.QueryRow(ctx, "SELECT lo_get($1)", l.oid).Scan(&data); err != nil {
-			return fmt.Errorf("read the donor's large object %d: %w", l.oid, err)
-		}
 		var acl, comment *string
 		if l.acl != "" {
 			acl = &l.acl
@@ -567,16 +564,71 @@ func (j *joiner) copyLargeObjects(ctx context.Context, donor, local *pgx.Conn) e
 		if l.hasComment {
 			comment = &l.comment
 		}
-		if _, err := local.Exec(ctx, "SELECT _ordo.lo_set($1, $2, $3, $4, $5, $6)", l.oid, l.owner, acl, l.hasComment, comment, data); err != nil {
+		if _, err := local.Exec(ctx, "SELECT _ordo.lo_set($1, $2, $3, $4, $5, true)", l.oid, l.owner, acl, l.hasComment, comment); err != nil {
 			return fmt.Errorf("copy large object %d: %w", l.oid, err)
 		}
-		total += int64(len(data))
+		n, err := j.copyLargeObjectPages(ctx, donor, local, l.oid)
+		if err != nil {
+			return fmt.Errorf("copy large object %d: %w", l.oid, err)
+		}
+		total += n
 		if (i+1)%1000 == 0 {
 			j.progress("large objects: %d/%d, %s", i+1, len(los), size(total))
 		}
 	}
 	j.progress("large objects: %d, %s", len(los), size(total))
 	return nil
+}
+
+// copyLargeObjectPages copies the stored pages of one large object, in
+// pieces of contiguous pages (a sparse object's holes stay holes; one of
+// several gigabytes is copied a piece at a time), and returns the bytes
+// copied.
+func (j *joiner) copyLargeObjectPages(ctx context.Context, donor, local *pgx.Conn, oid uint32) (int64, error) {
+	rows, err := donor.Query(ctx, `SELECT pageno::bigint * (current_setting('block_size')::int / 4), data
+		FROM pg_largeobject WHERE loid = $1 ORDER BY pageno`, oid)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var lo capture.LargeObject
+	var n int64
+	put := func(p capture.LargeObjectPiece) error {
+		_, err := local.Exec(ctx, "SELECT lo_put($1, $2, $3)", oid, p.Offset, p.Data)
+		n += int64(len(p.Data))
+		return err
+	}
+	for rows.Next() {
+		var off int64
+		var data []byte
+		if err := rows.Scan(&off, &data); err != nil {
+			return n, err
+		}
+		lo.AddStoredPage(off, data)
+		// Write the pieces before the one still growing.
+		for len(lo.Pieces) > 1 {
+			if err := put(lo.Pieces[0]); err != nil {
+				return n, err
+			}
+			lo.Pieces = lo.Pieces[1:]
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return n, err
+	}
+	end := int64(0)
+	for _, p := range lo.Pieces {
+		if err := put(p); err != nil {
+			return n, err
+		}
+		end = p.Offset + int64(len(p.Data))
+	}
+	if lo.Size > end {
+		if _, err := local.Exec(ctx, "SELECT _ordo.lo_size($1, $2)", oid, lo.Size); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // copyTable streams one table's rows (COPY text format: one line a row).

@@ -41,9 +41,12 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		for _, lo := range t.WriteSet.LargeObjects {
 			e.LargeObjects = append(e.LargeObjects, &ordov1.LargeObject{
 				Oid: lo.OID, Unlinked: lo.Unlinked, Owner: lo.Owner, Acl: lo.ACL,
-				HasComment: lo.HasComment, Comment: lo.Comment, Data: lo.Data,
+				HasComment: lo.HasComment, Comment: lo.Comment, Content: lo.Content, Size: uint64(lo.Size),
 			})
-			loBytes += len(lo.Data)
+			for _, p := range lo.Pieces {
+				e.LargeObjectData = append(e.LargeObjectData, &ordov1.LargeObjectData{Oid: lo.OID, Offset: uint64(p.Offset), Data: p.Data})
+				loBytes += len(p.Data)
+			}
 		}
 	}
 	for _, km := range t.Keys {
@@ -98,11 +101,11 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 			last = piece{}
 		}
 		chunk := max(p.budget-64, 1)
-		for _, lo := range e.LargeObjects {
-			for off := 0; off < len(lo.Data); off += chunk {
+		for _, d := range e.LargeObjectData {
+			for off := 0; off < len(d.Data); off += chunk {
 				b, err := proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Fragment{Fragment: &ordov1.FragmentEntry{
-					Gid: string(t.GID), Index: n, LargeObjects: []*ordov1.LargeObject{{
-						Oid: lo.Oid, Offset: uint64(off), Data: lo.Data[off:min(off+chunk, len(lo.Data))],
+					Gid: string(t.GID), Index: n, LargeObjectData: []*ordov1.LargeObjectData{{
+						Oid: d.Oid, Offset: d.Offset + uint64(off), Data: d.Data[off:min(off+chunk, len(d.Data))],
 					}},
 				}}})
 				if err != nil {
@@ -113,8 +116,8 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 					return nil, err
 				}
 			}
-			lo.Offset, lo.Data = uint64(len(lo.Data)), nil
 		}
+		e.LargeObjectData = nil
 	}
 	if proto.Size(whole)+last.size > maxEntry && len(last.rows) > 0 {
 		// The keys and DDL leave no room for the last rows.
@@ -241,7 +244,22 @@ func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*or
 		ws.Notify = append(ws.Notify, capture.Notification{Channel: n.Channel, Payload: n.Payload})
 	}
 	seen := map[string]*capture.Table{} // one *capture.Table per table, across pieces
-	var chunks map[uint32][]byte        // large objects' content sent ahead
+	var pieces map[uint32][]capture.LargeObjectPiece
+	addData := func(where string, ds []*ordov1.LargeObjectData) error {
+		for _, d := range ds {
+			if pieces == nil {
+				pieces = map[uint32][]capture.LargeObjectPiece{}
+			}
+			ps := pieces[d.Oid]
+			if n := len(ps); n > 0 {
+				if end := ps[n-1].Offset + int64(len(ps[n-1].Data)); int64(d.Offset) < end {
+					return fmt.Errorf("replica: entry %s: %s: large object %d: a piece at offset %d before %d", e.Gid, where, d.Oid, d.Offset, end)
+				}
+			}
+			pieces[d.Oid] = capture.AddPage(ps, int64(d.Offset), d.Data)
+		}
+		return nil
+	}
 	for i := range n {
 		f, err := frag(i)
 		if err != nil {
@@ -250,33 +268,30 @@ func decodeFragmented(e *ordov1.TxnEntry, n, fragRows int, frag func(i int) (*or
 		if ws.Rows, err = decodeRows(e.Gid, f.Tables, f.Rows, seen, ws.Rows); err != nil {
 			return nil, fmt.Errorf("fragment %d: %w", f.Index, err)
 		}
-		for _, c := range f.LargeObjects {
-			if chunks == nil {
-				chunks = map[uint32][]byte{}
-			}
-			if c.Offset != uint64(len(chunks[c.Oid])) {
-				return nil, fmt.Errorf("replica: entry %s: fragment %d: large object %d: a chunk at offset %d after %d bytes", e.Gid, f.Index, c.Oid, c.Offset, len(chunks[c.Oid]))
-			}
-			chunks[c.Oid] = append(chunks[c.Oid], c.Data...)
+		if err := addData(fmt.Sprintf("fragment %d", f.Index), f.LargeObjectData); err != nil {
+			return nil, err
 		}
 	}
 	var err error
 	if ws.Rows, err = decodeRows(e.Gid, e.Tables, e.Rows, seen, ws.Rows); err != nil {
 		return nil, err
 	}
+	if err := addData("entry", e.LargeObjectData); err != nil {
+		return nil, err
+	}
 	for _, lo := range e.LargeObjects {
-		data := chunks[lo.Oid]
-		if lo.Offset != uint64(len(data)) {
-			return nil, fmt.Errorf("replica: entry %s: large object %d: its content goes on at offset %d after %d bytes", e.Gid, lo.Oid, lo.Offset, len(data))
+		ps := pieces[lo.Oid]
+		if len(ps) > 0 && !lo.Content {
+			return nil, fmt.Errorf("replica: entry %s: content of large object %d, whose content it did not write", e.Gid, lo.Oid)
 		}
-		delete(chunks, lo.Oid)
+		delete(pieces, lo.Oid)
 		ws.LargeObjects = append(ws.LargeObjects, capture.LargeObject{
 			OID: lo.Oid, Unlinked: lo.Unlinked, Owner: lo.Owner, ACL: lo.Acl,
-			HasComment: lo.HasComment, Comment: lo.Comment, Data: append(data, lo.Data...),
+			HasComment: lo.HasComment, Comment: lo.Comment, Content: lo.Content, Pieces: ps, Size: int64(lo.Size),
 		})
 	}
-	if len(chunks) > 0 {
-		return nil, fmt.Errorf("replica: entry %s: content of %d large objects the entry does not name", e.Gid, len(chunks))
+	if len(pieces) > 0 {
+		return nil, fmt.Errorf("replica: entry %s: content of %d large objects the entry does not name", e.Gid, len(pieces))
 	}
 	return ws, nil
 }
@@ -440,13 +455,18 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 				return true
 			}
 		}
+		for _, d := range k.Txn.LargeObjectData {
+			if unknown(d) {
+				return true
+			}
+		}
 		tables, rows = k.Txn.Tables, k.Txn.Rows
 	case *ordov1.Entry_Fragment:
 		if unknown(k.Fragment) {
 			return true
 		}
-		for _, lo := range k.Fragment.LargeObjects {
-			if unknown(lo) {
+		for _, d := range k.Fragment.LargeObjectData {
+			if unknown(d) {
 				return true
 			}
 		}

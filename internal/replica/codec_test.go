@@ -131,16 +131,19 @@ func TestLargeTxnSplitsIntoFragments(t *testing.T) {
 
 // TestLargeObjectsTravelWithTheirTransaction: the large objects a
 // transaction changed travel in its entry, or, when their content does not
-// fit, in chunks in fragments after its rows; either way decoding gives
-// back each object's state and whole content, with its keys.
+// fit, their content travels in chunks in fragments after its rows; either
+// way decoding gives back each object's state and stored pieces (a sparse
+// object's holes stay holes), with its keys.
 func TestLargeObjectsTravelWithTheirTransaction(t *testing.T) {
 	log := &capture.Table{Schema: "public", Name: "log", Columns: []capture.Column{{Name: "line", TypeOID: 25}}}
 	big := []byte(strings.Repeat("0123456789", 1500)) // 15,000 bytes: several entries
 	los := []capture.LargeObject{
-		{OID: 16401, Owner: "alice", ACL: "{alice=rw/alice,=r/alice}", HasComment: true, Comment: "a scan", Data: []byte("small")},
-		{OID: 16402, Owner: "bob", Data: big},
+		{OID: 16401, Owner: "alice", ACL: "{alice=rw/alice,=r/alice}", HasComment: true, Comment: "a scan", Content: true,
+			Pieces: []capture.LargeObjectPiece{{Offset: 0, Data: []byte("small")}}, Size: 5},
+		{OID: 16402, Owner: "bob", Content: true, Pieces: []capture.LargeObjectPiece{{Offset: 0, Data: big}, {Offset: 1 << 31, Data: []byte("far")}}, Size: 1<<31 + 3},
 		{OID: 16403, Unlinked: true},
-		{OID: 16404, Owner: "bob"}, // empty
+		{OID: 16404, Owner: "bob", Content: true, Size: 4096}, // cut at 4096, no data
+		{OID: 16405, Owner: "carol"},                          // metadata only
 	}
 	for _, maxEntry := range []int{1 << 20, 4000} {
 		ws := &capture.WriteSet{GID: "ordo_3_1", LargeObjects: los}
@@ -157,7 +160,7 @@ func TestLargeObjectsTravelWithTheirTransaction(t *testing.T) {
 			var e ordov1.Entry
 			require.NoError(t, proto.Unmarshal(b, &e))
 			frags = append(frags, e.GetFragment())
-			chunks += len(e.GetFragment().LargeObjects)
+			chunks += len(e.GetFragment().LargeObjectData)
 		}
 		require.LessOrEqual(t, len(bs[len(bs)-1]), maxEntry)
 		var e ordov1.Entry
@@ -179,20 +182,31 @@ func TestLargeObjectsTravelWithTheirTransaction(t *testing.T) {
 			require.Equal(t, w.ACL, g.ACL)
 			require.Equal(t, w.HasComment, g.HasComment)
 			require.Equal(t, w.Comment, g.Comment)
-			require.Equal(t, string(w.Data), string(g.Data), "object %d, max entry %d", w.OID, maxEntry)
+			require.Equal(t, w.Content, g.Content)
+			require.Equal(t, w.Size, g.Size)
+			require.Equal(t, len(w.Pieces), len(g.Pieces), "object %d, max entry %d", w.OID, maxEntry)
+			for k := range w.Pieces {
+				require.Equal(t, w.Pieces[k].Offset, g.Pieces[k].Offset)
+				require.Equal(t, string(w.Pieces[k].Data), string(g.Pieces[k].Data), "object %d piece %d, max entry %d", w.OID, k, maxEntry)
+			}
 		}
 		keys := decodeKeys(e.GetTxn())
 		require.Contains(t, keys, txn.KeyMode{Key: capture.LargeObjectKey(16403), Mode: txn.X})
 		require.Contains(t, keys, txn.KeyMode{Key: capture.LargeObjectsTable(), Mode: txn.IX})
 	}
-	// A chunk out of order or of an object the entry does not name.
-	te := &ordov1.TxnEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Offset: 3, Data: []byte("d")}}}
-	_, err := decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Offset: 1, Data: []byte("abc")}}})
+	// Pieces out of order, of an object the entry does not name, or of
+	// one whose content it did not write.
+	te := &ordov1.TxnEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Content: true}, {Oid: 3}},
+		LargeObjectData: []*ordov1.LargeObjectData{{Oid: 1, Offset: 3, Data: []byte("d")}}}
+	_, err := decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjectData: []*ordov1.LargeObjectData{{Oid: 1, Offset: 1, Data: []byte("abc")}}})
 	require.Error(t, err)
-	_, err = decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 2, Data: []byte("abc")}}})
+	_, err = decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjectData: []*ordov1.LargeObjectData{{Oid: 2, Data: []byte("abc")}}})
 	require.Error(t, err)
-	_, err = decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjects: []*ordov1.LargeObject{{Oid: 1, Data: []byte("abc")}}})
+	_, err = decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjectData: []*ordov1.LargeObjectData{{Oid: 3, Data: []byte("abc")}}})
+	require.Error(t, err)
+	got, err := decodeWriteSet(te, &ordov1.FragmentEntry{Gid: "g", LargeObjectData: []*ordov1.LargeObjectData{{Oid: 1, Data: []byte("abc")}}})
 	require.NoError(t, err)
+	require.Equal(t, []capture.LargeObjectPiece{{Offset: 0, Data: []byte("abcd")}}, got.LargeObjects[0].Pieces)
 }
 
 func TestDecodeRejectsMalformedEntries(t *testing.T) {

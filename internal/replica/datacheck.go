@@ -164,10 +164,17 @@ func sumTables(ctx context.Context, conn *pgx.Conn, buckets uint32) ([]*ordov1.T
 	}
 	// Large objects live in system catalogs; each node holds them as the
 	// transactions that changed them left them (privileges compared as
-	// what they grant: the default and its explicit form are equal).
+	// what they grant: the default and its explicit form are equal;
+	// content as its size and the pages that hold data, so that objects
+	// of more than 1 GB are read a page at a time).
 	tables = append(tables, table{schema: "pg_catalog", name: "pg_largeobject", key: []string{"oid"},
 		from: `(SELECT m.oid, pg_get_userbyid(m.lomowner) AS owner, coalesce(m.lomacl, acldefault('L', m.lomowner)) AS acl,
-			obj_description(m.oid, 'pg_largeobject') AS comment, md5(lo_get(m.oid)) AS data FROM pg_largeobject_metadata m)`})
+			obj_description(m.oid, 'pg_largeobject') AS comment,
+			(SELECT l.pageno::bigint * (current_setting('block_size')::int / 4) + length(l.data) FROM pg_largeobject l
+				WHERE l.loid = m.oid ORDER BY l.pageno DESC LIMIT 1) AS size,
+			(SELECT md5(string_agg(l.pageno || ':' || md5(l.data), ',' ORDER BY l.pageno)) FROM pg_largeobject l
+				WHERE l.loid = m.oid AND length(l.data) > 0) AS data
+			FROM pg_largeobject_metadata m)`})
 	var out []*ordov1.TableSum
 	for _, t := range tables {
 		key := "t" // no primary key: the whole row

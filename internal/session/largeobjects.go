@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ordo-db/ordo/internal/capture"
 )
 
@@ -49,13 +47,13 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 		return nil, pgErr(codeInternal, "ordo: unexpected reply to the large objects' probe")
 	}
 	row := res.Rows[0] // NULLs read as ""
-	var oids []uint32
-	for _, v := range row[1:] {
-		o, err := capture.ParseOIDArray(v)
-		if err != nil {
-			return nil, err
-		}
-		oids = append(oids, o...)
+	metaWritten, err := capture.ParseOIDArray(row[1])
+	if err != nil {
+		return nil, err
+	}
+	dataWritten, err := capture.ParseOIDArray(row[2])
+	if err != nil {
+		return nil, err
 	}
 	xids := row[0]
 	if xids == "" {
@@ -65,7 +63,20 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 	if err != nil {
 		return nil, pgErr(codeSerializationFailure, "ordo: could not find the large objects this transaction deleted (it was rolled back): %v", err)
 	}
-	oids = append(oids, deleted...)
+	// Its content is new for those it created (their metadata is its
+	// own, and no other snapshot sees an older version of it) and those
+	// whose pages it wrote; the others it altered (owner, privileges,
+	// comment) or unlinked.
+	content := map[uint32]bool{}
+	for _, o := range metaWritten {
+		if !slices.Contains(deleted, o) {
+			content[o] = true
+		}
+	}
+	for _, o := range dataWritten {
+		content[o] = true
+	}
+	oids := slices.Concat(metaWritten, dataWritten, deleted)
 	slices.Sort(oids)
 	oids = slices.Compact(oids)
 	if len(oids) == 0 {
@@ -78,31 +89,31 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 	if res.Err != nil {
 		return nil, loFailed(res.Err)
 	}
-	seen := map[uint32]capture.LargeObject{}
-	size := int64(0)
+	seen := map[uint32]*capture.LargeObject{}
+	var withContent []uint32
 	for _, r := range res.Rows {
-		if len(r) != 6 {
+		if len(r) != 5 {
 			return nil, pgErr(codeInternal, "ordo: unexpected reply reading large objects")
 		}
 		oid, err := strconv.ParseUint(r[0], 10, 32)
 		if err != nil {
 			return nil, pgErr(codeInternal, "ordo: unexpected large object oid %q", r[0])
 		}
-		lo := capture.LargeObject{OID: uint32(oid), Owner: r[1], ACL: r[2], HasComment: r[3] == "t", Comment: r[4]}
-		if lo.Data, err = base64.StdEncoding.DecodeString(r[5]); err != nil {
-			return nil, pgErr(codeInternal, "ordo: large object %d: %v", oid, err)
-		}
-		size += int64(len(lo.Data))
-		if max := s.h.cfg.MaxWriteSetBytes; max > 0 && size > max {
-			return nil, pgErr(codeProgramLimitExceeded,
-				"ordo: the large objects this transaction changed hold more than max_write_set_bytes (%d bytes); it was rolled back (split it, or raise max_write_set_bytes on every node)", max)
-		}
+		lo := &capture.LargeObject{OID: uint32(oid), Owner: r[1], ACL: r[2], HasComment: r[3] == "t", Comment: r[4], Content: content[uint32(oid)]}
 		seen[lo.OID] = lo
+		if lo.Content {
+			withContent = append(withContent, lo.OID)
+		}
+	}
+	if len(withContent) > 0 {
+		if err := s.largeObjectPages(ctx, withContent, seen); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]capture.LargeObject, 0, len(oids))
 	for _, o := range oids {
 		if lo, ok := seen[o]; ok {
-			out = append(out, lo)
+			out = append(out, *lo)
 		} else {
 			out = append(out, capture.LargeObject{OID: o, Unlinked: true})
 		}
@@ -110,17 +121,51 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 	return out, nil
 }
 
-// loFailed is the error of reading a transaction's large objects: its
-// role may change one it may not read.
+// largeObjectPages reads the stored pages of the objects in oids into
+// their Pieces, once their size is known to be within the limit.
+func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[uint32]*capture.LargeObject) error {
+	if max := s.h.cfg.MaxWriteSetBytes; max > 0 {
+		res, err := s.be.Exec(ctx, "SELECT coalesce(sum(pg_catalog.octet_length(p.data)), 0) FROM pg_catalog.unnest('"+capture.OIDArray(oids)+"'::pg_catalog.oid[]) o, LATERAL _ordo.lo_pages(o) p")
+		if err != nil {
+			return err
+		}
+		if res.Err != nil {
+			return loFailed(res.Err)
+		}
+		if len(res.Rows) == 1 && len(res.Rows[0]) == 1 {
+			if n, _ := strconv.ParseInt(res.Rows[0][0], 10, 64); n > max {
+				return pgErr(codeProgramLimitExceeded,
+					"ordo: the large objects this transaction wrote hold %d bytes, more than max_write_set_bytes (%d); it was rolled back (split it, or raise max_write_set_bytes on every node)", n, max)
+			}
+		}
+	}
+	res, err := s.be.Exec(ctx, capture.LargeObjectPagesSQL(oids))
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return loFailed(res.Err)
+	}
+	for _, r := range res.Rows {
+		if len(r) != 3 {
+			return pgErr(codeInternal, "ordo: unexpected reply reading large objects' pages")
+		}
+		oid, err1 := strconv.ParseUint(r[0], 10, 32)
+		off, err2 := strconv.ParseInt(r[1], 10, 64)
+		data, err3 := base64.StdEncoding.DecodeString(r[2])
+		lo := los[uint32(oid)]
+		if err := errors.Join(err1, err2, err3); err != nil || lo == nil {
+			return pgErr(codeInternal, "ordo: unexpected page of large object %q: %v", r[0], err)
+		}
+		lo.AddStoredPage(off, data)
+	}
+	return nil
+}
+
+// loFailed is the error of reading a transaction's large objects.
 func loFailed(err error) error {
 	if canceled(err) {
 		return errBruteForce
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42501" {
-		e := *pe
-		e.Message = fmt.Sprintf("ordo: this transaction changed a large object its role may not read, and Ordo replicates a large object by reading it (%s); it was rolled back", pe.Message)
-		return &e
-	}
-	return err
+	return fmt.Errorf("ordo: reading the large objects this transaction changed (it was rolled back): %w", err)
 }
