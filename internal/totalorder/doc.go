@@ -34,7 +34,13 @@
 // decided deterministically from the log (envelope.go): an entry is only
 // delivered if it was appended in the term it was proposed for, so once a
 // newer term's entry is applied without the proposal having been delivered,
-// it never will be, and proposing it again cannot deliver it twice.
+// it never will be, and proposing it again cannot deliver it twice. A
+// follower's proposal that its transport dropped before sending it to the
+// leader (no stream to the leader yet: the leader restarted, or the
+// follower's reconnect is waiting out its backoff) is proposed again too
+// (transport.ProposalReporter): no node can hold it. A forwarded proposal
+// lost in flight in a term that goes on is not detected and ends in
+// ErrNoQuorum.
 //
 // Configuration changes (AddLearner, Promote, AddNode, RemoveNode) are
 // proposed again, every two election timeouts, until the configuration

@@ -254,3 +254,55 @@ func tlsConfigs(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (*t
 	cli := &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS13}
 	return srv, cli
 }
+
+// TestProposalsWhileTheLeaderStreamReconnects: the majority restarts and a
+// node that stayed up proposes as soon as it knows the new leader, while
+// its own stream to that leader may still be reconnecting (gRPC waits up
+// to a second between attempts after the peer was gone for a while). A
+// forwarded proposal the transport could not send is proposed again, not
+// left to time out: a client would be told its commit's outcome is unknown.
+func TestProposalsWhileTheLeaderStreamReconnects(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.ProposeTimeout = 2 * time.Second })
+	c.startAll()
+	defer c.stopAll()
+	lead := c.leader(5 * time.Second)
+	stay := lead%3 + 1 // a follower
+	var others []uint64
+	for _, id := range ids(3) {
+		if id != stay {
+			others = append(others, id)
+		}
+	}
+	round := 0
+	for attempt := 0; round < 3; attempt++ {
+		if attempt == 12 {
+			t.Fatalf("in %d restarts, a restarted node led only %d times", attempt, round)
+		}
+		for _, id := range others {
+			c.stop(id)
+		}
+		time.Sleep(1500 * time.Millisecond) // the stayer's reconnect backoff grows to its limit
+		for _, id := range others {
+			c.start(id, 0, false)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for c.node(stay).Leader() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: node %d knows no leader (%s)", round, stay, c.describe())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if c.node(stay).Leader() == stay {
+			continue // it proposes to itself: nothing to forward
+		}
+		round++
+		began := time.Now()
+		_, err := c.node(stay).Propose(context.Background(), []byte(fmt.Sprintf("round %d", round)))
+		if err != nil {
+			t.Fatalf("round %d: a proposal made once the leader was known failed after %v: %v (%s)",
+				round, time.Since(began).Round(time.Millisecond), err, c.describe())
+		}
+		t.Logf("round %d: ordered after %v", round, time.Since(began).Round(time.Millisecond))
+	}
+}

@@ -68,6 +68,11 @@ type proposalResult struct {
 // delivered (see envelope.go); Propose then proposes again.
 var errProposalLost = errors.New("proposal lost in a leader change")
 
+// errProposalUnsent tells a Propose call that the transport dropped its
+// forwarded proposal before it reached the network (ReportProposalUnsent);
+// Propose proposes again after a tick.
+var errProposalUnsent = errors.New("proposal not sent to the leader")
+
 // proposeBatch hands waiting proposals to raft as one MsgProp, so a
 // follower forwards them to the leader in one message and the leader appends
 // them in one step. Raft accepts or refuses the batch as a whole.

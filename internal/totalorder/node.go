@@ -529,11 +529,14 @@ func (n *Node) propose(ctx context.Context, payload []byte) (uint64, error) {
 			case errors.Is(r.err, errProposalLost):
 				n.m.proposalRetries.Inc()
 				continue // lost in a leader change: propose again
+			case errors.Is(r.err, errProposalUnsent):
+				n.m.proposalRetries.Inc()
 			case !errors.Is(r.err, raft.ErrProposalDropped):
 				return 0, r.err
 			}
-			// No leader known (election in progress) or a leader
-			// transfer: nothing was appended, try again shortly.
+			// No leader known (election in progress), a leader
+			// transfer, or no stream to the leader yet: nothing was
+			// appended, try again shortly.
 			select {
 			case <-time.After(n.cfg.TickInterval):
 			case <-ctx.Done():
@@ -911,6 +914,34 @@ func (n *Node) ReportUnreachable(id uint64) {
 	select {
 	case n.reportc <- peerReport{id: id}:
 	default:
+	}
+}
+
+// ReportProposalUnsent implements transport.ProposalReporter: the
+// transport dropped m, a MsgProp forwarding this node's proposals to the
+// leader, before sending it (no stream to the leader yet, its queue full).
+// No node can hold those entries, so each Propose call whose current
+// attempt they are is told to propose again, where it would otherwise
+// wait out its ProposeTimeout for an entry that never comes (and its
+// client learn nothing of its transaction's outcome). An entry of another
+// node's, or of an earlier attempt, is left alone. Never blocks.
+func (n *Node) ReportProposalUnsent(m raftpb.Message) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range m.Entries {
+		term, node, prop, _, err := decodeEnvelope(e.Data)
+		if err != nil || node != n.id {
+			continue
+		}
+		w, ok := n.waiters[prop]
+		if !ok || w.term == 0 || w.term != term {
+			continue
+		}
+		w.term = 0
+		select {
+		case w.res <- proposalResult{err: errProposalUnsent}:
+		default:
+		}
 	}
 }
 

@@ -345,20 +345,23 @@ func (t *GRPC) Send(msgs []raftpb.Message) {
 	for _, m := range msgs {
 		p, ok := t.peers[m.To]
 		if !ok {
+			t.unsent(m)
 			continue
 		}
 		b, err := m.Marshal()
 		if err != nil {
 			t.h.ReportUnreachable(m.To)
+			t.unsent(m)
 			continue
 		}
 		select {
-		case p.q <- outMsg{raw: b, snap: m.Type == raftpb.MsgSnap}:
+		case p.q <- outMsg{raw: b, snap: m.Type == raftpb.MsgSnap, prop: m.Type == raftpb.MsgProp}:
 		default:
 			t.h.ReportUnreachable(m.To)
 			if m.Type == raftpb.MsgSnap {
 				t.h.ReportSnapshot(m.To, true)
 			}
+			t.unsent(m)
 		}
 	}
 }
@@ -390,6 +393,15 @@ func (t *GRPC) Stop() {
 type outMsg struct {
 	raw  []byte
 	snap bool
+	prop bool // a MsgProp (ProposalReporter)
+}
+
+// unsent tells a ProposalReporter handler of a MsgProp that was never
+// handed to the network.
+func (t *GRPC) unsent(m raftpb.Message) {
+	if r, ok := t.h.(ProposalReporter); ok && m.Type == raftpb.MsgProp {
+		r.ReportProposalUnsent(m)
+	}
 }
 
 // peer is the sending side toward one peer.
@@ -474,7 +486,7 @@ func (p *peer) run() {
 			case <-ctx.Done():
 				return
 			case m := <-p.q:
-				p.lost(m)
+				p.lost(m, true)
 			}
 		}
 	}
@@ -545,7 +557,7 @@ func (p *peer) run() {
 		}
 		if stream == nil {
 			if time.Now().Before(backoff) {
-				p.lostAll(batch)
+				p.lostAll(batch, true)
 				continue
 			}
 			sctx, c := context.WithCancel(ctx)
@@ -553,7 +565,7 @@ func (p *peer) run() {
 			if err != nil {
 				c()
 				backoff = time.Now().Add(50 * time.Millisecond)
-				p.lostAll(batch)
+				p.lostAll(batch, true)
 				continue
 			}
 			stream, scancel = s, c
@@ -584,7 +596,9 @@ func (p *peer) run() {
 			}
 			closeStream()
 			backoff = time.Now().Add(wait)
-			p.lostAll(batch)
+			// The stream broke under the batch: some of it, and of
+			// batches sent before it, may have arrived. Not unsent.
+			p.lostAll(batch, false)
 			continue
 		}
 		lastApplied = applied
@@ -596,14 +610,13 @@ func (p *peer) run() {
 	}
 }
 
-func (p *peer) lost(m outMsg) {
-	p.t.h.ReportUnreachable(p.id)
-	if m.snap {
-		p.t.h.ReportSnapshot(p.id, true)
-	}
+// lost reports a message to the peer lost; unsent: it was never handed to
+// the network (the peer cannot have it).
+func (p *peer) lost(m outMsg, unsent bool) {
+	p.lostAll([]outMsg{m}, unsent)
 }
 
-func (p *peer) lostAll(ms []outMsg) {
+func (p *peer) lostAll(ms []outMsg, unsent bool) {
 	if len(ms) == 0 {
 		return
 	}
@@ -611,6 +624,12 @@ func (p *peer) lostAll(ms []outMsg) {
 	for _, m := range ms {
 		if m.snap {
 			p.t.h.ReportSnapshot(p.id, true)
+		}
+		if unsent && m.prop {
+			var rm raftpb.Message
+			if rm.Unmarshal(m.raw) == nil {
+				p.t.unsent(rm)
+			}
 		}
 	}
 }

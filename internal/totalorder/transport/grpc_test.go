@@ -176,3 +176,56 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal("missing listener accepted")
 	}
 }
+
+// unsentHandler is a handler that records the proposals reported unsent.
+type unsentHandler struct {
+	*handler
+	unsentMu sync.Mutex
+	unsent   []raftpb.Message
+}
+
+func (h *unsentHandler) ReportProposalUnsent(m raftpb.Message) {
+	h.unsentMu.Lock()
+	defer h.unsentMu.Unlock()
+	h.unsent = append(h.unsent, m)
+}
+
+func (h *unsentHandler) reported() []raftpb.Message {
+	h.unsentMu.Lock()
+	defer h.unsentMu.Unlock()
+	return append([]raftpb.Message(nil), h.unsent...)
+}
+
+// TestUnsentProposalsAreReported: a proposal forwarded to a peer that no
+// stream reaches (nothing listens at its address, or it is not a peer) is
+// reported unsent, whole, so the node can propose it again at once; other
+// messages lost the same way are not.
+func TestUnsentProposalsAreReported(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := &unsentHandler{handler: newHandler()}
+	tr := startT(t, 1, h)
+	defer tr.Stop()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // nothing listens there now
+	tr.AddPeer(2, dead)
+
+	prop := raftpb.Message{Type: raftpb.MsgProp, From: 1, To: 2,
+		Entries: []raftpb.Entry{{Data: []byte("a")}, {Data: []byte("b")}}}
+	tr.Send([]raftpb.Message{{Type: raftpb.MsgApp, Term: 1, From: 1, To: 2, Index: 1}, prop})
+	waitFor(t, "the proposal reported unsent", func() bool { return len(h.reported()) > 0 })
+	got := h.reported()
+	if len(got) != 1 || got[0].Type != raftpb.MsgProp || len(got[0].Entries) != 2 ||
+		string(got[0].Entries[0].Data) != "a" || string(got[0].Entries[1].Data) != "b" {
+		t.Fatalf("reported %+v, want the one MsgProp with its two entries", got)
+	}
+
+	// To a node that is not a peer: reported at once.
+	tr.Send([]raftpb.Message{{Type: raftpb.MsgProp, From: 1, To: 9, Entries: []raftpb.Entry{{Data: []byte("c")}}}})
+	if got := h.reported(); len(got) != 2 || got[1].To != 9 {
+		t.Fatalf("a proposal to an unknown peer: reported %+v", got)
+	}
+}

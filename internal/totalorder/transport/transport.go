@@ -12,7 +12,8 @@ import (
 //   - Send never blocks on the network. Messages to one peer leave in the
 //     order Send was called; a message may be lost (raft retries), in which
 //     case the transport tells the Handler with ReportUnreachable (and, for a
-//     MsgSnap, ReportSnapshot(failed=true)).
+//     MsgSnap, ReportSnapshot(failed=true); for a MsgProp it never handed
+//     to the network, ProposalReporter.ReportProposalUnsent).
 //   - Messages received from peers are handed to Handler.Process one at a
 //     time per peer, in the order the peer sent them.
 //   - Start is called once, before any other method; Stop once, last, and
@@ -47,6 +48,19 @@ type MembershipViewer interface {
 	// one and as a data node by the other, or logs bootstrapped with
 	// different ids.
 	CheckMembershipView(from uint64, members, witnesses, bootstrap []uint64) error
+}
+
+// ProposalReporter is implemented by a Handler that wants to know of the
+// proposals it forwarded to a leader (MsgProp) that the transport lost
+// before handing them to the network: no peer can have received them, so
+// they can be proposed again at once, where a proposal that may have been
+// sent must wait out its own loss (Raft does not deduplicate proposals). A
+// transport reports only what it knows was not sent: a message lost with
+// a stream that broke under it may have arrived and is not reported. It
+// may call ReportProposalUnsent from Send with its own lock held: the
+// method must not block nor call back into the transport.
+type ProposalReporter interface {
+	ReportProposalUnsent(m raftpb.Message)
 }
 
 type Handler interface {
