@@ -552,16 +552,8 @@ func (ss *session) clientLoop() error {
 						ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
 						continue
 					}
-					ss.outstanding.Add(1)
-					ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
-					ss.sendTracked(&pgproto3.Sync{})
-					if ss.hold.Load() {
-						// The hook held the ReadyForQuery before it
-						// refused (it opened a block for the statement):
-						// the unit ends here all the same.
-						if err := ss.finishHeld(); err != nil {
-							return err
-						}
+					if err := ss.refuseUnit(err); err != nil {
+						return err
 					}
 					continue
 				}
@@ -646,13 +638,8 @@ func (ss *session) clientLoop() error {
 				if err := ss.callStatement(); err != nil {
 					// PostgreSQL fails at this point instead (a
 					// transaction block becomes failed).
-					ss.outstanding.Add(1)
-					ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
-					ss.sendTracked(&pgproto3.Sync{})
-					if ss.hold.Load() {
-						if err := ss.finishHeld(); err != nil {
-							return err
-						}
+					if err := ss.refuseUnit(err); err != nil {
+						return err
 					}
 					continue
 				}
@@ -900,6 +887,20 @@ func (ss *session) callStatement() error {
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 	}
 	return err
+}
+
+// refuseUnit makes PostgreSQL fail the unit at this point with err (a
+// Describe of a rejection portal) and ends it with a Sync of its own. If
+// the hook held the ReadyForQuery before it refused (it opened a block for
+// the statement), the unit ends here all the same.
+func (ss *session) refuseUnit(err error) error {
+	ss.outstanding.Add(1)
+	ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
+	ss.sendTracked(&pgproto3.Sync{})
+	if ss.hold.Load() {
+		return ss.finishHeld()
+	}
+	return nil
 }
 
 // rejectExtended runs the hook for an extended-protocol message and, if it
