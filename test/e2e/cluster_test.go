@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/ordo-db/ordo/pkg/config"
+	"github.com/ordo-db/ordo/test/internal/proccluster"
 )
 
 // cluster is a running test cluster.
@@ -36,37 +34,16 @@ type cluster struct {
 	more []*pglocal.Cluster
 }
 
-var (
-	handedMu sync.Mutex
-	handed   = map[int]bool{}
-)
-
 // freeAddr returns a free loopback address below the kernel's ephemeral
 // port range, so that a node restarted on it does not find its port taken by
-// some outgoing connection in the meantime.
-//
-// A port is handed out once per test binary: the listener is closed before
-// the node binds it, so without that two calls could return one port.
+// some outgoing connection in the meantime (proccluster.FreeAddr: a port is
+// handed out once per test binary, to these clusters and proccluster's).
 func freeAddr(t testing.TB) string {
-	for attempt := 0; attempt < 1000; attempt++ {
-		port := 20000 + rand.IntN(12000)
-		handedMu.Lock()
-		taken := handed[port]
-		handed[port] = true
-		handedMu.Unlock()
-		if taken {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr
+	addr, err := proccluster.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port in 20000-32000")
-	return ""
+	return addr
 }
 
 // startCluster starts n PostgreSQL servers and n Ordo nodes in front of

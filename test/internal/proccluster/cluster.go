@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -89,9 +90,38 @@ func Build(dir string) (string, error) {
 	return bin, nil
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
+
+// ListenPort listens on a loopback port below the kernel's ephemeral port
+// range (20000-32000), one this process has not handed out before. A port
+// picked by the kernel (":0") comes from the ephemeral range, where any
+// outgoing connection may take it between the moment the listener is
+// closed and the moment the node binds it (a node then fails to start:
+// "address already in use"); below the range only another listener can.
+func ListenPort() (net.Listener, error) {
+	for attempt := 0; attempt < 1000; attempt++ {
+		port := 20000 + rand.IntN(12000)
+		handedMu.Lock()
+		taken := handed[port]
+		handed[port] = true
+		handedMu.Unlock()
+		if taken {
+			continue
+		}
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return l, nil
+		}
+	}
+	return nil, errors.New("proccluster: no free loopback port in 20000-32000")
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago (ListenPort).
 func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := ListenPort()
 	if err != nil {
 		return "", err
 	}
@@ -164,7 +194,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	c.procs = make([]*exec.Cmd, total)
 	for i := 0; i < total; i++ {
 		for _, list := range []*[]string{&c.listen, &c.peer, &c.metrics} {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+			l, err := ListenPort()
 			if err != nil {
 				return nil, err
 			}
