@@ -597,9 +597,17 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 	// runs: the one open now, then as BEGIN, SET TRANSACTION, COMMIT and
 	// ROLLBACK in the text change it.
 	level, open := s.tx.isolation, s.tx.active || s.txStatus() != 'I'
+	// ran: a statement already ran in the batch's implicit transaction
+	// when this one runs. A BEGIN there (or in an open block) only makes
+	// the transaction the client's: its level is set, and asking for
+	// another would fail (25001) where the client's BEGIN succeeds.
+	ran := !s.unitFresh
 	text, out, at := st.SQL, "", 0
 	for _, a := range stmts {
-		r := s.isolationRewrite(a, level, open)
+		r := ""
+		if !(a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnBegin && (open || ran)) {
+			r = s.isolationRewrite(a, level, open)
+		}
 		if a.Kind == analysis.KindTxn {
 			switch a.Txn.Op {
 			case analysis.TxnBegin:
@@ -609,8 +617,10 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 					level = a.Txn.Isolation
 				}
 			case analysis.TxnCommit, analysis.TxnRollback:
-				level, open = "", a.Txn.Chain
+				level, open, ran = "", a.Txn.Chain, false
 			}
+		} else {
+			ran = true
 		}
 		if r == "" || a.Offset < at || a.Offset+len(a.SQL) > len(text) || text[a.Offset:a.Offset+len(a.SQL)] != a.SQL {
 			continue

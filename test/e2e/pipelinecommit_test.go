@@ -111,6 +111,14 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"select, begin bound only, insert, commit", batch(ext("", "select 1"),
 			[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}},
 			ext("", "insert into pc values (17, 'q')"), ext("", "commit"))},
+		// A BEGIN after other statements of the implicit transaction
+		// makes it the client's block; its level is set by then (it was
+		// rewritten to REPEATABLE READ and failed: 25001, found by the
+		// session fuzzer).
+		{"select, begin, insert, commit", batch(ext("", "select 1"), ext("", "begin"),
+			ext("", "insert into pc values (20, 't')"), ext("", "commit"))},
+		{"delete, begin", batch(ext("", "delete from pc where id = $1", "20"), ext("", "begin"))},
+		{"commit after it", batch(ext("", "commit"))},
 		// COMMIT AND CHAIN ends no implicit transaction: PostgreSQL
 		// refuses it there.
 		{"insert, commit and chain (implicit)", batch(ext("", "insert into pc values (18, 'r')"), ext("", "commit and chain"))},
