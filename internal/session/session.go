@@ -95,6 +95,11 @@ type session struct {
 	// transaction (none since the batch began, or since a COMMIT or
 	// ROLLBACK in it ended the previous one), so none took its snapshot.
 	unitFresh bool
+	// unitParsed: the batch's current implicit transaction parsed a
+	// statement PostgreSQL may take a snapshot for (a Parse of anything
+	// but transaction control or a setting), which fixes its isolation
+	// level as a statement run would.
+	unitParsed bool
 	// unitCons: the cluster ran cons when the batch began.
 	unitCons bool
 	// label is the client's name for its current or next update
@@ -192,7 +197,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.unitReads = txn.ReadSet{}
 		}
 		s.unitGran = granuleEpoch{}
-		s.unitFresh = true
+		s.unitFresh, s.unitParsed = true, false
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
@@ -249,6 +254,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return err
 		}
 		s.rewriteIsolation(st, stmts)
+		for _, a := range stmts {
+			if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession {
+				s.unitParsed = true
+			}
+		}
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
 		if st.Name == "" {
@@ -601,7 +611,14 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 	// when this one runs. A BEGIN there (or in an open block) only makes
 	// the transaction the client's: its level is set, and asking for
 	// another would fail (25001) where the client's BEGIN succeeds.
-	ran := !s.unitFresh
+	ran := !s.unitFresh || s.unitParsed
+	if st.Kind == wire.KindParse && st.Name != "" {
+		// A named statement runs whenever the client binds it, perhaps
+		// after others in an implicit transaction: not rewritten, its
+		// level is fixed before the block's first statement if that is
+		// sent at a boundary (fixIsolation).
+		ran = true
+	}
 	text, out, at := st.SQL, "", 0
 	for _, a := range stmts {
 		r := ""
@@ -1265,7 +1282,7 @@ func (s *session) newImplicit() {
 	s.unitStatus = 'I'
 	s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
 	s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
-	s.unitFresh = true
+	s.unitFresh, s.unitParsed = true, false
 }
 
 // noteWrap notes a block Ordo opens in the current unit (see wrapExec).

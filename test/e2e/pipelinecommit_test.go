@@ -119,6 +119,15 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 			ext("", "insert into pc values (20, 't')"), ext("", "commit"))},
 		{"delete, begin", batch(ext("", "delete from pc where id = $1", "20"), ext("", "begin"))},
 		{"commit after it", batch(ext("", "commit"))},
+		// Only parsed before it: PostgreSQL took a snapshot to parse the
+		// SELECT, which fixes the level as well.
+		{"parse select, begin", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select count(*) from pc"}}, ext("", "begin"))},
+		{"commit after that", batch(ext("", "commit"))},
+		// A named BEGIN parsed at a boundary, bound after a statement.
+		{"parse named begin", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb", Query: "begin"}})},
+		{"select, bind named begin, commit", batch(ext("", "select 1"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "nb"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb"}},
+			ext("", "commit"))},
 		// COMMIT AND CHAIN ends no implicit transaction: PostgreSQL
 		// refuses it there.
 		{"insert, commit and chain (implicit)", batch(ext("", "insert into pc values (18, 'r')"), ext("", "commit and chain"))},
