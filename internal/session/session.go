@@ -40,10 +40,6 @@ type session struct {
 	// funcs names the functions called through the fast-path interface,
 	// by OID (functioncall.go).
 	funcs map[uint32]function
-	// idleRows is Backend.RowsChanged when PostgreSQL last said the
-	// session was idle: more at a PREPARE means the transaction's
-	// statements changed rows (prepareMark).
-	idleRows int64
 
 	// The current transaction.
 	tx txState
@@ -1419,10 +1415,6 @@ func (s *session) ReadyForQuery(status byte) {
 	s.unitStatus = 0
 	s.inTxn.Store(status != 'I')
 	if status == 'I' {
-		// Rows changed after this belong to later transactions (read
-		// late, it may count some of the next one's: then a prepare
-		// takes the mark it did not need).
-		s.idleRows = s.be.RowsChanged()
 		if s.labelLocal {
 			s.label, s.labelLocal = "", false
 		}

@@ -170,13 +170,12 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
 	first, rest := prepareMark, append([]string{"PREPARE TRANSACTION '" + string(gid) + "'"}, then...)
-	if s.be.RowsChanged() > s.idleRows {
+	if s.be.TxRowsChanged() > 0 {
 		// Its INSERT, UPDATE, DELETE or MERGE changed rows: decoding
 		// has them, and sends the PREPARE without a mark.
 		first, rest = rest[0], rest[1:]
 	}
 	res, err := s.be.Exec(ctx, first, rest...)
-	s.idleRows = s.be.RowsChanged() // the transaction ended (or failed)
 	if err != nil {
 		return "", false, t0, err
 	}
@@ -253,13 +252,6 @@ func (s *session) runNotify(ctx context.Context) error {
 // BeforeReady implements wire.ReadyHolder: it terminates a wrapped
 // autocommit statement before the client sees ReadyForQuery.
 func (s *session) BeforeReady(ctx context.Context) error {
-	// Ordo ends the unit's transaction here (or it goes on): rows changed
-	// so far are not the next transaction's (prepareMark).
-	defer func() {
-		if s.be.TxStatus() == 'I' {
-			s.idleRows = s.be.RowsChanged()
-		}
-	}()
 	injectedRan := s.wrapInjected && s.be.InjectedBegins() > s.wrapInjectedAt
 	ours := s.wrapExec || injectedRan
 	s.wrapExec, s.wrapInjected = false, false
@@ -394,7 +386,6 @@ func prepareFailed(err error) error {
 
 func (s *session) rollback(ctx context.Context) {
 	_, _ = s.be.Exec(ctx, "ROLLBACK")
-	s.idleRows = s.be.RowsChanged()
 }
 
 // terminate hands the prepared transaction gid to the replica and waits for

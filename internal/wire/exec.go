@@ -158,6 +158,9 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		_, _ = ss.server.Write(b)
 	case *pgproto3.ReadyForQuery:
 		ss.txStatus.Store(uint32(m.TxStatus))
+		if m.TxStatus == 'I' {
+			ss.txRows.Store(0)
+		}
 		ex.res.TxStatus = m.TxStatus
 		ss.exec.Store(nil)
 		close(ex.done)

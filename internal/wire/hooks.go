@@ -199,11 +199,10 @@ type Backend interface {
 	// BeginsSinceInjected counts the client's BEGINs PostgreSQL executed
 	// after the last BEGIN of BeginHere it executed.
 	BeginsSinceInjected() int64
-	// RowsChanged counts the rows the client's INSERT, UPDATE, DELETE and
-	// MERGE statements changed (their CommandComplete tags), since the
-	// session began: comparing two counts tells whether one changed rows
-	// in between.
-	RowsChanged() int64
+	// TxRowsChanged counts the rows the client's INSERT, UPDATE, DELETE
+	// and MERGE statements changed (their CommandComplete tags) since
+	// PostgreSQL was last idle: those of the open transaction.
+	TxRowsChanged() int64
 	// Unnamed returns the text PostgreSQL holds as the client's unnamed
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.

@@ -60,8 +60,8 @@ func changedRows(tag string) int64 {
 	return n
 }
 
-// RowsChanged implements Backend.
-func (ss *session) RowsChanged() int64 { return ss.rowsChanged.Load() }
+// TxRowsChanged implements Backend.
+func (ss *session) TxRowsChanged() int64 { return ss.txRows.Load() }
 
 // InjectedBegins implements Backend.
 func (ss *session) InjectedBegins() int64 { return ss.injectedBegins.Load() }

@@ -91,8 +91,9 @@ type session struct {
 	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
 	copyIn atomic.Bool
 	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
-	// rowsChanged: rows the client's DML changed (Backend.RowsChanged).
-	rowsChanged atomic.Int64
+	// txRows: rows the client's DML changed since PostgreSQL was last
+	// idle (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I'.
+	txRows atomic.Int64
 	// injectedBegins counts BeginHere's BEGINs executed.
 	injectedBegins      atomic.Int64
 	beginsSinceInjected atomic.Int64
@@ -1036,7 +1037,7 @@ func (ss *session) backendLoop() {
 				ss.begins.Add(1)
 				ss.beginsSinceInjected.Add(1)
 			default:
-				ss.rowsChanged.Add(changedRows(tag))
+				ss.txRows.Add(changedRows(tag))
 			}
 		}
 		if ss.holdTag.Load() {
@@ -1056,6 +1057,7 @@ func (ss *session) backendLoop() {
 		case *pgproto3.ReadyForQuery:
 			ss.txStatus.Store(uint32(m.TxStatus))
 			if m.TxStatus == 'I' {
+				ss.txRows.Store(0)
 				if ss.abortErr.Load() != nil {
 					ss.abortErr.Store(nil) // the transaction ended without another error
 				}
