@@ -121,6 +121,14 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		return nil
 	}
 	fp, err := a.Bind(params)
+	if errors.Is(err, analysis.ErrParams) {
+		// Fewer parameters than the statement uses: PostgreSQL refuses
+		// the Bind (08P01) or the query (42P02), so the statement runs
+		// nothing, and its error is the client's to see. Refusing it
+		// here would leave the transaction unable to go on after a
+		// ROLLBACK TO SAVEPOINT, for a refusal the client never saw.
+		return nil
+	}
 	if err != nil {
 		fp = &analysis.Footprint{All: true, WritesAll: a.Updates()}
 	}
