@@ -63,7 +63,7 @@ type session struct {
 	waiters     atomic.Int32
 	mu          sync.Mutex // guards waitCh, rejects
 	waitCh      chan struct{}
-	rejects     map[string]*pgproto3.ErrorResponse
+	rejects     map[string]rejection
 	nrejects    atomic.Int32
 	exec        atomic.Pointer[execState]
 	unnamed     unnamedTracker // the client's unnamed statement (Exec leaves it alone)
@@ -351,6 +351,10 @@ func (ss *session) armIdle(txStatus byte) {
 		_ = ss.rawClient.SetReadDeadline(time.Now().Add(timeout))
 	}
 }
+
+// afterAnswer, when set (by tests only), runs on the backend goroutine
+// once the last outstanding answer is counted.
+var afterAnswer func(*session)
 
 // errClientWrite marks a failed write to the client inside the backend
 // goroutine's reads.
@@ -932,16 +936,43 @@ func (ss *session) newRejection(err error) string {
 	name := fmt.Sprintf("ordo_rejected_%d_%d", ss.id, ss.rejectSeq)
 	ss.mu.Lock()
 	if ss.rejects == nil {
-		ss.rejects = make(map[string]*pgproto3.ErrorResponse)
+		ss.rejects = make(map[string]rejection)
 	}
 	e := silentRejection
 	if err != nil {
 		e = errorResponse(err)
 	}
-	ss.rejects[name] = e
+	ss.rejects[name] = rejection{seq: ss.rejectSeq, err: e}
+	if len(ss.rejects) > keptRejections {
+		// PostgreSQL skipped the Describe of the oldest (an error came
+		// before it in its batch), or it would have been answered long
+		// ago: forget it.
+		oldest, at := "", ss.rejectSeq
+		for n, r := range ss.rejects {
+			if r.seq < at {
+				oldest, at = n, r.seq
+			}
+		}
+		delete(ss.rejects, oldest)
+	}
 	ss.nrejects.Store(int32(len(ss.rejects)))
 	ss.mu.Unlock()
 	return name
+}
+
+// keptRejections bounds the rejections remembered. Each is forgotten when
+// its 34000 comes back, or, if PostgreSQL skipped its Describe, once this
+// many newer ones were made. Never when the session is idle: the backend
+// goroutine cannot tell whether a rejection made while it counted the
+// last answer precedes that answer or follows it (it used to forget them
+// all then, and a client saw `34000 portal "ordo_rejected_…"`).
+const keptRejections = 64
+
+// rejection is a hook error waiting for PostgreSQL's 34000 for its portal
+// (seq orders them).
+type rejection struct {
+	seq uint64
+	err *pgproto3.ErrorResponse
 }
 
 // takeRejection returns the hook error behind PostgreSQL's error m, if m is
@@ -949,11 +980,11 @@ func (ss *session) newRejection(err error) string {
 func (ss *session) takeRejection(m *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for name, e := range ss.rejects {
+	for name, r := range ss.rejects {
 		if strings.Contains(m.Message, `"`+name+`"`) {
 			delete(ss.rejects, name)
 			ss.nrejects.Store(int32(len(ss.rejects)))
-			return e
+			return r.err
 		}
 	}
 	return nil
@@ -1092,6 +1123,9 @@ func (ss *session) backendLoop() {
 				ss.outstanding.Add(-n)
 				n = 0
 			}
+			if afterAnswer != nil && n == 0 {
+				afterAnswer(ss)
+			}
 			if n == 0 && ss.lateCancels.Load() > 0 && ss.cancelsDelivered() {
 				// Every cancel was delivered before the statements it
 				// could hit were sent, and all of them have answered: a
@@ -1099,12 +1133,6 @@ func (ss *session) backendLoop() {
 				ss.lateCancels.Store(0)
 			}
 			if n == 0 {
-				if ss.nrejects.Load() > 0 {
-					ss.mu.Lock()
-					clear(ss.rejects)
-					ss.nrejects.Store(0)
-					ss.mu.Unlock()
-				}
 				if ss.waiters.Load() > 0 {
 					ss.mu.Lock()
 					if ss.waitCh != nil {

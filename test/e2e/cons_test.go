@@ -321,7 +321,7 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
 	got := exchange(t, ho, ext("select count(*) from cb", "update cb set v = v + 1 where k = 2"))
-	require.Contains(t, got, "Error 0A000 ordo: under protocol cons a transaction takes its conflict classes before its snapshot")
+	require.Contains(t, got, "Error ERROR 0A000 ordo: under protocol cons a transaction takes its conflict classes before its snapshot")
 	sb.c.waitConverged()
 	for i := range sb.c.nodes {
 		require.Equal(t, sb.c.checksum(0, "cb"), sb.c.checksum(i, "cb"), "node %d", i+1)

@@ -214,7 +214,7 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		&pgproto3.Bind{DestinationPortal: "p1", PreparedStatement: "p1"},
 		&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{},
 		&pgproto3.Execute{Portal: "p1"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "p1"}})...))
-	require.Contains(t, out, "Error 0A000 ordo: this COMMIT cannot be replicated where it stands in its batch", out)
+	require.Contains(t, out, "Error ERROR 0A000 ordo: this COMMIT cannot be replicated where it stands in its batch", out)
 	require.Contains(t, exchangeAll(t, ho, batch(ext("", "rollback"))), "Complete ROLLBACK")
 
 	// pgx: a batch that begins and commits.

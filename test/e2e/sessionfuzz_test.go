@@ -233,7 +233,11 @@ func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMess
 		switch m := msg.(type) {
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
 		case *pgproto3.ErrorResponse:
-			fmt.Fprintf(&b, "Error %s %s\n", m.Code, m.Message)
+			fmt.Fprintf(&b, "Error %s %s %s", m.Severity, m.Code, m.Message)
+			if m.Detail != "" || m.Hint != "" || m.Position != 0 {
+				fmt.Fprintf(&b, " (detail %q, hint %q, position %d)", m.Detail, m.Hint, m.Position)
+			}
+			b.WriteString("\n")
 		case *pgproto3.CommandComplete:
 			fmt.Fprintf(&b, "Complete %s\n", m.CommandTag)
 		case *pgproto3.DataRow:
