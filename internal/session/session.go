@@ -506,11 +506,18 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		if err := s.wrap(ctx); err != nil {
 			return err
 		}
-		if len(stmts) > 0 {
-			// Under cons, the block's classes come before its snapshot.
-			if _, err := s.consTake(ctx, stmts[0], nil, true); err != nil {
-				return err
+		// Under cons, the block's classes come before its snapshot: those
+		// of its first statement that takes one (a SET or SHOW before it
+		// takes none, and gave it none).
+		first := &analysis.Statement{Kind: analysis.KindRead}
+		for _, a := range stmts {
+			if takesSnapshot(a) {
+				first = a
+				break
 			}
+		}
+		if _, err := s.consTake(ctx, first, nil, true); err != nil {
+			return err
 		}
 		return s.beforeSnapshot(ctx, true)
 	}
@@ -603,6 +610,11 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 	// runs: the one open now, then as BEGIN, SET TRANSACTION, COMMIT and
 	// ROLLBACK in the text change it.
 	level, open := s.tx.isolation, s.tx.active || s.txStatus() != 'I'
+	if !open && st.Kind == wire.KindQuery && (updates(stmts) || notifyCalls(stmts)) {
+		// A query string that writes runs whole in the block Ordo
+		// opens for it (execute, wrap).
+		open = true
+	}
 	// ran: a statement already ran in the batch's implicit transaction
 	// when this one runs. A BEGIN there (or in an open block) only makes
 	// the transaction the client's: its level is set, and asking for
@@ -651,14 +663,15 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 // one is open.
 func (s *session) isolationRewrite(a *analysis.Statement, level string, open bool) string {
 	switch {
-	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "transaction_isolation":
-		if !open {
-			level = ""
-		}
-		return "SELECT " + s.reportedIsolation(level) + " AS transaction_isolation"
-	case a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == "default_transaction_isolation" &&
-		!s.h.cfg.Replica.CertifiesReads():
-		return "SELECT " + s.reportedIsolation("") + " AS default_transaction_isolation"
+	case !open && (showsIsolation(a, "transaction_isolation") || showsIsolation(a, "default_transaction_isolation")):
+		// Outside a block PostgreSQL's own answer is the session's
+		// default, and a SELECT in its place would take a snapshot (a
+		// BEGIN after it in the batch could not set its level).
+		return ""
+	case showsIsolation(a, "transaction_isolation"):
+		return "SELECT " + s.reportedIsolation(level) + " || " + wire.ShowMarkerSQL + " AS transaction_isolation"
+	case showsIsolation(a, "default_transaction_isolation") && !s.h.cfg.Replica.CertifiesReads():
+		return "SELECT " + s.reportedIsolation("") + " || " + wire.ShowMarkerSQL + " AS default_transaction_isolation"
 	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn):
 		var b strings.Builder
 		switch {
@@ -685,6 +698,18 @@ func (s *session) isolationRewrite(a *analysis.Statement, level string, open boo
 		return b.String()
 	}
 	return ""
+}
+
+// showsIsolation reports whether a is SHOW name.
+func showsIsolation(a *analysis.Statement, name string) bool {
+	return a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == name
+}
+
+// showRewritten reports whether a is a SHOW that rewriteIsolation turns
+// into a SELECT inside a block, which takes the transaction's snapshot.
+func (s *session) showRewritten(a *analysis.Statement) bool {
+	return !s.rc && (showsIsolation(a, "transaction_isolation") ||
+		showsIsolation(a, "default_transaction_isolation") && !s.h.cfg.Replica.CertifiesReads())
 }
 
 // stripComments drops the leading comments of a statement's text.
@@ -940,6 +965,17 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			}
 			continue
 		case analysis.KindSession:
+			if s.showRewritten(a) && (s.tx.active || s.txStatus() == 'T') && !s.tx.snapshot {
+				// Answered by a SELECT (rewriteIsolation), which takes
+				// the block's snapshot: its classes come first.
+				read := &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
+				if err := s.consBegin(ctx, read, nil, atBoundary); err != nil {
+					return err
+				}
+				if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
+					return err
+				}
+			}
 			was := s.syncRead
 			s.setting(a)
 			if !was && s.syncRead && m.first && m.kind == wire.KindQuery && len(stmts) > 1 && !s.tx.snapshot {
@@ -1079,10 +1115,18 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 		if s.tx.done || !s.tx.active || s.txStatus() != 'T' {
 			// Nothing to replicate: PostgreSQL answers as usual, and
-			// what follows in the batch is a new transaction.
+			// what follows in the batch is a new transaction: a new
+			// block after COMMIT AND CHAIN, which PostgreSQL chains
+			// after a failed block too (answering ROLLBACK).
 			if !atParse {
+				chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
 				s.endTx()
-				s.unitStatus = 'I'
+				if chain {
+					s.tx = txState{active: true}
+					s.unitStatus = 'T'
+				} else {
+					s.unitStatus = 'I'
+				}
 			}
 			return nil
 		}

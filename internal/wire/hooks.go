@@ -91,7 +91,9 @@ type Statement struct {
 	Params        [][]byte // Bind, FunctionCall: nil element = SQL NULL
 	ResultFormats []int16  // Bind
 	// Rewrite may be set by Statement for a Query or a Parse: PostgreSQL
-	// then receives this text in place of SQL.
+	// then receives this text in place of SQL. A SELECT in it whose one
+	// row has one column ending with ShowMarker stands for a SHOW: the
+	// client gets the value without the marker and the tag SHOW.
 	Rewrite string
 	// Piece and Pieces: a Query the hooks split (Split) is reported
 	// piece by piece, Piece counting from 1; 0 for a Query sent whole.
@@ -201,7 +203,9 @@ type Backend interface {
 	BeginsSinceInjected() int64
 	// TxRowsChanged counts the rows the client's INSERT, UPDATE, DELETE
 	// and MERGE statements changed (their CommandComplete tags) since
-	// PostgreSQL was last idle: those of the open transaction.
+	// PostgreSQL was last idle or ended a transaction (COMMIT, ROLLBACK,
+	// or ROLLBACK TO SAVEPOINT, after which rows before the savepoint are
+	// not counted): never more than the open transaction's.
 	TxRowsChanged() int64
 	// Unnamed returns the text PostgreSQL holds as the client's unnamed
 	// prepared statement, and false if it holds none (or the session
@@ -293,3 +297,11 @@ type SessionInfo struct {
 	Parameters map[string]string // all startup parameters as sent to PostgreSQL
 	TLS        bool              // client connection uses TLS
 }
+
+// ShowMarker ends the one value of a rewritten statement that answers a
+// SHOW (Statement.Rewrite): the relay takes it off the value and replaces
+// the statement's tag (SELECT 1) with SHOW. In SQL: ShowMarkerSQL.
+const ShowMarker = "\x1fordo:show\x1f"
+
+// ShowMarkerSQL is an SQL expression of ShowMarker.
+const ShowMarkerSQL = "(chr(31) || 'ordo:show' || chr(31))"

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -91,8 +92,9 @@ type session struct {
 	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
 	copyIn atomic.Bool
 	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
-	// txRows: rows the client's DML changed since PostgreSQL was last
-	// idle (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I'.
+	// txRows: rows the client's DML changed in the open transaction
+	// (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I', COMMIT
+	// and ROLLBACK, never more than the transaction's.
 	txRows atomic.Int64
 	// injectedBegins counts BeginHere's BEGINs executed.
 	injectedBegins      atomic.Int64
@@ -135,10 +137,13 @@ type session struct {
 	unit           uint64 // units begun (Statement.Unit)
 	syncsSinceExec int
 	rejectSeq      uint64
-	inBytes        int64
-	inMsgs         int64
-	stmt           Statement
-	rewrite        string // Statement.Rewrite of the last hook call
+	// showTag (backend goroutine): the row just relayed answered a SHOW
+	// (ShowMarker), so the next CommandComplete says SHOW.
+	showTag bool
+	inBytes int64
+	inMsgs  int64
+	stmt    Statement
+	rewrite string // Statement.Rewrite of the last hook call
 
 	// Backend goroutine state.
 	backendFatal bool
@@ -351,6 +356,8 @@ func (ss *session) armIdle(txStatus byte) {
 		_ = ss.rawClient.SetReadDeadline(time.Now().Add(timeout))
 	}
 }
+
+var showMarker, showTag = []byte(ShowMarker), []byte("SHOW")
 
 // afterAnswer, when set (by tests only), runs on the backend goroutine
 // once the last outstanding answer is counted.
@@ -1062,11 +1069,29 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if ss.srv.hooks != nil && len(m.Values) == 1 && bytes.HasSuffix(m.Values[0], showMarker) {
+				m.Values[0] = m.Values[0][:len(m.Values[0])-len(showMarker)]
+				ss.showTag = true
+			}
+		case *pgproto3.CommandComplete:
+			if ss.showTag {
+				ss.showTag = false
+				m.CommandTag = showTag
+			}
+		}
 		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.srv.hooks != nil {
 			switch tag := string(m.CommandTag); {
 			case tag == "BEGIN" || tag == "START TRANSACTION":
 				ss.begins.Add(1)
 				ss.beginsSinceInjected.Add(1)
+			case tag == "COMMIT" || tag == "ROLLBACK":
+				// The transaction ended, and the next of the batch
+				// begins (a ROLLBACK TO SAVEPOINT says ROLLBACK too: the
+				// rows before the savepoint are then left uncounted, and
+				// a count too low only costs a logical message).
+				ss.txRows.Store(0)
 			default:
 				ss.txRows.Add(changedRows(tag))
 			}
@@ -1086,6 +1111,7 @@ func (ss *session) backendLoop() {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
+			ss.showTag = false
 			ss.txStatus.Store(uint32(m.TxStatus))
 			if m.TxStatus == 'I' {
 				ss.txRows.Store(0)
@@ -1168,6 +1194,7 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
+			ss.showTag = false
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
 			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {

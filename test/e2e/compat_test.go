@@ -269,12 +269,29 @@ func TestCompatIsolationLevels(t *testing.T) {
 				"begin; show transaction_isolation; commit":                                                       "read committed",
 				"begin isolation level read uncommitted; select current_setting('transaction_isolation'); commit": "repeatable read", // what runs
 				"begin; select current_setting('transaction_isolation'); commit":                                  "repeatable read",
-				"set default_transaction_isolation = 'serializable'; show default_transaction_isolation":          serializable,
+				// The setting as the client set it; a block at that
+				// level gets what the cluster gives.
+				"set default_transaction_isolation = 'serializable'; show default_transaction_isolation":        "serializable",
+				"set default_transaction_isolation = 'serializable'; begin; show transaction_isolation; commit": serializable,
 			} {
 				require.Contains(t, simple(o.PgConn(), sql), `row ["`+want+`"]`, sql)
 				_, err := o.Exec(context.Background(), "reset default_transaction_isolation")
 				require.NoError(t, err)
 			}
+			// SHOW answers with the tag SHOW, and outside a block takes no
+			// snapshot: a BEGIN after it in the batch sets its level.
+			for _, sql := range []string{"show transaction_isolation", "begin; show transaction_isolation; commit",
+				"show default_transaction_isolation"} {
+				require.Contains(t, simple(o.PgConn(), sql), "tag SHOW", sql)
+			}
+			batch := &pgconn.Batch{}
+			for _, sql := range []string{"show transaction_isolation", "begin isolation level serializable", "show transaction_isolation", "commit"} {
+				batch.ExecParams(sql, nil, nil, nil, nil)
+			}
+			res, err := o.PgConn().ExecBatch(context.Background(), batch).ReadAll()
+			require.NoError(t, err)
+			require.Equal(t, "SHOW", res[0].CommandTag.String())
+			require.Equal(t, serializable, string(res[2].Rows[0][0]))
 			// Whatever the session's default becomes, a block runs at
 			// REPEATABLE READ.
 			for _, set := range []string{"discard all", "set session characteristics as transaction isolation level read committed",

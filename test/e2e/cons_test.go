@@ -316,6 +316,19 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		{&pgproto3.Parse{Query: "delete from cb where k = $1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		q("rollback to savepoint s; select count(*) from cb; update cb set v = v + 1 where k = 1"),
 		q("commit"),
+		// A query string split at its transaction control takes its
+		// classes for its first statement that takes a snapshot, not for
+		// a SET or SHOW before it (it took none, then failed with 40001
+		// as if the cluster had switched to cons).
+		q("set work_mem = '4MB'; update cb set v = v + 1 where k = 1; commit"),
+		q("show transaction_isolation; update cb set v = v + 1 where k = 1; select count(*) from cb; commit and chain"),
+		q("rollback"),
+		// SHOW inside a block before its first snapshot: answered by a
+		// SELECT, after the block's classes.
+		q("begin"),
+		q("show transaction_isolation"),
+		q("update cb set v = v + 1 where k = 1"),
+		q("commit"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)

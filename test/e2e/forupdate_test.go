@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -88,6 +89,28 @@ func TestTransactionsThatOnlyLockCommit(t *testing.T) {
 		require.NotContains(t, out, "error", sql)
 		require.Less(t, time.Since(began), 5*time.Second, sql)
 	}
+	// Rows changed and then rolled back, to a savepoint or with the
+	// transaction, are not the transaction's: it only locked (its PREPARE
+	// needs the mark). Both waited 10 s, then failed with 40001 (the
+	// session fuzzer: an update, ROLLBACK and SELECT … FOR UPDATE in one
+	// extended batch).
+	for _, sql := range []string{
+		"begin; savepoint s; update locked set v = v where id = 1; rollback to savepoint s; select * from locked where id = 1 for update; commit",
+		"begin; update locked set v = v where id = 1; rollback and chain; select * from locked where id = 1 for update; commit",
+	} {
+		began := time.Now()
+		out := simple(a.PgConn(), sql)
+		require.NotContains(t, out, "error", sql)
+		require.Less(t, time.Since(began), 5*time.Second, sql)
+	}
+	batch := &pgconn.Batch{}
+	for _, sql := range []string{"update locked set v = v where id = 1 returning v", "rollback", "select * from locked where id = 1 for update"} {
+		batch.ExecParams(sql, nil, nil, nil, nil)
+	}
+	began := time.Now()
+	_, err = a.PgConn().ExecBatch(ctx, batch).ReadAll()
+	require.NoError(t, err)
+	require.Less(t, time.Since(began), 5*time.Second)
 	// pgjdbc's StatementTest.warningsAreAvailableAsap: b waits in
 	// autocommit for the lock a holds; a's COMMIT releases it.
 	_, err = a.Exec(ctx, "begin")

@@ -128,6 +128,11 @@ var fuzzStatements = []struct {
 	{"rollback to savepoint s", 0},
 	{"select 1/0", 0},
 	{"selec broken", 0},
+	{"update fz set v = v + 1 where k = $1 returning v", 1},
+	{"select v from fz where k = $1 for update", 1},
+	{"show transaction_isolation", 0},
+	{"release savepoint s", 0},
+	{"commit and chain", 0},
 }
 
 // randomUnit returns a random sequence of client messages ending with a
@@ -143,9 +148,10 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 	pick := func() (string, int) {
 		for {
 			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
-			isRead := strings.HasPrefix(s.sql, "select")
+			locks := strings.HasSuffix(s.sql, "for update")
+			isRead := strings.HasPrefix(s.sql, "select") && !locks
 			if cons && read && !isRead && (s.sql == "begin" || strings.HasPrefix(s.sql, "insert") ||
-				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete")) {
+				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete") || locks) {
 				continue
 			}
 			read = read || isRead
