@@ -622,3 +622,39 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
 	}
 }
+
+// TestCompatCommitAndChainOfAFailedBlock: COMMIT AND CHAIN of a failed
+// block rolls it back (PostgreSQL answers ROLLBACK) and opens the chained
+// block all the same: an update after it in the same batch is the client's
+// to commit or roll back. Ordo took the batch for an implicit transaction
+// and committed the update at its Sync (found by the session fuzzer).
+func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	ext := func(sqls ...string) []pgproto3.FrontendMessage {
+		var msgs []pgproto3.FrontendMessage
+		for _, sql := range sqls {
+			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		}
+		return append(msgs, &pgproto3.Sync{})
+	}
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "create table chained(k int primary key, v int)"}},
+		{&pgproto3.Query{String: "insert into chained values (1, 0)"}},
+		{&pgproto3.Query{String: "begin"}},
+		{&pgproto3.Query{String: "select 1/0"}},
+		ext("commit and chain", "update chained set v = v + 1 where k = 1"),
+		{&pgproto3.Query{String: "rollback"}},
+		{&pgproto3.Query{String: "begin"}},
+		{&pgproto3.Query{String: "select 1/0"}},
+		{&pgproto3.Query{String: "commit and chain"}},
+		ext("update chained set v = v + 10 where k = 1"),
+		{&pgproto3.Query{String: "commit"}},
+		{&pgproto3.Query{String: "select v from chained"}},
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	sb.c.waitConverged()
+	require.Equal(t, sb.c.checksum(0, "chained"), sb.c.checksum(1, "chained"))
+}
