@@ -26,6 +26,9 @@ func analyzeStmt(cat *catalog.Catalog, sp []string, n *pg.Node, text string, off
 	return st
 }
 
+// cursorOptHold is PostgreSQL's CURSOR_OPT_HOLD (DECLARE … WITH HOLD).
+const cursorOptHold = 0x0020
+
 func tagOf(n *pg.Node) string {
 	if n == nil || n.Node == nil {
 		return ""
@@ -98,6 +101,9 @@ func (w *walker) top(n *pg.Node) {
 		w.exprs(x.ExecuteStmt.Params, nil)
 	case *pg.Node_DeclareCursorStmt:
 		st.Kind = KindRead
+		if x.DeclareCursorStmt.Options&cursorOptHold == 0 {
+			st.BlockOnly = "DECLARE CURSOR"
+		}
 		w.query(x.DeclareCursorStmt.Query, nil)
 	case *pg.Node_ListenStmt, *pg.Node_UnlistenStmt:
 		st.Kind = KindNotify
@@ -106,6 +112,7 @@ func (w *walker) top(n *pg.Node) {
 		st.Notify = &Notification{Channel: x.NotifyStmt.Conditionname, Payload: x.NotifyStmt.Payload}
 	case *pg.Node_LockStmt:
 		st.Kind = KindLock
+		st.BlockOnly = "LOCK TABLE"
 		for _, r := range x.LockStmt.Relations {
 			if rv := r.GetRangeVar(); rv != nil {
 				w.lockTarget(rv)

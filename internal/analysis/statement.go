@@ -136,6 +136,10 @@ type Statement struct {
 	Unparsed bool
 	Txn      *TxnControl // KindTxn and refused two-phase statements
 	Setting  *Setting    // SET / RESET / SHOW
+	// BlockOnly names a statement PostgreSQL runs only in a transaction
+	// block ("LOCK TABLE", "DECLARE CURSOR" without HOLD): in the
+	// implicit transaction of an extended-protocol batch it refuses it.
+	BlockOnly string
 	// Explain is set for EXPLAIN; Executes is false only for an EXPLAIN
 	// without ANALYZE (which runs nothing).
 	Explain  bool

@@ -352,7 +352,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		for i, p := range st.Params {
 			params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
 		}
-		if err := s.inImplicit(stmts); err != nil {
+		if err := s.inImplicit(stmts, true); err != nil {
 			return err
 		}
 		if !first && len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin &&
@@ -496,7 +496,7 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		}
 		return &wire.Completed{Tag: tag}
 	}
-	if err := s.inImplicit(stmts); err != nil {
+	if err := s.inImplicit(stmts, false); err != nil {
 		return err
 	}
 	if ctl != nil && ctl.Op != analysis.TxnSetTransaction {
@@ -529,7 +529,13 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 // split string) behave as in PostgreSQL's implicit transaction: a BEGIN
 // makes it the client's block, and savepoints are refused as PostgreSQL
 // refuses them there.
-func (s *session) inImplicit(stmts []*analysis.Statement) error {
+func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
+	if extended && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].BlockOnly != "" {
+		// The implicit transaction of an extended-protocol batch is no
+		// block to PostgreSQL (that of a query string of several
+		// statements is).
+		return pgErr("25P01", "%s can only be used in transaction blocks", stmts[0].BlockOnly)
+	}
 	if !s.tx.wrapped || s.tx.clientBegan || len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn {
 		// (After a BEGIN of the client's in the block, savepoints are
 		// theirs: it ran, or an error before it skips them too.)

@@ -658,3 +658,39 @@ func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 	sb.c.waitConverged()
 	require.Equal(t, sb.c.checksum(0, "chained"), sb.c.checksum(1, "chained"))
 }
+
+// TestCompatBlockOnlyStatementsInBatches: PostgreSQL runs LOCK TABLE and
+// DECLARE CURSOR (without HOLD) only in a transaction block, and the
+// implicit transaction of an extended-protocol batch is none (that of a
+// query string of several statements is). Ordo runs a batch that writes
+// in a block of its own, where both ran (found by the session fuzzer).
+func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	q := func(sql string) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}} }
+	ext := func(sqls ...string) []pgproto3.FrontendMessage {
+		var msgs []pgproto3.FrontendMessage
+		for _, sql := range sqls {
+			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		}
+		return append(msgs, &pgproto3.Sync{})
+	}
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		q("create table lk(k int primary key, v int)"),
+		q("insert into lk values (1, 1)"),
+		ext("select 1", "lock table lk in share mode"),
+		ext("update lk set v = 3", "lock table lk in share mode"),
+		ext("select * from lk for update", "lock table lk in share mode"),
+		ext("update lk set v = 4", "declare c cursor for select 1"),
+		ext("select 1", "declare h cursor with hold for select 1"),
+		q("close h"),
+		q("update lk set v = 6; lock table lk in share mode; declare c cursor for select 1"),
+		ext("begin", "update lk set v = 7", "lock table lk in share mode", "declare c cursor for select 1", "commit"),
+		q("select v from lk"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	sb.c.waitConverged()
+	require.Equal(t, sb.c.checksum(0, "lk"), sb.c.checksum(1, "lk"))
+}

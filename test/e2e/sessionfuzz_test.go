@@ -133,6 +133,27 @@ var fuzzStatements = []struct {
 	{"show transaction_isolation", 0},
 	{"release savepoint s", 0},
 	{"commit and chain", 0},
+	// (Not BEGIN ISOLATION LEVEL inside a block nor SET TRANSACTION
+	// after a query: Ordo's blocks run at REPEATABLE READ, and PostgreSQL
+	// compares the level asked for with the one running; compatibility.md.)
+	{"start transaction", 0},
+	{"show default_transaction_isolation", 0},
+	{"set local work_mem = '1MB'", 0},
+	{"lock table fz in share mode", 0},
+	{"update fz set v = v + 1", 0},
+	{"insert into fz values ($1, $2) returning k", 2},
+	{"declare c cursor for select k from fz order by k", 0},
+	{"fetch 1 from c", 0},
+	{"close c", 0},
+}
+
+// declare gives a BEGIN or START TRANSACTION the text of begin's
+// declaration (under cons).
+func declare(sql, begin string) string {
+	if strings.HasPrefix(sql, "begin") || strings.HasPrefix(sql, "start") {
+		return strings.TrimSuffix(begin, "begin") + sql
+	}
+	return sql
 }
 
 // randomUnit returns a random sequence of client messages ending with a
@@ -148,9 +169,9 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 	pick := func() (string, int) {
 		for {
 			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
-			locks := strings.HasSuffix(s.sql, "for update")
-			isRead := strings.HasPrefix(s.sql, "select") && !locks
-			if cons && read && !isRead && (s.sql == "begin" || strings.HasPrefix(s.sql, "insert") ||
+			locks := strings.HasSuffix(s.sql, "for update") || strings.HasPrefix(s.sql, "lock")
+			isRead := (strings.HasPrefix(s.sql, "select") || strings.HasPrefix(s.sql, "declare") || strings.HasPrefix(s.sql, "fetch")) && !locks
+			if cons && read && !isRead && (strings.HasPrefix(s.sql, "begin") || strings.HasPrefix(s.sql, "start") || strings.HasPrefix(s.sql, "insert") ||
 				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete") || locks) {
 				continue
 			}
@@ -165,7 +186,7 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 		var parts []string
 		for i := 0; i < n; i++ {
 			sql0, params := pick()
-			sql := strings.Replace(sql0, "begin", begin, 1)
+			sql := declare(sql0, begin)
 			for j := params; j >= 1; j-- {
 				sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(j), string(param()))
 			}
@@ -190,7 +211,7 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 			name = "fz" + strconv.Itoa(i)
 		}
 		if rng.IntN(5) > 0 || (cons && read) {
-			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: strings.Replace(s.sql, "begin", begin, 1)})
+			msgs = append(msgs, &pgproto3.Parse{Name: name, Query: declare(s.sql, begin)})
 			desc = append(desc, fmt.Sprintf("Parse %q %s", name, s.sql))
 		} else {
 			// Bind whatever the statement of that name is (a named one
