@@ -667,7 +667,9 @@ func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	q := func(sql string) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}} }
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
 	ext := func(sqls ...string) []pgproto3.FrontendMessage {
 		var msgs []pgproto3.FrontendMessage
 		for _, sql := range sqls {
