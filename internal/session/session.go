@@ -291,6 +291,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
+			s.explainTermination(stmts)
 		}
 		if err := s.atParse(ctx, stmts, first); err != nil {
 			return err
@@ -1027,9 +1028,11 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					// implicit transaction; make it a block, to be
 					// terminated at the batch's Sync.
 					s.beginHere()
+					s.explainTermination(stmts)
 				} else if err := s.wrap(ctx); err != nil {
 					return err
 				}
+				s.explainTermination(stmts)
 			} else {
 				// An autocommit read runs on the local snapshot. Under
 				// a protocol that certifies reads, its keys are kept
@@ -1290,6 +1293,27 @@ func (s *session) wrap(ctx context.Context) error {
 	s.inTxn.Store(true)
 	s.be.HoldReady()
 	return nil
+}
+
+// explainTermination, for a CALL or DO that Ordo runs in a block of its
+// own, replaces PostgreSQL's "invalid transaction termination" (2D000:
+// the procedure or block ran COMMIT or ROLLBACK, which PostgreSQL allows
+// only outside a block) with what happened and what to do.
+func (s *session) explainTermination(stmts []*analysis.Statement) {
+	for _, a := range stmts {
+		if a.Tag == "CallStmt" || a.Tag == "DoStmt" {
+			what := "procedure"
+			if a.Tag == "DoStmt" {
+				what = "DO block"
+			}
+			s.be.Explain("2D000",
+				"ordo: a "+what+" that commits or rolls back inside cannot be replicated",
+				"Ordo replicates a statement sent outside a transaction block as one transaction, and a transaction the "+what+
+					" ended inside PostgreSQL would commit on this node only. Run its steps as transactions of their own (the "+what+
+					" without COMMIT or ROLLBACK inside, or several statements).")
+			return
+		}
+	}
 }
 
 // beforeSnapshot records snapshot_seqno before the transaction's first

@@ -146,6 +146,13 @@ type Backend interface {
 	// error PostgreSQL reports in this transaction, and rolls back as after
 	// any error. Outside a transaction it does nothing.
 	Abort(err error)
+	// Explain, called from SessionHooks.Statement, makes an error
+	// PostgreSQL raises with SQLSTATE code before the current unit's
+	// ReadyForQuery reach the client with Ordo's message, hint and detail
+	// in place of PostgreSQL's (PostgreSQL's message is kept as the
+	// detail): for an error that running the statement through Ordo
+	// causes and that PostgreSQL alone would not have raised.
+	Explain(code, message, hint string)
 	// Notice sends the client a NoticeResponse (severity NOTICE) with msg;
 	// notices are asynchronous in the protocol, so it may be called at any
 	// time from the session goroutine.

@@ -137,6 +137,8 @@ type session struct {
 	unit           uint64 // units begun (Statement.Unit)
 	syncsSinceExec int
 	rejectSeq      uint64
+	// explain: Backend.Explain's error, until the next ReadyForQuery.
+	explain atomic.Pointer[explanation]
 	// showTag (backend goroutine): the row just relayed answered a SHOW
 	// (ShowMarker), so the next CommandComplete says SHOW.
 	showTag bool
@@ -358,6 +360,14 @@ func (ss *session) armIdle(txStatus byte) {
 }
 
 var showMarker, showTag = []byte(ShowMarker), []byte("SHOW")
+
+// explanation is Backend.Explain's.
+type explanation struct{ code, message, hint string }
+
+// Explain implements Backend.
+func (ss *session) Explain(code, message, hint string) {
+	ss.explain.Store(&explanation{code: code, message: message, hint: hint})
+}
 
 // afterAnswer, when set (by tests only), runs on the backend goroutine
 // once the last outstanding answer is counted.
@@ -1112,6 +1122,9 @@ func (ss *session) backendLoop() {
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
 			ss.showTag = false
+			if ss.explain.Load() != nil && !ss.quietReady.Load() {
+				ss.explain.Store(nil)
+			}
 			ss.txStatus.Store(uint32(m.TxStatus))
 			if m.TxStatus == 'I' {
 				ss.txRows.Store(0)
@@ -1225,6 +1238,9 @@ func (ss *session) backendLoop() {
 			}
 			if m.Severity == "FATAL" || m.Severity == "PANIC" {
 				ss.backendFatal = true
+			} else if x := ss.explain.Load(); x != nil && m.Code == x.code {
+				m.Detail = strings.TrimSpace(strings.TrimSuffix(m.Message, ".") + ". " + m.Detail)
+				m.Message, m.Hint = x.message, x.hint
 			}
 		}
 		ss.sendClient(msg)

@@ -696,3 +696,45 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 	sb.c.waitConverged()
 	require.Equal(t, sb.c.checksum(0, "lk"), sb.c.checksum(1, "lk"))
 }
+
+// TestCompatProceduresThatCommit: a procedure (or DO block) that commits
+// or rolls back inside cannot be replicated; sent outside a block it fails
+// with PostgreSQL's SQLSTATE (2D000) and Ordo's message saying why and
+// what to do, PostgreSQL's own kept as the detail. Inside the client's
+// block PostgreSQL refuses it itself, and says so. Nothing commits.
+func TestCompatProceduresThatCommit(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	o := c.connect(0)
+	_, err := o.Exec(ctx, `create table proc_t(k int primary key);
+		create procedure commits(k int) language plpgsql as $$ begin insert into proc_t values (k); commit; end $$`)
+	require.NoError(t, err)
+	for _, sql := range []string{"call commits(1)", "do $$ begin insert into proc_t values (2); commit; end $$"} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+			_, err := o.Exec(ctx, sql, mode)
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe, sql)
+			require.Equal(t, "2D000", pe.Code)
+			require.True(t, strings.HasPrefix(pe.Message, "ordo: a "), pe.Message)
+			require.Contains(t, pe.Hint, "transactions of their own")
+			require.Contains(t, pe.Detail, "invalid transaction termination")
+		}
+	}
+	_, err = o.Exec(ctx, "begin")
+	require.NoError(t, err)
+	_, err = o.Exec(ctx, "call commits(3)")
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "2D000", pe.Code)
+	require.Equal(t, "invalid transaction termination", pe.Message, "PostgreSQL's own, in the client's block")
+	_, err = o.Exec(ctx, "rollback")
+	require.NoError(t, err)
+	// The explanation is the unit's only: a later 2D000 is PostgreSQL's.
+	_, err = o.Exec(ctx, "select 1")
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, o.QueryRow(ctx, "select count(*) from proc_t").Scan(&n))
+	require.Zero(t, n)
+	c.waitConverged()
+	require.Zero(t, c.unreplicated(0))
+}
