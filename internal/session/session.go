@@ -251,7 +251,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		}
 		s.rewriteIsolation(st, stmts)
 		for _, a := range stmts {
-			if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession {
+			if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession || showAnswered(a, st.Rewrite) {
 				s.unitParsed = true
 			}
 		}
@@ -490,6 +490,12 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 	}
 	if ctl != nil && ctl.Op == analysis.TxnBegin && s.tx.wrapped && s.txStatus() == 'T' {
 		s.tx.wrapped = false
+		if ctl.Isolation != "" {
+			// The level the client's block asked for (it runs at
+			// Ordo's, which reports this one).
+			s.tx.isolation = ctl.Isolation
+			s.noticeIsolation(ctl.Isolation, at{kind: wire.KindQuery})
+		}
 		s.wrapExec, s.wrapInjected = false, false // the client's block now
 		tag := "BEGIN"
 		if strings.HasPrefix(strings.ToUpper(stripComments(stmts[0].SQL)), "START") {
@@ -638,7 +644,7 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 	for _, a := range stmts {
 		r := ""
 		if !(a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnBegin && (open || ran)) {
-			r = s.isolationRewrite(a, level, open)
+			r = s.isolationRewrite(a, level, open, st.Kind == wire.KindQuery)
 		}
 		if a.Kind == analysis.KindTxn {
 			switch a.Txn.Op {
@@ -668,12 +674,15 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 // isolationRewrite is what rewriteIsolation puts in a's place ("" for
 // nothing); level is what the transaction open when a runs asked for, if
 // one is open.
-func (s *session) isolationRewrite(a *analysis.Statement, level string, open bool) string {
+func (s *session) isolationRewrite(a *analysis.Statement, level string, open, query bool) string {
 	switch {
-	case !open && (showsIsolation(a, "transaction_isolation") || showsIsolation(a, "default_transaction_isolation")):
-		// Outside a block PostgreSQL's own answer is the session's
-		// default, and a SELECT in its place would take a snapshot (a
-		// BEGIN after it in the batch could not set its level).
+	case !open && query && (showsIsolation(a, "transaction_isolation") || showsIsolation(a, "default_transaction_isolation")):
+		// A query runs now, and outside a block PostgreSQL's own answer
+		// is the session's default, while a SELECT in its place would
+		// take a snapshot (a BEGIN after it in the string could not set
+		// its level). A prepared SHOW may run anywhere later: it is
+		// answered by a SELECT, which execute counts as a statement
+		// that took a snapshot.
 		return ""
 	case showsIsolation(a, "transaction_isolation"):
 		return "SELECT " + s.reportedIsolation(level) + " || " + wire.ShowMarkerSQL + " AS transaction_isolation"
@@ -712,11 +721,12 @@ func showsIsolation(a *analysis.Statement, name string) bool {
 	return a.Kind == analysis.KindSession && a.Setting != nil && a.Setting.Show && a.Setting.Name == name
 }
 
-// showRewritten reports whether a is a SHOW that rewriteIsolation turns
-// into a SELECT inside a block, which takes the transaction's snapshot.
-func (s *session) showRewritten(a *analysis.Statement) bool {
-	return !s.rc && (showsIsolation(a, "transaction_isolation") ||
-		showsIsolation(a, "default_transaction_isolation") && !s.h.cfg.Replica.CertifiesReads())
+// showAnswered reports whether a is a SHOW that rewriteIsolation turned
+// into a SELECT in sent (the text PostgreSQL received), which takes a
+// snapshot.
+func showAnswered(a *analysis.Statement, sent string) bool {
+	return (showsIsolation(a, "transaction_isolation") || showsIsolation(a, "default_transaction_isolation")) &&
+		strings.Contains(sent, wire.ShowMarkerSQL)
 }
 
 // stripComments drops the leading comments of a statement's text.
@@ -972,15 +982,21 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			}
 			continue
 		case analysis.KindSession:
-			if s.showRewritten(a) && (s.tx.active || s.txStatus() == 'T') && !s.tx.snapshot {
-				// Answered by a SELECT (rewriteIsolation), which takes
-				// the block's snapshot: its classes come first.
-				read := &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
-				if err := s.consBegin(ctx, read, nil, atBoundary); err != nil {
-					return err
-				}
-				if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
-					return err
+			if showAnswered(a, m.sent) && s.txStatus() != 'E' {
+				// Answered by a SELECT (rewriteIsolation), which takes a
+				// snapshot: in a block, after the block's classes; in
+				// an implicit transaction, a BEGIN after it can no
+				// longer set its level.
+				if !s.tx.active && s.txStatus() == 'I' {
+					s.unitFresh = false
+				} else if !s.tx.snapshot {
+					read := &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
+					if err := s.consBegin(ctx, read, nil, atBoundary); err != nil {
+						return err
+					}
+					if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
+						return err
+					}
 				}
 			}
 			was := s.syncRead

@@ -170,7 +170,10 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 		for {
 			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
 			locks := strings.HasSuffix(s.sql, "for update") || strings.HasPrefix(s.sql, "lock")
-			isRead := (strings.HasPrefix(s.sql, "select") || strings.HasPrefix(s.sql, "declare") || strings.HasPrefix(s.sql, "fetch")) && !locks
+			// (A SHOW of the isolation level is answered by a SELECT:
+			// a read, under cons too.)
+			isRead := (strings.HasPrefix(s.sql, "select") || strings.HasPrefix(s.sql, "declare") || strings.HasPrefix(s.sql, "fetch") ||
+				strings.HasPrefix(s.sql, "show")) && !locks
 			if cons && read && !isRead && (strings.HasPrefix(s.sql, "begin") || strings.HasPrefix(s.sql, "start") || strings.HasPrefix(s.sql, "insert") ||
 				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete") || locks) {
 				continue
