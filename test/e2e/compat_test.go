@@ -646,24 +646,17 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	ext := func(sqls ...string) []pgproto3.FrontendMessage {
-		var msgs []pgproto3.FrontendMessage
-		for _, sql := range sqls {
-			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
-		}
-		return append(msgs, &pgproto3.Sync{})
-	}
 	for i, msgs := range [][]pgproto3.FrontendMessage{
 		{&pgproto3.Query{String: "create table chained(k int primary key, v int)"}},
 		{&pgproto3.Query{String: "insert into chained values (1, 0)"}},
 		{&pgproto3.Query{String: "begin"}},
 		{&pgproto3.Query{String: "select 1/0"}},
-		ext("commit and chain", "update chained set v = v + 1 where k = 1"),
+		batchMsgs("commit and chain", "update chained set v = v + 1 where k = 1"),
 		{&pgproto3.Query{String: "rollback"}},
 		{&pgproto3.Query{String: "begin"}},
 		{&pgproto3.Query{String: "select 1/0"}},
 		{&pgproto3.Query{String: "commit and chain"}},
-		ext("update chained set v = v + 10 where k = 1"),
+		batchMsgs("update chained set v = v + 10 where k = 1"),
 		{&pgproto3.Query{String: "commit"}},
 		{&pgproto3.Query{String: "select v from chained"}},
 	} {
@@ -682,28 +675,18 @@ func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	q := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-	}
-	ext := func(sqls ...string) []pgproto3.FrontendMessage {
-		var msgs []pgproto3.FrontendMessage
-		for _, sql := range sqls {
-			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
-		}
-		return append(msgs, &pgproto3.Sync{})
-	}
 	for i, msgs := range [][]pgproto3.FrontendMessage{
-		q("create table lk(k int primary key, v int)"),
-		q("insert into lk values (1, 1)"),
-		ext("select 1", "lock table lk in share mode"),
-		ext("update lk set v = 3", "lock table lk in share mode"),
-		ext("select * from lk for update", "lock table lk in share mode"),
-		ext("update lk set v = 4", "declare c cursor for select 1"),
-		ext("select 1", "declare h cursor with hold for select 1"),
-		q("close h"),
-		q("update lk set v = 6; lock table lk in share mode; declare c cursor for select 1"),
-		ext("begin", "update lk set v = 7", "lock table lk in share mode", "declare c cursor for select 1", "commit"),
-		q("select v from lk"),
+		queryMsg("create table lk(k int primary key, v int)"),
+		queryMsg("insert into lk values (1, 1)"),
+		batchMsgs("select 1", "lock table lk in share mode"),
+		batchMsgs("update lk set v = 3", "lock table lk in share mode"),
+		batchMsgs("select * from lk for update", "lock table lk in share mode"),
+		batchMsgs("update lk set v = 4", "declare c cursor for select 1"),
+		batchMsgs("select 1", "declare h cursor with hold for select 1"),
+		queryMsg("close h"),
+		queryMsg("update lk set v = 6; lock table lk in share mode; declare c cursor for select 1"),
+		batchMsgs("begin", "update lk set v = 7", "lock table lk in share mode", "declare c cursor for select 1", "commit"),
+		queryMsg("select v from lk"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
@@ -752,4 +735,19 @@ func TestCompatProceduresThatCommit(t *testing.T) {
 	require.Zero(t, n)
 	c.waitConverged()
 	require.Zero(t, c.unreplicated(0))
+}
+
+// queryMsg is a simple Query of sql, as one unit.
+func queryMsg(sql string) []pgproto3.FrontendMessage {
+	return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+}
+
+// batchMsgs is one extended-protocol batch: each statement parsed
+// unnamed, bound and executed, then a Sync.
+func batchMsgs(sqls ...string) []pgproto3.FrontendMessage {
+	var msgs []pgproto3.FrontendMessage
+	for _, sql := range sqls {
+		msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
+	}
+	return append(msgs, &pgproto3.Sync{})
 }

@@ -283,57 +283,47 @@ func TestConsDeadOriginReleasesItsClasses(t *testing.T) {
 func TestConsBatchesAndQueryStrings(t *testing.T) {
 	sb := startSideBySide(t, "cons")
 	ho, hp := sb.hijacked(t)
-	q := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-	}
-	ext := func(sqls ...string) []pgproto3.FrontendMessage {
-		var msgs []pgproto3.FrontendMessage
-		for _, sql := range sqls {
-			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
-		}
-		return append(msgs, &pgproto3.Sync{})
-	}
 	for i, msgs := range [][]pgproto3.FrontendMessage{
-		q("create table cb(k int primary key, v int)"),
-		q("rollback; insert into cb values (1, 1)"),
-		ext("rollback", "insert into cb values (2, 1)"),
-		ext("insert into cb values (3, 1)", "commit", "update cb set v = v + 1 where k = 3"),
-		q("select count(*) from cb; update cb set v = v + 1 where k = 1"),
-		q("/* ordo.conflict_classes: * */ begin"),
-		q("selec broken"),
-		q("rollback"),
+		queryMsg("create table cb(k int primary key, v int)"),
+		queryMsg("rollback; insert into cb values (1, 1)"),
+		batchMsgs("rollback", "insert into cb values (2, 1)"),
+		batchMsgs("insert into cb values (3, 1)", "commit", "update cb set v = v + 1 where k = 3"),
+		queryMsg("select count(*) from cb; update cb set v = v + 1 where k = 1"),
+		queryMsg("/* ordo.conflict_classes: * */ begin"),
+		queryMsg("selec broken"),
+		queryMsg("rollback"),
 		// A block whose classes come from its first statement (public.cb).
-		ext("insert into cb values (9, 9)", "begin"),
-		q("selec broken"),
-		q("rollback"),
+		batchMsgs("insert into cb values (9, 9)", "begin"),
+		queryMsg("selec broken"),
+		queryMsg("rollback"),
 		// A Bind PostgreSQL refuses (too few parameters) runs nothing:
 		// its error is PostgreSQL's, and after a rollback to a
 		// savepoint the block goes on (it was left unable to do
 		// anything but roll back; the session fuzzer's seed
 		// 1795888384429780157).
-		ext("update cb set v = v + 1 where k = 1", "begin"),
-		q("savepoint s"),
+		batchMsgs("update cb set v = v + 1 where k = 1", "begin"),
+		queryMsg("savepoint s"),
 		{&pgproto3.Parse{Query: "delete from cb where k = $1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
-		q("rollback to savepoint s; select count(*) from cb; update cb set v = v + 1 where k = 1"),
-		q("commit"),
+		queryMsg("rollback to savepoint s; select count(*) from cb; update cb set v = v + 1 where k = 1"),
+		queryMsg("commit"),
 		// A query string split at its transaction control takes its
 		// classes for its first statement that takes a snapshot, not for
 		// a SET or SHOW before it (it took none, then failed with 40001
 		// as if the cluster had switched to cons).
-		q("set work_mem = '4MB'; update cb set v = v + 1 where k = 1; commit"),
-		q("show transaction_isolation; update cb set v = v + 1 where k = 1; select count(*) from cb; commit and chain"),
-		q("rollback"),
+		queryMsg("set work_mem = '4MB'; update cb set v = v + 1 where k = 1; commit"),
+		queryMsg("show transaction_isolation; update cb set v = v + 1 where k = 1; select count(*) from cb; commit and chain"),
+		queryMsg("rollback"),
 		// SHOW inside a block before its first snapshot: answered by a
 		// SELECT, after the block's classes.
-		q("begin"),
-		q("show transaction_isolation"),
-		q("update cb set v = v + 1 where k = 1"),
-		q("commit"),
+		queryMsg("begin"),
+		queryMsg("show transaction_isolation"),
+		queryMsg("update cb set v = v + 1 where k = 1"),
+		queryMsg("commit"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
-	got := exchange(t, ho, ext("select count(*) from cb", "update cb set v = v + 1 where k = 2"))
+	got := exchange(t, ho, batchMsgs("select count(*) from cb", "update cb set v = v + 1 where k = 2"))
 	require.Contains(t, got, "Error ERROR 0A000 ordo: under protocol cons a transaction takes its conflict classes before its snapshot")
 	sb.c.waitConverged()
 	for i := range sb.c.nodes {
