@@ -382,7 +382,12 @@ func (r *Replica) carryOut(ctx context.Context, seqno uint64, dec termination.De
 			if err := r.flush(ctx, rn); err != nil {
 				return err
 			}
-			return r.finishLocal(ctx, seqno, dec.GID, false, nil, nil)
+			if err := r.finishLocal(ctx, seqno, dec.GID, false, nil, nil); err != nil {
+				return err
+			}
+			// A session whose entry was not ordered in time may still
+			// wait (Terminate, awaitOutcome): it hears the abort.
+			r.notify(dec.GID, Outcome{Reason: dec.Reason, Unordered: true})
 		}
 		return nil
 	}
@@ -454,13 +459,22 @@ func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *
 			r.fingerprint(ctx, dec.Seqno)
 		}
 	}
+	// (An abort of its origin's decided it: the origin's session waited
+	// on after its entry was not ordered in time.)
+	r.notify(dec.GID, Outcome{Commit: dec.Commit, Seqno: dec.Seqno, Reason: dec.Reason,
+		Unordered: !dec.Commit && dec.Cause == termination.CauseOriginAbort})
+	return nil
+}
+
+// notify hands gid's outcome to the session waiting for it, if any, once
+// (its channel holds one: the first outcome carried out is the one).
+func (r *Replica) notify(gid txn.GID, o Outcome) {
 	r.mu.Lock()
-	if w := r.waiters[dec.GID]; w != nil {
+	if w := r.waiters[gid]; w != nil && !w.decided {
 		w.decided = true
-		w.ch <- Outcome{Commit: dec.Commit, Seqno: dec.Seqno, Reason: dec.Reason}
+		w.ch <- o
 	}
 	r.mu.Unlock()
-	return nil
 }
 
 // count counts a decided transaction (not one decided before a restart).

@@ -543,6 +543,18 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrTooLarge, err)
 		}
 		r.abortInBackground(t.GID, t.Label)
+		// The entry may still be ordered (a commit slower than the
+		// timeout), or may have been lost on its way to the leader (on a
+		// stream that broke under it: nothing tells this node). Whichever
+		// of it and its abort is delivered first decides: in a cluster
+		// that orders again, the client hears the outcome, not that it
+		// is unknown.
+		if o, ok := r.awaitOutcome(ctx, w); ok {
+			if o.Unordered {
+				o.Reason = fmt.Sprintf("its commit was not ordered in time (%v), and its abort was", err)
+			}
+			return o, nil
+		}
 		return Outcome{}, fmt.Errorf("%w: %w", termination.ErrUnknownOutcome, err)
 	}
 	// The entry is committed in the order and handed to this node's
@@ -561,6 +573,30 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		r.orphan(t.GID)
 		return Outcome{}, fmt.Errorf("%w: this node stopped carrying out the order", termination.ErrUnknownOutcome)
 	}
+}
+
+// resolveWait bounds how long Terminate waits, after its entry was not
+// ordered in time, for the order to decide between it and its abort.
+const resolveWait = 5 * time.Second
+
+// awaitOutcome waits a while (resolveWait, at most CommitTimeout) for w's
+// outcome; ok is false if none came.
+func (r *Replica) awaitOutcome(ctx context.Context, w *waiter) (o Outcome, ok bool) {
+	if l, known := r.cfg.Order.(interface{ Leader() uint64 }); known && l.Leader() == 0 {
+		// No leader (cut off from the majority, or an election): its
+		// abort cannot be ordered any sooner; say so now.
+		return Outcome{}, false
+	}
+	t := time.NewTimer(min(resolveWait, r.cfg.CommitTimeout))
+	defer t.Stop()
+	select {
+	case o := <-w.ch:
+		return o, true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-r.down:
+	}
+	return Outcome{}, false
 }
 
 // Prepared registers gid, just prepared, as undecided before its write set

@@ -157,3 +157,47 @@ func TestTerminateRefusesAWriteSetRolledBackEarly(t *testing.T) {
 	require.Equal(t, string(ws.GID), a.Gid)
 	require.Equal(t, "pay-7", a.Label)
 }
+
+// TestUnorderedEntryHearsItsAbort: a TxnEntry the order did not confirm in
+// time (lost on its way to the leader, say) gets its abort ordered, and the
+// session waits a while for whichever of the two is carried out first: the
+// abort (a definite rollback, 40001) or the entry itself (ordered late: its
+// decision). It used to return at once with the outcome unknown (08007),
+// from a cluster that was ordering again. Nothing delivers here: the test
+// plays the delivery loop's part (notify), which carryOut does for an
+// abort delivered before its TxnEntry.
+func TestUnorderedEntryHearsItsAbort(t *testing.T) {
+	for name, tc := range map[string]struct {
+		outcome Outcome
+		commit  bool
+	}{
+		"the abort first":         {Outcome{Reason: "aborted by its origin", Unordered: true}, false},
+		"the entry, ordered late": {Outcome{Commit: true, Seqno: 9}, true},
+	} {
+		order := &failingOrder{failAt: 1, err: totalorder.ErrNoQuorum}
+		r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order, CommitTimeout: time.Minute})
+		require.NoError(t, err)
+		gid := txn.GID("ordo_1_11")
+		go func() {
+			for order.count() < 2 { // the entry, then its abort
+				time.Sleep(time.Millisecond)
+			}
+			r.notify(gid, tc.outcome)
+		}()
+		out, err := r.Terminate(context.Background(), &Txn{GID: gid, Origin: 1, WriteSet: &capture.WriteSet{GID: gid}})
+		require.NoError(t, err, name)
+		require.Equal(t, tc.commit, out.Commit, name)
+		if !tc.commit {
+			require.True(t, out.Unordered, name)
+			require.Contains(t, out.Reason, "not ordered in time", name)
+		}
+		r.bg.Wait()
+	}
+	// Nothing carried out within resolveWait: the outcome is unknown.
+	order := &failingOrder{failAt: 1, err: totalorder.ErrNoQuorum}
+	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order, CommitTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = r.Terminate(context.Background(), &Txn{GID: "ordo_1_12", Origin: 1, WriteSet: &capture.WriteSet{GID: "ordo_1_12"}})
+	require.ErrorIs(t, err, termination.ErrUnknownOutcome)
+	r.bg.Wait()
+}

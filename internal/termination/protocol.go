@@ -116,4 +116,7 @@ type Outcome struct {
 	Commit bool
 	Seqno  uint64
 	Reason string // why it aborted
+	// Unordered: it aborted because its entry was not ordered in time
+	// (its abort was ordered first), not for a conflict.
+	Unordered bool
 }
