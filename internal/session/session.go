@@ -1044,7 +1044,6 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					// implicit transaction; make it a block, to be
 					// terminated at the batch's Sync.
 					s.beginHere()
-					s.explainTermination(stmts)
 				} else if err := s.wrap(ctx); err != nil {
 					return err
 				}
@@ -1322,7 +1321,7 @@ func (s *session) explainTermination(stmts []*analysis.Statement) {
 			if a.Tag == "DoStmt" {
 				what = "DO block"
 			}
-			s.be.Explain("2D000",
+			s.be.Explain("2D000", "invalid transaction termination",
 				"ordo: a "+what+" that commits or rolls back inside cannot be replicated",
 				"Ordo replicates a statement sent outside a transaction block as one transaction, and a transaction the "+what+
 					" ended inside PostgreSQL would commit on this node only. Run its steps as transactions of their own (the "+what+

@@ -2,6 +2,8 @@ package wire
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -146,13 +148,13 @@ type Backend interface {
 	// error PostgreSQL reports in this transaction, and rolls back as after
 	// any error. Outside a transaction it does nothing.
 	Abort(err error)
-	// Explain, called from SessionHooks.Statement, makes an error
-	// PostgreSQL raises with SQLSTATE code before the current unit's
-	// ReadyForQuery reach the client with Ordo's message, hint and detail
-	// in place of PostgreSQL's (PostgreSQL's message is kept as the
+	// Explain, called from SessionHooks.Statement, makes the next error
+	// PostgreSQL raises with SQLSTATE code and message raised before the
+	// unit's next ReadyForQuery reach the client with Ordo's message and
+	// hint in place of PostgreSQL's (PostgreSQL's message goes before the
 	// detail): for an error that running the statement through Ordo
 	// causes and that PostgreSQL alone would not have raised.
-	Explain(code, message, hint string)
+	Explain(code, raised, message, hint string)
 	// Notice sends the client a NoticeResponse (severity NOTICE) with msg;
 	// notices are asynchronous in the protocol, so it may be called at any
 	// time from the session goroutine.
@@ -307,8 +309,14 @@ type SessionInfo struct {
 
 // ShowMarker ends the one value of a rewritten statement that answers a
 // SHOW (Statement.Rewrite): the relay takes it off the value and replaces
-// the statement's tag (SELECT 1) with SHOW. In SQL: ShowMarkerSQL.
-const ShowMarker = "\x1fordo:show\x1f"
+// the statement's tag (SELECT 1) with SHOW. It holds a random part, new
+// in each process, so that no client's data can end with it by chance
+// (or on purpose). In SQL: ShowMarkerSQL.
+var ShowMarker, ShowMarkerSQL = showMarkers()
 
-// ShowMarkerSQL is an SQL expression of ShowMarker.
-const ShowMarkerSQL = "(chr(31) || 'ordo:show' || chr(31))"
+func showMarkers() (marker, sql string) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	tag := "ordo:show:" + hex.EncodeToString(b[:])
+	return "\x1f" + tag + "\x1f", "(chr(31) || '" + tag + "' || chr(31))"
+}

@@ -362,11 +362,11 @@ func (ss *session) armIdle(txStatus byte) {
 var showMarker, showTag = []byte(ShowMarker), []byte("SHOW")
 
 // explanation is Backend.Explain's.
-type explanation struct{ code, message, hint string }
+type explanation struct{ code, raised, message, hint string }
 
 // Explain implements Backend.
-func (ss *session) Explain(code, message, hint string) {
-	ss.explain.Store(&explanation{code: code, message: message, hint: hint})
+func (ss *session) Explain(code, raised, message, hint string) {
+	ss.explain.Store(&explanation{code: code, raised: raised, message: message, hint: hint})
 }
 
 // afterAnswer, when set (by tests only), runs on the backend goroutine
@@ -1079,18 +1079,6 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		}
-		switch m := msg.(type) {
-		case *pgproto3.DataRow:
-			if ss.srv.hooks != nil && len(m.Values) == 1 && bytes.HasSuffix(m.Values[0], showMarker) {
-				m.Values[0] = m.Values[0][:len(m.Values[0])-len(showMarker)]
-				ss.showTag = true
-			}
-		case *pgproto3.CommandComplete:
-			if ss.showTag {
-				ss.showTag = false
-				m.CommandTag = showTag
-			}
-		}
 		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.srv.hooks != nil {
 			switch tag := string(m.CommandTag); {
 			case tag == "BEGIN" || tag == "START TRANSACTION":
@@ -1104,6 +1092,24 @@ func (ss *session) backendLoop() {
 				ss.txRows.Store(0)
 			default:
 				ss.txRows.Add(changedRows(tag))
+			}
+		}
+		if ss.srv.hooks != nil {
+			// A rewritten SHOW (ShowMarker): its one row loses the
+			// marker, and the CommandComplete right after it says SHOW.
+			switch m := msg.(type) {
+			case *pgproto3.DataRow:
+				if len(m.Values) == 1 && bytes.HasSuffix(m.Values[0], showMarker) {
+					m.Values[0] = m.Values[0][:len(m.Values[0])-len(showMarker)]
+					ss.showTag = true
+				}
+			case *pgproto3.CommandComplete:
+				if ss.showTag {
+					ss.showTag = false
+					m.CommandTag = showTag
+				}
+			default:
+				ss.showTag = false
 			}
 		}
 		if ss.holdTag.Load() {
@@ -1121,8 +1127,7 @@ func (ss *session) backendLoop() {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
-			ss.showTag = false
-			if ss.explain.Load() != nil && !ss.quietReady.Load() {
+			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)
 			}
 			ss.txStatus.Store(uint32(m.TxStatus))
@@ -1207,7 +1212,6 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
-			ss.showTag = false
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
 			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
@@ -1238,8 +1242,8 @@ func (ss *session) backendLoop() {
 			}
 			if m.Severity == "FATAL" || m.Severity == "PANIC" {
 				ss.backendFatal = true
-			} else if x := ss.explain.Load(); x != nil && m.Code == x.code {
-				m.Detail = strings.TrimSpace(strings.TrimSuffix(m.Message, ".") + ". " + m.Detail)
+			} else if x := ss.explain.Load(); x != nil && m.Code == x.code && m.Message == x.raised && ss.explain.CompareAndSwap(x, nil) {
+				m.Detail = strings.TrimSpace(m.Message + ". " + m.Detail)
 				m.Message, m.Hint = x.message, x.hint
 			}
 		}

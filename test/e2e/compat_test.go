@@ -751,3 +751,25 @@ func batchMsgs(sqls ...string) []pgproto3.FrontendMessage {
 	}
 	return append(msgs, &pgproto3.Sync{})
 }
+
+// TestCompatShowInPortals: the SHOW of the isolation level Ordo answers
+// with a SELECT gives its tag to its own CommandComplete only: a portal of
+// it suspended after its row (Execute with a row limit) leaves the tags of
+// the statements after it alone (the tag of a SELECT after it said SHOW).
+func TestCompatShowInPortals(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		queryMsg("begin"),
+		{&pgproto3.Parse{Name: "sh", Query: "show transaction_isolation"}, &pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "sh"},
+			&pgproto3.Execute{Portal: "p", MaxRows: 1},
+			&pgproto3.Parse{Query: "select 42, 43"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "sh"}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "select 'x'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Sync{}},
+		queryMsg("commit"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+}
