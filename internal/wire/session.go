@@ -563,17 +563,27 @@ func (ss *session) clientLoop() error {
 					}
 					var c *Completed
 					if errors.As(err, &c) {
-						// Answered by the hooks: nothing reaches PostgreSQL.
+						// Answered by the hooks: nothing reaches PostgreSQL
+						// but the Closes of the unnamed statement and portal
+						// any Query makes.
+						// Their replies come now (Flush), before anything an
+						// Exec of the hooks could take for its own.
+						ss.closeUnnamed()
+						ss.sendServer(&pgproto3.Flush{})
 						if err := ss.flushServer(); err != nil {
 							return fmt.Errorf("%w: %w", errBackendLost, err)
 						}
 						if err := ss.waitIdle(ss.ctx); err != nil {
 							return nil
 						}
+						if err := ss.waitUntil(ss.ctx, ss.unnamed.answered); err != nil {
+							return nil
+						}
 						ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
 						ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
 						continue
 					}
+					ss.closeUnnamed() // as the refused Query would have
 					if err := ss.refuseUnit(err); err != nil {
 						return err
 					}
@@ -909,6 +919,15 @@ func (ss *session) callStatement() error {
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 	}
 	return err
+}
+
+// closeUnnamed sends Closes of the unnamed statement and portal, whose
+// replies the client does not see: PostgreSQL drops both at every Query,
+// and this one does not reach it.
+func (ss *session) closeUnnamed() {
+	ss.unnamed.sentInjectedCloses()
+	ss.sendServer(&pgproto3.Close{ObjectType: 'S'})
+	ss.sendServer(&pgproto3.Close{ObjectType: 'P'})
 }
 
 // refuseUnit makes PostgreSQL fail the unit at this point with err (a

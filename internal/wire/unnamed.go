@@ -77,6 +77,15 @@ func (u *unnamedTracker) sentInjected(quiet bool) {
 	u.mu.Unlock()
 }
 
+// sentInjectedCloses notes Ordo's Close of the unnamed statement and
+// portal before a refused Query (PostgreSQL drops both at a Query): their
+// replies are dropped.
+func (u *unnamedTracker) sentInjectedCloses() {
+	u.mu.Lock()
+	u.queue = append(u.queue, trackedMsg{kind: trackedCloseUnnamed, injected: true}, trackedMsg{kind: trackedOther, injected: true})
+	u.mu.Unlock()
+}
+
 // answered reports whether every message sent has had its reply.
 func (u *unnamedTracker) answered() bool {
 	u.mu.Lock()
@@ -156,6 +165,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		}
 	case final:
 		u.queue = u.queue[1:]
+		if front.kind == trackedCloseUnnamed {
+			u.stmt = nil // the client's, or Ordo's Close of it for a refused Query
+		}
 		if front.injected {
 			return true, front.begin
 		}

@@ -331,3 +331,39 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		require.Zero(t, sb.c.unreplicated(i), "node %d", i+1)
 	}
 }
+
+// TestConsRefusedQueryDropsTheUnnamedStatement: PostgreSQL drops the
+// unnamed statement at every simple Query, one Ordo refuses (a statement
+// outside the block's classes) or answers itself (a NOTIFY in a block)
+// too: a Bind of it then fails (26000), as without Ordo, instead of
+// running a statement the client no longer holds.
+func TestConsRefusedQueryDropsTheUnnamedStatement(t *testing.T) {
+	sb := startSideBySide(t, "cons")
+	ho, hp := sb.hijacked(t)
+	bindUnnamed := []pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	for i, step := range []struct {
+		msgs    []pgproto3.FrontendMessage
+		compare bool
+	}{
+		{queryMsg("create table ua(k int primary key, v int); create table ub(k int primary key, v int)"), true},
+		{queryMsg("insert into ua values (1, 1)"), true},
+		{queryMsg("insert into ub values (1, 1)"), true},
+		{queryMsg("/* ordo.conflict_classes: public.ua */ begin"), true},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 7"}, &pgproto3.Sync{}}, true},
+		{queryMsg("update ub set v = 2 where k = 1"), false}, // refused by Ordo only
+		{bindUnnamed, false},
+		{queryMsg("rollback"), true},
+		{queryMsg("begin"), true},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 8"}, &pgproto3.Sync{}}, true},
+		{queryMsg("notify ch"), true},
+		{bindUnnamed, true},
+		{queryMsg("rollback"), true},
+	} {
+		want, got := exchange(t, hp, step.msgs), exchange(t, ho, step.msgs)
+		if step.compare {
+			require.Equal(t, want, got, "step %d", i)
+		} else if i == 6 {
+			require.Contains(t, got, "26000", "step %d: the refused Query dropped the unnamed statement", i)
+		}
+	}
+}
