@@ -1338,6 +1338,11 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 		return nil
 	}
 	s.tx.snapshot = true
+	if s.tx.fixIsolation && atBoundary && len(s.tx.savepoints) > 0 {
+		// PostgreSQL sets no level in a subtransaction (25001, which
+		// would fail the block): it keeps the one it began at.
+		s.tx.fixIsolation = false
+	}
 	if s.tx.fixIsolation && atBoundary {
 		s.tx.fixIsolation = false
 		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {

@@ -773,3 +773,25 @@ func TestCompatShowInPortals(t *testing.T) {
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
 }
+
+// TestCompatNamedBeginThenSavepoint: a BEGIN prepared as a named
+// statement leaves the block's level to be set before its first snapshot;
+// after a SAVEPOINT PostgreSQL refuses to set it (25001 "must not be
+// called in a subtransaction", which failed the client's block), so the
+// block keeps the level it began at (found by the session fuzzer, pgr).
+func TestCompatNamedBeginThenSavepoint(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		queryMsg("create table nb(k int primary key, v int)"),
+		{&pgproto3.Parse{Name: "b", Query: "begin"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("savepoint s; select v from nb where k = 2 for update"),
+		queryMsg("insert into nb values (1, 1)"),
+		queryMsg("commit"),
+		queryMsg("select v from nb"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+}
