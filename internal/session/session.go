@@ -21,6 +21,8 @@ type session struct {
 	be   wire.Backend
 	info wire.SessionInfo
 	pid  uint32
+	// serverVersion: PostgreSQL's server_version_num (150018, 180001…).
+	serverVersion int
 
 	// rc: the protocol is dbsm-rc; transactions run at the isolation
 	// level the client asks.
@@ -537,10 +539,11 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 // makes it the client's block, and savepoints are refused as PostgreSQL
 // refuses them there.
 func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
-	if extended && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].BlockOnly != "" {
-		// The implicit transaction of an extended-protocol batch is no
-		// block to PostgreSQL (that of a query string of several
-		// statements is).
+	if extended && (s.serverVersion < 180000 || s.unitFresh) && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].BlockOnly != "" {
+		// Before PostgreSQL 18 the implicit transaction of an
+		// extended-protocol batch is no block (that of a query string
+		// of several statements is); 18 takes it for one once a
+		// statement of the batch ran (both checked: compatibility.md).
 		return pgErr("25P01", "%s can only be used in transaction blocks", stmts[0].BlockOnly)
 	}
 	if !s.tx.wrapped || s.tx.clientBegan || len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn {
