@@ -98,6 +98,10 @@ type session struct {
 	// but transaction control or a setting), which fixes its isolation
 	// level as a statement run would.
 	unitParsed bool
+	// unitBound: a statement of the batch was bound (it ran, or
+	// PostgreSQL skipped it after an error): PostgreSQL 18 takes the
+	// batch's implicit transaction for a block from then on.
+	unitBound bool
 	// unitCons: the cluster ran cons when the batch began.
 	unitCons bool
 	// label is the client's name for its current or next update
@@ -195,7 +199,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.unitReads = txn.ReadSet{}
 		}
 		s.unitGran = granuleEpoch{}
-		s.unitFresh, s.unitParsed = true, false
+		s.unitFresh, s.unitParsed, s.unitBound = true, false, false
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
@@ -355,7 +359,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		for i, p := range st.Params {
 			params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
 		}
-		if err := s.inImplicit(stmts, true); err != nil {
+		err := s.inImplicit(stmts, true)
+		s.unitBound = true
+		if err != nil {
 			return err
 		}
 		if !first && len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin &&
@@ -539,7 +545,7 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 // makes it the client's block, and savepoints are refused as PostgreSQL
 // refuses them there.
 func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
-	if extended && (s.serverVersion < 180000 || s.unitFresh) && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].BlockOnly != "" {
+	if extended && (s.serverVersion < 180000 || !s.unitBound) && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].BlockOnly != "" {
 		// Before PostgreSQL 18 the implicit transaction of an
 		// extended-protocol batch is no block (that of a query string
 		// of several statements is); 18 takes it for one once a

@@ -687,6 +687,10 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 		// it ran: an update only parsed before does not count.
 		{&pgproto3.Parse{Query: "update lk set v = 8"}, &pgproto3.Parse{Query: "lock table lk in share mode"},
 			&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// … and a SET that ran does.
+		{&pgproto3.Parse{Query: "update lk set v = 9"}, &pgproto3.Parse{Query: "set local work_mem = '1MB'"},
+			&pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "declare c cursor for select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		batchMsgs("select 1", "declare h cursor with hold for select 1"),
 		queryMsg("close h"),
 		queryMsg("update lk set v = 6; lock table lk in share mode; declare c cursor for select 1"),
