@@ -1,9 +1,9 @@
 package proccluster
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Link is a TCP proxy for one directed peer link: connections accepted on
@@ -16,8 +16,11 @@ type Link struct {
 	mu     sync.Mutex
 	cut    bool
 	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	// swallow: what the dialing side sends is read and thrown away, the
+	// connection left open (Swallow).
+	swallow atomic.Bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // NewLink listens on a free 127.0.0.1 port and forwards to target.
@@ -64,14 +67,29 @@ func (l *Link) accept() {
 		l.conns[in], l.conns[out] = struct{}{}, struct{}{}
 		l.mu.Unlock()
 		l.wg.Add(2)
-		go l.pipe(in, out)
-		go l.pipe(out, in)
+		go l.pipe(in, out, false)
+		go l.pipe(out, in, true)
 	}
 }
 
-func (l *Link) pipe(dst, src net.Conn) {
+// pipe copies src to dst; forward: src is the dialing side, whose bytes
+// Swallow throws away.
+func (l *Link) pipe(dst, src net.Conn, forward bool) {
 	defer l.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !forward || !l.swallow.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	l.mu.Lock()
@@ -90,12 +108,18 @@ func (l *Link) Cut() {
 	l.mu.Unlock()
 }
 
-// Restore lets the link carry connections again.
+// Restore lets the link carry connections again (and stops swallowing).
 func (l *Link) Restore() {
 	l.mu.Lock()
 	l.cut = false
 	l.mu.Unlock()
+	l.swallow.Store(false)
 }
+
+// Swallow makes the link lose what the dialing side sends, silently: its
+// connections stay open and its writes succeed, as when a network loses
+// the messages on a connection that then breaks (Cut afterwards).
+func (l *Link) Swallow() { l.swallow.Store(true) }
 
 // Close stops the link for good and waits for its goroutines.
 func (l *Link) Close() {
@@ -119,6 +143,10 @@ func (c *Cluster) Isolate(i int) {
 // CutLink cuts the directed link from node i to node j (i's connections to
 // j; j's connections to i go through the link j→i).
 func (c *Cluster) CutLink(i, j int) { c.links[[2]int{i, j}].Cut() }
+
+// SwallowLink makes the directed link from node i to node j lose what i
+// sends on it (Link.Swallow).
+func (c *Cluster) SwallowLink(i, j int) { c.links[[2]int{i, j}].Swallow() }
 
 // Cut cuts the links between nodes i and j both ways; every other link is
 // left as it is.
