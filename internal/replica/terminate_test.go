@@ -158,15 +158,15 @@ func TestTerminateRefusesAWriteSetRolledBackEarly(t *testing.T) {
 	require.Equal(t, "pay-7", a.Label)
 }
 
-// TestUnorderedEntryHearsItsAbort: a TxnEntry the order did not confirm in
-// time (lost on its way to the leader, say) gets its abort ordered, and the
-// session waits a while for whichever of the two is carried out first: the
-// abort (a definite rollback, 40001) or the entry itself (ordered late: its
-// decision). It used to return at once with the outcome unknown (08007),
-// from a cluster that was ordering again. Nothing delivers here: the test
-// plays the delivery loop's part (notify), which carryOut does for an
-// abort delivered before its TxnEntry.
-func TestUnorderedEntryHearsItsAbort(t *testing.T) {
+// TestTerminateWaitsForEntryOrAbort: after its TxnEntry was not confirmed
+// in time, Terminate orders the abort and waits a while for whichever of
+// the two the delivery loop carries out first: the abort (a definite
+// rollback, 40001) or the entry itself (ordered late: its decision); with
+// neither, the outcome is unknown. A test of Terminate's own logic: the
+// test plays the delivery loop's part (notify). The system behaviour, with
+// real nodes and a proposal lost on the network, is e2e
+// TestCommitLostOnItsWayToTheLeader (which covers the abort only).
+func TestTerminateWaitsForEntryOrAbort(t *testing.T) {
 	for name, tc := range map[string]struct {
 		outcome Outcome
 		commit  bool

@@ -139,6 +139,10 @@ type session struct {
 	rejectSeq      uint64
 	// explain: Backend.Explain's error, until the next ReadyForQuery.
 	explain atomic.Pointer[explanation]
+	// showRewritten: a statement answering a SHOW (ShowMarker) was sent,
+	// so the backend goroutine looks at rows for the marker from then on
+	// (the relay's path stays as it was for a session that never did).
+	showRewritten atomic.Bool
 	// showTag (backend goroutine): the row just relayed answered a SHOW
 	// (ShowMarker), so the next CommandComplete says SHOW.
 	showTag bool
@@ -913,6 +917,9 @@ func (ss *session) callStatement() error {
 	ss.drainEventsLocked()
 	ss.hookMu.Unlock()
 	ss.rewrite = ss.stmt.Rewrite
+	if ss.rewrite != "" && !ss.showRewritten.Load() && strings.Contains(ss.rewrite, ShowMarkerSQL) {
+		ss.showRewritten.Store(true)
+	}
 	ss.stmt = Statement{}
 	ss.deliverEvents()
 	if err != nil {
@@ -1113,7 +1120,7 @@ func (ss *session) backendLoop() {
 				ss.txRows.Add(changedRows(tag))
 			}
 		}
-		if ss.srv.hooks != nil {
+		if ss.showRewritten.Load() {
 			// A rewritten SHOW (ShowMarker): its one row loses the
 			// marker, and the CommandComplete right after it says SHOW.
 			switch m := msg.(type) {
