@@ -542,14 +542,16 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 // inImplicit makes transaction control executed in an implicit
 // transaction that Ordo runs as a block (a wrapped statement, a batch, a
 // split string) behave as in PostgreSQL's implicit transaction: a BEGIN
-// makes it the client's block, and savepoints are refused as PostgreSQL
+// makes it the client's block, and savepoints, LOCK TABLE and DECLARE
+// CURSOR (in an extended batch: extended) are refused as PostgreSQL
 // refuses them there.
 func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
 	if extended && (s.serverVersion < 180000 || !s.unitBound) && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].BlockOnly != "" {
 		// Before PostgreSQL 18 the implicit transaction of an
 		// extended-protocol batch is no block (that of a query string
 		// of several statements is); 18 takes it for one once a
-		// statement of the batch ran (both checked: compatibility.md).
+		// statement of the batch was bound (both checked:
+		// compatibility.md).
 		return pgErr("25P01", "%s can only be used in transaction blocks", stmts[0].BlockOnly)
 	}
 	if !s.tx.wrapped || s.tx.clientBegan || len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn {
