@@ -163,6 +163,13 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		}
 		ex.res.TxStatus = m.TxStatus
 		ss.exec.Store(nil)
+		// What the Exec relayed (ParameterStatus, notifications) reaches
+		// the client before the session goroutine, woken next, can write
+		// anything of its own (writeClient): a SET in NewSession must be
+		// reported before the startup's ReadyForQuery.
+		if err := ss.flushClient(); err != nil {
+			ss.terminate(nil)
+		}
 		close(ex.done)
 	}
 	return true

@@ -1203,6 +1203,15 @@ func (ss *session) backendLoop() {
 				ss.lateCancels.Store(0)
 			}
 			if n == 0 {
+				// Everything relayed so far goes out before a waiting
+				// session goroutine, woken next, writes to the client
+				// itself (writeClient bypasses cbuf). Nothing more is
+				// buffered from PostgreSQL, so the next read would have
+				// flushed it anyway: no extra write.
+				if err := ss.flushClient(); err != nil {
+					ss.terminate(nil)
+					return
+				}
 				if ss.waiters.Load() > 0 {
 					ss.mu.Lock()
 					if ss.waitCh != nil {
