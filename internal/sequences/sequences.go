@@ -19,12 +19,16 @@ import "fmt"
 const DefaultStride = 100
 
 // NormalizeSQL returns a statement that normalizes, in the current
-// transaction, every user sequence whose increment or position is not the
-// node's: it restarts such a sequence at the smallest value ≡ offset (mod
-// stride) above both its own position and the largest value already in the
-// column that owns it (rows applied from other nodes carry their values).
-// Descending sequences are left alone, and so are sequences owned by roles
-// the current one does not act for (their owners' DDL normalized them).
+// transaction, every user sequence whose increment, position or START is
+// not the node's: it restarts such a sequence at the smallest value ≡
+// offset (mod stride) above both its own position and the largest value
+// already in the column that owns it (rows applied from other nodes carry
+// their values), and moves its START to the smallest value ≡ offset not
+// below it, so that a restart to START (TRUNCATE … RESTART IDENTITY, which
+// no normalization follows, run by a client here or replayed from another
+// node) stays in the node's class. Descending sequences are left alone, and
+// so are sequences owned by roles the current one does not act for (their
+// owners' DDL normalized them).
 func NormalizeSQL(stride, offset int) string {
 	return fmt.Sprintf(`DO $ordo$
 DECLARE
@@ -32,11 +36,12 @@ DECLARE
 	lv bigint;
 	called boolean;
 	nxt bigint;
+	st bigint;
 	hi bigint;
 	colmax bigint;
 BEGIN
 	FOR r IN
-		SELECT s.seqrelid::regclass AS seq, s.seqincrement AS inc, s.seqmax AS maxv,
+		SELECT s.seqrelid::regclass AS seq, s.seqincrement AS inc, s.seqmax AS maxv, s.seqstart AS st,
 			(SELECT format('%%I.%%I', tn.nspname, tc.relname)
 			   FROM pg_depend d JOIN pg_class tc ON tc.oid = d.refobjid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
 			  WHERE d.classid = 'pg_class'::regclass AND d.objid = s.seqrelid
@@ -55,7 +60,13 @@ BEGIN
 	LOOP
 		EXECUTE format('SELECT last_value, is_called FROM %%s', r.seq) INTO lv, called;
 		IF called THEN nxt := lv + r.inc; ELSE nxt := lv; END IF;
-		CONTINUE WHEN r.inc = %[1]d AND ((nxt %% %[1]d) + %[1]d) %% %[1]d = %[2]d;
+		CONTINUE WHEN r.inc = %[1]d AND ((nxt %% %[1]d) + %[1]d) %% %[1]d = %[2]d
+			AND ((r.st %% %[1]d) + %[1]d) %% %[1]d = %[2]d;
+		st := greatest(r.st, 1); -- the MINVALUE set below
+		st := st + (((%[2]d - st) %% %[1]d) + %[1]d) %% %[1]d;
+		IF st > r.maxv THEN
+			st := r.st; -- no value of the class fits: only a restart to a value leaves START
+		END IF;
 		hi := nxt - 1;
 		IF r.tbl IS NOT NULL THEN
 			BEGIN
@@ -69,7 +80,7 @@ BEGIN
 		IF nxt > r.maxv THEN
 			RAISE EXCEPTION 'ordo: sequence %% cannot be normalized: next value %% would pass its maximum %%', r.seq, nxt, r.maxv;
 		END IF;
-		EXECUTE format('ALTER SEQUENCE %%s INCREMENT BY %[1]d MINVALUE 1 RESTART WITH %%s', r.seq, nxt);
+		EXECUTE format('ALTER SEQUENCE %%s INCREMENT BY %[1]d MINVALUE 1 START WITH %%s RESTART WITH %%s', r.seq, st, nxt);
 	END LOOP;
 END
 $ordo$`, stride, offset)

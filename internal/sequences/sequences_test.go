@@ -92,3 +92,20 @@ func TestTwoNodesNeverCollide(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartStaysInTheClass: a restart to START (TRUNCATE … RESTART
+// IDENTITY, replayed on every node and followed by no normalization)
+// lands in the node's class.
+func TestRestartStaysInTheClass(t *testing.T) {
+	c := connect(t)
+	exec(t, c, "CREATE TABLE r (id serial PRIMARY KEY, k bigint GENERATED ALWAYS AS IDENTITY (START WITH 1000))")
+	exec(t, c, "INSERT INTO r DEFAULT VALUES")
+	exec(t, c, NormalizeSQL(100, 7))
+	exec(t, c, "TRUNCATE r RESTART IDENTITY")
+	var id, k int64
+	require.NoError(t, c.QueryRow(context.Background(), "INSERT INTO r DEFAULT VALUES RETURNING id, k").Scan(&id, &k))
+	require.EqualValues(t, 7, id, "serial: the first value of the class")
+	require.EqualValues(t, 1007, k, "identity: the first value of the class not below its START")
+	exec(t, c, "ALTER SEQUENCE r_id_seq RESTART")
+	require.Equal(t, []int64{7, 107}, nextvals(t, c, "r_id_seq", 2))
+}

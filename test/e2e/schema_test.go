@@ -185,3 +185,37 @@ func TestSetvalMovesEveryNode(t *testing.T) {
 		require.Zero(t, c.unreplicated(i))
 	}
 }
+
+// TestRestartIdentityKeepsResidueClasses: `TRUNCATE … RESTART IDENTITY`
+// (what test suites and ORMs run between tests) restarts the table's
+// sequences on every node, and every node must then still hand out values
+// of its own residue class: two nodes restarted at the sequence's START
+// would hand out the same ids.
+func TestRestartIdentityKeepsResidueClasses(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE restarted (id serial PRIMARY KEY, n int NOT NULL, k bigint GENERATED ALWAYS AS IDENTITY UNIQUE)")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		_, err := c.connect(i).Exec(ctx, "INSERT INTO restarted (n) VALUES ($1)", i+1)
+		require.NoError(t, err)
+	}
+	for _, restart := range []string{"TRUNCATE restarted RESTART IDENTITY", "BEGIN; TRUNCATE restarted RESTART IDENTITY; COMMIT"} {
+		_, err = c.connect(1).Exec(ctx, restart)
+		require.NoError(t, err, restart)
+		c.waitConverged()
+		for i := 0; i < 3; i++ {
+			var id, k int64
+			require.NoError(t, c.connect(i).QueryRow(ctx, "INSERT INTO restarted (n) VALUES ($1) RETURNING id, k", i+1).Scan(&id, &k),
+				"%s: node %d's insert", restart, i+1)
+			require.EqualValues(t, i+1, id%100, "%s: node %d's serial keeps its residue class (id %d)", restart, i+1, id)
+			require.EqualValues(t, i+1, k%100, "%s: node %d's identity keeps its residue class (k %d)", restart, i+1, k)
+		}
+		c.waitConverged()
+	}
+	sum := c.checksum(0, "restarted")
+	for i := range c.nodes {
+		require.Equal(t, sum, c.checksum(i, "restarted"))
+	}
+}
