@@ -161,13 +161,19 @@ func (w *walker) top(n *pg.Node) {
 		st.Kind = KindDDL
 		w.ddl(n)
 		if x.IndexStmt.Concurrent {
-			w.withoutConcurrently(n, "CREATE INDEX CONCURRENTLY")
+			w.withoutConcurrently(n, "CREATE INDEX CONCURRENTLY", "writes to the table")
 		}
 	case *pg.Node_DropStmt:
 		st.Kind = KindDDL
 		w.ddl(n)
 		if x.DropStmt.Concurrent {
-			w.withoutConcurrently(n, "DROP INDEX CONCURRENTLY")
+			w.withoutConcurrently(n, "DROP INDEX CONCURRENTLY", "writes to the table")
+		}
+	case *pg.Node_RefreshMatViewStmt:
+		st.Kind = KindDDL
+		w.ddl(n)
+		if x.RefreshMatViewStmt.Concurrent {
+			w.withoutConcurrently(n, "REFRESH MATERIALIZED VIEW CONCURRENTLY", "reads of the view")
 		}
 	case *pg.Node_TruncateStmt:
 		st.Kind = KindDDL
@@ -308,14 +314,20 @@ func (w *walker) asLogged(n *pg.Node) *pg.Node {
 // A concurrent index build cannot run in a transaction block, and every
 // node must build the index at the same point of the total order: Ordo
 // runs it as a plain CREATE (DROP) INDEX inside its replicated
-// transaction, which blocks writes to the table while it runs.
-func (w *walker) withoutConcurrently(n *pg.Node, what string) {
+// transaction, which blocks writes to the table while it runs. A
+// concurrent refresh of a materialized view builds its difference in a
+// temporary table, and PostgreSQL cannot prepare a transaction that
+// touched one: it runs as a plain refresh, which blocks reads of the view
+// while it runs.
+func (w *walker) withoutConcurrently(n *pg.Node, what, waiting string) {
 	c := proto.Clone(n).(*pg.Node)
 	switch x := c.Node.(type) {
 	case *pg.Node_IndexStmt:
 		x.IndexStmt.Concurrent = false
 	case *pg.Node_DropStmt:
 		x.DropStmt.Concurrent = false
+	case *pg.Node_RefreshMatViewStmt:
+		x.RefreshMatViewStmt.Concurrent = false
 	}
 	sql, err := pg.Deparse(&pg.ParseResult{Stmts: []*pg.RawStmt{{Stmt: c}}})
 	if err != nil {
@@ -324,7 +336,7 @@ func (w *walker) withoutConcurrently(n *pg.Node, what string) {
 		return
 	}
 	w.st.Rewrite = sql
-	w.st.Notice = fmt.Sprintf("ordo: %s runs without CONCURRENTLY, in total order on every node: writes to the table wait until it is done", what)
+	w.st.Notice = fmt.Sprintf("ordo: %s runs without CONCURRENTLY, in total order on every node: %s wait until it is done", what, waiting)
 }
 
 // withNoData sets Replay to a CREATE TABLE … AS or SELECT … INTO as
