@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-db/ordo/internal/wire"
 )
 
 // SQLSTATEs the session uses.
@@ -27,6 +29,16 @@ const (
 func canceled(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "57014"
+}
+
+// bruteForced reports whether res failed because Hooks.Abort canceled the
+// session's statement (the transaction is a brute-force victim), rather
+// than for PostgreSQL's own reasons: a query cancel of a statement timeout
+// that fired as the client's statement ended hits the next statement,
+// often one of Ordo's, and is PostgreSQL's error to report, not a
+// replication conflict.
+func (s *session) bruteForced(res *wire.Result) bool {
+	return res.Err != nil && (s.aborted.Load() || res.Aborted && canceled(res.Err))
 }
 
 func pgErr(code, format string, args ...any) *pgconn.PgError {

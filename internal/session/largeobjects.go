@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/ordo-db/ordo/internal/capture"
+
+	"github.com/ordo-db/ordo/internal/wire"
 )
 
 // Large objects are not decoded (their rows are system catalogs'). When
@@ -41,7 +43,7 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 		return nil, err
 	}
 	if res.Err != nil {
-		return nil, loFailed(res.Err)
+		return nil, s.loFailed(res)
 	}
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 3 {
 		return nil, pgErr(codeInternal, "ordo: unexpected reply to the large objects' probe")
@@ -87,7 +89,7 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 		return nil, err
 	}
 	if res.Err != nil {
-		return nil, loFailed(res.Err)
+		return nil, s.loFailed(res)
 	}
 	seen := map[uint32]*capture.LargeObject{}
 	var withContent []uint32
@@ -130,7 +132,7 @@ func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[u
 			return err
 		}
 		if res.Err != nil {
-			return loFailed(res.Err)
+			return s.loFailed(res)
 		}
 		if len(res.Rows) == 1 && len(res.Rows[0]) == 1 {
 			if n, _ := strconv.ParseInt(res.Rows[0][0], 10, 64); n > max {
@@ -144,7 +146,7 @@ func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[u
 		return err
 	}
 	if res.Err != nil {
-		return loFailed(res.Err)
+		return s.loFailed(res)
 	}
 	for _, r := range res.Rows {
 		if len(r) != 3 {
@@ -163,9 +165,9 @@ func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[u
 }
 
 // loFailed is the error of reading a transaction's large objects.
-func loFailed(err error) error {
-	if canceled(err) {
+func (s *session) loFailed(res *wire.Result) error {
+	if s.bruteForced(res) {
 		return errBruteForce
 	}
-	return fmt.Errorf("ordo: reading the large objects this transaction changed (it was rolled back): %w", err)
+	return fmt.Errorf("ordo: reading the large objects this transaction changed (it was rolled back): %w", res.Err)
 }

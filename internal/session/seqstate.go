@@ -33,7 +33,7 @@ func (s *session) sequenceState(ctx context.Context) (seqState, error) {
 		return nil, err
 	}
 	if res.Err != nil {
-		if canceled(res.Err) {
+		if s.bruteForced(res) {
 			return nil, errBruteForce
 		}
 		return nil, res.Err

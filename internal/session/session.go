@@ -1308,7 +1308,7 @@ func (s *session) wrap(ctx context.Context) error {
 		return err
 	}
 	if res.Err != nil {
-		if canceled(res.Err) {
+		if s.bruteForced(res) {
 			return errBruteForce // a late cancel of an aborted transaction
 		}
 		return res.Err
@@ -1359,7 +1359,7 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 			return err
 		} else if res.Err != nil {
-			if canceled(res.Err) {
+			if s.bruteForced(res) {
 				return errBruteForce
 			}
 			return res.Err

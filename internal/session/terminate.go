@@ -46,6 +46,13 @@ JOIN pg_class c ON c.oid = l.relation
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'`
 
+// untimed goes with the probe, the first of Ordo's statements that end a
+// transaction: the client's statement_timeout is for its own statements,
+// and cancelling Ordo's (a PREPARE waits for a WAL flush) would fail a
+// commit PostgreSQL makes, reported as if a conflict had aborted it.
+// Nothing of the client's runs in the transaction after it.
+const untimed = "SET LOCAL statement_timeout = 0"
+
 // quickProbeRC is quickProbe that also reads the prefix committed in the
 // probe's own snapshot, dbsm-rc's snapshot_seqno.
 const quickProbeRC = quickProbe + `, _ordo.committed_prefix()`
@@ -63,7 +70,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	if s.rc {
 		q, cols = quickProbeRC+probeLargeObjects, 5
 	}
-	res, err := s.be.Exec(ctx, q)
+	res, err := s.be.Exec(ctx, untimed, q)
 	if err != nil {
 		return written{}, err
 	}
@@ -87,9 +94,10 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, err
 	}
 	if res.Err != nil {
-		if s.aborted.Load() || canceled(res.Err) {
+		// The transaction failed with it: nothing of it can commit.
+		s.rollback(ctx)
+		if s.bruteForced(res) {
 			// A brute-force cancel that arrived late hit the probe.
-			s.rollback(ctx)
 			return written{}, errBruteForce
 		}
 		return written{}, res.Err
@@ -120,11 +128,11 @@ const prepareMark = "SELECT _ordo.prepare_mark()"
 // then). what names the transaction in errors.
 func (s *session) prepare(ctx context.Context, then []string, what string) (gid txn.GID, replicate bool, prepared time.Time, err error) {
 	t0 := time.Now()
-	seqs, err := s.sequenceChanges(ctx)
+	w, err := s.probe(ctx) // first: it lifts the client's statement_timeout
 	if err != nil {
 		return "", false, t0, err
 	}
-	w, err := s.probe(ctx)
+	seqs, err := s.sequenceChanges(ctx)
 	if err != nil {
 		return "", false, t0, err
 	}
@@ -184,7 +192,7 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		// string (or a brute-force cancel racing with its end) failed:
 		// never leave the transaction prepared and unknown to the order.
 		s.abandon(gid)
-		if s.aborted.Load() || canceled(res.Err) {
+		if s.bruteForced(res) {
 			return "", false, t0, errBruteForce
 		}
 		return "", false, t0, prepareFailed(res.Err)
@@ -238,7 +246,7 @@ func (s *session) runNotify(ctx context.Context) error {
 			return err
 		}
 		if res.Err != nil {
-			if canceled(res.Err) {
+			if s.bruteForced(res) {
 				s.rollback(ctx)
 				return errBruteForce
 			}
@@ -357,7 +365,7 @@ func (s *session) afterDDL(ctx context.Context) error {
 		return err
 	}
 	if res.Err != nil {
-		if canceled(res.Err) {
+		if s.bruteForced(res) {
 			return errBruteForce
 		}
 		return fmt.Errorf("ordo: after the transaction's DDL (it was rolled back): %w", res.Err)
@@ -384,8 +392,18 @@ func prepareFailed(err error) error {
 	return fmt.Errorf("ordo: could not prepare the transaction for replication (it was rolled back): %w", err)
 }
 
+// rollback ends the open transaction. A query cancel pending in the
+// backend (a statement timeout that fired as a statement ended, a late
+// brute-force cancel) can fail the ROLLBACK itself and leave the
+// transaction open, failed, under a client that believes it ended: the
+// cancel is spent then, and the ROLLBACK is sent again.
 func (s *session) rollback(ctx context.Context) {
-	_, _ = s.be.Exec(ctx, "ROLLBACK")
+	for range 3 {
+		res, err := s.be.Exec(ctx, "ROLLBACK")
+		if err != nil || res.Err == nil || s.be.TxStatus() == 'I' {
+			return
+		}
+	}
 }
 
 // terminate hands the prepared transaction gid to the replica and waits for

@@ -150,6 +150,12 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 	case *pgproto3.ErrorResponse:
 		if ex.res.Err == nil {
 			ex.res.Err = pgError(m)
+			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
+				ex.res.Aborted = true
+				if ss.lateCancels.Load() > 0 {
+					ss.lateCancels.Add(-1) // as the relay does
+				}
+			}
 		}
 	case *pgproto3.NoticeResponse:
 		ex.res.Notices = append(ex.res.Notices, m.Message)

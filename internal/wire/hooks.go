@@ -287,6 +287,10 @@ type Result struct {
 	Notices  []string   // NoticeResponse messages
 	Err      error      // *pgconn.PgError if PostgreSQL reported an error
 	TxStatus byte       // from the final ReadyForQuery
+	// Aborted: Err is the query cancel of an Abort (its CancelRequest,
+	// perhaps late), not one of PostgreSQL's own (a statement timeout
+	// that fired as the previous statement ended, the client's cancel).
+	Aborted bool
 }
 
 // ErrNotAtBoundary is returned by Backend.Exec when the client is in the
