@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/stretchr/testify/require"
+
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -174,5 +176,60 @@ func TestSetvalMakesAnUpdate(t *testing.T) {
 	st, _ := a.Analyze("SELECT nextval('item_seq')", env)
 	if st[0].SetsSequence {
 		t.Fatal("nextval does not set a sequence")
+	}
+}
+
+// TestOrdoObjectsAreRefused: clients may read Ordo's bookkeeping but not
+// change it (rows in _ordo.applied would make a node skip transactions it
+// never applied); what only reads or calls it stays allowed.
+func TestOrdoObjectsAreRefused(t *testing.T) {
+	a := New(&swapSource{testCatalog(t)}, Options{CacheSize: 16})
+	env := NewEnv([]string{"public"})
+	for _, sql := range []string{
+		"INSERT INTO _ordo.applied (seqno, gid) VALUES (1000000, 'x')",
+		"COPY _ordo.applied (seqno, gid) FROM stdin",
+		"DELETE FROM _ordo.aborted",
+		"UPDATE _ordo.cluster_config SET value = 'x'",
+		"TRUNCATE _ordo.applied",
+		"CREATE SCHEMA _ordo",
+		"DROP SCHEMA _ordo CASCADE",
+		"ALTER SCHEMA _ordo RENAME TO x",
+		"ALTER SCHEMA _ordo OWNER TO nobody",
+		"CREATE TABLE _ordo.mine (x int)",
+		"ALTER TABLE _ordo.applied ADD COLUMN x int",
+		"ALTER TABLE ONLY _ordo.applied ADD CONSTRAINT applied_pkey PRIMARY KEY (seqno)",
+		"CREATE INDEX applied_label ON _ordo.applied (label)",
+		"DROP TABLE _ordo.applied",
+		"CREATE OR REPLACE FUNCTION _ordo.prepare_mark() RETURNS bool LANGUAGE sql AS 'SELECT true'",
+		"DROP FUNCTION _ordo.ddl_end()",
+		"ALTER FUNCTION _ordo.ddl_end() OWNER TO nobody",
+		"CREATE EVENT TRIGGER ordo_ddl_end ON ddl_command_end EXECUTE FUNCTION _ordo.ddl_end()",
+		"ALTER EVENT TRIGGER ordo_ddl_end DISABLE",
+		"DROP EVENT TRIGGER ordo_ddl_dropped",
+		"CREATE PUBLICATION ordo FOR ALL TABLES",
+		"ALTER PUBLICATION ordo OWNER TO nobody",
+		"DROP PUBLICATION ordo",
+	} {
+		st, err := a.Analyze(sql, env)
+		require.NoError(t, err, sql)
+		require.Len(t, st, 1, sql)
+		require.Equal(t, KindRefused, st[0].Kind, sql)
+		require.Equal(t, "42501", st[0].RefusedCode, sql)
+		require.Contains(t, st[0].Reason, "is Ordo's own", sql)
+	}
+	for _, sql := range []string{
+		"SELECT * FROM _ordo.applied",
+		"SELECT _ordo.txn_status('x')",
+		"COPY _ordo.applied TO stdout",
+		"CREATE VIEW mine AS SELECT count(*) FROM _ordo.applied",
+		"CREATE TABLE t_ordo (x text DEFAULT _ordo.txn_status('a'))",
+		"CREATE EVENT TRIGGER my_trigger ON ddl_command_end EXECUTE FUNCTION public.f()",
+		"CREATE PUBLICATION mine FOR ALL TABLES",
+		"CREATE SCHEMA ordo",
+	} {
+		st, err := a.Analyze(sql, env)
+		require.NoError(t, err, sql)
+		require.Len(t, st, 1, sql)
+		require.NotEqual(t, KindRefused, st[0].Kind, "%s: %s", sql, st[0].Reason)
 	}
 }

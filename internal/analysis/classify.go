@@ -23,6 +23,13 @@ func analyzeStmt(cat *catalog.Catalog, sp []string, n *pg.Node, text string, off
 		reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
 	w.top(n)
 	w.finish()
+	if st.Kind != KindRefused {
+		if obj := w.ordoObject(n); obj != "" {
+			st.Kind, st.RefusedCode = KindRefused, "42501" // insufficient_privilege, superusers too
+			st.Reason = "ordo: " + obj + " is Ordo's own (each node's bookkeeping of what it applied, or what feeds its capture), and clients may read it but not change it; " +
+				"to restore a dump taken through a node, leave Ordo's objects out: pg_dump --exclude-schema=" + OrdoSchema + " --no-publications (docs/backups.md)"
+		}
+	}
 	return st
 }
 

@@ -128,6 +128,15 @@ type Statement struct {
 	Kind   Kind
 	// Tag is the parse node name ("SelectStmt", "CreateStmt", …).
 	Tag string
+	// KeptTag: the statement recreates an object of Ordo's that every
+	// node has (CREATE EVENT TRIGGER ordo_…, in a dump taken through a
+	// node): the session answers it with this tag and a notice, keeping
+	// the node's own, where the statement alone would fail ("already
+	// exists"). KeptNotice is that notice.
+	KeptTag, KeptNotice string
+	// RefusedCode is the SQLSTATE of a KindRefused statement's error (""
+	// for 0A000, feature_not_supported).
+	RefusedCode string
 	// Reason explains KindRefused and KindOpaque, and any escalation to
 	// "read everything".
 	Reason string

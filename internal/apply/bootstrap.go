@@ -73,6 +73,24 @@ CREATE OR REPLACE FUNCTION _ordo.committed_prefix() RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 	SELECT coalesce(max(seqno), 0) FROM _ordo.applied
 $$;
+-- The position of every sequence the caller may read, for the session's
+-- replay of setval (session/seqstate.go): unlike pg_sequence_last_value,
+-- which says NULL, it tells a position set by setval(…, false).
+CREATE OR REPLACE FUNCTION _ordo.sequence_state() RETURNS TABLE(sname text, lastv bigint, called bool)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN
+		SELECT c.oid AS seq, format('%I.%I', n.nspname, c.relname) AS nm
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'S' AND c.relpersistence = 'p' AND n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo')
+			AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, 'SELECT') END -- (only once it is known to be one)
+	LOOP
+		RETURN QUERY EXECUTE format('SELECT %L::text, last_value, is_called FROM %s', r.nm, r.seq::regclass);
+	END LOOP;
+END
+$$;
 -- The session runs prepare_mark before each PREPARE TRANSACTION, so that
 -- decoding sends the PREPARE of a transaction that changed nothing it
 -- decodes (session, terminate.go). Any role may: the message is empty and

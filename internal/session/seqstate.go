@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 )
@@ -18,14 +19,14 @@ import (
 // goes back to its own residue class, above the new position and above
 // every value in the column that owns it).
 
-// seqStateSQL lists every user sequence with its position.
-const seqStateSQL = `SELECT format('%I.%I', n.nspname, c.relname), s.last_value::text
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN LATERAL pg_sequence_last_value(c.oid) AS s(last_value)
-WHERE c.relkind = 'S' AND c.relpersistence = 'p' AND n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo')`
+// seqStateSQL lists every user sequence the role may read, with its
+// position: the last value handed out and whether it was (is_called).
+const seqStateSQL = `SELECT sname, lastv::text, called FROM _ordo.sequence_state()`
 
-// seqState maps a sequence to its last value ("" before its first use).
-type seqState map[string]string
+// seqState maps a sequence to its next value: the lowest value that no
+// setval or nextval of it has handed out (last_value + 1 once called,
+// last_value before).
+type seqState map[string]int64
 
 func (s *session) sequenceState(ctx context.Context) (seqState, error) {
 	res, err := s.be.Exec(ctx, seqStateSQL)
@@ -40,9 +41,17 @@ func (s *session) sequenceState(ctx context.Context) (seqState, error) {
 	}
 	st := make(seqState, len(res.Rows))
 	for _, r := range res.Rows {
-		if len(r) == 2 {
-			st[r[0]] = r[1]
+		if len(r) != 3 {
+			continue
 		}
+		v, err := strconv.ParseInt(r[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if r[2] == "t" && v < math.MaxInt64 {
+			v++
+		}
+		st[r[0]] = v
 	}
 	return st, nil
 }
@@ -79,28 +88,24 @@ func (s *session) sequenceChanges(ctx context.Context) (bool, error) {
 }
 
 // sequenceReplay returns the statements that carry the sequence changes
-// made since before to the other nodes: a sequence moved back (setval to a
-// lower value) is set exactly; one moved forward (setval, or nextval in
-// the same transaction) is only ever moved forward on the other nodes,
-// which may already be further on. Sequences created or dropped since are
-// DDL, replicated as such.
+// made since before to the other nodes: a sequence moved back (setval to
+// a lower value, or to the same one with is_called false) is set exactly;
+// one moved forward (setval, or nextval in the same transaction) is only
+// ever moved forward on the other nodes, which may already be further on.
+// Sequences created or dropped since are DDL, replicated as such. Every
+// node then normalizes its sequences into its own class (AfterDDL).
 func sequenceReplay(before, after seqState) []string {
 	var out []string
-	for name, v := range after {
+	for name, next := range after {
 		old, ok := before[name]
-		if !ok || old == v || v == "" {
-			continue
-		}
-		nv, err1 := strconv.ParseInt(v, 10, 64)
-		ov, err2 := strconv.ParseInt(old, 10, 64)
-		if err1 != nil {
+		if !ok || old == next {
 			continue
 		}
 		reg := quoteLiteral(name)
-		if old != "" && err2 == nil && nv < ov {
-			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, %d, true)", reg, nv))
+		if next < old {
+			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, %d, false)", reg, next))
 		} else {
-			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, greatest(%d, last_value), true) FROM %s", reg, nv, name))
+			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, greatest(%d, CASE WHEN is_called THEN last_value + 1 ELSE last_value END), false) FROM %s", reg, next, name))
 		}
 	}
 	sort.Strings(out)

@@ -954,7 +954,22 @@ func (s *session) refused(ctx context.Context, a *analysis.Statement, atBoundary
 		s.endTx()
 		return pgErr(codeFeatureNotSupported, "%s; the transaction was rolled back", a.Reason)
 	}
-	return pgErr(codeFeatureNotSupported, "%s", a.Reason)
+	code := codeFeatureNotSupported
+	if a.RefusedCode != "" {
+		code = a.RefusedCode
+	}
+	return pgErr(code, "%s", a.Reason)
+}
+
+// kept reports whether stmts, none empty, all recreate objects of Ordo's
+// that the node keeps (Statement.KeptTag).
+func kept(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.KeptTag == "" {
+			return false
+		}
+	}
+	return len(stmts) > 0
 }
 
 func sentText(st *wire.Statement) string {
@@ -969,6 +984,20 @@ func sentText(st *wire.Statement) string {
 func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, params []analysis.Param, m at) error {
 	atBoundary := m.first
 	updates, control := false, 0
+	if kept(stmts) && m.kind == wire.KindQuery && s.txStatus() != 'E' {
+		// Ordo's own objects, in a restore of a dump taken through a
+		// node: the node keeps its own (in a failed transaction,
+		// PostgreSQL's refusal stands).
+		c := &wire.Completed{}
+		for i, a := range stmts {
+			s.be.Notice(a.KeptNotice)
+			if i < len(stmts)-1 {
+				c.Before = append(c.Before, a.KeptTag)
+			}
+		}
+		c.Tag = stmts[len(stmts)-1].KeptTag
+		return c
+	}
 	for _, a := range stmts {
 		if a.Kind == analysis.KindRefused {
 			return s.refused(ctx, a, atBoundary)

@@ -229,10 +229,13 @@ type Backend interface {
 }
 
 // Completed, returned by SessionHooks.Statement for a KindQuery, answers
-// the query without PostgreSQL: the client receives CommandComplete with
-// Tag and ReadyForQuery with the current transaction status. No
-// ReadyForQuery call follows for it.
-type Completed struct{ Tag string }
+// the query without PostgreSQL: the client receives a CommandComplete
+// with each of Before, one with Tag, and ReadyForQuery with the current
+// transaction status. No ReadyForQuery call follows for it.
+type Completed struct {
+	Tag    string
+	Before []string // the tags of the query's earlier statements
+}
 
 func (c *Completed) Error() string { return "wire: answered by the session: " + c.Tag }
 

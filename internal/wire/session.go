@@ -583,6 +583,9 @@ func (ss *session) clientLoop() error {
 						if err := ss.waitUntil(ss.ctx, ss.unnamed.answered); err != nil {
 							return nil
 						}
+						for _, t := range c.Before {
+							ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(t)})
+						}
 						ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
 						ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
 						continue
