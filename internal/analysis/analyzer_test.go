@@ -233,3 +233,38 @@ func TestOrdoObjectsAreRefused(t *testing.T) {
 		require.NotEqual(t, KindRefused, st[0].Kind, "%s: %s", sql, st[0].Reason)
 	}
 }
+
+func TestLiteralDefaults(t *testing.T) {
+	a := New(&swapSource{testCatalog(t)}, Options{CacheSize: 16})
+	env := NewEnv([]string{"public"})
+	sql := "ALTER TABLE item ADD COLUMN made timestamptz NOT NULL DEFAULT now(), ADD COLUMN n int DEFAULT -1, ADD COLUMN who text DEFAULT current_user, ADD COLUMN k int DEFAULT 7::int"
+	st, err := a.Analyze(sql, env)
+	require.NoError(t, err)
+	require.Equal(t, []string{"made", "who"}, st[0].FastDefaults)
+	out, err := LiteralDefaults(sql, map[string]string{"made": "2026-11-28 23:40:00+00", "who": "o'brien"})
+	require.NoError(t, err)
+	require.Equal(t, "ALTER TABLE item ADD COLUMN made timestamptz NOT NULL DEFAULT ('2026-11-28 23:40:00+00'::timestamptz), "+
+		"ADD COLUMN n int DEFAULT -1, ADD COLUMN who text DEFAULT ('o''brien'::text), ADD COLUMN k int DEFAULT (7::int), "+
+		"ALTER COLUMN made SET DEFAULT now(), ALTER COLUMN who SET DEFAULT current_user", out)
+	same, err := LiteralDefaults("ALTER TABLE item ADD COLUMN z int", map[string]string{"made": "x"})
+	require.NoError(t, err)
+	require.Equal(t, "ALTER TABLE item ADD COLUMN z int", same)
+}
+
+func TestAlterTypeUsingWhatDiffersPerNode(t *testing.T) {
+	a := New(&swapSource{testCatalog(t)}, Options{CacheSize: 16})
+	env := NewEnv([]string{"public"})
+	for sql, refused := range map[string]bool{
+		"ALTER TABLE item ALTER COLUMN i_price TYPE text USING random()::text":           true,
+		"ALTER TABLE item ALTER COLUMN i_price TYPE timestamptz USING now()":             true,
+		"ALTER TABLE item ALTER COLUMN i_name TYPE text USING current_user":              true,
+		"ALTER TABLE item ALTER COLUMN i_name TYPE text USING (SELECT max(x) FROM item)": true,
+		"ALTER TABLE item ALTER COLUMN i_price TYPE bigint USING i_price::bigint":        false,
+		"ALTER TABLE item ALTER COLUMN i_name TYPE text USING lower(trim(i_name))":       false,
+		"ALTER TABLE item ALTER COLUMN i_price TYPE bigint":                              false,
+	} {
+		st, err := a.Analyze(sql, env)
+		require.NoError(t, err, sql)
+		require.Equal(t, refused, st[0].Kind == KindRefused, "%s: %s", sql, st[0].Reason)
+	}
+}

@@ -221,6 +221,17 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_AlterTableStmt:
 		st.Kind = KindDDL
 		w.ddl(n)
+		if what := w.nodeDependentUsing(x.AlterTableStmt); what != "" {
+			st.Kind = KindRefused
+			st.Reason = "ordo: ALTER TABLE … TYPE … USING computes the column's new values with " + what +
+				", which gives each node that replays the statement values of its own; compute them once: add a column of the new type, UPDATE it (replicated row by row), then drop the old one and rename the new"
+			return
+		}
+		if st.FastDefaults = nonConstantDefaults(x.AlterTableStmt); len(st.FastDefaults) > 0 {
+			if rv := x.AlterTableStmt.Relation; rv != nil {
+				st.FastDefaultsTable = catalog.Name{Schema: rv.Schemaname, Name: rv.Relname}
+			}
+		}
 		for _, c := range x.AlterTableStmt.Cmds {
 			if c.GetAlterTableCmd().GetSubtype() == pg.AlterTableType_AT_SetUnLogged {
 				w.asLogged(n)

@@ -128,6 +128,13 @@ type Statement struct {
 	Kind   Kind
 	// Tag is the parse node name ("SelectStmt", "CreateStmt", …).
 	Tag string
+	// FastDefaults: the columns an ALTER TABLE adds with a default that
+	// is not a constant, whose value for the existing rows the node that
+	// ran it must read and the others replay as a constant
+	// (LiteralDefaults).
+	FastDefaults []string
+	// FastDefaultsTable is the table, as written (Schema "" unqualified).
+	FastDefaultsTable catalog.Name
 	// KeptTag: the statement recreates an object of Ordo's that every
 	// node has (CREATE EVENT TRIGGER ordo_…, in a dump taken through a
 	// node): the session answers it with this tag and a notice, keeping

@@ -148,19 +148,35 @@ END
 $f$;
 
 -- A table rewrite that fills a column from a volatile default (random(),
--- nextval() of ADD COLUMN … serial, clock_timestamp()) computes different
--- values on every node that replays it: refuse it at the origin.
+-- nextval() of ADD COLUMN … serial or an identity, clock_timestamp())
+-- computes different values on every node that replays it: refuse it at
+-- the origin. A rewrite for a stored generated column (its expression is
+-- immutable) or a domain's constraint gives the same rows everywhere: the
+-- columns the transaction added or changed (their pg_attribute rows were
+-- written by one of its (sub)transactions) are looked at for an identity
+-- or a default that calls a volatile function.
 CREATE OR REPLACE FUNCTION _ordo.ddl_rewrite() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
 	nonempty bool;
+	t oid := pg_event_trigger_table_rewrite_oid();
 BEGIN
 	IF (pg_event_trigger_table_rewrite_reason() & 2) = 0 THEN
 		RETURN;
 	END IF;
-	EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', pg_event_trigger_table_rewrite_oid()::regclass) INTO nonempty;
+	IF NOT EXISTS (
+		SELECT 1 FROM pg_attribute a
+		WHERE a.attrelid = t AND a.attnum > 0 AND NOT a.attisdropped
+			AND a.xmin::text::bigint = ANY (ARRAY(SELECT transactionid::text::bigint FROM pg_locks
+				WHERE pid = pg_backend_pid() AND locktype = 'transactionid'))
+			AND (a.attidentity <> '' OR EXISTS (
+				SELECT 1 FROM pg_attrdef d, regexp_matches(d.adbin, ':(?:op)?funcid (\d+)', 'g') m, pg_proc p
+				WHERE d.adrelid = t AND d.adnum = a.attnum AND p.oid = m[1]::oid AND p.provolatile = 'v'))) THEN
+		RETURN; -- a generated column, a domain's check: the same rows everywhere
+	END IF;
+	EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', t::regclass) INTO nonempty;
 	IF nonempty THEN -- an empty table has no values to differ
-		RAISE EXCEPTION 'ordo: % would fill the rows of % from a volatile default, which gives different values on every node', tg_tag, pg_event_trigger_table_rewrite_oid()::regclass
+		RAISE EXCEPTION 'ordo: % would fill the rows of % from a volatile default, which gives different values on every node', tg_tag, t::regclass
 			USING ERRCODE = 'feature_not_supported',
 			HINT = 'Add the column without a default (or with a constant one), then set its values with UPDATE, which is replicated row by row; then SET DEFAULT for new rows.';
 	END IF;

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/txn"
 	"github.com/ordo-db/ordo/internal/wire"
 )
@@ -27,6 +29,10 @@ type ddlStmt struct {
 	// it is replayed as sent, as before DDL was captured.
 	seen bool
 	keys []txn.Key
+	// fastDefaults, table: the columns it adds with a default that is not
+	// a constant, and their table as written (analysis.LiteralDefaults).
+	fastDefaults []string
+	table        catalog.Name
 }
 
 func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
@@ -40,7 +46,68 @@ func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
 	for _, t := range a.DDLTargets {
 		d.keys = append(d.keys, txn.TableKey(t.Schema, t.Name))
 	}
+	d.fastDefaults, d.table = a.FastDefaults, a.FastDefaultsTable
 	return d
+}
+
+// literalDefaults gives the other nodes the values this node kept for the
+// existing rows of the columns the transaction's ALTER TABLEs added with
+// a default that is not a constant (now(), current_user): replayed as
+// written, each node would compute its own (analysis.LiteralDefaults).
+// It runs in the transaction, after its statements, before the PREPARE.
+func (s *session) literalDefaults(ctx context.Context) error {
+	for i := range s.tx.ddl {
+		d := &s.tx.ddl[i]
+		if len(d.fastDefaults) == 0 || d.table.Name == "" {
+			continue
+		}
+		rel := quoteIdent(d.table.Name)
+		if d.table.Schema != "" {
+			rel = quoteIdent(d.table.Schema) + "." + rel
+		}
+		cols := make([]string, len(d.fastDefaults))
+		for j, c := range d.fastDefaults {
+			cols[j] = quoteLiteral(c)
+		}
+		res, err := s.be.Exec(ctx, `SELECT a.attname, (a.attmissingval::pg_catalog.text::pg_catalog.text[])[1] FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = pg_catalog.to_regclass(`+quoteLiteral(rel)+`) AND a.atthasmissing AND NOT a.attisdropped
+AND a.attname = ANY (ARRAY[`+strings.Join(cols, ", ")+`]::pg_catalog.name[])`,
+			`SELECT EXISTS (SELECT 1 FROM `+rel+`)`)
+		if err != nil {
+			return err
+		}
+		if res.Err != nil {
+			if s.bruteForced(res) {
+				return errBruteForce
+			}
+			return fmt.Errorf("ordo: reading the values ALTER TABLE gave the existing rows of %s (the transaction was rolled back): %w", rel, res.Err)
+		}
+		values, nonEmpty := map[string]string{}, false
+		for _, r := range res.Rows {
+			switch len(r) {
+			case 2: // a column's kept value
+				values[r[0]] = r[1]
+			case 1: // whether the table has rows
+				nonEmpty = r[0] == "t"
+			}
+		}
+		if nonEmpty {
+			for _, c := range d.fastDefaults {
+				if _, ok := values[c]; !ok {
+					return pgErr(codeFeatureNotSupported, "ordo: the value ALTER TABLE gave column %s of the existing rows of %s cannot be read (the table was rewritten, or the column changed, later in the same transaction), so the other nodes could not give them the same; run the ALTER TABLE in a transaction of its own; the transaction was rolled back", c, rel)
+				}
+			}
+		}
+		if len(values) == 0 {
+			continue
+		}
+		sql, err := analysis.LiteralDefaults(d.sql, values)
+		if err != nil {
+			return fmt.Errorf("ordo: replaying ALTER TABLE with the values of its defaults (the transaction was rolled back): %w", err)
+		}
+		d.sql = sql
+	}
+	return nil
 }
 
 // blockRuns counts the runs of one query text that may run DDL inside a
@@ -285,4 +352,9 @@ func abbreviate(s string) string {
 		return s[:77] + "..."
 	}
 	return s
+}
+
+// quoteIdent quotes an SQL identifier.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

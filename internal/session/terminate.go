@@ -357,6 +357,9 @@ func (s *session) endWrapped() {
 
 // afterDDL runs Config.AfterDDL in a transaction that ran DDL.
 func (s *session) afterDDL(ctx context.Context) error {
+	if err := s.literalDefaults(ctx); err != nil {
+		return err
+	}
 	if len(s.tx.ddl) == 0 || s.h.cfg.AfterDDL == "" {
 		return nil
 	}

@@ -358,3 +358,68 @@ func TestAppliesFollowColumnTypeChanges(t *testing.T) {
 		require.Equal(t, c.checksum(0, "morph"), c.checksum(i, "morph"), "node %d", i+1)
 	}
 }
+
+// TestAlterTableFillsRowsAlikeOnEveryNode: an ALTER TABLE that gives the
+// existing rows values computes them once, where it runs, and every node
+// gets the same: a default that is not constant but not volatile either
+// (now(), current_user, pg_backend_pid()), which PostgreSQL evaluates once
+// and keeps for the existing rows, is replayed with the value the origin
+// kept (before 2026-11-28 each node evaluated it at its own apply: the
+// rows silently differed); a stored generated column is computed alike
+// everywhere (it was refused); what gives each row or node a value of its
+// own (a volatile default, an identity, USING random() or now()) is
+// refused with an ordo: error.
+func TestAlterTableFillsRowsAlikeOnEveryNode(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE f (k int PRIMARY KEY, v int)")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := 0; i < 30; i++ { // rows written through every node, some updated
+		_, err := c.connect(i%3).Exec(ctx, "INSERT INTO f VALUES ($1, $1)", 30-i)
+		require.NoError(t, err)
+	}
+	c.waitConverged()
+	_, err = c.connect(1).Exec(ctx, "UPDATE f SET v = v + 1 WHERE k % 2 = 0")
+	require.NoError(t, err)
+	c.waitConverged()
+	for _, step := range []struct {
+		sql     string
+		refused bool
+	}{
+		{"ALTER TABLE f ADD COLUMN s serial", true},
+		{"ALTER TABLE f ADD COLUMN idn bigint GENERATED ALWAYS AS IDENTITY", true},
+		{"ALTER TABLE f ADD COLUMN r float DEFAULT random()", true},
+		{"ALTER TABLE f ADD COLUMN n int DEFAULT 7", false},
+		{"ALTER TABLE f ADD COLUMN made timestamptz NOT NULL DEFAULT now()", false},
+		{"BEGIN; SELECT pg_sleep(0.05); ALTER TABLE f ADD COLUMN who text DEFAULT current_user, ADD COLUMN pid text DEFAULT pg_backend_pid()::text, ADD COLUMN at timestamptz DEFAULT statement_timestamp(); COMMIT", false},
+		{"ALTER TABLE f ADD COLUMN g int GENERATED ALWAYS AS (k * 2) STORED", false},
+		{"ALTER TABLE f ALTER COLUMN n TYPE text USING random()::text", true},
+		{"ALTER TABLE f ALTER COLUMN v TYPE bigint USING v + (extract(epoch FROM now()) * 0)::int", true},
+		{"ALTER TABLE f ALTER COLUMN v TYPE bigint USING v::bigint * 2", false},
+	} {
+		_, err := c.connect(0).Exec(ctx, step.sql)
+		if step.refused {
+			require.Error(t, err, step.sql)
+			require.Equal(t, "0A000", sqlstate(err), "%s: %v", step.sql, err)
+			require.Contains(t, err.Error(), "ordo:", step.sql)
+		} else {
+			require.NoError(t, err, step.sql)
+		}
+		c.waitConverged()
+		sum := c.checksum(0, "f")
+		for i := 1; i < 3; i++ {
+			require.Equal(t, sum, c.checksum(i, "f"), "after %s node %d's rows differ", step.sql, i+1)
+		}
+	}
+	// The defaults as written stay the defaults of new rows.
+	var def string
+	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'f'::regclass AND adnum = (SELECT attnum FROM pg_attribute WHERE attrelid = 'f'::regclass AND attname = 'made')").Scan(&def))
+	require.Equal(t, "now()", def)
+	_, err = c.connect(2).Exec(ctx, "INSERT INTO f (k) VALUES (100)")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := 1; i < 3; i++ {
+		require.Equal(t, c.checksum(0, "f"), c.checksum(i, "f"))
+	}
+}
