@@ -209,6 +209,11 @@ func TestOrdoObjectsAreRefused(t *testing.T) {
 		"CREATE PUBLICATION ordo FOR ALL TABLES",
 		"ALTER PUBLICATION ordo OWNER TO nobody",
 		"DROP PUBLICATION ordo",
+		"GRANT SELECT ON _ordo.applied TO nobody",
+		"REVOKE USAGE ON SCHEMA _ordo FROM PUBLIC",
+		"REVOKE ALL ON ALL FUNCTIONS IN SCHEMA _ordo FROM PUBLIC",
+		"REVOKE EXECUTE ON FUNCTION _ordo.prepare_mark() FROM PUBLIC",
+		"ALTER TABLE item SET SCHEMA _ordo",
 	} {
 		st, err := a.Analyze(sql, env)
 		require.NoError(t, err, sql)
@@ -226,6 +231,10 @@ func TestOrdoObjectsAreRefused(t *testing.T) {
 		"CREATE EVENT TRIGGER my_trigger ON ddl_command_end EXECUTE FUNCTION public.f()",
 		"CREATE PUBLICATION mine FOR ALL TABLES",
 		"CREATE SCHEMA ordo",
+		"CREATE EVENT TRIGGER ordo_audit ON ddl_command_end EXECUTE FUNCTION public.f()",
+		"DROP EVENT TRIGGER ordo_audit",
+		"GRANT SELECT ON item TO nobody",
+		"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC",
 	} {
 		st, err := a.Analyze(sql, env)
 		require.NoError(t, err, sql)

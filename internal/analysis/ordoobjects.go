@@ -9,15 +9,18 @@ import (
 
 // OrdoSchema holds the node's own bookkeeping (proof rows of applied
 // transactions, aborts, the cluster configuration, the DDL event
-// triggers' functions); OrdoPublication and the event triggers named
-// OrdoEventTriggerPrefix… feed the capture. They are each node's own:
+// triggers' functions); OrdoPublication and OrdoEventTriggers feed the
+// capture. They are each node's own:
 // rows a client wrote into _ordo.applied would tell the node it applied
 // transactions it never saw, and it would skip them after a restart.
 const (
-	OrdoSchema             = "_ordo"
-	OrdoPublication        = "ordo"
-	OrdoEventTriggerPrefix = "ordo_"
+	OrdoSchema      = "_ordo"
+	OrdoPublication = "ordo"
 )
+
+// OrdoEventTriggers are the names of Ordo's event triggers
+// (capture.DDLTriggerSQL).
+var OrdoEventTriggers = map[string]bool{"ordo_ddl_end": true, "ordo_ddl_dropped": true, "ordo_ddl_rewrite": true}
 
 // ordoObject names the object of Ordo's that statement n (already walked:
 // writes and DDL targets known) writes or changes, or "" for none. Reading
@@ -42,13 +45,13 @@ func (w *walker) ordoObject(n *pg.Node) string {
 			return "schema " + OrdoSchema
 		}
 	case *pg.Node_CreateEventTrigStmt:
-		if name := x.CreateEventTrigStmt.Trigname; strings.HasPrefix(name, OrdoEventTriggerPrefix) {
+		if name := x.CreateEventTrigStmt.Trigname; OrdoEventTriggers[name] {
 			w.st.KeptTag = "CREATE EVENT TRIGGER"
 			w.st.KeptNotice = "ordo: event trigger " + name + " is Ordo's own and every node has it: kept as it is (not created again)"
 			return "event trigger " + name
 		}
 	case *pg.Node_AlterEventTrigStmt:
-		if strings.HasPrefix(x.AlterEventTrigStmt.Trigname, OrdoEventTriggerPrefix) {
+		if OrdoEventTriggers[x.AlterEventTrigStmt.Trigname] {
 			return "event trigger " + x.AlterEventTrigStmt.Trigname
 		}
 
@@ -69,7 +72,7 @@ func (w *walker) ordoObject(n *pg.Node) string {
 					return "schema " + OrdoSchema
 				}
 			case pg.ObjectType_OBJECT_EVENT_TRIGGER:
-				if strings.HasPrefix(name, OrdoEventTriggerPrefix) {
+				if OrdoEventTriggers[name] {
 					return "event trigger " + name
 				}
 			case pg.ObjectType_OBJECT_PUBLICATION:
@@ -78,12 +81,28 @@ func (w *walker) ordoObject(n *pg.Node) string {
 				}
 			}
 		}
+	case *pg.Node_AlterObjectSchemaStmt:
+		if x.AlterObjectSchemaStmt.Newschema == OrdoSchema {
+			return "schema " + OrdoSchema
+		}
+	case *pg.Node_GrantStmt:
+		// Privileges on Ordo's objects are Ordo's to set: a REVOKE … FROM
+		// PUBLIC, replicated, would fail every session's commit.
+		g := x.GrantStmt
+		for _, o := range g.Objects {
+			if name := qualifiedName(o); name == OrdoSchema || strings.HasPrefix(name, OrdoSchema+".") {
+				return "schema " + OrdoSchema + " (its privileges)"
+			}
+			if rv := o.GetRangeVar(); rv != nil && rv.Schemaname == OrdoSchema {
+				return "table " + OrdoSchema + "." + rv.Relname + " (its privileges)"
+			}
+		}
 	case *pg.Node_RenameStmt:
 		r := x.RenameStmt
 		switch {
 		case r.RenameType == pg.ObjectType_OBJECT_SCHEMA && r.Subname == OrdoSchema:
 			return "schema " + OrdoSchema
-		case r.RenameType == pg.ObjectType_OBJECT_EVENT_TRIGGER && strings.HasPrefix(qualifiedName(r.Object), OrdoEventTriggerPrefix):
+		case r.RenameType == pg.ObjectType_OBJECT_EVENT_TRIGGER && OrdoEventTriggers[qualifiedName(r.Object)]:
 			return "event trigger " + qualifiedName(r.Object)
 		case r.RenameType == pg.ObjectType_OBJECT_PUBLICATION && qualifiedName(r.Object) == OrdoPublication:
 			return "publication " + OrdoPublication
@@ -91,7 +110,7 @@ func (w *walker) ordoObject(n *pg.Node) string {
 	case *pg.Node_AlterOwnerStmt:
 		o := x.AlterOwnerStmt
 		switch name := qualifiedName(o.Object); {
-		case o.ObjectType == pg.ObjectType_OBJECT_EVENT_TRIGGER && strings.HasPrefix(name, OrdoEventTriggerPrefix):
+		case o.ObjectType == pg.ObjectType_OBJECT_EVENT_TRIGGER && OrdoEventTriggers[name]:
 			// pg_dump follows each CREATE EVENT TRIGGER with its owner.
 			w.st.KeptTag = "ALTER EVENT TRIGGER"
 			w.st.KeptNotice = "ordo: event trigger " + name + " is Ordo's own: its owner is kept as it is"

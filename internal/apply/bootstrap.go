@@ -76,18 +76,20 @@ $$;
 -- The position of every sequence the caller may read, for the session's
 -- replay of setval (session/seqstate.go): unlike pg_sequence_last_value,
 -- which says NULL, it tells a position set by setval(…, false).
-CREATE OR REPLACE FUNCTION _ordo.sequence_state() RETURNS TABLE(sname text, lastv bigint, called bool)
+DROP FUNCTION IF EXISTS _ordo.sequence_state(); -- (its columns changed)
+CREATE OR REPLACE FUNCTION _ordo.sequence_state() RETURNS TABLE(sname text, lastv bigint, called bool, up bool)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	r record;
 BEGIN
 	FOR r IN
-		SELECT c.oid AS seq, format('%I.%I', n.nspname, c.relname) AS nm
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		SELECT c.oid AS seq, format('%I.%I', n.nspname, c.relname) AS nm, s.seqincrement > 0 AS up
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_sequence s ON s.seqrelid = c.oid
 		WHERE c.relkind = 'S' AND c.relpersistence = 'p' AND n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo')
+			AND has_schema_privilege(n.oid, 'USAGE')
 			AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, 'SELECT') END -- (only once it is known to be one)
 	LOOP
-		RETURN QUERY EXECUTE format('SELECT %L::text, last_value, is_called FROM %s', r.nm, r.seq::regclass);
+		RETURN QUERY EXECUTE format('SELECT %L::text, last_value, is_called, %L::bool FROM %s', r.nm, r.up, r.seq::regclass);
 	END LOOP;
 END
 $$;

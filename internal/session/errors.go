@@ -37,8 +37,19 @@ func canceled(err error) bool {
 // that fired as the client's statement ended hits the next statement,
 // often one of Ordo's, and is PostgreSQL's error to report, not a
 // replication conflict.
+//
+// A transaction Hooks.Abort chose (s.aborted) fails with the cancel or, if
+// the cancel hit an earlier statement, with 25P02; any other error is the
+// statement's own.
 func (s *session) bruteForced(res *wire.Result) bool {
-	return res.Err != nil && (s.aborted.Load() || res.Aborted && canceled(res.Err))
+	if res.Err == nil {
+		return false
+	}
+	if res.Aborted && canceled(res.Err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return s.aborted.Load() && errors.As(res.Err, &pe) && (pe.Code == "57014" || pe.Code == codeInFailedTransaction)
 }
 
 func pgErr(code, format string, args ...any) *pgconn.PgError {

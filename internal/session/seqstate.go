@@ -3,7 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
-	"math"
+	"math/big"
 	"sort"
 	"strconv"
 )
@@ -20,13 +20,25 @@ import (
 // every value in the column that owns it).
 
 // seqStateSQL lists every user sequence the role may read, with its
-// position: the last value handed out and whether it was (is_called).
-const seqStateSQL = `SELECT sname, lastv::text, called FROM _ordo.sequence_state()`
+// position: the last value handed out, whether it was (is_called), and
+// whether the sequence ascends.
+const seqStateSQL = `SELECT sname, lastv::text, called, up FROM _ordo.sequence_state()`
 
-// seqState maps a sequence to its next value: the lowest value that no
-// setval or nextval of it has handed out (last_value + 1 once called,
-// last_value before).
-type seqState map[string]int64
+// seqPos is a sequence's position.
+type seqPos struct {
+	last   int64
+	called bool // last was handed out
+	up     bool // it ascends
+}
+
+// before reports whether p hands out values before q does (its next value
+// is lower, for an ascending sequence).
+func (p seqPos) before(q seqPos) bool {
+	return p.last < q.last || p.last == q.last && !p.called && q.called
+}
+
+// seqState maps a sequence to its position.
+type seqState map[string]seqPos
 
 func (s *session) sequenceState(ctx context.Context) (seqState, error) {
 	res, err := s.be.Exec(ctx, seqStateSQL)
@@ -41,17 +53,14 @@ func (s *session) sequenceState(ctx context.Context) (seqState, error) {
 	}
 	st := make(seqState, len(res.Rows))
 	for _, r := range res.Rows {
-		if len(r) != 3 {
+		if len(r) != 4 {
 			continue
 		}
 		v, err := strconv.ParseInt(r[1], 10, 64)
 		if err != nil {
 			continue
 		}
-		if r[2] == "t" && v < math.MaxInt64 {
-			v++
-		}
-		st[r[0]] = v
+		st[r[0]] = seqPos{last: v, called: r[2] == "t", up: r[3] == "t"}
 	}
 	return st, nil
 }
@@ -88,25 +97,32 @@ func (s *session) sequenceChanges(ctx context.Context) (bool, error) {
 }
 
 // sequenceReplay returns the statements that carry the sequence changes
-// made since before to the other nodes: a sequence moved back (setval to
-// a lower value, or to the same one with is_called false) is set exactly;
-// one moved forward (setval, or nextval in the same transaction) is only
-// ever moved forward on the other nodes, which may already be further on.
-// Sequences created or dropped since are DDL, replicated as such. Every
-// node then normalizes its sequences into its own class (AfterDDL).
+// made since before to the other nodes, as setval to the position the
+// transaction left: exactly for a sequence moved back (setval to a lower
+// value, or to the same one not yet handed out) and for a descending one
+// (those are not normalized); for one moved forward (setval, or nextval
+// in the same transaction), only on a node whose sequence is not already
+// further on. Sequences created or dropped since are DDL, replicated as
+// such. Every node then normalizes its sequences into its own class
+// (AfterDDL).
 func sequenceReplay(before, after seqState) []string {
 	var out []string
-	for name, next := range after {
+	for name, p := range after {
 		old, ok := before[name]
-		if !ok || old == next {
+		if !ok || old == p {
 			continue
 		}
-		reg := quoteLiteral(name)
-		if next < old {
-			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, %d, false)", reg, next))
-		} else {
-			out = append(out, fmt.Sprintf("SELECT pg_catalog.setval(%s, greatest(%d, CASE WHEN is_called THEN last_value + 1 ELSE last_value END), false) FROM %s", reg, next, name))
+		set := fmt.Sprintf("SELECT pg_catalog.setval(%s, %d, %t)", quoteLiteral(name), p.last, p.called)
+		if !p.up || p.before(old) {
+			out = append(out, set)
+			continue
 		}
+		// numeric: last_value + 1 may pass bigint's maximum.
+		next := new(big.Int).SetInt64(p.last)
+		if p.called {
+			next.Add(next, big.NewInt(1))
+		}
+		out = append(out, fmt.Sprintf("%s FROM %s WHERE CASE WHEN is_called THEN last_value::numeric + 1 ELSE last_value END < %s", set, name, next))
 	}
 	sort.Strings(out)
 	return out

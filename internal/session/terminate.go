@@ -95,9 +95,9 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	}
 	if res.Err != nil {
 		// The transaction failed with it: nothing of it can commit.
+		brute := s.bruteForced(res) // (a cancel that arrived late hit the probe)
 		s.rollback(ctx)
-		if s.bruteForced(res) {
-			// A brute-force cancel that arrived late hit the probe.
+		if brute {
 			return written{}, errBruteForce
 		}
 		return written{}, res.Err

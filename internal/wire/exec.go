@@ -165,7 +165,11 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 	case *pgproto3.ReadyForQuery:
 		ss.txStatus.Store(uint32(m.TxStatus))
 		if m.TxStatus == 'I' {
+			// The transaction ended (Ordo's ROLLBACK, COMMIT): as at a
+			// relayed ReadyForQuery, what Abort did to it is over.
 			ss.txRows.Store(0)
+			ss.abortErr.Store(nil)
+			ss.abortedTxn.Store(false)
 		}
 		ex.res.TxStatus = m.TxStatus
 		ss.exec.Store(nil)

@@ -1191,6 +1191,18 @@ func (ss *session) backendLoop() {
 				ss.nev.Store(int32(len(ss.events)))
 				ss.evMu.Unlock()
 			}
+			if ss.outstanding.Load() <= 1 {
+				// Everything relayed so far goes out before a session
+				// goroutine that sees the count reach 0 (woken, or
+				// looking) writes to the client itself (writeClient
+				// bypasses cbuf). Nothing more is buffered from
+				// PostgreSQL then, so the next read would have flushed
+				// it anyway: no extra write.
+				if err := ss.flushClient(); err != nil {
+					ss.terminate(nil)
+					return
+				}
+			}
 			n := ss.outstanding.Add(-1)
 			if n < 0 {
 				ss.outstanding.Add(-n)
@@ -1206,15 +1218,6 @@ func (ss *session) backendLoop() {
 				ss.lateCancels.Store(0)
 			}
 			if n == 0 {
-				// Everything relayed so far goes out before a waiting
-				// session goroutine, woken next, writes to the client
-				// itself (writeClient bypasses cbuf). Nothing more is
-				// buffered from PostgreSQL, so the next read would have
-				// flushed it anyway: no extra write.
-				if err := ss.flushClient(); err != nil {
-					ss.terminate(nil)
-					return
-				}
 				if ss.waiters.Load() > 0 {
 					ss.mu.Lock()
 					if ss.waitCh != nil {
