@@ -179,6 +179,9 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_RefreshMatViewStmt:
 		st.Kind = KindDDL
 		w.ddl(n)
+		if rv := x.RefreshMatViewStmt.Relation; rv != nil && !x.RefreshMatViewStmt.SkipData {
+			st.Materializes = catalog.Name{Schema: rv.Schemaname, Name: rv.Relname}
+		}
 		if x.RefreshMatViewStmt.Concurrent {
 			w.withoutConcurrently(n, "REFRESH MATERIALIZED VIEW CONCURRENTLY", "reads of the view")
 		}
@@ -203,6 +206,9 @@ func (w *walker) top(n *pg.Node) {
 		}
 		if x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_TABLE {
 			w.withNoData(n)
+		}
+		if into := x.CreateTableAsStmt.Into; x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_MATVIEW && into != nil && into.Rel != nil && !into.SkipData {
+			st.Materializes = catalog.Name{Schema: into.Rel.Schemaname, Name: into.Rel.Relname}
 		}
 	case *pg.Node_CreateStmt:
 		if x.CreateStmt.Relation.GetRelpersistence() == "u" {

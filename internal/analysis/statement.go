@@ -135,6 +135,13 @@ type Statement struct {
 	FastDefaults []string
 	// FastDefaultsTable is the table, as written (Schema "" unqualified).
 	FastDefaultsTable catalog.Name
+	// Materializes: the materialized view (as written) the statement
+	// fills from its query (CREATE MATERIALIZED VIEW, REFRESH). Its rows
+	// are not replicated: every node computes them, at its own point of
+	// the order, so the statement must conflict with every concurrent
+	// write to the tables the query reads (the session adds X keys on
+	// them once it ran).
+	Materializes catalog.Name
 	// KeptTag: the statement recreates an object of Ordo's that every
 	// node has (CREATE EVENT TRIGGER ordo_…, in a dump taken through a
 	// node): the session answers it with this tag and a notice, keeping

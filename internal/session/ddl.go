@@ -33,6 +33,8 @@ type ddlStmt struct {
 	// a constant, and their table as written (analysis.LiteralDefaults).
 	fastDefaults []string
 	table        catalog.Name
+	// materializes: the materialized view it fills (analysis.Statement).
+	materializes catalog.Name
 }
 
 func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
@@ -47,7 +49,64 @@ func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
 		d.keys = append(d.keys, txn.TableKey(t.Schema, t.Name))
 	}
 	d.fastDefaults, d.table = a.FastDefaults, a.FastDefaultsTable
+	d.materializes = a.Materializes
 	return d
+}
+
+// matviewDepsSQL lists what a materialized view's query reads directly
+// (views are expanded through the catalog).
+const matviewDepsSQL = `SELECT DISTINCT rn.nspname, r.relname FROM pg_catalog.pg_rewrite rw
+JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = rw.oid
+JOIN pg_catalog.pg_class r ON d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND r.oid = d.refobjid
+JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace
+WHERE rw.ev_class = pg_catalog.to_regclass(%s) AND r.oid <> rw.ev_class AND r.relkind IN ('r', 'p', 'm', 'f', 'v')`
+
+// materializedKeys gives each statement of the transaction that filled a
+// materialized view from its query an X key on every table the query
+// reads. Every node computes the view's rows itself, the origin from its
+// transaction's snapshot and the others at the transaction's point of the
+// order: a write to those tables committed in between would give the
+// view different rows on different nodes (it did), so certification must
+// not let one be concurrent. It runs in the transaction, before the
+// PREPARE.
+func (s *session) materializedKeys(ctx context.Context) error {
+	cat := s.h.cfg.Catalog.Current()
+	for i := range s.tx.ddl {
+		d := &s.tx.ddl[i]
+		if d.materializes.Name == "" {
+			continue
+		}
+		rel := quoteIdent(d.materializes.Name)
+		if d.materializes.Schema != "" {
+			rel = quoteIdent(d.materializes.Schema) + "." + rel
+		}
+		res, err := s.be.Exec(ctx, fmt.Sprintf(matviewDepsSQL, quoteLiteral(rel)))
+		if err != nil {
+			return err
+		}
+		if res.Err != nil {
+			if s.bruteForced(res) {
+				return errBruteForce
+			}
+			return fmt.Errorf("ordo: reading what materialized view %s reads (the transaction was rolled back): %w", rel, res.Err)
+		}
+		for _, r := range res.Rows {
+			if len(r) != 2 {
+				continue
+			}
+			n := catalog.Name{Schema: r[0], Name: r[1]}
+			d.keys = append(d.keys, txn.TableKey(n.Schema, n.Name))
+			if cat == nil {
+				continue
+			}
+			if v, ok := cat.Lookup(n); ok && v.Kind == catalog.KindView {
+				for _, b := range v.Bases {
+					d.keys = append(d.keys, txn.TableKey(b.Schema, b.Name))
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // literalDefaults gives the other nodes the values this node kept for the

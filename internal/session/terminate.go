@@ -360,6 +360,9 @@ func (s *session) afterDDL(ctx context.Context) error {
 	if err := s.literalDefaults(ctx); err != nil {
 		return err
 	}
+	if err := s.materializedKeys(ctx); err != nil {
+		return err
+	}
 	if len(s.tx.ddl) == 0 || s.h.cfg.AfterDDL == "" {
 		return nil
 	}
