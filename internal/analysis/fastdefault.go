@@ -32,17 +32,24 @@ import (
 // with a default that is not a constant.
 func nonConstantDefaults(alter *pg.AlterTableStmt) []string {
 	var out []string
+	for _, def := range addedColumns(alter) {
+		if e := columnDefault(def); e != nil && !isConstant(e) {
+			out = append(out, def.Colname)
+		}
+	}
+	return out
+}
+
+// addedColumns are the definitions of the columns alter adds.
+func addedColumns(alter *pg.AlterTableStmt) []*pg.ColumnDef {
+	var out []*pg.ColumnDef
 	for _, c := range alter.Cmds {
 		cmd := c.GetAlterTableCmd()
 		if cmd == nil || cmd.Subtype != pg.AlterTableType_AT_AddColumn {
 			continue
 		}
-		def := cmd.GetDef().GetColumnDef()
-		if def == nil {
-			continue
-		}
-		if e := columnDefault(def); e != nil && !isConstant(e) {
-			out = append(out, def.Colname)
+		if def := cmd.GetDef().GetColumnDef(); def != nil {
+			out = append(out, def)
 		}
 	}
 	return out
@@ -91,15 +98,7 @@ func LiteralDefaults(sql string, values map[string]string) (string, error) {
 	alter := tree.Stmts[0].Stmt.GetAlterTableStmt()
 	var later []*pg.Node
 	changed := false
-	for _, c := range alter.Cmds {
-		cmd := c.GetAlterTableCmd()
-		if cmd == nil || cmd.Subtype != pg.AlterTableType_AT_AddColumn {
-			continue
-		}
-		def := cmd.GetDef().GetColumnDef()
-		if def == nil {
-			continue
-		}
+	for _, def := range addedColumns(alter) {
 		v, ok := values[def.Colname]
 		if !ok {
 			continue

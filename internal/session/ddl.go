@@ -76,19 +76,10 @@ func (s *session) materializedKeys(ctx context.Context) error {
 		if d.materializes.Name == "" {
 			continue
 		}
-		rel := quoteIdent(d.materializes.Name)
-		if d.materializes.Schema != "" {
-			rel = quoteIdent(d.materializes.Schema) + "." + rel
-		}
-		res, err := s.be.Exec(ctx, fmt.Sprintf(matviewDepsSQL, quoteLiteral(rel)))
+		rel := quoteName(d.materializes)
+		res, err := s.execOwn(ctx, "reading what materialized view "+rel+" reads", fmt.Sprintf(matviewDepsSQL, quoteLiteral(rel)))
 		if err != nil {
 			return err
-		}
-		if res.Err != nil {
-			if s.bruteForced(res) {
-				return errBruteForce
-			}
-			return fmt.Errorf("ordo: reading what materialized view %s reads (the transaction was rolled back): %w", rel, res.Err)
 		}
 		for _, r := range res.Rows {
 			if len(r) != 2 {
@@ -120,26 +111,18 @@ func (s *session) literalDefaults(ctx context.Context) error {
 		if len(d.fastDefaults) == 0 || d.table.Name == "" {
 			continue
 		}
-		rel := quoteIdent(d.table.Name)
-		if d.table.Schema != "" {
-			rel = quoteIdent(d.table.Schema) + "." + rel
-		}
+		rel := quoteName(d.table)
 		cols := make([]string, len(d.fastDefaults))
 		for j, c := range d.fastDefaults {
 			cols[j] = quoteLiteral(c)
 		}
-		res, err := s.be.Exec(ctx, `SELECT a.attname, (a.attmissingval::pg_catalog.text::pg_catalog.text[])[1] FROM pg_catalog.pg_attribute a
+		res, err := s.execOwn(ctx, "reading the values ALTER TABLE gave the existing rows of "+rel,
+			`SELECT a.attname, (a.attmissingval::pg_catalog.text::pg_catalog.text[])[1] FROM pg_catalog.pg_attribute a
 WHERE a.attrelid = pg_catalog.to_regclass(`+quoteLiteral(rel)+`) AND a.atthasmissing AND NOT a.attisdropped
 AND a.attname = ANY (ARRAY[`+strings.Join(cols, ", ")+`]::pg_catalog.name[])`,
 			`SELECT EXISTS (SELECT 1 FROM `+rel+`)`)
 		if err != nil {
 			return err
-		}
-		if res.Err != nil {
-			if s.bruteForced(res) {
-				return errBruteForce
-			}
-			return fmt.Errorf("ordo: reading the values ALTER TABLE gave the existing rows of %s (the transaction was rolled back): %w", rel, res.Err)
 		}
 		values, nonEmpty := map[string]string{}, false
 		for _, r := range res.Rows {
@@ -411,6 +394,30 @@ func abbreviate(s string) string {
 		return s[:77] + "..."
 	}
 	return s
+}
+
+// execOwn runs Ordo's own statements in the client's transaction before
+// its PREPARE; what names them in an error.
+func (s *session) execOwn(ctx context.Context, what, sql string, more ...string) (*wire.Result, error) {
+	res, err := s.be.Exec(ctx, sql, more...)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		if s.bruteForced(res) {
+			return nil, errBruteForce
+		}
+		return nil, fmt.Errorf("ordo: %s (the transaction was rolled back): %w", what, res.Err)
+	}
+	return res, nil
+}
+
+// quoteName quotes a relation's name as written (Schema "": unqualified).
+func quoteName(n catalog.Name) string {
+	if n.Schema == "" {
+		return quoteIdent(n.Name)
+	}
+	return quoteIdent(n.Schema) + "." + quoteIdent(n.Name)
 }
 
 // quoteIdent quotes an SQL identifier.
