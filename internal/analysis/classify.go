@@ -227,16 +227,6 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_AlterTableStmt:
 		st.Kind = KindDDL
 		w.ddl(n)
-		for _, c := range x.AlterTableStmt.Cmds {
-			switch c.GetAlterTableCmd().GetSubtype() {
-			case pg.AlterTableType_AT_EnableAlwaysTrig, pg.AlterTableType_AT_EnableReplicaTrig,
-				pg.AlterTableType_AT_EnableAlwaysRule, pg.AlterTableType_AT_EnableReplicaRule:
-				st.Kind = KindRefused
-				st.Reason = "ordo: a trigger or rule enabled ALWAYS or REPLICA fires also where Ordo applies another node's changes, which already carry what it did on that node: what it writes would be written twice, and differently on every node; " +
-					"keep it enabled as by default (ORIGIN): it fires on the node that runs the statement, and what it writes is replicated"
-				return
-			}
-		}
 		if what := w.nodeDependentUsing(x.AlterTableStmt); what != "" {
 			st.Kind = KindRefused
 			st.Reason = "ordo: ALTER TABLE … TYPE … USING computes the column's new values with " + what +

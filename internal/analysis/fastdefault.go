@@ -135,11 +135,14 @@ func LiteralDefaults(sql string, values map[string]string) (string, error) {
 
 // nodeDependentUsing names what makes an ALTER TABLE … ALTER COLUMN …
 // TYPE … USING e compute different values on different nodes: a call of a
-// function that is not immutable (random(), now(), current_setting()), or
-// CURRENT_USER, CURRENT_TIMESTAMP and the like. Each node that replays
+// volatile function (random(), clock_timestamp()), of one that reads
+// tables, or of a stable one that answers with the node's or the
+// session's state (now(), current_setting(), pg_backend_pid()), CURRENT_USER,
+// CURRENT_TIMESTAMP and the like, or a subquery. Each node that replays
 // the statement rewrites the table with its own values. "" if none.
-// Casts are not calls: those that depend on settings (text to
-// timestamptz) run under the settings the statement ran under.
+// Other stable functions (length(), to_char() of a column) depend only on
+// the settings the statement is replayed under, and casts are not calls.
+// (The catalog knows a name's worst volatility over its overloads.)
 func (w *walker) nodeDependentUsing(alter *pg.AlterTableStmt) string {
 	for _, c := range alter.Cmds {
 		cmd := c.GetAlterTableCmd()
@@ -170,7 +173,9 @@ func (w *walker) nodeDependent(m protoreflect.Message) string {
 		if len(parts) > 1 {
 			schema = parts[len(parts)-2]
 		}
-		if f, ok := w.cat.Func(w.sp, schema, name); !ok || f.Volatility != catalog.Immutable {
+		f, ok := w.cat.Func(w.sp, schema, name)
+		if !ok || f.Volatility == catalog.Volatile || f.ReadsData ||
+			f.Volatility == catalog.Stable && (f.Name.Schema != "pg_catalog" || nodeStateFunctions[f.Name.Name]) {
 			return strings.Join(parts, ".") + "()"
 		}
 	case *pg.SelectStmt, *pg.SubLink:
@@ -191,4 +196,19 @@ func (w *walker) nodeDependent(m protoreflect.Message) string {
 		return found == ""
 	})
 	return found
+}
+
+// nodeStateFunctions are pg_catalog's stable functions whose answer is the
+// node's or the session's state rather than a function of their
+// arguments and settings.
+var nodeStateFunctions = map[string]bool{
+	"now": true, "transaction_timestamp": true, "statement_timestamp": true,
+	"current_setting": true, "current_schema": true, "current_schemas": true,
+	"pg_backend_pid": true, "inet_client_addr": true, "inet_client_port": true,
+	"inet_server_addr": true, "inet_server_port": true, "pg_postmaster_start_time": true,
+	"pg_conf_load_time": true, "pg_current_xact_id_if_assigned": true, "txid_current_if_assigned": true,
+	"pg_current_snapshot": true, "txid_current_snapshot": true, "pg_my_temp_schema": true,
+	"pg_trigger_depth": true, "pg_current_logfile": true, "version": true,
+	"pg_last_committed_xact": true, "pg_last_wal_receive_lsn": true, "pg_last_wal_replay_lsn": true,
+	"pg_current_wal_lsn": true, "pg_current_wal_insert_lsn": true, "pg_current_wal_flush_lsn": true,
 }
