@@ -25,7 +25,9 @@ func TestDumpAndRestoreThroughNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run := func(name string, args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+		// The servers' own version of the tool: pg_dump refuses a newer
+		// server.
+		out, err := exec.CommandContext(ctx, filepath.Join(c.pg.BinDir, name), args...).CombinedOutput()
 		return string(out), err
 	}
 	must := func(name string, args ...string) {
