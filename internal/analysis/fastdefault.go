@@ -161,41 +161,22 @@ func (w *walker) nodeDependentUsing(alter *pg.AlterTableStmt) string {
 }
 
 func (w *walker) nodeDependent(m protoreflect.Message) string {
-	switch x := m.Interface().(type) {
-	case *pg.SQLValueFunction:
-		return "a value of the session (" + strings.TrimPrefix(x.Op.String(), "SVFOP_") + ")"
-	case *pg.FuncCall:
-		var parts []string
-		for _, p := range x.Funcname {
-			parts = append(parts, p.GetString_().GetSval())
-		}
-		schema, name := "", parts[len(parts)-1]
-		if len(parts) > 1 {
-			schema = parts[len(parts)-2]
-		}
-		f, ok := w.cat.Func(w.sp, schema, name)
-		if !ok || f.Volatility == catalog.Volatile || f.ReadsData ||
-			f.Volatility == catalog.Stable && (f.Name.Schema != "pg_catalog" || nodeStateFunctions[f.Name.Name]) {
-			return strings.Join(parts, ".") + "()"
-		}
-	case *pg.SelectStmt, *pg.SubLink:
-		return "a subquery"
-	}
-	found := ""
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.IsList() && fd.Message() != nil:
-			l := v.List()
-			for i := 0; i < l.Len() && found == ""; i++ {
-				found = w.nodeDependent(l.Get(i).Message())
+	return finder{at: func(m protoreflect.Message) (string, bool) {
+		switch x := m.Interface().(type) {
+		case *pg.SQLValueFunction:
+			return "a value of the session (" + strings.TrimPrefix(x.Op.String(), "SVFOP_") + ")", false
+		case *pg.FuncCall:
+			schema, name, full := funcName(x)
+			f, ok := w.cat.Func(w.sp, schema, name)
+			if !ok || f.Volatility == catalog.Volatile || f.ReadsData ||
+				f.Volatility == catalog.Stable && (f.Name.Schema != "pg_catalog" || nodeStateFunctions[f.Name.Name]) {
+				return full + "()", false
 			}
-		case fd.IsMap():
-		case fd.Message() != nil:
-			found = w.nodeDependent(v.Message())
+		case *pg.SelectStmt, *pg.SubLink:
+			return "a subquery", false
 		}
-		return found == ""
-	})
-	return found
+		return "", true
+	}}.find(m)
 }
 
 // nodeStateFunctions are pg_catalog's stable functions whose answer is the

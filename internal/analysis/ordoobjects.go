@@ -132,55 +132,68 @@ func (w *walker) ordoObject(n *pg.Node) string {
 }
 
 // ordoName finds a name list _ordo.… in m, outside function calls and
-// queries.
+// queries (which only use them).
 func ordoName(m protoreflect.Message) string {
-	switch x := m.Interface().(type) {
-	case *pg.FuncCall, *pg.SelectStmt, *pg.ColumnRef:
+	return finder{
+		at: func(m protoreflect.Message) (string, bool) {
+			switch x := m.Interface().(type) {
+			case *pg.FuncCall, *pg.SelectStmt, *pg.ColumnRef:
+				return "", false
+			case *pg.List:
+				return ordoNameList(x.Items), true
+			}
+			return "", true
+		},
+		list: ordoNameList,
+	}.find(m)
+}
+
+// ordoNameList: items as a name list (Strings, the first _ordo), or "".
+func ordoNameList(items []*pg.Node) string {
+	if len(items) < 2 || items[0].GetString_().GetSval() != OrdoSchema {
 		return ""
-	case *pg.List:
-		return ordoNameIn(x.Items)
 	}
-	found := ""
+	parts := make([]string, 0, len(items))
+	for _, it := range items {
+		parts = append(parts, it.GetString_().GetSval())
+	}
+	return "object " + strings.Join(parts, ".")
+}
+
+// finder searches a parse tree depth first for the first non-empty answer
+// of at (descend false: not below that node), and of list for each
+// repeated Node field (a name list, in a statement), before its items.
+type finder struct {
+	at   func(m protoreflect.Message) (found string, descend bool)
+	list func(items []*pg.Node) string
+}
+
+func (f finder) find(m protoreflect.Message) string {
+	found, descend := f.at(m)
+	if found != "" || !descend {
+		return found
+	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
 		case fd.IsList() && fd.Message() != nil:
 			l := v.List()
-			if fd.Message().FullName() == "pg_query.Node" {
-				items := make([]*pg.Node, 0, l.Len())
-				for i := 0; i < l.Len(); i++ {
-					items = append(items, l.Get(i).Message().Interface().(*pg.Node))
+			if f.list != nil && fd.Message().FullName() == "pg_query.Node" {
+				items := make([]*pg.Node, l.Len())
+				for i := range items {
+					items[i] = l.Get(i).Message().Interface().(*pg.Node)
 				}
-				found = ordoNameIn(items)
-			} else {
-				for i := 0; i < l.Len() && found == ""; i++ {
-					found = ordoName(l.Get(i).Message())
-				}
+				found = f.list(items)
+			}
+			for i := 0; i < l.Len() && found == ""; i++ {
+				found = f.find(l.Get(i).Message())
 			}
 		case fd.IsMap():
 		case fd.Message() != nil:
-			found = ordoName(v.Message())
+			found = f.find(v.Message())
 		}
 		return found == ""
 	})
 	return found
-}
-
-// ordoNameIn: items as a name list (Strings, the first _ordo), or the
-// first such list inside one of them.
-func ordoNameIn(items []*pg.Node) string {
-	if len(items) >= 2 && items[0].GetString_().GetSval() == OrdoSchema {
-		parts := make([]string, 0, len(items))
-		for _, it := range items {
-			parts = append(parts, it.GetString_().GetSval())
-		}
-		return "object " + strings.Join(parts, ".")
-	}
-	for _, it := range items {
-		if name := ordoName(it.ProtoReflect()); name != "" {
-			return name
-		}
-	}
-	return ""
 }
 
 // qualifiedName is the dotted name of a DROP's or RENAME's object node: a

@@ -477,8 +477,9 @@ func (w *walker) mergeStmt(s *pg.MergeStmt, parent *scope) {
 }
 
 // funcCall checks a function the statement calls.
-func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
-	schema, name := "", ""
+// funcName is a call's function name: its schema ("" unqualified), its
+// name ("?" for a name the analyzer does not read) and both as written.
+func funcName(fc *pg.FuncCall) (schema, name, full string) {
 	switch len(fc.Funcname) {
 	case 1:
 		name = fc.Funcname[0].GetString_().GetSval()
@@ -488,10 +489,15 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	default:
 		name = "?"
 	}
-	full := name
+	full = name
 	if schema != "" {
 		full = schema + "." + name
 	}
+	return schema, name, full
+}
+
+func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
+	schema, name, full := funcName(fc)
 	f, ok := w.cat.Func(w.sp, schema, name)
 	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "setval" {
 		w.setval = true

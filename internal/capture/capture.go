@@ -36,6 +36,9 @@ var ErrEnded = errors.New("capture: the prepared transaction ended before its wr
 // that is not a plain lowercase identifier.
 var ErrBadName = errors.New("capture: bad slot or publication name")
 
+// DefaultPublication is the publication a node publishes every table in.
+const DefaultPublication = "ordo"
+
 // Config configures a Capture.
 type Config struct {
 	// DSN is an ordinary connection string of the node's PostgreSQL, for a
@@ -44,7 +47,7 @@ type Config struct {
 	DSN string
 	// Slot is the logical replication slot name (default "ordo_capture").
 	Slot string
-	// Publication is the publication name (default "ordo").
+	// Publication is the publication name (default DefaultPublication).
 	Publication string
 	// Limits bound one write set.
 	Limits Limits
@@ -70,7 +73,7 @@ func (c *Config) defaults() error {
 		c.Slot = "ordo_capture"
 	}
 	if c.Publication == "" {
-		c.Publication = "ordo"
+		c.Publication = DefaultPublication
 	}
 	for _, n := range []string{c.Slot, c.Publication} {
 		if !nameRE.MatchString(n) {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
 	"github.com/ordo-db/ordo/internal/catalog"
@@ -415,12 +417,7 @@ func (s *session) execOwn(ctx context.Context, what, sql string, more ...string)
 // quoteName quotes a relation's name as written (Schema "": unqualified).
 func quoteName(n catalog.Name) string {
 	if n.Schema == "" {
-		return quoteIdent(n.Name)
+		return pgx.Identifier{n.Name}.Sanitize()
 	}
-	return quoteIdent(n.Schema) + "." + quoteIdent(n.Name)
-}
-
-// quoteIdent quotes an SQL identifier.
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+	return pgx.Identifier{n.Schema, n.Name}.Sanitize()
 }

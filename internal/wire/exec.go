@@ -150,12 +150,7 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 	case *pgproto3.ErrorResponse:
 		if ex.res.Err == nil {
 			ex.res.Err = pgError(m)
-			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
-				ex.res.Aborted = true
-				if ss.lateCancels.Load() > 0 {
-					ss.lateCancels.Add(-1) // as the relay does
-				}
-			}
+			ex.res.Aborted = ss.abortCanceled(m)
 		}
 	case *pgproto3.NoticeResponse:
 		ex.res.Notices = append(ex.res.Notices, m.Message)
@@ -163,14 +158,7 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		b, _ := (&pgproto3.CopyFail{Message: "ordo: COPY FROM STDIN is not supported in Exec"}).Encode(nil)
 		_, _ = ss.server.Write(b)
 	case *pgproto3.ReadyForQuery:
-		ss.txStatus.Store(uint32(m.TxStatus))
-		if m.TxStatus == 'I' {
-			// The transaction ended (Ordo's ROLLBACK, COMMIT): as at a
-			// relayed ReadyForQuery, what Abort did to it is over.
-			ss.txRows.Store(0)
-			ss.abortErr.Store(nil)
-			ss.abortedTxn.Store(false)
-		}
+		ss.readyStatus(m.TxStatus) // (Ordo's ROLLBACK or COMMIT may end the transaction)
 		ex.res.TxStatus = m.TxStatus
 		ss.exec.Store(nil)
 		// What the Exec relayed (ParameterStatus, notifications) reaches

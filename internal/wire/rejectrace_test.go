@@ -40,11 +40,12 @@ func (s *syncHereSession) Close()             {}
 // "ordo_rejected_…" does not exist` (the session fuzzer, 1 round in about
 // 40,000). afterAnswer holds the backend goroutine in that window.
 func TestRejectionSurvivesTheAnswerBeforeIt(t *testing.T) {
-	afterAnswer = func(ss *session) {
+	hold := func(ss *session) {
 		ss.wakeWaiters()
 		time.Sleep(20 * time.Millisecond)
 	}
-	defer func() { afterAnswer = nil }()
+	afterAnswer.Store(&hold)
+	defer afterAnswer.Store(nil)
 	p := startProxy(t, syncHereHooks{}, nil)
 	c := connect(t, p.superDSN(""))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -374,8 +374,9 @@ func (ss *session) Explain(code, raised, message, hint string) {
 }
 
 // afterAnswer, when set (by tests only), runs on the backend goroutine
-// once the last outstanding answer is counted.
-var afterAnswer func(*session)
+// once the last outstanding answer is counted. (Atomic: a test's sessions
+// may outlive the test that unsets it.)
+var afterAnswer atomic.Pointer[func(*session)]
 
 // errClientWrite marks a failed write to the client inside the backend
 // goroutine's reads.
@@ -443,6 +444,41 @@ func (ss *session) run() {
 	default:
 		log.Debug("session ended", "err", err)
 	}
+}
+
+// readyStatus notes the transaction status of a ReadyForQuery, relayed or
+// Exec's: once the transaction ended, nothing of what Abort did to it
+// (abortErr, abortedTxn) or of its rows stays.
+func (ss *session) readyStatus(status byte) {
+	ss.txStatus.Store(uint32(status))
+	if status == 'I' {
+		ss.txRows.Store(0)
+		if ss.abortErr.Load() != nil {
+			ss.abortErr.Store(nil) // the transaction ended without another error
+		}
+		ss.abortedTxn.Store(false)
+	}
+}
+
+// abortCanceled reports whether ErrorResponse m, relayed or Exec's, is the
+// query cancel of an Abort (counting off one late cancel), not one of
+// PostgreSQL's own.
+func (ss *session) abortCanceled(m *pgproto3.ErrorResponse) bool {
+	if m.Code != codeQueryCanceled || ss.lateCancels.Load() <= 0 && !ss.abortedTxn.Load() {
+		return false
+	}
+	if ss.lateCancels.Load() > 0 {
+		ss.lateCancels.Add(-1)
+	}
+	return true
+}
+
+// writeCompleted writes a Completed's CommandCompletes to the client.
+func (ss *session) writeCompleted(c *Completed) {
+	for _, t := range c.Before {
+		ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(t)})
+	}
+	ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
 }
 
 // writeClient writes one message to the client directly (not through cbuf).
@@ -583,10 +619,7 @@ func (ss *session) clientLoop() error {
 						if err := ss.waitUntil(ss.ctx, ss.unnamed.answered); err != nil {
 							return nil
 						}
-						for _, t := range c.Before {
-							ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(t)})
-						}
-						ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
+						ss.writeCompleted(c)
 						ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
 						continue
 					}
@@ -1159,14 +1192,7 @@ func (ss *session) backendLoop() {
 			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)
 			}
-			ss.txStatus.Store(uint32(m.TxStatus))
-			if m.TxStatus == 'I' {
-				ss.txRows.Store(0)
-				if ss.abortErr.Load() != nil {
-					ss.abortErr.Store(nil) // the transaction ended without another error
-				}
-				ss.abortedTxn.Store(false)
-			}
+			ss.readyStatus(m.TxStatus)
 			ss.lastFailed.Store(ss.unitFailed.Swap(false))
 			quiet := ss.quietReady.Swap(false)
 			if quiet || (ss.hold.Load() && ss.outstanding.Load() <= 1) {
@@ -1208,8 +1234,8 @@ func (ss *session) backendLoop() {
 				ss.outstanding.Add(-n)
 				n = 0
 			}
-			if afterAnswer != nil && n == 0 {
-				afterAnswer(ss)
+			if f := afterAnswer.Load(); f != nil && n == 0 {
+				(*f)(ss)
 			}
 			if n == 0 && ss.lateCancels.Load() > 0 && ss.cancelsDelivered() {
 				// Every cancel was delivered before the statements it
@@ -1255,10 +1281,7 @@ func (ss *session) backendLoop() {
 		case *pgproto3.ErrorResponse:
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
-			if m.Code == codeQueryCanceled && (ss.lateCancels.Load() > 0 || ss.abortedTxn.Load()) {
-				if ss.lateCancels.Load() > 0 {
-					ss.lateCancels.Add(-1)
-				}
+			if ss.abortCanceled(m) {
 				if e := ss.abortErr.Swap(nil); e != nil {
 					ss.sendClient(e)
 				} else {

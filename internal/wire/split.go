@@ -28,10 +28,7 @@ func (ss *session) runSplit(pieces []string) error {
 				if t := ss.heldTag.Swap(nil); t != nil {
 					ss.writeClient(t) // an earlier piece's, before this one's
 				}
-				for _, t := range c.Before {
-					ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(t)})
-				}
-				ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
+				ss.writeCompleted(c)
 				if last {
 					return ss.endSplit(false)
 				}
