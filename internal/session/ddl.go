@@ -398,22 +398,6 @@ func abbreviate(s string) string {
 	return s
 }
 
-// execOwn runs Ordo's own statements in the client's transaction before
-// its PREPARE; what names them in an error.
-func (s *session) execOwn(ctx context.Context, what, sql string, more ...string) (*wire.Result, error) {
-	res, err := s.be.Exec(ctx, sql, more...)
-	if err != nil {
-		return nil, err
-	}
-	if res.Err != nil {
-		if s.bruteForced(res) {
-			return nil, errBruteForce
-		}
-		return nil, fmt.Errorf("ordo: %s (the transaction was rolled back): %w", what, res.Err)
-	}
-	return res, nil
-}
-
 // quoteName quotes a relation's name as written (Schema "": unqualified).
 func quoteName(n catalog.Name) string {
 	if n.Schema == "" {

@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/ordo-db/ordo/internal/capture"
-
-	"github.com/ordo-db/ordo/internal/wire"
 )
 
 // Large objects are not decoded (their rows are system catalogs'). When
@@ -38,12 +35,9 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 	if peer == nil {
 		return nil, pgErr(codeFeatureNotSupported, "ordo: this transaction changed large objects, which this node cannot replicate (no large object reader configured); it was rolled back")
 	}
-	res, err := s.be.Exec(ctx, capture.LargeObjectsWrittenSQL(data))
+	res, err := s.execOwn(ctx, loReading, capture.LargeObjectsWrittenSQL(data))
 	if err != nil {
 		return nil, err
-	}
-	if res.Err != nil {
-		return nil, s.loFailed(res)
 	}
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 3 {
 		return nil, pgErr(codeInternal, "ordo: unexpected reply to the large objects' probe")
@@ -84,12 +78,9 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 	if len(oids) == 0 {
 		return nil, nil // created and unlinked again, or rolled back to a savepoint
 	}
-	res, err = s.be.Exec(ctx, capture.LargeObjectStateSQL(oids))
+	res, err = s.execOwn(ctx, loReading, capture.LargeObjectStateSQL(oids))
 	if err != nil {
 		return nil, err
-	}
-	if res.Err != nil {
-		return nil, s.loFailed(res)
 	}
 	seen := map[uint32]*capture.LargeObject{}
 	var withContent []uint32
@@ -127,12 +118,9 @@ func (s *session) largeObjects(ctx context.Context, meta, data bool) ([]capture.
 // their Pieces, once their size is known to be within the limit.
 func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[uint32]*capture.LargeObject) error {
 	if max := s.h.cfg.MaxWriteSetBytes; max > 0 {
-		res, err := s.be.Exec(ctx, "SELECT coalesce(sum(pg_catalog.octet_length(p.data)), 0) FROM pg_catalog.unnest('"+capture.OIDArray(oids)+"'::pg_catalog.oid[]) o, LATERAL _ordo.lo_pages(o) p")
+		res, err := s.execOwn(ctx, loReading, "SELECT coalesce(sum(pg_catalog.octet_length(p.data)), 0) FROM pg_catalog.unnest('"+capture.OIDArray(oids)+"'::pg_catalog.oid[]) o, LATERAL _ordo.lo_pages(o) p")
 		if err != nil {
 			return err
-		}
-		if res.Err != nil {
-			return s.loFailed(res)
 		}
 		if len(res.Rows) == 1 && len(res.Rows[0]) == 1 {
 			if n, _ := strconv.ParseInt(res.Rows[0][0], 10, 64); n > max {
@@ -141,12 +129,9 @@ func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[u
 			}
 		}
 	}
-	res, err := s.be.Exec(ctx, capture.LargeObjectPagesSQL(oids))
+	res, err := s.execOwn(ctx, loReading, capture.LargeObjectPagesSQL(oids))
 	if err != nil {
 		return err
-	}
-	if res.Err != nil {
-		return s.loFailed(res)
 	}
 	for _, r := range res.Rows {
 		if len(r) != 3 {
@@ -164,10 +149,6 @@ func (s *session) largeObjectPages(ctx context.Context, oids []uint32, los map[u
 	return nil
 }
 
-// loFailed is the error of reading a transaction's large objects.
-func (s *session) loFailed(res *wire.Result) error {
-	if s.bruteForced(res) {
-		return errBruteForce
-	}
-	return fmt.Errorf("ordo: reading the large objects this transaction changed (it was rolled back): %w", res.Err)
-}
+// loReading names Ordo's reading of a transaction's large objects in
+// its errors.
+const loReading = "reading the large objects this transaction changed"

@@ -16,6 +16,7 @@ import (
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
+	"github.com/ordo-db/ordo/internal/wire"
 )
 
 // quickProbe asks whether the open transaction has an xid, and whether
@@ -366,17 +367,8 @@ func (s *session) afterDDL(ctx context.Context) error {
 	if len(s.tx.ddl) == 0 || s.h.cfg.AfterDDL == "" {
 		return nil
 	}
-	res, err := s.be.Exec(ctx, s.h.cfg.AfterDDL)
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		if s.bruteForced(res) {
-			return errBruteForce
-		}
-		return fmt.Errorf("ordo: after the transaction's DDL (it was rolled back): %w", res.Err)
-	}
-	return nil
+	_, err := s.execOwn(ctx, "after the transaction's DDL", s.h.cfg.AfterDDL)
+	return err
 }
 
 // prepareFailed is the error of a PREPARE TRANSACTION that failed (the
@@ -396,6 +388,22 @@ func prepareFailed(err error) error {
 		return pe
 	}
 	return fmt.Errorf("ordo: could not prepare the transaction for replication (it was rolled back): %w", err)
+}
+
+// execOwn runs Ordo's own statements in the client's transaction before
+// its PREPARE; what names them in an error.
+func (s *session) execOwn(ctx context.Context, what, sql string, more ...string) (*wire.Result, error) {
+	res, err := s.be.Exec(ctx, sql, more...)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		if s.bruteForced(res) {
+			return nil, errBruteForce
+		}
+		return nil, fmt.Errorf("ordo: %s (the transaction was rolled back): %w", what, res.Err)
+	}
+	return res, nil
 }
 
 // rollback ends the open transaction. A query cancel pending in the
