@@ -33,12 +33,13 @@ func NormalizeSQL(stride, offset int) string {
 	return fmt.Sprintf(`DO $ordo$
 DECLARE
 	r record;
-	lv bigint;
+	-- numeric: a sequence's next value, or its class's, may pass bigint's end
+	lv numeric;
 	called boolean;
-	nxt bigint;
-	st bigint;
-	hi bigint;
-	colmax bigint;
+	nxt numeric;
+	st numeric;
+	hi numeric;
+	colmax numeric;
 BEGIN
 	FOR r IN
 		SELECT s.seqrelid::regclass AS seq, s.seqincrement AS inc, s.seqmax AS maxv, s.seqstart AS st,
@@ -60,6 +61,9 @@ BEGIN
 	LOOP
 		EXECUTE format('SELECT last_value, is_called FROM %%s', r.seq) INTO lv, called;
 		IF called THEN nxt := lv + r.inc; ELSE nxt := lv; END IF;
+		-- At its end (setval to its maximum): its next nextval fails on
+		-- every node alike, and a setval back is normalized then.
+		CONTINUE WHEN nxt > r.maxv;
 		CONTINUE WHEN r.inc = %[1]d AND ((nxt %% %[1]d) + %[1]d) %% %[1]d = %[2]d
 			AND ((r.st %% %[1]d) + %[1]d) %% %[1]d = %[2]d;
 		st := greatest(r.st, 1); -- the MINVALUE set below
@@ -70,7 +74,7 @@ BEGIN
 		hi := nxt - 1;
 		IF r.tbl IS NOT NULL THEN
 			BEGIN
-				EXECUTE format('SELECT max(%%I)::bigint FROM %%s', r.col, r.tbl) INTO colmax;
+				EXECUTE format('SELECT max(%%I)::numeric FROM %%s', r.col, r.tbl) INTO colmax;
 				hi := greatest(hi, coalesce(colmax, hi));
 			EXCEPTION WHEN others THEN
 				NULL; -- a column that is not an integer: keep the sequence's own position

@@ -109,3 +109,23 @@ func TestRestartStaysInTheClass(t *testing.T) {
 	exec(t, c, "ALTER SEQUENCE r_id_seq RESTART")
 	require.Equal(t, []int64{7, 107}, nextvals(t, c, "r_id_seq", 2))
 }
+
+// TestSequencesAtTheirEnd: a sequence set to its maximum (setval, as a
+// restore or a test may do) or just below it is left alone or moved within
+// bounds; its next value, or its class's, would pass bigint's end, which
+// failed the normalization ("bigint out of range") and with it the
+// client's statement.
+func TestSequencesAtTheirEnd(t *testing.T) {
+	c := connect(t)
+	exec(t, c, "CREATE SEQUENCE end_seq; CREATE SEQUENCE near_end_seq; CREATE SEQUENCE small_end_seq MAXVALUE 1000")
+	exec(t, c, "SELECT setval('end_seq', 9223372036854775807)")
+	exec(t, c, "SELECT setval('near_end_seq', 9223372036854775700)")
+	exec(t, c, "SELECT setval('small_end_seq', 1000)")
+	exec(t, c, NormalizeSQL(100, 3))
+	var last int64
+	require.NoError(t, c.QueryRow(context.Background(), "SELECT last_value FROM end_seq").Scan(&last))
+	require.EqualValues(t, int64(9223372036854775807), last)
+	require.Equal(t, []int64{9223372036854775703}, nextvals(t, c, "near_end_seq", 1), "moved into the class, within bounds")
+	_, err := c.Exec(context.Background(), "SELECT nextval('small_end_seq')")
+	require.ErrorContains(t, err, "reached maximum value", "still at its end, as without Ordo")
+}

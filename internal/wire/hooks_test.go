@@ -33,6 +33,8 @@ type testSession struct {
 	overlap bool
 }
 
+var errAbortedByTest = &pgconn.PgError{Code: "40001", Message: "aborted by the test hook"}
+
 var errForbidden = &pgconn.PgError{Code: "42501", Message: "forbidden by the test hook"}
 
 func (h *testHooks) NewSession(ctx context.Context, info SessionInfo, be Backend) (SessionHooks, error) {
@@ -104,6 +106,16 @@ func (s *testSession) Statement(ctx context.Context, st *Statement) error {
 	}
 	if strings.Contains(st.SQL, "probe") {
 		res, err := s.be.Exec(ctx, "SELECT 7, NULL; SELECT 8")
+		s.mu.Lock()
+		s.execs = append(s.execs, res)
+		s.errs = append(s.errs, err)
+		s.mu.Unlock()
+	}
+	if strings.Contains(st.SQL, "abortended") {
+		// Abort the transaction, then end it with an Exec of the hook's
+		// own (as the session layer's rollback does).
+		s.be.Abort(errAbortedByTest)
+		res, err := s.be.Exec(ctx, "ROLLBACK")
 		s.mu.Lock()
 		s.execs = append(s.execs, res)
 		s.errs = append(s.errs, err)
@@ -279,6 +291,38 @@ func TestHooksExec(t *testing.T) {
 	ts.mu.Unlock()
 	if !errors.Is(lastErr, ErrNotAtBoundary) {
 		t.Fatalf("Exec inside a batch: %v", lastErr)
+	}
+}
+
+// TestAbortEndedByExec: once an Exec of the hooks ends the transaction
+// Abort hit, nothing of that abort is left: a later error of another
+// transaction reaches the client as PostgreSQL raised it, not as the
+// abort's error.
+func TestAbortEndedByExec(t *testing.T) {
+	h := &testHooks{}
+	p := startProxy(t, h, nil)
+	r := dialRaw(t, p.addr, "trustuser")
+	r.send(q("BEGIN"))
+	if got := r.untilReady(); got != "CommandComplete BEGIN\nReadyForQuery T\n" {
+		t.Fatalf("BEGIN: %s", got)
+	}
+	// The statement runs after the hook's ROLLBACK, outside the
+	// transaction Abort hit, and fails on its own: the client gets its
+	// error.
+	r.send(q("SELECT 1/0, 'abortended'"))
+	if got := r.untilReady(); !strings.Contains(got, "22012 division by zero") || !strings.HasSuffix(got, "ReadyForQuery I\n") {
+		t.Fatalf("the statement after the hook's ROLLBACK: %s", got)
+	}
+	ts := h.last()
+	ts.mu.Lock()
+	execs, errs := ts.execs, ts.errs
+	ts.mu.Unlock()
+	if len(execs) != 1 || errs[0] != nil || execs[0].Err != nil || execs[0].TxStatus != 'I' {
+		t.Fatalf("the hook's ROLLBACK: %+v %v", execs, errs)
+	}
+	r.send(q("SELECT 1/0"))
+	if got := r.untilReady(); !strings.Contains(got, "22012 division by zero") {
+		t.Fatalf("the next statement: %s", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"math"
 	"os/exec"
 	"strings"
 	"sync"
@@ -177,6 +178,26 @@ func TestSetvalMovesEveryNode(t *testing.T) {
 		require.NoError(t, c.connect(i).QueryRow(ctx, "SELECT nextval('free_seq')").Scan(&v))
 		require.Less(t, v, int64(70000), "node %d: the reset reached it", i+1)
 		require.EqualValues(t, i+1, v%100, "node %d keeps its residue class", i+1)
+	}
+
+	// A descending sequence (never normalized) is set exactly, and a
+	// setval to bigint's end replays in bounds: a replay as "the next
+	// value" left the first where it was on the other nodes and made the
+	// second fail there (out of bounds).
+	_, err = a.Exec(ctx, "CREATE SEQUENCE down_seq INCREMENT -1 MAXVALUE -1 START -1; CREATE SEQUENCE end_seq")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "SELECT setval('down_seq', -500)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "SELECT setval('end_seq', 9223372036854775807)")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i := 0; i < 3; i++ {
+		var last int64
+		var called bool
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT last_value, is_called FROM down_seq").Scan(&last, &called))
+		require.Equal(t, []any{int64(-500), true}, []any{last, called}, "node %d: down_seq", i+1)
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT last_value, is_called FROM end_seq").Scan(&last, &called))
+		require.Equal(t, []any{int64(math.MaxInt64), true}, []any{last, called}, "node %d: end_seq", i+1)
 	}
 	c.waitConverged()
 	sum := c.checksum(0, "loaded")
