@@ -423,6 +423,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		Database: conn.Config().Database, LocalDatabases: cfg.LocalDatabases,
 		Classes: consClasses(cfg, rep), ClassIdle: cfg.ClassIdleTimeout,
 		Refuse: n.refuse, LargeObjects: los, MaxWriteSetBytes: cfg.MaxWriteSetBytes,
+		AutocommitRetries: autocommitRetries(cfg),
 	})
 	n.hooks = hooks
 	n.wg.Add(1)
@@ -789,4 +790,12 @@ func followWrites(cfg *config.Node) time.Duration {
 		return 0
 	}
 	return 2 * time.Second
+}
+
+// autocommitRetries is cfg's autocommit_retries (Defaults sets it).
+func autocommitRetries(cfg *config.Node) int {
+	if cfg.AutocommitRetries == nil {
+		return 0
+	}
+	return *cfg.AutocommitRetries
 }

@@ -55,6 +55,11 @@ type Config struct {
 	// write set are certified as X on the table, and a read set of more
 	// keys than this is certified as reads of its tables (0: never).
 	KeyEscalationRows int
+	// AutocommitRetries: how many times an autocommit statement that a
+	// replication conflict aborted, and whose client has seen nothing of
+	// it, is run again before the client gets the conflict (retry.go;
+	// 0: never).
+	AutocommitRetries int
 	Logger            *slog.Logger
 	// OnBruteForce, if set, is called once per transaction aborted by
 	// Abort (for the metrics).

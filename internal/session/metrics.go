@@ -15,7 +15,8 @@ const (
 )
 
 type metrics struct {
-	stages *prometheus.HistogramVec
+	stages  *prometheus.HistogramVec
+	retries prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -25,12 +26,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time spent in each stage of committing an update transaction: probe, prepare, capture, terminate.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18), // 50µs … 6.5s
 		}, []string{"stage"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_session_autocommit_retries_total",
+			Help: "Autocommit statements run again after a replication conflict aborted them (autocommit_retries).",
+		}),
 	}
 	for _, stage := range []string{stageProbe, stagePrepare, stageCapture, stageTerminate} {
 		m.stages.WithLabelValues(stage) // exported from the start
 	}
 	if reg != nil {
-		reg.MustRegister(m.stages)
+		reg.MustRegister(m.stages, m.retries)
 	}
 	return m
 }

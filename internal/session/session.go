@@ -111,8 +111,11 @@ type session struct {
 }
 
 type txState struct {
-	active   bool   // inside a transaction (explicit or wrapped)
-	wrapped  bool   // we sent BEGIN for an autocommit statement
+	active  bool // inside a transaction (explicit or wrapped)
+	wrapped bool // we sent BEGIN for an autocommit statement
+	// retry: the wrapped autocommit statement may be run again if a
+	// conflict aborts it (retry.go).
+	retry    *retryStmt
 	snapshot bool   // snapshot_seqno recorded
 	snapSeq  uint64 // snapshot_seqno
 	// batchSnap: the snapshot was taken by a statement earlier in the
@@ -1086,6 +1089,8 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					s.beginHere()
 				} else if err := s.wrap(ctx); err != nil {
 					return err
+				} else if s.tx.retry = s.retryable(stmts, params, m); s.tx.retry != nil {
+					s.be.HoldConflicts()
 				}
 				s.explainTermination(stmts)
 			} else {

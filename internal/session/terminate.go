@@ -278,7 +278,13 @@ func (s *session) BeforeReady(ctx context.Context) error {
 			// A block Ordo opened failed, and no BEGIN of the client's
 			// made it theirs: PostgreSQL would have rolled back the
 			// implicit transaction.
+			retry := s.tx.retry
 			s.rollback(ctx)
+			if held := s.be.HeldConflict(); held != nil && retry != nil {
+				// Its statement met a conflict (held back, retry.go).
+				defer s.endWrapped()
+				return s.retry(ctx, retry, held)
+			}
 			s.endWrapped()
 			return nil
 		}
@@ -312,6 +318,17 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	case 'I':
 		return nil // the statement ended the block itself (refused earlier)
 	}
+	retry := s.tx.retry
+	err := s.finishWrapped(ctx)
+	if retry != nil && conflict(err) {
+		return s.retry(ctx, retry, err)
+	}
+	return err
+}
+
+// finishWrapped ends the wrapped transaction of an autocommit statement:
+// it commits here or is replicated.
+func (s *session) finishWrapped(ctx context.Context) error {
 	gid, replicate, prepared, err := s.prepare(ctx, nil, "statement")
 	if err != nil {
 		return err

@@ -13,6 +13,9 @@ import (
 type execState struct {
 	res  Result
 	done chan struct{}
+	// abortable: a statement of the client's, run again (ExecAbortable):
+	// Abort cancels it, as it cancels what the client sent.
+	abortable bool
 }
 
 var _ Backend = (*session)(nil)
@@ -26,6 +29,15 @@ func (ss *session) TxStatus() byte { return byte(ss.txStatus.Load()) }
 
 // Exec implements Backend. It runs on the session goroutine.
 func (ss *session) Exec(ctx context.Context, sql string, more ...string) (*Result, error) {
+	return ss.exec1(ctx, false, sql, more...)
+}
+
+// ExecAbortable implements Backend.
+func (ss *session) ExecAbortable(ctx context.Context, sql string) (*Result, error) {
+	return ss.exec1(ctx, true, sql)
+}
+
+func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more ...string) (*Result, error) {
 	if ss.batchOpen || ss.copying || ss.inReadyForQuery {
 		return nil, ErrNotAtBoundary
 	}
@@ -35,7 +47,7 @@ func (ss *session) Exec(ctx context.Context, sql string, more ...string) (*Resul
 	if err := ss.waitIdle(ctx); err != nil {
 		return nil, err
 	}
-	ex := &execState{done: make(chan struct{})}
+	ex := &execState{done: make(chan struct{}), abortable: abortable}
 	ss.exec.Store(ex)
 	all := append([]string{sql}, more...)
 	switch p := ss.unnamed.current(); {

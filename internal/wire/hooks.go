@@ -137,6 +137,11 @@ type Backend interface {
 	// would destroy it, and parsing it again fails, in the transaction,
 	// if what it names is gone.) Otherwise they run as one query string.
 	Exec(ctx context.Context, sql string, more ...string) (*Result, error)
+	// ExecAbortable is Exec of one statement of the client's that the
+	// hooks run again (an autocommit statement retried after a
+	// conflict): like the client's own statements, and unlike Ordo's,
+	// Abort cancels it (it takes row locks, and may block an apply).
+	ExecAbortable(ctx context.Context, sql string) (*Result, error)
 	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
 	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
 	TxStatus() byte
@@ -216,6 +221,25 @@ type Backend interface {
 	// or ROLLBACK TO SAVEPOINT, after which rows before the savepoint are
 	// not counted): never more than the open transaction's.
 	TxRowsChanged() int64
+	// UnitSentRows reports whether the unit being finished relayed rows or
+	// a COPY to the client (RowDescription, DataRow, CopyInResponse,
+	// CopyOutResponse): what a client may already have read of it. For
+	// ReadyHolder.BeforeReady.
+	UnitSentRows() bool
+	// ReplaceHeldTag, called from ReadyHolder.BeforeReady of a simple
+	// Query whose last CommandComplete is held (HoldReady), makes the
+	// client receive tag in its place (the statement was run again, and
+	// its count may differ).
+	ReplaceHeldTag(tag string)
+	// HoldConflicts, called from SessionHooks.Statement after HoldReady
+	// for a simple Query, holds back an error of SQLSTATE 40001 or 40P01
+	// that ends the statement (PostgreSQL's, or Abort's) if no rows were
+	// relayed before it: ReadyHolder.BeforeReady finds it in
+	// HeldConflict, and the client receives it only if BeforeReady returns
+	// no error of its own and replaces no tag.
+	HoldConflicts()
+	// HeldConflict is the error HoldConflicts held back, or nil.
+	HeldConflict() error
 	// Unnamed returns the text PostgreSQL holds as the client's unnamed
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.

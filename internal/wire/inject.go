@@ -63,6 +63,38 @@ func changedRows(tag string) int64 {
 // TxRowsChanged implements Backend.
 func (ss *session) TxRowsChanged() int64 { return ss.txRows.Load() }
 
+// UnitSentRows implements Backend.
+func (ss *session) UnitSentRows() bool { return ss.unitRows.Load() }
+
+// ReplaceHeldTag implements Backend.
+func (ss *session) ReplaceHeldTag(tag string) { ss.retag = []byte(tag) }
+
+// HoldConflicts implements Backend.
+func (ss *session) HoldConflicts() {
+	if ss.holdTag.Load() {
+		ss.holdErr.Store(true)
+	}
+}
+
+// HeldConflict implements Backend.
+func (ss *session) HeldConflict() error {
+	if e := ss.heldErr.Load(); e != nil {
+		return pgError(e)
+	}
+	return nil
+}
+
+// sendError relays an error to the client, or holds it back if it is a
+// conflict HoldConflicts asked for (backend goroutine).
+func (ss *session) sendError(e *pgproto3.ErrorResponse) {
+	if e != nil && ss.holdErr.Load() && (e.Code == "40001" || e.Code == "40P01") && e.Severity == "ERROR" && !ss.unitRows.Load() {
+		cp := *e
+		ss.heldErr.Store(&cp)
+		return
+	}
+	ss.sendClient(e)
+}
+
 // InjectedBegins implements Backend.
 func (ss *session) InjectedBegins() int64 { return ss.injectedBegins.Load() }
 

@@ -79,6 +79,16 @@ type session struct {
 	// client sees either that CommandComplete or the commit's error.
 	holdTag atomic.Bool
 	heldTag atomic.Pointer[pgproto3.CommandComplete]
+	// retag (session goroutine): the tag BeforeReady put in place of the
+	// held one (ReplaceHeldTag).
+	retag []byte
+	// holdErr: a conflict ending the held statement is held back
+	// (HoldConflicts) in heldErr.
+	holdErr atomic.Bool
+	heldErr atomic.Pointer[pgproto3.ErrorResponse]
+	// unitRows: rows or a COPY were relayed to the client since the unit
+	// began (UnitSentRows).
+	unitRows atomic.Bool
 	// quietReady: the next ReadyForQuery ends a piece of a split query
 	// other than the last, and is not relayed (runSplit); sawError: an
 	// ErrorResponse was relayed since runSplit last cleared it.
@@ -239,6 +249,7 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		ss.deliverEvents()
 	}
 	ss.unit++
+	ss.unitRows.Store(false) // every earlier reply has arrived
 	return true, nil
 }
 
@@ -773,14 +784,14 @@ func (ss *session) clientLoop() error {
 
 // Abort implements Backend.
 func (ss *session) Abort(err error) {
-	if ss.txStatus.Load() == 'I' && ss.outstanding.Load() == 0 {
+	if ss.txStatus.Load() == 'I' && !ss.running() {
 		return
 	}
 	e := errorResponse(err)
 	ss.lateErr.Store(e)
 	ss.abortedTxn.Store(true)
 	ss.abortErr.Store(e)
-	if ss.outstanding.Load() > 0 {
+	if ss.running() {
 		// A statement that blocks an apply waits on a lock, for long. If
 		// the reply comes within abortGrace the backend was not running
 		// one (a Parse, say, which a cancel would fail for nothing): roll
@@ -790,10 +801,10 @@ func (ss *session) Abort(err error) {
 		go func() {
 			defer ss.cancelDone()
 			deadline := time.Now().Add(abortGrace)
-			for ss.outstanding.Load() > 0 && time.Now().Before(deadline) {
+			for ss.running() && time.Now().Before(deadline) {
 				time.Sleep(abortGrace / 10)
 			}
-			if ss.outstanding.Load() > 0 {
+			if ss.running() {
 				ss.cancelForAbort(e)
 				return
 			}
@@ -805,6 +816,17 @@ func (ss *session) Abort(err error) {
 	// Idle in a transaction: wake the session goroutine from its read.
 	ss.interrupt.Store(true)
 	_ = ss.rawClient.SetReadDeadline(time.Now())
+}
+
+// running reports whether PostgreSQL is running something of the
+// client's: what it sent, or a statement of its that the hooks run again
+// (ExecAbortable).
+func (ss *session) running() bool {
+	if ss.outstanding.Load() > 0 {
+		return true
+	}
+	ex := ss.exec.Load()
+	return ex != nil && ex.abortable
 }
 
 // abortGrace is how long Abort waits for a running statement to answer
@@ -922,6 +944,7 @@ func (ss *session) finishHeld() error {
 	ss.hold.Store(false)
 	ss.holdTag.Store(false)
 	tag := ss.heldTag.Swap(nil)
+	ss.holdErr.Store(false)
 	var herr error
 	ss.hookMu.Lock()
 	ss.drainEventsLocked()
@@ -931,10 +954,20 @@ func (ss *session) finishHeld() error {
 	ss.drainEventsLocked()
 	ss.hookMu.Unlock()
 	ss.deliverEvents()
-	if herr != nil {
+	held := ss.heldErr.Swap(nil)
+	if ss.retag != nil {
+		// The statement ran again (held error or not), and its tag is
+		// the client's.
+		tag, held = &pgproto3.CommandComplete{CommandTag: ss.retag}, nil
+		ss.retag = nil
+	}
+	switch {
+	case herr != nil:
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 		ss.writeClient(errorResponse(herr))
-	} else if tag != nil {
+	case held != nil:
+		ss.writeClient(held)
+	case tag != nil:
 		ss.writeClient(tag)
 	}
 	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
@@ -1187,6 +1220,12 @@ func (ss *session) backendLoop() {
 				}
 			}
 		}
+		switch msg.(type) {
+		case *pgproto3.RowDescription, *pgproto3.DataRow, *pgproto3.CopyOutResponse, *pgproto3.CopyInResponse, *pgproto3.CopyBothResponse:
+			if ss.srv.hooks != nil && !ss.unitRows.Load() {
+				ss.unitRows.Store(true)
+			}
+		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
 			if ss.explain.Load() != nil {
@@ -1283,14 +1322,14 @@ func (ss *session) backendLoop() {
 			ss.unitFailed.Store(true)
 			if ss.abortCanceled(m) {
 				if e := ss.abortErr.Swap(nil); e != nil {
-					ss.sendClient(e)
+					ss.sendError(e)
 				} else {
-					ss.sendClient(ss.lateErr.Load())
+					ss.sendError(ss.lateErr.Load())
 				}
 				continue
 			}
 			if e := ss.abortErr.Swap(nil); e != nil {
-				ss.sendClient(e)
+				ss.sendError(e)
 				continue
 			}
 			if m.Code == codeQueryCanceled {
@@ -1310,6 +1349,8 @@ func (ss *session) backendLoop() {
 				m.Detail = strings.TrimSpace(m.Message + ". " + m.Detail)
 				m.Message, m.Hint = x.message, x.hint
 			}
+			ss.sendError(m)
+			continue
 		}
 		ss.sendClient(msg)
 		if len(ss.cbuf) >= flushThreshold {

@@ -152,6 +152,12 @@ type Node struct {
 	// table; under dbsm, a transaction that reads more rows by key than
 	// this is certified as reading their whole tables (default 10000).
 	KeyEscalationRows int `yaml:"key_escalation_rows"`
+	// AutocommitRetries: an autocommit statement sent as a simple query
+	// that a replication conflict aborts, and whose client has seen
+	// nothing of it (no rows returned), is run again up to this many
+	// times before the client gets SQLSTATE 40001 (default 3; 0: never;
+	// at most 100). See docs/outcomes.md.
+	AutocommitRetries *int `yaml:"autocommit_retries"`
 	// MaxConnections limits client sessions (default 1000).
 	MaxConnections int `yaml:"max_connections"`
 	// AuthTimeout bounds everything before a client is authenticated:
@@ -303,6 +309,10 @@ func (n *Node) Defaults() {
 	if n.SequenceStride == 0 {
 		n.SequenceStride = 100
 	}
+	if n.AutocommitRetries == nil {
+		retries := 3
+		n.AutocommitRetries = &retries
+	}
 	if n.TLS.AllowPlaintext == nil {
 		plain := n.TLS.CertFile == ""
 		n.TLS.AllowPlaintext = &plain
@@ -379,6 +389,9 @@ func (n *Node) validate(files bool) error {
 	}
 	if n.KeyEscalationRows < 1 {
 		bad("key_escalation_rows: must be positive, got %d", n.KeyEscalationRows)
+	}
+	if r := n.AutocommitRetries; r != nil && (*r < 0 || *r > 100) {
+		bad("autocommit_retries: must be between 0 and 100, got %d", *r)
 	}
 	if n.ApplyWorkers < 1 || n.ApplyWorkers > 64 {
 		bad("apply_workers: must be between 1 and 64, got %d", n.ApplyWorkers)

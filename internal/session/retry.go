@@ -1,0 +1,126 @@
+package session
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-db/ordo/internal/analysis"
+	"github.com/ordo-db/ordo/internal/wire"
+)
+
+// An autocommit statement that a replication conflict aborts (another
+// node's transaction was ordered first, or its apply needed this one's
+// locks) is run again, up to Config.AutocommitRetries times, before its
+// client hears of the conflict, as Galera's wsrep_retry_autocommit does:
+// the aborted attempt was rolled back everywhere, so running the statement
+// again is what the client would do on a 40001, but it cannot tell. Only
+// where the client has seen nothing of the first attempt that a second
+// could contradict: one statement sent as a simple Query (whose
+// CommandComplete the node holds until the commit), which sent no rows
+// (no RETURNING, no SELECT) and no COPY, and writes rows or refreshes a
+// materialized view. The client receives the tag of the attempt that
+// committed, or the error of the last.
+
+// retryStmt is an autocommit statement that may be run again.
+type retryStmt struct {
+	sql  string // as sent to PostgreSQL
+	stmt *analysis.Statement
+}
+
+// retryable returns the statement of a simple Query just wrapped (wrap) if
+// a conflict may be retried, or nil.
+func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param, m at) *retryStmt {
+	if s.h.cfg.AutocommitRetries <= 0 || m.kind != wire.KindQuery || len(stmts) != 1 || len(params) > 0 {
+		return nil
+	}
+	a := stmts[0]
+	switch {
+	case s.unitCons, s.label != "":
+		// cons takes its classes before the statement runs; a labelled
+		// transaction's outcome is recorded under its label, aborted
+		// attempt included.
+		return nil
+	case a.SetsSequence || a.NotifyCall != nil || a.Notify != nil:
+		return nil
+	case a.Kind == analysis.KindWrite, a.Kind == analysis.KindDDL && a.Tag == "RefreshMatViewStmt":
+		return &retryStmt{sql: m.sent, stmt: a}
+	}
+	return nil
+}
+
+// conflict reports whether err says the transaction was aborted, and
+// rolled back everywhere, by a replication conflict.
+func conflict(err error) bool {
+	if errors.Is(err, errBruteForce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == codeSerializationFailure
+}
+
+// retry runs r again while a conflict aborts it, up to
+// Config.AutocommitRetries times; err is the first attempt's conflict.
+func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
+	for n := 0; n < s.h.cfg.AutocommitRetries && conflict(err); n++ {
+		err = s.retryStatement(ctx, r, n+1, err)
+	}
+	return err
+}
+
+// retryStatement runs r again in a new wrapped transaction and ends it
+// (finishWrapped), after attempt attempts were aborted, the last with
+// last. It returns last, untouched, if the client has seen rows of the
+// statement or the transaction could not be started again.
+func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int, last error) error {
+	if s.be.UnitSentRows() {
+		return last // (a statement that returned no rows the first time may)
+	}
+	if s.be.TxStatus() != 'I' {
+		s.rollback(ctx)
+		if s.be.TxStatus() != 'I' {
+			return last
+		}
+	}
+	// A new transaction: an abort was the last attempt's.
+	s.aborted.Store(false)
+	s.h.m.retries.Inc()
+	s.h.cfg.Logger.Debug("session: an autocommit statement aborted by a replication conflict runs again", "attempt", attempt+1, "conflict", last)
+	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ"
+	if s.rc {
+		begin = "BEGIN" // at the session's own level
+	}
+	res, err := s.be.Exec(ctx, begin)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return last
+	}
+	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins()}
+	if err := s.beforeSnapshot(ctx, true); err != nil {
+		s.rollback(ctx)
+		return err
+	}
+	s.track(r.stmt, nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
+	res, err = s.be.ExecAbortable(ctx, r.sql)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil || res.TxStatus != 'T' || len(res.Tags) != 1 || len(res.Rows) > 0 {
+		// It fails now (a row it inserts exists by now, say): that is
+		// the statement's outcome, as PostgreSQL would have given it
+		// had the client sent it again.
+		s.rollback(ctx)
+		if res.Err != nil {
+			if s.bruteForced(res) {
+				return errBruteForce
+			}
+			return res.Err
+		}
+		return last
+	}
+	s.be.ReplaceHeldTag(res.Tags[0])
+	return s.finishWrapped(ctx)
+}
