@@ -27,6 +27,9 @@ import (
 type retryStmt struct {
 	sql  string // as sent to PostgreSQL
 	stmt *analysis.Statement
+	// label names every attempt (ordo.txn_label): the outcome checks
+	// answer committed if one attempt committed (_ordo.txn_status).
+	label string
 }
 
 // retryable returns the statement of a simple Query just wrapped (wrap) if
@@ -37,24 +40,32 @@ func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param
 	}
 	a := stmts[0]
 	switch {
-	case s.unitCons, s.label != "":
-		// cons takes its classes before the statement runs; a labelled
-		// transaction's outcome is recorded under its label, aborted
-		// attempt included.
-		return nil
+	case s.unitCons:
+		return nil // cons takes its classes before the statement runs
 	case a.SetsSequence || a.NotifyCall != nil || a.Notify != nil:
 		return nil
 	case a.Kind == analysis.KindWrite, a.Kind == analysis.KindDDL && a.Tag == "RefreshMatViewStmt":
-		return &retryStmt{sql: m.sent, stmt: a}
+		return &retryStmt{sql: m.sent, stmt: a, label: s.label}
 	}
 	return nil
 }
+
+// unordered is the 40001 of a transaction whose commit the order did not
+// take in time, and whose abort it did: the cluster could not order it
+// (a node cut off from the majority), and running the statement again
+// would only make its client wait as long again for the same answer.
+type unordered struct{ error }
+
+func (u unordered) Unwrap() error { return u.error }
 
 // conflict reports whether err says the transaction was aborted, and
 // rolled back everywhere, by a replication conflict.
 func conflict(err error) bool {
 	if errors.Is(err, errBruteForce) {
 		return true
+	}
+	if errors.As(err, new(unordered)) {
+		return false
 	}
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == codeSerializationFailure
@@ -122,5 +133,6 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		return last
 	}
 	s.be.ReplaceHeldTag(res.Tags[0])
+	s.label = r.label // (terminate used it up)
 	return s.finishWrapped(ctx)
 }

@@ -538,7 +538,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 			"ordo: the cluster did not confirm the commit in time (%v); the transaction will be committed everywhere or nowhere, check before retrying", err)
 	}
 	if !out.Commit && out.Unordered {
-		return pgErr(codeSerializationFailure, "ordo: the transaction was rolled back: %s; retry it", out.Reason)
+		return unordered{pgErr(codeSerializationFailure, "ordo: the transaction was rolled back: %s; retry it", out.Reason)}
 	}
 	if !out.Commit {
 		return pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node (%s); retry the transaction", out.Reason)

@@ -138,11 +138,11 @@ func TestSafety(t *testing.T) {
 func workloadsUnder(protocol string) []string {
 	switch protocol {
 	case "dbsm-rc":
-		return []string{"append", "sets", "wskew", "hot", "longfork", "ddl"}
+		return []string{"append", "sets", "wskew", "hot", "counter", "longfork", "ddl"}
 	case "cons":
-		return []string{"bank", "append", "sets", "hot", "longfork", "ddl"}
+		return []string{"bank", "append", "sets", "hot", "counter", "longfork", "ddl"}
 	}
-	return []string{"bank", "append", "sets", "wskew", "hot", "longfork", "ddl"}
+	return []string{"bank", "append", "sets", "wskew", "hot", "counter", "longfork", "ddl"}
 }
 
 // TestMatrix is `make safety`: every workload × nemesis × protocol, each

@@ -48,12 +48,14 @@ func newWorkload(name string) (workload, error) {
 		return &sets{}, nil
 	case "hot":
 		return &hot{keys: 4}, nil
+	case "counter":
+		return &counter{keys: 3}, nil
 	case "longfork":
 		return &longFork{}, nil
 	case "ddl":
 		return &ddlWorkload{}, nil
 	}
-	return nil, fmt.Errorf("safety: unknown workload %q (bank, append, wskew, sets, hot, longfork, ddl)", name)
+	return nil, fmt.Errorf("safety: unknown workload %q (bank, append, wskew, sets, hot, counter, longfork, ddl)", name)
 }
 
 // loop runs n clients spread over the nodes, each calling op until stop.
