@@ -287,7 +287,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return s.execute(ctx, stmts, nil, at{wire.KindParse, true, sentText(st)})
 		}
 		for _, a := range stmts {
-			if a.Kind == analysis.KindRefused {
+			if a.Kind == analysis.KindRefused && !s.failedAnyway(stmts, first) {
 				return s.refused(ctx, a, first)
 			}
 		}
@@ -964,6 +964,17 @@ func (s *session) refused(ctx context.Context, a *analysis.Statement, atBoundary
 	return pgErr(code, "%s", a.Reason)
 }
 
+// failedAnyway reports whether PostgreSQL refuses stmts itself: one
+// statement, not transaction control, at the start of a unit in a failed
+// transaction block, which PostgreSQL answers with 25P02 without running
+// it. Ordo's own refusals then give way, so the client gets what
+// PostgreSQL says. (Several statements may hold a ROLLBACK that ends the
+// failed block and lets the next one run; a client's PREPARE TRANSACTION
+// would roll the block back without an error.)
+func (s *session) failedAnyway(stmts []*analysis.Statement, atBoundary bool) bool {
+	return atBoundary && s.txStatus() == 'E' && len(stmts) == 1 && stmts[0].Txn == nil
+}
+
 // kept reports whether stmts, none empty, all recreate objects of Ordo's
 // that the node keeps (Statement.KeptTag).
 func kept(stmts []*analysis.Statement) bool {
@@ -1002,7 +1013,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		return c
 	}
 	for _, a := range stmts {
-		if a.Kind == analysis.KindRefused {
+		if a.Kind == analysis.KindRefused && !s.failedAnyway(stmts, atBoundary) {
 			return s.refused(ctx, a, atBoundary)
 		}
 		if a.Updates() {

@@ -150,6 +150,18 @@ func TestOrdinaryRolesCannotWriteOrdoTables(t *testing.T) {
 			require.Error(t, err, "node %d: %s", i+1, sql)
 			require.Equal(t, "42501", sqlstate(err), "node %d: %s: %v", i+1, sql, err)
 		}
+		// In a failed transaction PostgreSQL refuses every statement
+		// with 25P02 before Ordo's own refusal applies: the client gets
+		// what PostgreSQL says.
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SELECT 1/0")
+		require.Error(t, err)
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeDescribeExec} {
+			_, err = tx.Exec(ctx, "DELETE FROM _ordo.rolled_back", mode)
+			require.Equal(t, "25P02", sqlstate(err), "node %d, mode %v: %v", i+1, mode, err)
+		}
+		require.NoError(t, tx.Rollback(ctx))
 		var s string
 		require.NoError(t, conn.QueryRow(ctx, "SELECT _ordo.txn_status('nothing')").Scan(&s))
 		require.Equal(t, "unknown", s)
