@@ -98,24 +98,15 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	s.aborted.Store(false)
 	s.h.m.retries.Inc()
 	s.h.cfg.Logger.Debug("session: an autocommit statement aborted by a replication conflict runs again", "attempt", attempt+1, "conflict", last)
-	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ"
-	if s.rc {
-		begin = "BEGIN" // at the session's own level
-	}
-	res, err := s.be.Exec(ctx, begin)
-	if err != nil {
+	if err := s.beginWrapped(ctx); err != nil {
 		return err
 	}
-	if res.Err != nil {
-		return last
-	}
-	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins()}
 	if err := s.beforeSnapshot(ctx, true); err != nil {
 		s.rollback(ctx)
 		return err
 	}
 	s.track(r.stmt, nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
-	res, err = s.be.ExecAbortable(ctx, r.sql)
+	res, err := s.be.ExecAbortable(ctx, r.sql)
 	if err != nil {
 		return err
 	}

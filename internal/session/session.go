@@ -1344,6 +1344,19 @@ func (s *session) setting(a *analysis.Statement) {
 // wrap starts a transaction block for an autocommit update statement and
 // holds the unit's ReadyForQuery until it is terminated.
 func (s *session) wrap(ctx context.Context) error {
+	if err := s.beginWrapped(ctx); err != nil {
+		return err
+	}
+	s.noteWrap(false)
+	s.unitStatus = 0 // Exec brought the status up to date
+	s.inTxn.Store(true)
+	s.be.HoldReady()
+	return nil
+}
+
+// beginWrapped opens the block of a wrapped autocommit statement (wrap,
+// and each retry of it).
+func (s *session) beginWrapped(ctx context.Context) error {
 	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ"
 	if s.rc {
 		begin = "BEGIN" // at the session's own level
@@ -1359,10 +1372,6 @@ func (s *session) wrap(ctx context.Context) error {
 		return res.Err
 	}
 	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins()}
-	s.noteWrap(false)
-	s.unitStatus = 0 // Exec brought the status up to date
-	s.inTxn.Store(true)
-	s.be.HoldReady()
 	return nil
 }
 

@@ -32,11 +32,7 @@ type counter struct {
 func (w *counter) name() string { return "counter" }
 
 func (w *counter) setup(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "CREATE TABLE counter (k int PRIMARY KEY, n bigint NOT NULL)"); err != nil {
-		return err
-	}
-	_, err := conn.Exec(ctx, "INSERT INTO counter SELECT g, 0 FROM generate_series(0, $1 - 1) g", w.keys)
-	return err
+	return createCounters(ctx, conn, "counter", w.keys)
 }
 
 func (w *counter) digest() string {
@@ -55,21 +51,7 @@ func (w *counter) final(r *run) []string {
 	for i := 0; i < r.cluster.N(); i++ {
 		c := r.newClient("counter-final", i)
 		typ, _ := c.txn("read", nil, func(ctx context.Context, tx pgx.Tx) (any, error) {
-			rows, err := tx.Query(ctx, "SELECT k, n FROM counter")
-			if err != nil {
-				return nil, err
-			}
-			m := map[int]int64{}
-			for rows.Next() {
-				var k int
-				var n int64
-				if err := rows.Scan(&k, &n); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				m[k] = n
-			}
-			return m, rows.Err()
+			return readNumbers(ctx, tx, "SELECT k, n FROM counter")
 		})
 		c.close()
 		if typ != history.OK {

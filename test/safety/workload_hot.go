@@ -41,11 +41,7 @@ type hot struct {
 func (h *hot) name() string { return "hot" }
 
 func (h *hot) setup(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "CREATE TABLE hot (k int PRIMARY KEY, n bigint NOT NULL)"); err != nil {
-		return err
-	}
-	_, err := conn.Exec(ctx, "INSERT INTO hot SELECT g, 0 FROM generate_series(0, $1 - 1) g", h.keys)
-	return err
+	return createCounters(ctx, conn, "hot", h.keys)
 }
 
 func (h *hot) digest() string {
@@ -73,21 +69,7 @@ func (h *hot) readAll(ctx context.Context, r *run, tx pgx.Tx) (map[int]int64, er
 	if err := h.declare(ctx, r, tx); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, "SELECT k, n FROM hot")
-	if err != nil {
-		return nil, err
-	}
-	m := map[int]int64{}
-	for rows.Next() {
-		var k int
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		m[k] = n
-	}
-	return m, rows.Err()
+	return readNumbers(ctx, tx, "SELECT k, n FROM hot")
 }
 
 func (h *hot) run(r *run, stop <-chan struct{}) {

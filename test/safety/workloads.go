@@ -114,21 +114,37 @@ type transfer struct {
 }
 
 func readBalances(ctx context.Context, tx pgx.Tx) (map[int]int64, error) {
-	rows, err := tx.Query(ctx, "SELECT id, balance FROM bank")
+	return readNumbers(ctx, tx, "SELECT id, balance FROM bank")
+}
+
+// readNumbers reads a query's rows of a key and a number into a map
+// (balances, counters).
+func readNumbers(ctx context.Context, tx pgx.Tx, sql string) (map[int]int64, error) {
+	rows, err := tx.Query(ctx, sql)
 	if err != nil {
 		return nil, err
 	}
 	m := map[int]int64{}
 	for rows.Next() {
-		var id int
-		var bal int64
-		if err := rows.Scan(&id, &bal); err != nil {
+		var k int
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		m[id] = bal
+		m[k] = n
 	}
 	return m, rows.Err()
+}
+
+// createCounters creates table (k, n) with keys counters at 0 (hot,
+// counter).
+func createCounters(ctx context.Context, conn *pgx.Conn, table string, keys int) error {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (k int PRIMARY KEY, n bigint NOT NULL)", table)); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO %s SELECT g, 0 FROM generate_series(0, $1 - 1) g", table), keys)
+	return err
 }
 
 func (b *bank) run(r *run, stop <-chan struct{}) {
