@@ -12,6 +12,7 @@ import (
 // SQLSTATEs the session uses.
 const (
 	codeSerializationFailure  = "40001"
+	codeDeadlock              = "40P01"
 	codeResolutionUnknown     = "08007"
 	codeFeatureNotSupported   = "0A000"
 	codeReadOnly              = "25006"

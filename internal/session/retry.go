@@ -25,29 +25,40 @@ import (
 
 // retryStmt is an autocommit statement that may be run again.
 type retryStmt struct {
-	sql  string // as sent to PostgreSQL
-	stmt *analysis.Statement
+	sql string // as sent to PostgreSQL
 	// label names every attempt (ordo.txn_label): the outcome checks
-	// answer committed if one attempt committed (_ordo.txn_status).
+	// answer committed if one attempt committed (_ordo.txn_status). A
+	// labelled statement is not run again after an abort the order
+	// recorded under its label (recorded): until a later attempt is
+	// decided, the outcome check would answer aborted for a statement
+	// that may still commit.
 	label string
 }
 
 // retryable returns the statement of a simple Query just wrapped (wrap) if
 // a conflict may be retried, or nil.
 func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param, m at) *retryStmt {
-	if s.h.cfg.AutocommitRetries <= 0 || m.kind != wire.KindQuery || len(stmts) != 1 || len(params) > 0 {
+	if s.h.cfg.AutocommitRetries <= 0 || m.kind != wire.KindQuery || len(params) > 0 || !retryKind(stmts) {
 		return nil
+	}
+	if s.unitCons {
+		return nil // cons takes its classes before the statement runs
+	}
+	return &retryStmt{sql: m.sent, label: s.label}
+}
+
+// retryKind reports whether stmts is one statement of a kind that may be
+// run again: one that writes rows or refreshes a materialized view, and
+// sets no sequence and sends no notification.
+func retryKind(stmts []*analysis.Statement) bool {
+	if len(stmts) != 1 {
+		return false
 	}
 	a := stmts[0]
-	switch {
-	case s.unitCons:
-		return nil // cons takes its classes before the statement runs
-	case a.SetsSequence || a.NotifyCall != nil || a.Notify != nil:
-		return nil
-	case a.Kind == analysis.KindWrite, a.Kind == analysis.KindDDL && a.Tag == "RefreshMatViewStmt":
-		return &retryStmt{sql: m.sent, stmt: a, label: s.label}
+	if a.SetsSequence || a.NotifyCall != nil || a.Notify != nil {
+		return false
 	}
-	return nil
+	return a.Kind == analysis.KindWrite || a.Kind == analysis.KindDDL && a.Tag == "RefreshMatViewStmt"
 }
 
 // unordered is the 40001 of a transaction whose commit the order did not
@@ -57,6 +68,12 @@ func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param
 type unordered struct{ error }
 
 func (u unordered) Unwrap() error { return u.error }
+
+// recorded is the 40001 of a transaction certification aborted: the order
+// decided it, and recorded the abort under its label (if any).
+type recorded struct{ error }
+
+func (r recorded) Unwrap() error { return r.error }
 
 // conflict reports whether err says the transaction was aborted, and
 // rolled back everywhere, by a replication conflict.
@@ -68,14 +85,23 @@ func conflict(err error) bool {
 		return false
 	}
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == codeSerializationFailure
+	return errors.As(err, &pe) && (pe.Code == codeSerializationFailure || pe.Code == codeDeadlock)
 }
 
 // retry runs r again while a conflict aborts it, up to
 // Config.AutocommitRetries times; err is the first attempt's conflict.
 func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
+	label := s.label // "" once the first attempt's termination used it
 	for n := 0; n < s.h.cfg.AutocommitRetries && conflict(err); n++ {
+		if r.label != "" && errors.As(err, new(recorded)) {
+			break
+		}
 		err = s.retryStatement(ctx, r, n+1, err)
+	}
+	if err != nil {
+		// An attempt that failed before its termination left the label
+		// set: it would name the client's next transaction.
+		s.label = label
 	}
 	return err
 }
@@ -105,7 +131,14 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		s.rollback(ctx)
 		return err
 	}
-	s.track(r.stmt, nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
+	// Analyzed again: a conflict with a schema change may have changed
+	// what the statement's keys are.
+	stmts := s.analyze(r.sql)
+	if !retryKind(stmts) {
+		s.rollback(ctx)
+		return last
+	}
+	s.track(stmts[0], nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
 	res, err := s.be.ExecAbortable(ctx, r.sql)
 	if err != nil {
 		return err

@@ -371,6 +371,13 @@ func (s *session) finishWrapped(ctx context.Context) error {
 func (s *session) endWrapped() {
 	s.consEnd()
 	s.tx = txState{}
+	if s.be.TxStatus() == 'I' {
+		// Over: no relayed ReadyForQuery says so (BeforeReady's is
+		// Ordo's), and an Abort that raced with its end must not fail
+		// the client's next transaction.
+		s.aborted.Store(false)
+		s.inTxn.Store(false)
+	}
 }
 
 // afterDDL runs Config.AfterDDL in a transaction that ran DDL.
@@ -458,7 +465,8 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		if errors.Is(err, capture.ErrTooLarge) {
 			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_rows / max_write_set_bytes on every node)", err)
 		}
-		return pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
+		// (Not run again: a capture that stalled would stall again.)
+		return unordered{pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)}
 	}
 	ws.LargeObjects = s.tx.los
 	if err := s.consCheckWrites(ws); err != nil {
@@ -541,7 +549,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		return unordered{pgErr(codeSerializationFailure, "ordo: the transaction was rolled back: %s; retry it", out.Reason)}
 	}
 	if !out.Commit {
-		return pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node (%s); retry the transaction", out.Reason)
+		return recorded{pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node (%s); retry the transaction", out.Reason)}
 	}
 	// The node's catalog was marked stale before the outcome was given
 	// (replica.Config.OnDDL): the client's next statement is analyzed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -14,8 +15,10 @@ type execState struct {
 	res  Result
 	done chan struct{}
 	// abortable: a statement of the client's, run again (ExecAbortable):
-	// Abort cancels it, as it cancels what the client sent.
+	// Abort cancels it, as it cancels what the client sent, once it was
+	// sent (sent).
 	abortable bool
+	sent      atomic.Bool
 }
 
 var _ Backend = (*session)(nil)
@@ -77,6 +80,7 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 		ss.exec.Store(nil)
 		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
+	ex.sent.Store(true)
 	select {
 	case <-ex.done:
 		return &ex.res, nil
@@ -159,6 +163,9 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		ex.res.Rows = append(ex.res.Rows, row)
 	case *pgproto3.CommandComplete:
 		ex.res.Tags = append(ex.res.Tags, string(m.CommandTag))
+		if ex.abortable {
+			ss.txRows.Add(changedRows(string(m.CommandTag))) // the client's statement
+		}
 	case *pgproto3.ErrorResponse:
 		if ex.res.Err == nil {
 			ex.res.Err = pgError(m)

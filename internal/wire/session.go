@@ -826,7 +826,7 @@ func (ss *session) running() bool {
 		return true
 	}
 	ex := ss.exec.Load()
-	return ex != nil && ex.abortable
+	return ex != nil && ex.abortable && ex.sent.Load()
 }
 
 // abortGrace is how long Abort waits for a running statement to answer
@@ -971,6 +971,13 @@ func (ss *session) finishHeld() error {
 		ss.writeClient(tag)
 	}
 	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
+	if ss.lateCancels.Load() > 0 && ss.cancelsDelivered() {
+		// As at a relayed ReadyForQuery that ends the last unit: every
+		// cancel of Abort's was delivered before what it could hit was
+		// sent (BeforeReady's statements, answered by now), so one that
+		// missed was ignored by PostgreSQL.
+		ss.lateCancels.Store(0)
+	}
 	if ss.srv.idleTimeouts {
 		ss.armIdle(byte(ss.txStatus.Load()))
 	}
