@@ -451,7 +451,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		// commit it.) Its abort is ordered, so that the outcome check
 		// answers "aborted" for its label, not "unknown".
 		r.abortInBackground(t.GID, t.Label)
-		return Outcome{}, fmt.Errorf("%w: this node rolled it back to let an earlier transaction's writes through before its own writes were captured", termination.ErrNotReplicated)
+		return Outcome{}, fmt.Errorf("%w: %w", termination.ErrNotReplicated, termination.ErrPreempted)
 	}
 	began := time.Now()
 	if t.WriteSet != nil {

@@ -69,8 +69,9 @@ type unordered struct{ error }
 
 func (u unordered) Unwrap() error { return u.error }
 
-// recorded is the 40001 of a transaction certification aborted: the order
-// decided it, and recorded the abort under its label (if any).
+// recorded is the 40001 of a transaction whose abort the order decided
+// and recorded under its label (if any): certification aborted it, or the
+// node preempted it before its capture (termination.ErrPreempted).
 type recorded struct{ error }
 
 func (r recorded) Unwrap() error { return r.error }

@@ -17,6 +17,8 @@ func TestConflictIsRetried(t *testing.T) {
 		{pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node"), true},
 		{pgErr(codeSerializationFailure, "could not serialize access due to concurrent update"), true},
 		{unordered{pgErr(codeSerializationFailure, "ordo: the transaction was rolled back: its commit was not ordered in time")}, false},
+		{recorded{pgErr(codeSerializationFailure, "ordo: could not serialize access due to a concurrent update on another node")}, true},
+		{pgErr(codeDeadlock, "deadlock detected"), true},
 		{pgErr(codeResolutionUnknown, "ordo: the cluster did not confirm the commit in time"), false},
 		{pgErr("23505", "duplicate key value violates unique constraint"), false},
 		{nil, false},

@@ -540,7 +540,11 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		}
 		if errors.Is(err, termination.ErrNotReplicated) {
 			s.abandon(gid)
-			return pgErr(codeSerializationFailure, "ordo: %v; the transaction was rolled back, retry it", err)
+			e := pgErr(codeSerializationFailure, "ordo: %v; the transaction was rolled back, retry it", err)
+			if errors.Is(err, termination.ErrPreempted) {
+				return recorded{e} // a conflict; its abort is ordered under its label
+			}
+			return unordered{e} // a fragment the order did not take (retry.go)
 		}
 		return pgErr(codeResolutionUnknown,
 			"ordo: the cluster did not confirm the commit in time (%v); the transaction will be committed everywhere or nowhere, check before retrying", err)

@@ -17,6 +17,12 @@ var ErrTooLarge = errors.New("replica: transaction too large to replicate")
 // transaction cannot commit, and its abort is being ordered.
 var ErrNotReplicated = errors.New("replica: the transaction could not be replicated")
 
+// ErrPreempted comes with ErrNotReplicated when the node rolled the
+// transaction back to let an earlier transaction's writes through before
+// its write set was captured (a conflict, not a failure of the cluster);
+// its abort is being ordered.
+var ErrPreempted = errors.New("this node rolled it back to let an earlier transaction's writes through before its own writes were captured")
+
 // ErrInconsistent is returned by Protocol.Terminate once the node has
 // found that its database differs from the others' (an apply that did not
 // match): it stops accepting update transactions rather than diverge
