@@ -92,6 +92,9 @@ func conflict(err error) bool {
 // retry runs r again while a conflict aborts it, up to
 // Config.AutocommitRetries times; err is the first attempt's conflict.
 func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
+	if s.be.UnitSentRows() {
+		return err // the client has read some of the first attempt
+	}
 	label := s.label // "" once the first attempt's termination used it
 	for n := 0; n < s.h.cfg.AutocommitRetries && conflict(err); n++ {
 		if r.label != "" && errors.As(err, new(recorded)) {
@@ -109,12 +112,9 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 
 // retryStatement runs r again in a new wrapped transaction and ends it
 // (finishWrapped), after attempt attempts were aborted, the last with
-// last. It returns last, untouched, if the client has seen rows of the
-// statement or the transaction could not be started again.
+// last. It returns last, untouched, if the transaction could not be
+// started again.
 func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int, last error) error {
-	if s.be.UnitSentRows() {
-		return last // (a statement that returned no rows the first time may)
-	}
 	if s.be.TxStatus() != 'I' {
 		s.rollback(ctx)
 		if s.be.TxStatus() != 'I' {

@@ -818,6 +818,13 @@ func (ss *session) Abort(err error) {
 	_ = ss.rawClient.SetReadDeadline(time.Now())
 }
 
+// noteRows notes that the unit relayed rows or a COPY (UnitSentRows).
+func (ss *session) noteRows() {
+	if !ss.unitRows.Load() {
+		ss.unitRows.Store(true)
+	}
+}
+
 // running reports whether PostgreSQL is running something of the
 // client's: what it sent, or a statement of its that the hooks run again
 // (ExecAbortable).
@@ -1227,13 +1234,9 @@ func (ss *session) backendLoop() {
 				}
 			}
 		}
-		switch msg.(type) {
-		case *pgproto3.RowDescription, *pgproto3.DataRow, *pgproto3.CopyOutResponse, *pgproto3.CopyInResponse, *pgproto3.CopyBothResponse:
-			if ss.srv.hooks != nil && !ss.unitRows.Load() {
-				ss.unitRows.Store(true)
-			}
-		}
 		switch m := msg.(type) {
+		case *pgproto3.RowDescription, *pgproto3.DataRow, *pgproto3.CopyOutResponse, *pgproto3.CopyBothResponse:
+			ss.noteRows()
 		case *pgproto3.ReadyForQuery:
 			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)
@@ -1312,6 +1315,7 @@ func (ss *session) backendLoop() {
 			}
 			continue
 		case *pgproto3.CopyInResponse:
+			ss.noteRows()
 			ss.copyIn.Store(true)
 			ss.wakeWaiters()
 			if ss.hold.Load() {

@@ -48,25 +48,10 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < perClient; i++ {
+				// Bounded: a retry that stalls fails the test, not the run.
 				sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				tag, err := conn.Exec(sctx, "UPDATE counter SET n = n + 1 WHERE id = 1", pgx.QueryExecModeSimpleProtocol)
-				timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)
 				cancel()
-				if timedOut {
-					for i := 0; i < 3; i++ {
-						rows, _ := c.direct(i).Query(ctx, "SELECT pid, state, backend_type, left(query, 60), wait_event_type, wait_event, backend_xid::text FROM pg_stat_activity WHERE datname = 'postgres'")
-						vals, _ := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
-							P                 int
-							S, B, Q, WT, W, X *string
-						}])
-						for _, v := range vals {
-							t.Logf("node %d: pid %d state %v type %v query %v wait %v %v xid %v", i+1, v.P, deref(v.S), deref(v.B), deref(v.Q), deref(v.WT), deref(v.W), deref(v.X))
-						}
-						rows, _ = c.direct(i).Query(ctx, "SELECT gid, transaction::text FROM pg_prepared_xacts")
-						pv, _ := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ G, X string }])
-						t.Logf("node %d prepared: %v", i+1, pv)
-					}
-				}
 				mu.Lock()
 				var pe *pgconn.PgError
 				switch {
@@ -96,11 +81,4 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	require.Positive(t, 2*perClient-ok[1], "node 1's clients saw conflicts (else the test shows nothing)")
 	require.Empty(t, failed[2], "node 2 retried its conflicts")
 	require.Equal(t, 2*perClient, ok[2])
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return "<nil>"
-	}
-	return *p
 }
