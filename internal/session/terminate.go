@@ -465,8 +465,13 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		if errors.Is(err, capture.ErrTooLarge) {
 			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_write_set_rows / max_write_set_bytes on every node)", err)
 		}
-		// (Not run again: a capture that stalled would stall again.)
-		return unordered{pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)}
+		e := pgErr(codeSerializationFailure, "ordo: could not capture the transaction's writes (it was rolled back): %v", err)
+		if errors.Is(err, capture.ErrEnded) {
+			// Rolled back before its write set was claimed (an apply
+			// needed its locks): a conflict, never proposed.
+			return e
+		}
+		return unordered{e} // (not run again: a capture that stalled would stall again)
 	}
 	ws.LargeObjects = s.tx.los
 	if err := s.consCheckWrites(ws); err != nil {
