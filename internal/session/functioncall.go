@@ -67,5 +67,5 @@ func (s *session) fastPath(ctx context.Context, st *wire.Statement) error {
 	for i, p := range st.Params {
 		params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
 	}
-	return s.execute(ctx, stmts, params, at{wire.KindQuery, st.AtBoundary, ""})
+	return s.execute(ctx, stmts, params, at{kind: wire.KindQuery, first: st.AtBoundary})
 }

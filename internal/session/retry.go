@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -17,15 +18,18 @@ import (
 // the aborted attempt was rolled back everywhere, so running the statement
 // again is what the client would do on a 40001, but it cannot tell. Only
 // where the client has seen nothing of the first attempt that a second
-// could contradict: one statement sent as a simple Query (whose
-// CommandComplete the node holds until the commit), which sent no rows
-// (no RETURNING, no SELECT) and no COPY, and writes rows or refreshes a
-// materialized view. The client receives the tag of the attempt that
-// committed, or the error of the last.
+// could contradict: one statement, which sent no rows (no RETURNING, no
+// SELECT) and no COPY, and writes rows or refreshes a materialized view,
+// sent either as a simple Query (whose CommandComplete the node holds
+// until the commit) or as the one Bind (and Execute) of an
+// extended-protocol unit whose Sync came with it (the node then holds
+// its CommandComplete too: wire.Backend.HoldConflicts). The client
+// receives the tag of the attempt that committed, or the error of the
+// last.
 
 // retryStmt is an autocommit statement that may be run again.
 type retryStmt struct {
-	sql string // as sent to PostgreSQL
+	sql string // as sent to PostgreSQL (extended: as it parsed it)
 	// label names every attempt (ordo.txn_label): the outcome checks
 	// answer committed if one attempt committed (_ordo.txn_status). A
 	// labelled statement is not run again after an abort the order
@@ -33,18 +37,65 @@ type retryStmt struct {
 	// decided, the outcome check would answer aborted for a statement
 	// that may still commit.
 	label string
+	// extended: the client's prepared statement name, bound in unit to
+	// params in formats (params nil until its Bind). It is run again
+	// bound the same way (wire.Backend.ExecBound).
+	extended bool
+	name     string
+	unit     uint64
+	formats  []int16
+	params   [][]byte
 }
 
-// retryable returns the statement of a simple Query just wrapped (wrap) if
-// a conflict may be retried, or nil.
+// retryable returns the statement just wrapped (wrap) if a conflict may
+// be retried, or nil: a simple Query's, or an extended-protocol unit's
+// first Parse or Bind.
 func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param, m at) *retryStmt {
-	if s.h.cfg.AutocommitRetries <= 0 || m.kind != wire.KindQuery || len(params) > 0 || !retryKind(stmts) {
+	if s.h.cfg.AutocommitRetries <= 0 || !retryKind(stmts) {
 		return nil
 	}
 	if s.unitCons {
 		return nil // cons takes its classes before the statement runs
 	}
-	return &retryStmt{sql: m.sent, label: s.label}
+	r := &retryStmt{sql: m.sent, label: s.label}
+	switch m.kind {
+	case wire.KindQuery:
+		if len(params) > 0 || m.sent == "" {
+			return nil // a FunctionCall
+		}
+	case wire.KindParse:
+		r.extended, r.unit = true, s.unit
+	case wire.KindBind:
+		r.extended, r.unit, r.name = true, s.unit, m.bind.Name
+		r.bound(m.bind)
+	default:
+		return nil
+	}
+	return r
+}
+
+// bound notes the Bind of an extended-protocol statement, keeping copies
+// of its parameters (the Bind's are the wire's).
+func (r *retryStmt) bound(b *wire.Statement) {
+	r.formats = slices.Clone(b.ParamFormats)
+	r.params = make([][]byte, len(b.Params))
+	for i, p := range b.Params {
+		if p != nil {
+			r.params[i] = slices.Clone(p)
+			if r.params[i] == nil {
+				r.params[i] = []byte{} // an empty value, not NULL
+			}
+		}
+	}
+}
+
+// candidate returns r if it may still be run again at the end of its
+// unit: an extended-protocol statement only once bound.
+func (r *retryStmt) candidate() *retryStmt {
+	if r == nil || r.extended && r.params == nil {
+		return nil
+	}
+	return r
 }
 
 // retryKind reports whether stmts is one statement of a kind that may be
@@ -135,12 +186,24 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	// Analyzed again: a conflict with a schema change may have changed
 	// what the statement's keys are.
 	stmts := s.analyze(r.sql)
-	if !retryKind(stmts) {
+	if !retryKind(stmts) || r.extended && !s.holdsPrepared(r.name, r.sql) {
 		s.rollback(ctx)
 		return last
 	}
-	s.track(stmts[0], nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
-	res, err := s.be.ExecAbortable(ctx, r.sql)
+	s.be.ReplaceHeldTag("") // the last attempt's is not the client's
+	var res *wire.Result
+	var err error
+	if r.extended {
+		params := make([]analysis.Param, len(r.params))
+		for i, p := range r.params {
+			params[i] = analysis.Param{Value: p, Binary: paramBinary(r.formats, i)}
+		}
+		s.track(stmts[0], params, at{kind: wire.KindBind, first: true, sent: r.sql})
+		res, err = s.be.ExecBound(ctx, r.name, r.formats, r.params)
+	} else {
+		s.track(stmts[0], nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
+		res, err = s.be.ExecAbortable(ctx, r.sql)
+	}
 	if err != nil {
 		return err
 	}
@@ -160,4 +223,15 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	s.be.ReplaceHeldTag(res.Tags[0])
 	s.label = r.label // (terminate used it up)
 	return s.finishWrapped(ctx)
+}
+
+// holdsPrepared reports whether PostgreSQL holds sql as the client's
+// prepared statement name ("" the unnamed one): what a retry binds again.
+func (s *session) holdsPrepared(name, sql string) bool {
+	if name == "" {
+		held, ok := s.be.Unnamed()
+		return ok && held == sql
+	}
+	held, exists, known := s.be.Named(name)
+	return known && exists && held == sql
 }

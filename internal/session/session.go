@@ -195,6 +195,15 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 		}
 	}
+	if r := s.tx.retry; r != nil && r.extended {
+		// The unit of an extended-protocol statement that may be run
+		// again: its one Bind, and nothing else.
+		if st.Kind == wire.KindBind && r.params == nil && st.Name == r.name && st.Unit == r.unit {
+			r.bound(st)
+		} else {
+			s.tx.retry = nil
+		}
+	}
 	if first {
 		s.unitStatus = 0
 		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
@@ -251,7 +260,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			return err
 		}
 		s.rewriteIsolation(st, stmts)
-		return s.execute(ctx, stmts, nil, at{wire.KindQuery, true, sentText(st)})
+		return s.execute(ctx, stmts, nil, at{kind: wire.KindQuery, first: true, sent: sentText(st)})
 	case wire.KindParse:
 		s.noteName(st.Name)
 		stmts := s.analyze(st.SQL)
@@ -284,7 +293,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// of its batch gets a boundary of its own (SyncHere). Other
 		// statements act at Bind.
 		if first && isTxnControl(stmts) && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) {
-			return s.execute(ctx, stmts, nil, at{wire.KindParse, true, sentText(st)})
+			return s.execute(ctx, stmts, nil, at{kind: wire.KindParse, first: true, sent: sentText(st)})
 		}
 		for _, a := range stmts {
 			if a.Kind == analysis.KindRefused && !s.failedAnyway(stmts, first) {
@@ -299,6 +308,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if first && (updates(stmts) || notifyCalls(stmts)) && s.txStatus() == 'I' && !s.tx.active {
 			if err := s.wrap(ctx); err != nil {
 				return err
+			}
+			if s.tx.retry = s.retryable(stmts, nil, at{kind: wire.KindParse, first: true, sent: sentText(st)}); s.tx.retry != nil {
+				s.tx.retry.name = st.Name
+				s.be.HoldConflicts()
 			}
 			s.explainTermination(stmts)
 		}
@@ -392,7 +405,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 			return nil // acted on when parsed earlier in this unit
 		}
-		return s.execute(ctx, stmts, params, at{wire.KindBind, first, s.sent[st.Name]})
+		return s.execute(ctx, stmts, params, at{kind: wire.KindBind, first: first, sent: s.sent[st.Name], bind: st})
 	case wire.KindFunctionCall:
 		return s.fastPath(ctx, st)
 	case wire.KindCloseStatement:
@@ -943,6 +956,8 @@ type at struct {
 	kind  wire.StatementKind // KindQuery, KindParse or KindBind
 	first bool
 	sent  string // the query text PostgreSQL runs it in
+	// bind is the Bind reported (KindBind; valid during the call only).
+	bind *wire.Statement
 }
 
 // sentText is the text PostgreSQL receives for st.

@@ -278,7 +278,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 			// A block Ordo opened failed, and no BEGIN of the client's
 			// made it theirs: PostgreSQL would have rolled back the
 			// implicit transaction.
-			retry := s.tx.retry
+			retry := s.tx.retry.candidate()
 			s.rollback(ctx)
 			if held := s.be.HeldConflict(); held != nil && retry != nil {
 				// Its statement met a conflict (held back, retry.go).
@@ -318,7 +318,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	case 'I':
 		return nil // the statement ended the block itself (refused earlier)
 	}
-	retry := s.tx.retry
+	retry := s.tx.retry.candidate()
 	err := s.finishWrapped(ctx)
 	if retry != nil && conflict(err) {
 		return s.retry(ctx, retry, err)

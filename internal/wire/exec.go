@@ -40,7 +40,52 @@ func (ss *session) ExecAbortable(ctx context.Context, sql string) (*Result, erro
 	return ss.exec1(ctx, true, sql)
 }
 
+// ExecBound implements Backend.
+func (ss *session) ExecBound(ctx context.Context, name string, formats []int16, params [][]byte) (*Result, error) {
+	return ss.runExec(ctx, true, func() {
+		ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName}) // (see exec1)
+		ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: name,
+			ParameterFormatCodes: formats, Parameters: params})
+		ss.sendServer(&pgproto3.Execute{Portal: execName})
+		ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
+		ss.sendServer(&pgproto3.Sync{})
+	})
+}
+
 func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more ...string) (*Result, error) {
+	all := append([]string{sql}, more...)
+	return ss.runExec(ctx, abortable, func() {
+		switch p := ss.unnamed.current(); {
+		case p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == ""):
+			// No unnamed statement the client may still bind (or it is
+			// replacing it right now).
+			ss.sendServer(&pgproto3.Query{String: strings.Join(all, "; ")})
+		default:
+			// One statement each: run under names of Ordo's, which leave
+			// the client's unnamed statement and portal alone. (Parsing
+			// the unnamed statement again after a Query fails if what it
+			// names is gone, a table the transaction dropped, and that
+			// would fail the client's transaction.) The first Closes drop
+			// those an earlier error left behind (a failed ExecBound's
+			// portal lives until the transaction ends); after an error
+			// PostgreSQL skips the rest, as in a query string.
+			ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
+			ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
+			for _, q := range all {
+				ss.sendServer(&pgproto3.Parse{Name: execName, Query: q})
+				ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: execName})
+				ss.sendServer(&pgproto3.Execute{Portal: execName})
+				ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
+				ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
+			}
+			ss.sendServer(&pgproto3.Sync{})
+		}
+	})
+}
+
+// runExec is an Exec whose messages send queues for PostgreSQL, ending with
+// a Query or a Sync.
+func (ss *session) runExec(ctx context.Context, abortable bool, send func()) (*Result, error) {
 	if ss.batchOpen || ss.copying || ss.inReadyForQuery {
 		return nil, ErrNotAtBoundary
 	}
@@ -52,30 +97,7 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 	}
 	ex := &execState{done: make(chan struct{}), abortable: abortable}
 	ss.exec.Store(ex)
-	all := append([]string{sql}, more...)
-	switch p := ss.unnamed.current(); {
-	case p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == ""):
-		// No unnamed statement the client may still bind (or it is
-		// replacing it right now).
-		ss.sendServer(&pgproto3.Query{String: strings.Join(all, "; ")})
-	default:
-		// One statement each: run under names of Ordo's, which leave the
-		// client's unnamed statement and portal alone. (Parsing the
-		// unnamed statement again after a Query fails if what it names
-		// is gone, a table the transaction dropped, and that would fail
-		// the client's transaction.) The first Close drops one an
-		// earlier error left behind; after an error PostgreSQL skips the
-		// rest, as in a query string.
-		ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
-		for _, q := range all {
-			ss.sendServer(&pgproto3.Parse{Name: execName, Query: q})
-			ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: execName})
-			ss.sendServer(&pgproto3.Execute{Portal: execName})
-			ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
-			ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
-		}
-		ss.sendServer(&pgproto3.Sync{})
-	}
+	send()
 	if err := ss.flushServer(); err != nil {
 		ss.exec.Store(nil)
 		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)

@@ -142,6 +142,11 @@ type Backend interface {
 	// conflict): like the client's own statements, and unlike Ordo's,
 	// Abort cancels it (it takes row locks, and may block an apply).
 	ExecAbortable(ctx context.Context, sql string) (*Result, error)
+	// ExecBound is ExecAbortable of the client's prepared statement name
+	// ("" the unnamed one), bound to params in formats (as in Bind) under
+	// a portal of Ordo's: the extended-protocol statement of an
+	// autocommit unit, run again. It leaves the statement as it is.
+	ExecBound(ctx context.Context, name string, formats []int16, params [][]byte) (*Result, error)
 	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
 	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
 	TxStatus() byte
@@ -223,20 +228,28 @@ type Backend interface {
 	TxRowsChanged() int64
 	// UnitSentRows reports whether the unit being finished relayed rows or
 	// a COPY to the client (RowDescription, DataRow, CopyInResponse,
-	// CopyOutResponse): what a client may already have read of it. For
-	// ReadyHolder.BeforeReady.
+	// CopyOutResponse), or a result HoldConflicts did not hold: what a
+	// client may already have read of it. For ReadyHolder.BeforeReady.
 	UnitSentRows() bool
-	// ReplaceHeldTag, called from ReadyHolder.BeforeReady of a simple
-	// Query whose last CommandComplete is held (HoldReady), makes the
-	// client receive tag in its place (the statement was run again, and
-	// its count may differ).
+	// ReplaceHeldTag, called from ReadyHolder.BeforeReady of a unit whose
+	// last CommandComplete is held (HoldReady of a simple Query, or
+	// HoldConflicts), makes the client receive tag in its place (the
+	// statement was run again, and its count may differ), or none if tag
+	// is "" (a run that did not complete).
 	ReplaceHeldTag(tag string)
-	// HoldConflicts, called from SessionHooks.Statement after HoldReady
-	// for a simple Query, holds back an error of SQLSTATE 40001 or 40P01
-	// that ends the statement (PostgreSQL's, or Abort's) if no rows were
-	// relayed before it: ReadyHolder.BeforeReady finds it in
-	// HeldConflict, and the client receives it only if BeforeReady returns
-	// no error of its own and replaces no tag.
+	// HoldConflicts, called from SessionHooks.Statement after HoldReady,
+	// for a simple Query or the first message of an extended-protocol
+	// unit, holds back an error of SQLSTATE 40001 or 40P01 that ends the
+	// statement (PostgreSQL's, or Abort's) if no rows were relayed before
+	// it: ReadyHolder.BeforeReady finds it in HeldConflict, and the client
+	// receives it only if BeforeReady returns no error of its own and
+	// replaces no tag. In an extended-protocol unit it holds the last
+	// CommandComplete as HoldReady does a Query's (the client receives it
+	// before an error of BeforeReady, as PostgreSQL sends an Execute's
+	// completion before its commit's error at the Sync), and holds either
+	// only if the client's Sync was sent before it arrived: a client may
+	// wait for its results before sending the Sync (a Flush), and then
+	// gets them at once (UnitSentRows reports true).
 	HoldConflicts()
 	// HeldConflict is the error HoldConflicts held back, or nil.
 	HeldConflict() error

@@ -67,10 +67,22 @@ func (ss *session) TxRowsChanged() int64 { return ss.txRows.Load() }
 func (ss *session) UnitSentRows() bool { return ss.unitRows.Load() }
 
 // ReplaceHeldTag implements Backend.
-func (ss *session) ReplaceHeldTag(tag string) { ss.retag = []byte(tag) }
+func (ss *session) ReplaceHeldTag(tag string) {
+	ss.retag, ss.retagged = nil, true
+	if tag != "" {
+		ss.retag = []byte(tag)
+	}
+}
 
 // HoldConflicts implements Backend.
 func (ss *session) HoldConflicts() {
+	if !ss.hold.Load() {
+		return
+	}
+	if k := ss.stmt.Kind; k == KindParse || k == KindBind {
+		ss.tagNeedsSync.Store(true)
+		ss.holdTag.Store(true)
+	}
 	if ss.holdTag.Load() {
 		ss.holdErr.Store(true)
 	}
@@ -88,9 +100,12 @@ func (ss *session) HeldConflict() error {
 // conflict HoldConflicts asked for (backend goroutine).
 func (ss *session) sendError(e *pgproto3.ErrorResponse) {
 	if e != nil && ss.holdErr.Load() && (e.Code == "40001" || e.Code == "40P01") && e.Severity == "ERROR" && !ss.unitRows.Load() {
-		cp := *e
-		ss.heldErr.Store(&cp)
-		return
+		if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
+			cp := *e
+			ss.heldErr.Store(&cp)
+			return
+		}
+		ss.noteRows() // relayed: no Sync yet (tagNeedsSync)
 	}
 	ss.sendClient(e)
 }

@@ -79,9 +79,16 @@ type session struct {
 	// client sees either that CommandComplete or the commit's error.
 	holdTag atomic.Bool
 	heldTag atomic.Pointer[pgproto3.CommandComplete]
-	// retag (session goroutine): the tag BeforeReady put in place of the
-	// held one (ReplaceHeldTag).
-	retag []byte
+	// tagNeedsSync: the held unit is an extended-protocol one
+	// (HoldConflicts). Its CommandComplete and conflict are held only
+	// if the client's Sync was sent before they arrived: before it, the
+	// client may be waiting for them (it sent a Flush), and they are
+	// relayed (noteRows).
+	tagNeedsSync atomic.Bool
+	// retag, retagged (session goroutine): the tag BeforeReady put in
+	// place of the held one, nil for none (ReplaceHeldTag).
+	retag    []byte
+	retagged bool
 	// holdErr: a conflict ending the held statement is held back
 	// (HoldConflicts) in heldErr.
 	holdErr atomic.Bool
@@ -950,6 +957,7 @@ func (ss *session) finishHeld() error {
 	}
 	ss.hold.Store(false)
 	ss.holdTag.Store(false)
+	extended := ss.tagNeedsSync.Swap(false)
 	tag := ss.heldTag.Swap(nil)
 	ss.holdErr.Store(false)
 	var herr error
@@ -962,15 +970,23 @@ func (ss *session) finishHeld() error {
 	ss.hookMu.Unlock()
 	ss.deliverEvents()
 	held := ss.heldErr.Swap(nil)
-	if ss.retag != nil {
-		// The statement ran again (held error or not), and its tag is
-		// the client's.
-		tag, held = &pgproto3.CommandComplete{CommandTag: ss.retag}, nil
-		ss.retag = nil
+	if ss.retagged {
+		// The statement ran again (held error or not), and its tag, if
+		// it completed, is the client's.
+		tag, held = nil, nil
+		if ss.retag != nil {
+			tag = &pgproto3.CommandComplete{CommandTag: ss.retag}
+		}
+		ss.retag, ss.retagged = nil, false
 	}
 	switch {
 	case herr != nil:
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
+		if extended && tag != nil {
+			// PostgreSQL's order: an Execute's completion, then the
+			// error of the commit at its Sync.
+			ss.writeClient(tag)
+		}
 		ss.writeClient(errorResponse(herr))
 	case held != nil:
 		ss.writeClient(held)
@@ -1227,10 +1243,14 @@ func (ss *session) backendLoop() {
 			if _, rfq := msg.(*pgproto3.ReadyForQuery); !rfq {
 				if t := ss.heldTag.Swap(nil); t != nil {
 					ss.sendClient(t)
+					ss.noteRows() // the client reads a result of the unit
 				}
 				if m, ok := msg.(*pgproto3.CommandComplete); ok {
-					ss.heldTag.Store(&pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
-					continue
+					if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
+						ss.heldTag.Store(&pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
+						continue
+					}
+					ss.noteRows() // relayed: no Sync yet (tagNeedsSync)
 				}
 			}
 		}

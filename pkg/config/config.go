@@ -152,7 +152,8 @@ type Node struct {
 	// table; under dbsm, a transaction that reads more rows by key than
 	// this is certified as reading their whole tables (default 10000).
 	KeyEscalationRows int `yaml:"key_escalation_rows"`
-	// AutocommitRetries: an autocommit statement sent as a simple query
+	// AutocommitRetries: an autocommit statement (a simple query, or the
+	// one Bind and Execute of an extended-protocol unit with its Sync)
 	// that a replication conflict aborts, and whose client has seen
 	// nothing of it (no rows returned), is run again up to this many
 	// times before the client gets SQLSTATE 40001 (default 3; 0: never;

@@ -16,8 +16,11 @@ import (
 )
 
 // TestAutocommitConflictsAreRetried: autocommit increments of one row
-// from two nodes at once, sent as simple queries. Node 1 never retries
-// (autocommit_retries 0), node 2 retries: node 2's clients see no
+// from two nodes at once, sent as simple queries and with the extended
+// protocol as pgx sends it in each of its modes (Parse, Bind and Execute
+// in one unit; a prepared statement bound by name; the unnamed statement
+// described in one round trip and bound in the next). Node 1 never
+// retries (autocommit_retries 0), node 2 retries: node 2's clients see no
 // replication conflict where node 1's see many, and every increment a
 // client was told of is in the row exactly once, none other.
 func TestAutocommitConflictsAreRetried(t *testing.T) {
@@ -37,12 +40,21 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	// for the first's row lock and fails in PostgreSQL (REPEATABLE READ);
 	// a client on the other node is aborted by certification or by the
 	// apply that needs its lock.
-	const perClient = 75
+	const perClient = 50
 	var mu sync.Mutex
 	ok := map[int]int{}
 	failed := map[int]map[string]int{1: {}, 2: {}}
 	var wg sync.WaitGroup
-	for _, node := range []int{1, 2, 1, 2} {
+	clients := []struct {
+		node int
+		mode pgx.QueryExecMode
+	}{
+		{1, pgx.QueryExecModeSimpleProtocol}, {1, pgx.QueryExecModeExec},
+		{2, pgx.QueryExecModeSimpleProtocol}, {2, pgx.QueryExecModeExec},
+		{2, pgx.QueryExecModeCacheStatement}, {2, pgx.QueryExecModeDescribeExec},
+	}
+	for _, cl := range clients {
+		node := cl.node
 		conn := c.connect(node - 1)
 		wg.Add(1)
 		go func() {
@@ -50,22 +62,22 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 			for i := 0; i < perClient; i++ {
 				// Bounded: a retry that stalls fails the test, not the run.
 				sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				tag, err := conn.Exec(sctx, "UPDATE counter SET n = n + 1 WHERE id = 1", pgx.QueryExecModeSimpleProtocol)
+				tag, err := conn.Exec(sctx, "UPDATE counter SET n = n + $1 WHERE id = 1", cl.mode, 1)
 				cancel()
 				mu.Lock()
 				var pe *pgconn.PgError
 				switch {
 				case err == nil:
 					if tag.String() != "UPDATE 1" {
-						failed[node]["tag "+tag.String()]++
+						failed[node][cl.mode.String()+": tag "+tag.String()]++
 					} else {
 						ok[node]++
 					}
 				case errors.As(err, &pe):
 					msg, _, _ := strings.Cut(pe.Message, " (")
-					failed[node][pe.Code+" "+msg]++
+					failed[node][cl.mode.String()+": "+pe.Code+" "+msg]++
 				default:
-					failed[node][err.Error()]++
+					failed[node][cl.mode.String()+": "+err.Error()]++
 				}
 				mu.Unlock()
 			}
@@ -80,5 +92,5 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	require.Equal(t, ok[1]+ok[2], n, "every increment a client was told of, exactly once")
 	require.Positive(t, 2*perClient-ok[1], "node 1's clients saw conflicts (else the test shows nothing)")
 	require.Empty(t, failed[2], "node 2 retried its conflicts")
-	require.Equal(t, 2*perClient, ok[2])
+	require.Equal(t, 4*perClient, ok[2])
 }

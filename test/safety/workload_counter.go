@@ -13,10 +13,11 @@ import (
 )
 
 // counter is the autocommit workload: blind increments of a few counters
-// (table counter, all 0 at the start), each one statement sent as a
-// simple query outside any block, `UPDATE counter SET n = n + 1 WHERE k
-// = …` (labelled for the outcome check), as psql, psycopg2 or a cron job
-// send them. They conflict all the time, and a node runs such a statement
+// (table counter, all 0 at the start), each one statement outside any
+// block, `UPDATE counter SET n = n + 1 WHERE k = …` (labelled for the
+// outcome check), sent as a simple query (as psql, psycopg2 or a cron
+// job send them) or with the extended protocol (Parse, Bind and Execute
+// in one unit as JDBC sends them, or a prepared statement bound by name). They conflict all the time, and a node runs such a statement
 // again after a replication conflict (autocommit_retries, outcomes.md)
 // before its client hears of it: a retry must never apply an increment
 // twice, nor report one committed that is not.
@@ -42,7 +43,14 @@ func (w *counter) digest() string {
 func (w *counter) run(r *run, stop <-chan struct{}) {
 	r.loop("counter", r.cfg.Clients, stop, func(c *client, rng *rand.Rand) {
 		k := rng.IntN(w.keys)
-		c.exec("incr", k, fmt.Sprintf("UPDATE counter SET n = n + 1 WHERE k = %d", k), pgx.QueryExecModeSimpleProtocol)
+		switch rng.IntN(3) {
+		case 0:
+			c.exec("incr", k, fmt.Sprintf("UPDATE counter SET n = n + 1 WHERE k = %d", k), pgx.QueryExecModeSimpleProtocol)
+		case 1:
+			c.exec("incr", k, "UPDATE counter SET n = n + 1 WHERE k = $1", pgx.QueryExecModeExec, k)
+		default:
+			c.exec("incr", k, "UPDATE counter SET n = n + 1 WHERE k = $1", pgx.QueryExecModeCacheStatement, k)
+		}
 	})
 }
 
