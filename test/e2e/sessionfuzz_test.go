@@ -243,14 +243,44 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 			desc = append(desc, fmt.Sprintf("Close %q", name))
 		}
 	}
+	if executes(msgs) > 0 && rng.IntN(4) == 0 {
+		// The client reads the Executes' results before it sends the
+		// Sync (exchange): nothing may hold them until the Sync.
+		msgs = append(msgs, &pgproto3.Flush{})
+		desc = append(desc, "Flush, read")
+	}
 	msgs = append(msgs, &pgproto3.Sync{})
 	return msgs, strings.Join(desc, "; ") + "; Sync"
 }
 
+// executes counts the Executes in msgs.
+func executes(msgs []pgproto3.FrontendMessage) int {
+	n := 0
+	for _, m := range msgs {
+		if _, ok := m.(*pgproto3.Execute); ok {
+			n++
+		}
+	}
+	return n
+}
+
 // exchange sends msgs and returns the replies up to the ReadyForQuery of
-// the last one, as text.
+// the last one, as text. If msgs has a Flush, it sends what comes after
+// it only once every Execute before it is answered (or one failed), as a
+// client waiting for its results before its Sync does.
 func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
 	t.Helper()
+	rest := msgs[:0:0]
+	for i, m := range msgs {
+		if _, ok := m.(*pgproto3.Flush); ok {
+			msgs, rest = msgs[:i+1], msgs[i+1:]
+			break
+		}
+	}
+	waiting := 0 // Executes unanswered before the rest is sent
+	if len(rest) > 0 {
+		waiting = executes(msgs)
+	}
 	for _, m := range msgs {
 		h.Frontend.Send(m)
 	}
@@ -258,8 +288,22 @@ func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMess
 	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var b strings.Builder
 	for {
+		if waiting == 0 && len(rest) > 0 {
+			b.WriteString("(the rest sent)\n")
+			for _, m := range rest {
+				h.Frontend.Send(m)
+			}
+			require.NoError(t, h.Frontend.Flush())
+			rest = nil
+		}
 		msg, err := h.Frontend.Receive()
 		require.NoError(t, err, "so far: %s", b.String())
+		switch msg.(type) {
+		case *pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse, *pgproto3.PortalSuspended:
+			waiting = max(waiting-1, 0)
+		case *pgproto3.ErrorResponse:
+			waiting = 0 // the rest is skipped up to the Sync
+		}
 		switch m := msg.(type) {
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
 		case *pgproto3.ErrorResponse:
