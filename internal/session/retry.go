@@ -18,14 +18,13 @@ import (
 // the aborted attempt was rolled back everywhere, so running the statement
 // again is what the client would do on a 40001, but it cannot tell. Only
 // where the client has seen nothing of the first attempt that a second
-// could contradict: one statement, which sent no rows (no RETURNING, no
-// SELECT) and no COPY, and writes rows or refreshes a materialized view,
-// sent either as a simple Query (whose CommandComplete the node holds
-// until the commit) or as the one Bind (and Execute) of an
-// extended-protocol unit whose Sync came with it (the node then holds
-// its CommandComplete too: wire.Backend.HoldConflicts). The client
-// receives the tag of the attempt that committed, or the error of the
-// last.
+// could contradict: one statement that writes rows or refreshes a
+// materialized view, sent either as a simple Query or as the one Bind
+// (and Execute) of an extended-protocol unit whose Sync came with it,
+// whose rows (RETURNING) and CommandComplete the node holds until the
+// commit (wire.Backend.HoldConflicts), which started no COPY. The client
+// receives the rows and tag of the attempt that committed, or the error
+// of the last.
 
 // retryStmt is an autocommit statement that may be run again.
 type retryStmt struct {
@@ -38,13 +37,14 @@ type retryStmt struct {
 	// that may still commit.
 	label string
 	// extended: the client's prepared statement name, bound in unit to
-	// params in formats (params nil until its Bind). It is run again
-	// bound the same way (wire.Backend.ExecBound).
+	// params in formats, its results in results (params nil until its
+	// Bind). It is run again bound the same way (wire.Backend.ExecBound).
 	extended bool
 	name     string
 	unit     uint64
 	formats  []int16
 	params   [][]byte
+	results  []int16
 }
 
 // retryable returns the statement just wrapped (wrap) if a conflict may
@@ -77,7 +77,7 @@ func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param
 // bound notes the Bind of an extended-protocol statement, keeping copies
 // of its parameters (the Bind's are the wire's).
 func (r *retryStmt) bound(b *wire.Statement) {
-	r.formats = slices.Clone(b.ParamFormats)
+	r.formats, r.results = slices.Clone(b.ParamFormats), slices.Clone(b.ResultFormats)
 	r.params = make([][]byte, len(b.Params))
 	for i, p := range b.Params {
 		if p != nil {
@@ -190,7 +190,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		s.rollback(ctx)
 		return last
 	}
-	s.be.ReplaceHeldTag("") // the last attempt's is not the client's
+	s.be.ReplaceHeld(nil) // the last attempt's result is not the client's
 	var res *wire.Result
 	var err error
 	if r.extended {
@@ -199,7 +199,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 			params[i] = analysis.Param{Value: p, Binary: paramBinary(r.formats, i)}
 		}
 		s.track(stmts[0], params, at{kind: wire.KindBind, first: true, sent: r.sql})
-		res, err = s.be.ExecBound(ctx, r.name, r.formats, r.params)
+		res, err = s.be.ExecBound(ctx, r.name, r.formats, r.params, r.results)
 	} else {
 		s.track(stmts[0], nil, at{kind: wire.KindQuery, first: true, sent: r.sql})
 		res, err = s.be.ExecAbortable(ctx, r.sql)
@@ -207,7 +207,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	if err != nil {
 		return err
 	}
-	if res.Err != nil || res.TxStatus != 'T' || len(res.Tags) != 1 || len(res.Rows) > 0 {
+	if res.Err != nil || res.TxStatus != 'T' || len(res.Tags) != 1 {
 		// It fails now (a row it inserts exists by now, say): that is
 		// the statement's outcome, as PostgreSQL would have given it
 		// had the client sent it again.
@@ -220,7 +220,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		}
 		return last
 	}
-	s.be.ReplaceHeldTag(res.Tags[0])
+	s.be.ReplaceHeld(res)
 	s.label = r.label // (terminate used it up)
 	return s.finishWrapped(ctx)
 }

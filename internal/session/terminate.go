@@ -319,6 +319,9 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		return nil // the statement ended the block itself (refused earlier)
 	}
 	retry := s.tx.retry.candidate()
+	if !s.be.HeldComplete() {
+		retry = nil // its statement did not complete (a Bind without an Execute), or the client saw it
+	}
 	err := s.finishWrapped(ctx)
 	if retry != nil && conflict(err) {
 		return s.retry(ctx, retry, err)

@@ -41,11 +41,11 @@ func (ss *session) ExecAbortable(ctx context.Context, sql string) (*Result, erro
 }
 
 // ExecBound implements Backend.
-func (ss *session) ExecBound(ctx context.Context, name string, formats []int16, params [][]byte) (*Result, error) {
+func (ss *session) ExecBound(ctx context.Context, name string, formats []int16, params [][]byte, resultFormats []int16) (*Result, error) {
 	return ss.runExec(ctx, true, func() {
 		ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName}) // (see exec1)
 		ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: name,
-			ParameterFormatCodes: formats, Parameters: params})
+			ParameterFormatCodes: formats, Parameters: params, ResultFormatCodes: resultFormats})
 		ss.sendServer(&pgproto3.Execute{Portal: execName})
 		ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
 		ss.sendServer(&pgproto3.Sync{})
@@ -74,6 +74,10 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 			for _, q := range all {
 				ss.sendServer(&pgproto3.Parse{Name: execName, Query: q})
 				ss.sendServer(&pgproto3.Bind{DestinationPortal: execName, PreparedStatement: execName})
+				if abortable {
+					// Its rows' description, as a Query would send it.
+					ss.sendServer(&pgproto3.Describe{ObjectType: 'P', Name: execName})
+				}
 				ss.sendServer(&pgproto3.Execute{Portal: execName})
 				ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: execName})
 				ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: execName})
@@ -177,7 +181,21 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 	switch m := msg.(type) {
 	case *pgproto3.NotificationResponse, *pgproto3.ParameterStatus:
 		return false
+	case *pgproto3.NoticeResponse:
+		if ex.abortable {
+			// The client's statement, run again: its notices are the
+			// client's, as the first run's were.
+			return false
+		}
+		ex.res.Notices = append(ex.res.Notices, m.Message)
+	case *pgproto3.RowDescription:
+		if ex.abortable {
+			ex.res.rows, _ = m.Encode(ex.res.rows)
+		}
 	case *pgproto3.DataRow:
+		if ex.abortable {
+			ex.res.rows, _ = m.Encode(ex.res.rows) // the client's rows (Backend.ReplaceHeld)
+		}
 		row := make([]string, len(m.Values))
 		for i, v := range m.Values {
 			row[i] = string(v) // nil becomes ""; see Result.Rows
@@ -193,8 +211,6 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 			ex.res.Err = pgError(m)
 			ex.res.Aborted = ss.abortCanceled(m)
 		}
-	case *pgproto3.NoticeResponse:
-		ex.res.Notices = append(ex.res.Notices, m.Message)
 	case *pgproto3.CopyInResponse:
 		b, _ := (&pgproto3.CopyFail{Message: "ordo: COPY FROM STDIN is not supported in Exec"}).Encode(nil)
 		_, _ = ss.server.Write(b)

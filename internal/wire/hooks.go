@@ -143,10 +143,11 @@ type Backend interface {
 	// Abort cancels it (it takes row locks, and may block an apply).
 	ExecAbortable(ctx context.Context, sql string) (*Result, error)
 	// ExecBound is ExecAbortable of the client's prepared statement name
-	// ("" the unnamed one), bound to params in formats (as in Bind) under
-	// a portal of Ordo's: the extended-protocol statement of an
-	// autocommit unit, run again. It leaves the statement as it is.
-	ExecBound(ctx context.Context, name string, formats []int16, params [][]byte) (*Result, error)
+	// ("" the unnamed one), bound to params in formats and its results
+	// in resultFormats (as in Bind) under a portal of Ordo's: the
+	// extended-protocol statement of an autocommit unit, run again. It
+	// leaves the statement as it is.
+	ExecBound(ctx context.Context, name string, formats []int16, params [][]byte, resultFormats []int16) (*Result, error)
 	// TxStatus is the transaction status of the last ReadyForQuery: 'I'
 	// idle, 'T' in a transaction block, 'E' in a failed transaction block.
 	TxStatus() byte
@@ -231,28 +232,41 @@ type Backend interface {
 	// CopyOutResponse), or a result HoldConflicts did not hold: what a
 	// client may already have read of it. For ReadyHolder.BeforeReady.
 	UnitSentRows() bool
-	// ReplaceHeldTag, called from ReadyHolder.BeforeReady of a unit whose
+	// ReplaceHeld, called from ReadyHolder.BeforeReady of a unit whose
 	// last CommandComplete is held (HoldReady of a simple Query, or
-	// HoldConflicts), makes the client receive tag in its place (the
-	// statement was run again, and its count may differ), or none if tag
-	// is "" (a run that did not complete).
-	ReplaceHeldTag(tag string)
+	// HoldConflicts), makes the client receive the rows and the last tag
+	// of res, the Result of ExecAbortable or ExecBound, in place of the
+	// held ones (the statement was run again, and its rows and count may
+	// differ), or neither if res is nil (a run that did not complete).
+	ReplaceHeld(res *Result)
 	// HoldConflicts, called from SessionHooks.Statement after HoldReady,
 	// for a simple Query or the first message of an extended-protocol
 	// unit, holds back an error of SQLSTATE 40001 or 40P01 that ends the
 	// statement (PostgreSQL's, or Abort's) if no rows were relayed before
 	// it: ReadyHolder.BeforeReady finds it in HeldConflict, and the client
 	// receives it only if BeforeReady returns no error of its own and
-	// replaces no tag. In an extended-protocol unit it holds the last
-	// CommandComplete as HoldReady does a Query's (the client receives it
-	// before an error of BeforeReady, as PostgreSQL sends an Execute's
-	// completion before its commit's error at the Sync), and holds either
-	// only if the client's Sync was sent before it arrived: a client may
-	// wait for its results before sending the Sync (a Flush), and then
-	// gets them at once (UnitSentRows reports true).
+	// replaces nothing (ReplaceHeld). The statement's rows are held too
+	// (a Query's RowDescription and DataRows, an Execute's DataRows; a
+	// Describe's RowDescription goes out), up to 1 MiB: beyond, they go
+	// out, and UnitSentRows reports true. In an extended-protocol unit
+	// it holds the last CommandComplete as HoldReady does a Query's (the
+	// client receives it before an error of BeforeReady, as PostgreSQL
+	// sends an Execute's completion before its commit's error at the
+	// Sync), and holds any of these only if the client's Sync was sent
+	// before it arrived: a client may wait for its results before
+	// sending the Sync (a Flush), and then gets them at once
+	// (UnitSentRows reports true).
 	HoldConflicts()
-	// HeldConflict is the error HoldConflicts held back, or nil.
+	// HeldConflict is the error HoldConflicts held back, or nil. In an
+	// extended-protocol unit only an error of its Execute followed by
+	// nothing but the Sync is held (PostgreSQL skipped nothing the
+	// client would miss the replies to).
 	HeldConflict() error
+	// HeldComplete reports, in ReadyHolder.BeforeReady, whether the
+	// unit's last CommandComplete is held (HoldReady of a simple Query,
+	// HoldConflicts): its statement completed, and the client has not
+	// seen it.
+	HeldComplete() bool
 	// Unnamed returns the text PostgreSQL holds as the client's unnamed
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.
@@ -331,6 +345,9 @@ type Result struct {
 	// perhaps late), not one of PostgreSQL's own (a statement timeout
 	// that fired as the previous statement ended, the client's cancel).
 	Aborted bool
+	// rows: of ExecAbortable and ExecBound, the RowDescription and
+	// DataRows as PostgreSQL sent them (ReplaceHeld).
+	rows []byte
 }
 
 // ErrNotAtBoundary is returned by Backend.Exec when the client is in the

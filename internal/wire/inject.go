@@ -66,11 +66,12 @@ func (ss *session) TxRowsChanged() int64 { return ss.txRows.Load() }
 // UnitSentRows implements Backend.
 func (ss *session) UnitSentRows() bool { return ss.unitRows.Load() }
 
-// ReplaceHeldTag implements Backend.
-func (ss *session) ReplaceHeldTag(tag string) {
-	ss.retag, ss.retagged = nil, true
-	if tag != "" {
-		ss.retag = []byte(tag)
+// ReplaceHeld implements Backend.
+func (ss *session) ReplaceHeld(res *Result) {
+	ss.retag, ss.rerows, ss.retagged = nil, nil, true
+	if res != nil && len(res.Tags) > 0 {
+		ss.retag = []byte(res.Tags[len(res.Tags)-1])
+		ss.rerows = res.rows
 	}
 }
 
@@ -85,8 +86,12 @@ func (ss *session) HoldConflicts() {
 	}
 	if ss.holdTag.Load() {
 		ss.holdErr.Store(true)
+		ss.holdRows.Store(true)
 	}
 }
+
+// HeldComplete implements Backend.
+func (ss *session) HeldComplete() bool { return ss.tagHeld }
 
 // HeldConflict implements Backend.
 func (ss *session) HeldConflict() error {
@@ -100,13 +105,26 @@ func (ss *session) HeldConflict() error {
 // conflict HoldConflicts asked for (backend goroutine).
 func (ss *session) sendError(e *pgproto3.ErrorResponse) {
 	if e != nil && ss.holdErr.Load() && (e.Code == "40001" || e.Code == "40P01") && e.Severity == "ERROR" && !ss.unitRows.Load() {
-		if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
-			cp := *e
-			ss.heldErr.Store(&cp)
+		switch {
+		case !ss.tagNeedsSync.Load():
+		case ss.outstanding.Load() == 0:
+			ss.releaseRows()
+			ss.noteRows() // relayed: no Sync yet
+			ss.sendClient(e)
+			return
+		case !ss.unnamed.failedExecuteLast():
+			// It answers the Bind, or PostgreSQL skipped messages after
+			// the Execute: run again, the client would miss their
+			// replies.
+			ss.releaseRows()
+			ss.sendClient(e)
 			return
 		}
-		ss.noteRows() // relayed: no Sync yet (tagNeedsSync)
+		cp := *e
+		ss.heldErr.Store(&cp)
+		return
 	}
+	ss.releaseRows()
 	ss.sendClient(e)
 }
 

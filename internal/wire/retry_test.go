@@ -15,12 +15,15 @@ import (
 )
 
 // retryHooks does with the statements whose text says "retry me" what
-// Ordo's session does with an autocommit write sent with the extended
-// protocol: it opens a block at the unit's Parse, holds the unit's
-// ReadyForQuery and conflicts (HoldConflicts), and at the end runs the
-// statement again, bound to the client's parameters, if a conflict was
-// held; then it commits, or fails the commit if the text says
-// "commit fails".
+// Ordo's session does with an autocommit write: it opens a block at the
+// unit's Query, Parse or Bind, holds the unit's ReadyForQuery, rows and
+// conflicts (HoldConflicts), and at the end runs the statement again
+// (ExecAbortable, or ExecBound bound to the client's parameters) if a
+// conflict was held, or if the text says "conflicts once" and this is the
+// session's first such commit (a conflict at the commit, after the rows
+// were held); then it commits, or fails the commit if the text says
+// "commit fails", or if the client saw rows of a statement to be run
+// again.
 type retryHooks struct{}
 
 func (retryHooks) NewSession(ctx context.Context, info SessionInfo, be Backend) (SessionHooks, error) {
@@ -28,13 +31,17 @@ func (retryHooks) NewSession(ctx context.Context, info SessionInfo, be Backend) 
 }
 
 type retrySession struct {
-	be      Backend
-	armed   bool
-	fail    bool
-	name    string
-	formats []int16
-	params  [][]byte
-	texts   map[string]string // prepared statements by name
+	be         Backend
+	armed      bool
+	fail, once bool
+	conflicted bool // a "conflicts once" commit failed
+	bound      bool // the unit bound its statement
+	query      string
+	name       string
+	formats    []int16
+	params     [][]byte
+	results    []int16
+	texts      map[string]string // prepared statements by name
 }
 
 func (s *retrySession) Statement(ctx context.Context, st *Statement) error {
@@ -53,11 +60,15 @@ func (s *retrySession) Statement(ctx context.Context, st *Statement) error {
 		}
 		s.be.HoldReady()
 		s.be.HoldConflicts()
-		s.armed, s.fail, s.name = true, strings.Contains(sql, "commit fails"), st.Name
+		s.armed, s.name, s.query, s.bound = true, st.Name, "", false
+		s.fail, s.once = strings.Contains(sql, "commit fails"), strings.Contains(sql, "conflicts once")
+		if st.Kind == KindQuery {
+			s.query = sql
+		}
 	}
 	if st.Kind == KindBind && s.armed {
-		s.formats = slices.Clone(st.ParamFormats)
-		s.params = nil
+		s.formats, s.results = slices.Clone(st.ParamFormats), slices.Clone(st.ResultFormats)
+		s.params, s.bound = nil, true
 		for _, p := range st.Params {
 			s.params = append(s.params, slices.Clone(p))
 		}
@@ -73,15 +84,30 @@ func (s *retrySession) BeforeReady(ctx context.Context) error {
 		return nil
 	}
 	s.armed = false
-	if s.be.HeldConflict() != nil && !s.be.UnitSentRows() {
+	conflict := s.be.HeldConflict() != nil
+	if s.once && !s.conflicted && s.be.TxStatus() == 'T' && s.be.HeldComplete() {
+		// (A unit that only prepared the statement completed nothing.)
+		conflict, s.conflicted = true, true
+	}
+	if conflict && s.be.UnitSentRows() {
+		_, _ = s.be.Exec(ctx, "ROLLBACK")
+		return errAbortedByTest
+	}
+	if conflict && (s.query != "" || s.bound) {
 		if _, err := s.be.Exec(ctx, "ROLLBACK"); err != nil {
 			return err
 		}
 		if _, err := s.be.Exec(ctx, "BEGIN"); err != nil {
 			return err
 		}
-		s.be.ReplaceHeldTag("")
-		res, err := s.be.ExecBound(ctx, s.name, s.formats, s.params)
+		s.be.ReplaceHeld(nil)
+		var res *Result
+		var err error
+		if s.query != "" {
+			res, err = s.be.ExecAbortable(ctx, s.query)
+		} else {
+			res, err = s.be.ExecBound(ctx, s.name, s.formats, s.params, s.results)
+		}
 		if err != nil {
 			return err
 		}
@@ -89,7 +115,7 @@ func (s *retrySession) BeforeReady(ctx context.Context) error {
 			_, _ = s.be.Exec(ctx, "ROLLBACK")
 			return res.Err
 		}
-		s.be.ReplaceHeldTag(res.Tags[0])
+		s.be.ReplaceHeld(res)
 	}
 	if s.be.TxStatus() != 'T' {
 		_, err := s.be.Exec(ctx, "ROLLBACK")
@@ -233,5 +259,95 @@ func TestExtendedStatementFailsAgain(t *testing.T) {
 	tag, err := c.Exec(ctx, "INSERT INTO twice SELECT twice_once($1) -- retry me", pgx.QueryExecModeExec, 8)
 	if err != nil || tag.String() != "INSERT 0 1" {
 		t.Fatalf("the next statement: %q, %v", tag, err)
+	}
+}
+
+// TestReturnedRowsOfTheRunThatCommitted: a statement's rows (RETURNING)
+// are held with its CommandComplete, and the client receives those of the
+// run that committed, in the formats it asked for, whatever protocol it
+// used: the first run's rows, which a conflict at its commit undid, never
+// reach it. Rows beyond what is held go out, and that statement is not
+// run again.
+func TestReturnedRowsOfTheRunThatCommitted(t *testing.T) {
+	retrySetup(t, "returned", 0)
+	p := startProxy(t, retryHooks{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec,
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
+		c := connect(t, p.dsn("trustuser", "", ""))
+		// The run's number: 1, then 2 for the run again.
+		rows, err := c.Query(ctx, "INSERT INTO returned VALUES ($1) RETURNING x, nextval('returned_s') -- retry me, conflicts once", mode, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type ret struct{ X, N int }
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ret])
+		if err != nil || len(got) != 1 || got[0].N != 2 {
+			t.Fatalf("%v: got %v (%v), want the second run's one row", mode, got, err)
+		}
+		if tag := rows.CommandTag().String(); tag != "INSERT 0 1" {
+			t.Fatalf("%v: tag %q", mode, tag)
+		}
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM returned").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%v: %d rows (%v), want 1", mode, n, err)
+		}
+		if _, err := c.Exec(ctx, "DELETE FROM returned; SELECT setval('returned_s', 1, false)", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// More rows than are held: they reach the client, and the conflict
+	// after them (its statement is not run again).
+	c := connect(t, p.dsn("trustuser", "", ""))
+	rows, err := c.Query(ctx, "INSERT INTO returned SELECT g FROM generate_series(1, 300000) g RETURNING x -- retry me, conflicts once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	var pe *pgconn.PgError
+	if err := rows.Err(); !errors.As(err, &pe) || pe.Code != "40001" || n != 300000 {
+		t.Fatalf("%d rows, then %v; want 300000, then 40001", n, err)
+	}
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM returned").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows (%v), want 0", n, err)
+	}
+}
+
+// TestConflictBeforeSkippedMessagesIsNotHeld: a conflict that ends an
+// Execute after which the unit has more than its Sync (a Describe, a
+// Close), or that answers the Bind, is relayed as PostgreSQL sends it, and
+// its statement is not run again: PostgreSQL skipped those messages, and a
+// run again would leave the client without their replies. The transcript
+// through the proxy is PostgreSQL's own.
+func TestConflictBeforeSkippedMessagesIsNotHeld(t *testing.T) {
+	retrySetup(t, "skipped", 1)
+	p := startProxy(t, retryHooks{}, nil)
+	admin := connect(t, pg.DSN("postgres"))
+	sql := "INSERT INTO skipped SELECT skipped_once($1::int) -- retry me"
+	for _, after := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Describe{ObjectType: 'P'}},
+		{&pgproto3.Close{ObjectType: 'P'}},
+		{&pgproto3.Describe{ObjectType: 'S'}},
+	} {
+		script := append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql},
+			&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}}, after...)
+		script = append(script, &pgproto3.Sync{})
+		var transcripts []string
+		for _, addr := range []string{pg.Addr(), p.addr} {
+			// The first run fails, a second would not.
+			if _, err := admin.Exec(context.Background(), "SELECT setval('skipped_s', 1, false)"); err != nil {
+				t.Fatal(err)
+			}
+			r := dialRaw(t, addr, "trustuser")
+			r.send(script...)
+			transcripts = append(transcripts, r.untilReady())
+		}
+		if transcripts[0] != transcripts[1] {
+			t.Fatalf("%T after the Execute: PostgreSQL sent\n%sthe proxy\n%s", after[0], transcripts[0], transcripts[1])
+		}
 	}
 }

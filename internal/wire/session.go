@@ -85,10 +85,20 @@ type session struct {
 	// client may be waiting for them (it sent a Flush), and they are
 	// relayed (noteRows).
 	tagNeedsSync atomic.Bool
-	// retag, retagged (session goroutine): the tag BeforeReady put in
-	// place of the held one, nil for none (ReplaceHeldTag).
-	retag    []byte
-	retagged bool
+	// holdRows: the rows of the held statement (a simple Query's
+	// RowDescription and DataRows, an Execute's DataRows) are held too,
+	// encoded in heldRows, up to maxHeldRows bytes (backend goroutine
+	// until the unit's ReadyForQuery, then finishHeld's).
+	holdRows atomic.Bool
+	heldRows []byte
+	// retag, rerows, retagged (session goroutine): the result
+	// BeforeReady put in place of the held one, nil for none
+	// (ReplaceHeld).
+	retag, rerows []byte
+	retagged      bool
+	// tagHeld (session goroutine): finishHeld holds the unit's last
+	// CommandComplete (HeldComplete).
+	tagHeld bool
 	// holdErr: a conflict ending the held statement is held back
 	// (HoldConflicts) in heldErr.
 	holdErr atomic.Bool
@@ -825,6 +835,36 @@ func (ss *session) Abort(err error) {
 	_ = ss.rawClient.SetReadDeadline(time.Now())
 }
 
+// maxHeldRows bounds the rows a held statement keeps back (holdRows):
+// beyond it they go out, and the statement is not run again.
+const maxHeldRows = 1 << 20
+
+// holdRow holds back msg, a row of the held statement, and reports
+// whether it did; else it sends what it held, to be followed by msg
+// (backend goroutine). Nothing is held once the client may be waiting
+// for it: an extended unit whose Sync was not sent yet (tagNeedsSync).
+func (ss *session) holdRow(msg pgproto3.BackendMessage) bool {
+	if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
+		if b, err := msg.Encode(ss.heldRows); err == nil && len(b) <= maxHeldRows {
+			ss.heldRows = b
+			return true
+		}
+	}
+	ss.releaseRows()
+	return false
+}
+
+// releaseRows sends the rows held back (holdRow), and holds no more of
+// the unit's (backend goroutine).
+func (ss *session) releaseRows() {
+	ss.holdRows.Store(false)
+	if len(ss.heldRows) > 0 {
+		ss.cbuf = append(ss.cbuf, ss.heldRows...)
+		ss.heldRows = nil
+		ss.noteRows()
+	}
+}
+
 // noteRows notes that the unit relayed rows or a COPY (UnitSentRows).
 func (ss *session) noteRows() {
 	if !ss.unitRows.Load() {
@@ -957,10 +997,14 @@ func (ss *session) finishHeld() error {
 	}
 	ss.hold.Store(false)
 	ss.holdTag.Store(false)
+	ss.holdRows.Store(false)
 	extended := ss.tagNeedsSync.Swap(false)
 	tag := ss.heldTag.Swap(nil)
+	rows := ss.heldRows
+	ss.heldRows = nil
 	ss.holdErr.Store(false)
 	var herr error
+	ss.tagHeld = tag != nil
 	ss.hookMu.Lock()
 	ss.drainEventsLocked()
 	if rh, ok := ss.hooks.(ReadyHolder); ok {
@@ -971,13 +1015,20 @@ func (ss *session) finishHeld() error {
 	ss.deliverEvents()
 	held := ss.heldErr.Swap(nil)
 	if ss.retagged {
-		// The statement ran again (held error or not), and its tag, if
-		// it completed, is the client's.
-		tag, held = nil, nil
+		// The statement ran again (held error or not), and its result,
+		// if it completed, is the client's.
+		tag, held, rows = nil, nil, ss.rerows
 		if ss.retag != nil {
 			tag = &pgproto3.CommandComplete{CommandTag: ss.retag}
 		}
-		ss.retag, ss.retagged = nil, false
+		ss.retag, ss.rerows, ss.retagged = nil, nil, false
+	}
+	if len(rows) > 0 {
+		// Sent as PostgreSQL sent them, before the completion or the
+		// error that ends the statement.
+		ss.cwMu.Lock()
+		_, _ = ss.client.Write(rows)
+		ss.cwMu.Unlock()
 	}
 	switch {
 	case herr != nil:
@@ -1237,11 +1288,25 @@ func (ss *session) backendLoop() {
 				ss.showTag = false
 			}
 		}
+		described := false
+		if ss.holdRows.Load() {
+			switch msg.(type) {
+			case *pgproto3.RowDescription, *pgproto3.DataRow:
+				_, described = msg.(*pgproto3.RowDescription)
+				// An extended unit's RowDescription answers a
+				// Describe, not the Execute: it goes out.
+				described = described && ss.tagNeedsSync.Load()
+				if !described && ss.holdRow(msg) {
+					continue
+				}
+			}
+		}
 		if ss.holdTag.Load() {
 			// The last CommandComplete of a held query waits for
 			// finishHeld; an earlier one goes out before what follows it.
 			if _, rfq := msg.(*pgproto3.ReadyForQuery); !rfq {
 				if t := ss.heldTag.Swap(nil); t != nil {
+					ss.releaseRows()
 					ss.sendClient(t)
 					ss.noteRows() // the client reads a result of the unit
 				}
@@ -1254,9 +1319,21 @@ func (ss *session) backendLoop() {
 				}
 			}
 		}
+		if len(ss.heldRows) > 0 {
+			switch msg.(type) {
+			case *pgproto3.ReadyForQuery, *pgproto3.ErrorResponse, *pgproto3.NoticeResponse,
+				*pgproto3.ParameterStatus, *pgproto3.NotificationResponse:
+				// (held with them, or asynchronous; an error that is not
+				// held releases them: sendError)
+			default:
+				ss.releaseRows() // they go out before what follows them
+			}
+		}
 		switch m := msg.(type) {
 		case *pgproto3.RowDescription, *pgproto3.DataRow, *pgproto3.CopyOutResponse, *pgproto3.CopyBothResponse:
-			ss.noteRows()
+			if !described {
+				ss.noteRows()
+			}
 		case *pgproto3.ReadyForQuery:
 			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)

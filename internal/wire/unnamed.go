@@ -39,6 +39,9 @@ type unnamedTracker struct {
 	// hold; namedUnsure: a name not in it may be held too.
 	named       map[string]string
 	namedUnsure bool
+	// lastExecute: the last ErrorResponse followed answered an Execute,
+	// and the next message is a Sync (PostgreSQL skipped nothing).
+	lastExecute bool
 }
 
 type trackedKind uint8
@@ -50,6 +53,7 @@ const (
 	trackedSync
 	trackedQuery // destroys the unnamed statement
 	trackedCloseNamed
+	trackedExecute
 )
 
 type trackedMsg struct {
@@ -114,8 +118,10 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) {
 		} else if x.ObjectType == 'S' {
 			m = trackedMsg{kind: trackedCloseNamed, name: x.Name}
 		}
-	case *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute:
+	case *pgproto3.Bind, *pgproto3.Describe:
 		m.kind = trackedOther
+	case *pgproto3.Execute:
+		m.kind = trackedExecute
 	case *pgproto3.Sync, *pgproto3.FunctionCall:
 		m.kind = trackedSync
 	case *pgproto3.Query:
@@ -214,6 +220,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 			u.stmt = nil
 		}
 		u.queue = u.queue[1:]
+		u.lastExecute = front.kind == trackedExecute && len(u.queue) > 0 && u.queue[0].kind == trackedSync
 		for len(u.queue) > 0 && u.queue[0].kind != trackedSync && u.queue[0].kind != trackedQuery {
 			u.queue = u.queue[1:]
 		}
@@ -222,6 +229,14 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		}
 	}
 	return false, false
+}
+
+// failedExecuteLast reports whether the last ErrorResponse of the
+// client's messages answered an Execute followed only by a Sync.
+func (u *unnamedTracker) failedExecuteLast() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.lastExecute
 }
 
 // lost forgets what is known: the replies did not match the messages.

@@ -19,10 +19,12 @@ import (
 // from two nodes at once, sent as simple queries and with the extended
 // protocol as pgx sends it in each of its modes (Parse, Bind and Execute
 // in one unit; a prepared statement bound by name; the unnamed statement
-// described in one round trip and bound in the next). Node 1 never
-// retries (autocommit_retries 0), node 2 retries: node 2's clients see no
-// replication conflict where node 1's see many, and every increment a
-// client was told of is in the row exactly once, none other.
+// described in one round trip and bound in the next), some with
+// RETURNING n. Node 1 never retries (autocommit_retries 0), node 2
+// retries: node 2's clients see no replication conflict where node 1's
+// see many, every increment a client was told of is in the row exactly
+// once, none other, and the values returned are those of the attempts
+// that committed (no two alike).
 func TestAutocommitConflictsAreRetried(t *testing.T) {
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) {
 		retries := 0
@@ -45,13 +47,15 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	ok := map[int]int{}
 	failed := map[int]map[string]int{1: {}, 2: {}}
 	var wg sync.WaitGroup
+	returned := map[int64]int{} // RETURNING n: how many increments returned each value
 	clients := []struct {
-		node int
-		mode pgx.QueryExecMode
+		node      int
+		mode      pgx.QueryExecMode
+		returning bool
 	}{
-		{1, pgx.QueryExecModeSimpleProtocol}, {1, pgx.QueryExecModeExec},
-		{2, pgx.QueryExecModeSimpleProtocol}, {2, pgx.QueryExecModeExec},
-		{2, pgx.QueryExecModeCacheStatement}, {2, pgx.QueryExecModeDescribeExec},
+		{1, pgx.QueryExecModeSimpleProtocol, false}, {1, pgx.QueryExecModeExec, true},
+		{2, pgx.QueryExecModeSimpleProtocol, true}, {2, pgx.QueryExecModeExec, false},
+		{2, pgx.QueryExecModeCacheStatement, true}, {2, pgx.QueryExecModeDescribeExec, false},
 	}
 	for _, cl := range clients {
 		node := cl.node
@@ -62,12 +66,23 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 			for i := 0; i < perClient; i++ {
 				// Bounded: a retry that stalls fails the test, not the run.
 				sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				tag, err := conn.Exec(sctx, "UPDATE counter SET n = n + $1 WHERE id = 1", cl.mode, 1)
+				var tag pgconn.CommandTag
+				var n int64
+				var err error
+				if cl.returning {
+					tag = pgconn.NewCommandTag("UPDATE 1")
+					err = conn.QueryRow(sctx, "UPDATE counter SET n = n + $1 WHERE id = 1 RETURNING n", cl.mode, 1).Scan(&n)
+				} else {
+					tag, err = conn.Exec(sctx, "UPDATE counter SET n = n + $1 WHERE id = 1", cl.mode, 1)
+				}
 				cancel()
 				mu.Lock()
 				var pe *pgconn.PgError
 				switch {
 				case err == nil:
+					if cl.returning {
+						returned[n]++
+					}
 					if tag.String() != "UPDATE 1" {
 						failed[node][cl.mode.String()+": tag "+tag.String()]++
 					} else {
@@ -90,6 +105,13 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	var n int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT n FROM counter WHERE id = 1").Scan(&n))
 	require.Equal(t, ok[1]+ok[2], n, "every increment a client was told of, exactly once")
+	for v, times := range returned {
+		// The rows of the attempt that committed: increments of one row
+		// are serialized, each returns its own value.
+		require.Equal(t, 1, times, "value %d returned by %d increments", v, times)
+		require.True(t, v >= 1 && v <= int64(n), "value %d returned, the row ends at %d", v, n)
+	}
+	require.NotEmpty(t, returned)
 	require.Positive(t, 2*perClient-ok[1], "node 1's clients saw conflicts (else the test shows nothing)")
 	require.Empty(t, failed[2], "node 2 retried its conflicts")
 	require.Equal(t, 4*perClient, ok[2])

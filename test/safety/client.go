@@ -164,6 +164,15 @@ func (c *client) exec(f string, arg any, sql string, args ...any) string {
 // txnless runs one autocommit statement, labelled (SET ordo.txn_label
 // before it) for the outcome check after the run.
 func (c *client) txnless(f string, arg any, sql string, args ...any) (string, error) {
+	return c.txnlessDo(f, arg, func(ctx context.Context) (any, error) {
+		_, err := c.conn.Exec(ctx, sql, args...)
+		return nil, err
+	})
+}
+
+// txnlessDo is txnless of what do sends; an OK completion records the
+// value do returns, or arg if nil.
+func (c *client) txnlessDo(f string, arg any, do func(ctx context.Context) (any, error)) (string, error) {
 	label := c.label()
 	c.rec.Invoke(c.process, c.node+1, f, arg, label)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -179,7 +188,7 @@ func (c *client) txnless(f string, arg any, sql string, args ...any) (string, er
 		c.rec.Record(history.Fail, c.process, c.node+1, f, arg, errText(err))
 		return history.Fail, err
 	}
-	_, err = c.conn.Exec(ctx, sql, args...)
+	value, err := do(ctx)
 	typ := history.OK
 	if err != nil {
 		typ = history.Info
@@ -192,6 +201,9 @@ func (c *client) txnless(f string, arg any, sql string, args ...any) (string, er
 		c.rec.Record(typ, c.process, c.node+1, f, arg, errText(err))
 		return typ, err
 	}
-	c.rec.Record(typ, c.process, c.node+1, f, arg, "")
+	if value == nil {
+		value = arg
+	}
+	c.rec.Record(typ, c.process, c.node+1, f, value, "")
 	return typ, nil
 }

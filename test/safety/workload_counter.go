@@ -17,7 +17,9 @@ import (
 // block, `UPDATE counter SET n = n + 1 WHERE k = …` (labelled for the
 // outcome check), sent as a simple query (as psql, psycopg2 or a cron
 // job send them) or with the extended protocol (Parse, Bind and Execute
-// in one unit as JDBC sends them, or a prepared statement bound by name). They conflict all the time, and a node runs such a statement
+// in one unit as JDBC sends them, or a prepared statement bound by name),
+// some with `RETURNING n`: the value after the increment, which the
+// client must receive from the attempt that committed. They conflict all the time, and a node runs such a statement
 // again after a replication conflict (autocommit_retries, outcomes.md)
 // before its client hears of it: a retry must never apply an increment
 // twice, nor report one committed that is not.
@@ -43,14 +45,17 @@ func (w *counter) digest() string {
 func (w *counter) run(r *run, stop <-chan struct{}) {
 	r.loop("counter", r.cfg.Clients, stop, func(c *client, rng *rand.Rand) {
 		k := rng.IntN(w.keys)
-		switch rng.IntN(3) {
-		case 0:
-			c.exec("incr", k, fmt.Sprintf("UPDATE counter SET n = n + 1 WHERE k = %d", k), pgx.QueryExecModeSimpleProtocol)
-		case 1:
-			c.exec("incr", k, "UPDATE counter SET n = n + 1 WHERE k = $1", pgx.QueryExecModeExec, k)
-		default:
-			c.exec("incr", k, "UPDATE counter SET n = n + 1 WHERE k = $1", pgx.QueryExecModeCacheStatement, k)
+		modes := []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement}
+		mode := modes[rng.IntN(len(modes))]
+		if rng.IntN(2) == 0 {
+			c.exec("incr", k, "UPDATE counter SET n = n + 1 WHERE k = $1", mode, k)
+			return
 		}
+		_, _ = c.txnlessDo("incr", k, func(ctx context.Context) (any, error) {
+			var n int64
+			err := c.conn.QueryRow(ctx, "UPDATE counter SET n = n + 1 WHERE k = $1 RETURNING n", mode, k).Scan(&n)
+			return []int64{int64(k), n}, err
+		})
 	})
 }
 
@@ -71,13 +76,22 @@ func (w *counter) final(r *run) []string {
 
 func (w *counter) check(r *run, events []history.Event) ([]checker.Anomaly, string) {
 	ok, info := map[int]int{}, map[int]int{}
+	returned := map[int][]int64{}
 	failed := 0
 	final := map[int]map[int]int64{}
 	for _, op := range history.Pair(events) {
 		switch owner := r.owner[op.Process]; {
 		case owner == "counter" && op.F == "incr":
 			var k int
-			if err := json.Unmarshal(op.Value, &k); err != nil {
+			if op.Type == history.OK && len(op.Value) > 0 && op.Value[0] == '[' {
+				// [k, n]: RETURNING n
+				var kn []int64
+				if err := json.Unmarshal(op.Value, &kn); err != nil || len(kn) != 2 {
+					return []checker.Anomaly{{Kind: "history", Text: fmt.Sprintf("incr value %s: %v", op.Value, err)}}, ""
+				}
+				k = int(kn[0])
+				returned[k] = append(returned[k], kn[1])
+			} else if err := json.Unmarshal(op.Value, &k); err != nil {
 				return []checker.Anomaly{{Kind: "history", Text: err.Error()}}, ""
 			}
 			switch resolvedType(op) {
@@ -96,9 +110,9 @@ func (w *counter) check(r *run, events []history.Event) ([]checker.Anomaly, stri
 			final[op.Node] = m
 		}
 	}
-	res := checker.CheckCounter(ok, info, failed, final)
-	summary := fmt.Sprintf("counter: %d autocommit increments (%d ok, %d failed, %d indeterminate); final counters %v (read through %d nodes); %d anomalies",
-		res.OK+res.Failed+res.Info, res.OK, res.Failed, res.Info, res.Final, len(final), len(res.Anomalies))
+	res := checker.CheckCounter(ok, info, failed, final, returned)
+	summary := fmt.Sprintf("counter: %d autocommit increments (%d ok, %d failed, %d indeterminate; %d returned their value); final counters %v (read through %d nodes); %d anomalies",
+		res.OK+res.Failed+res.Info, res.OK, res.Failed, res.Info, res.Returned, res.Final, len(final), len(res.Anomalies))
 	for _, a := range res.Anomalies {
 		summary += "\n    " + a.String()
 	}

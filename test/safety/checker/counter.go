@@ -10,11 +10,13 @@ const (
 	CounterLost      = "counter-lost"      // a counter ends below its acknowledged increments
 	CounterExtra     = "counter-extra"     // a counter ends above its acknowledged and indeterminate increments
 	CounterDivergent = "counter-divergent" // nodes' final reads differ
+	CounterReturned  = "counter-returned"  // a value an increment returned is one another returned too, or not one the counter passed
 )
 
 // CounterResult is what CheckCounter found.
 type CounterResult struct {
 	OK, Failed, Info int
+	Returned         int // acknowledged increments that returned their value
 	Final            map[int]int64
 	Anomalies        []Anomaly
 }
@@ -26,8 +28,17 @@ type CounterResult struct {
 // counter must end at no less than its acknowledged increments (one lost)
 // and no more than those plus the indeterminate ones (one applied twice,
 // or one reported failed that committed); the nodes must agree.
-func CheckCounter(ok, info map[int]int, failed int, final map[int]map[int]int64) CounterResult {
+// returned[k] holds the values acknowledged increments of counter k
+// returned (RETURNING n, the value after the increment): increments of
+// one row are serialized, so no two return the same value, and each is
+// between 1 and the final value. (A client given the rows of an attempt
+// that was rolled back and run again would see a value another
+// increment returns too, or one the counter never committed.)
+func CheckCounter(ok, info map[int]int, failed int, final map[int]map[int]int64, returned map[int][]int64) CounterResult {
 	res := CounterResult{Failed: failed}
+	for _, vs := range returned {
+		res.Returned += len(vs)
+	}
 	for _, n := range ok {
 		res.OK += n
 	}
@@ -67,6 +78,16 @@ func CheckCounter(ok, info map[int]int, failed int, final map[int]map[int]int64)
 			res.Anomalies = append(res.Anomalies, Anomaly{CounterLost, nil, fmt.Sprintf("counter %d ends at %d after %d acknowledged increments", k, f, ok[k])})
 		case f > int64(ok[k]+info[k]):
 			res.Anomalies = append(res.Anomalies, Anomaly{CounterExtra, nil, fmt.Sprintf("counter %d ends at %d after %d acknowledged and %d indeterminate increments", k, f, ok[k], info[k])})
+		}
+		seen := map[int64]bool{}
+		for _, v := range returned[k] {
+			switch {
+			case seen[v]:
+				res.Anomalies = append(res.Anomalies, Anomaly{CounterReturned, nil, fmt.Sprintf("two increments of counter %d returned %d", k, v)})
+			case v < 1 || v > f:
+				res.Anomalies = append(res.Anomalies, Anomaly{CounterReturned, nil, fmt.Sprintf("an increment of counter %d returned %d, which it never held (it ends at %d)", k, v, f)})
+			}
+			seen[v] = true
 		}
 	}
 	return res

@@ -14,16 +14,19 @@ func TestCheckCounter(t *testing.T) {
 		name       string
 		ok, info   int
 		final      map[int]map[int]int64
+		returned   []int64
 		wantAnomal string
 	}{
-		{"exact", 5, 0, final(5, 5, 5), ""},
-		{"indeterminate ones committed", 5, 2, final(6, 6, 6), ""},
-		{"lost", 5, 2, final(4, 4, 4), CounterLost},
-		{"applied twice", 5, 0, final(6, 6, 6), CounterExtra},
-		{"divergent", 5, 1, final(5, 6, 5), CounterDivergent},
+		{"exact", 5, 0, final(5, 5, 5), []int64{1, 4, 5}, ""},
+		{"indeterminate ones committed", 5, 2, final(6, 6, 6), []int64{6, 2}, ""},
+		{"lost", 5, 2, final(4, 4, 4), nil, CounterLost},
+		{"applied twice", 5, 0, final(6, 6, 6), nil, CounterExtra},
+		{"divergent", 5, 1, final(5, 6, 5), nil, CounterDivergent},
+		{"a value returned twice", 5, 0, final(5, 5, 5), []int64{3, 2, 3}, CounterReturned},
+		{"a value never committed", 5, 0, final(5, 5, 5), []int64{1, 6}, CounterReturned},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := CheckCounter(map[int]int{0: tc.ok}, map[int]int{0: tc.info}, 3, tc.final)
+			res := CheckCounter(map[int]int{0: tc.ok}, map[int]int{0: tc.info}, 3, tc.final, map[int][]int64{0: tc.returned})
 			got := ""
 			if len(res.Anomalies) > 0 {
 				got = res.Anomalies[0].Kind
