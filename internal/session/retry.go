@@ -207,7 +207,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	if err != nil {
 		return err
 	}
-	if res.Err != nil || res.TxStatus != 'T' || len(res.Tags) != 1 {
+	if res.Err != nil || res.TxStatus != 'T' || len(res.Tags) != 1 || res.RowsOver {
 		// It fails now (a row it inserts exists by now, say): that is
 		// the statement's outcome, as PostgreSQL would have given it
 		// had the client sent it again.

@@ -23,6 +23,16 @@ type execState struct {
 
 var _ Backend = (*session)(nil)
 
+// keepRow keeps a row of the client's statement run again, up to
+// maxHeldRows (beyond, Result.RowsOver).
+func (ex *execState) keepRow(m pgproto3.BackendMessage) {
+	if ex.res.RowsOver || len(ex.res.rows)+rowSize(m) > maxHeldRows {
+		ex.res.RowsOver, ex.res.rows = true, nil
+		return
+	}
+	ex.res.rows, _ = m.Encode(ex.res.rows)
+}
+
 // execName names the statement and portal of an Exec run with the
 // extended protocol.
 const execName = "ordo_exec"
@@ -190,11 +200,12 @@ func (ss *session) execMessage(ex *execState, msg pgproto3.BackendMessage) bool 
 		ex.res.Notices = append(ex.res.Notices, m.Message)
 	case *pgproto3.RowDescription:
 		if ex.abortable {
-			ex.res.rows, _ = m.Encode(ex.res.rows)
+			ex.keepRow(m)
 		}
 	case *pgproto3.DataRow:
 		if ex.abortable {
-			ex.res.rows, _ = m.Encode(ex.res.rows) // the client's rows (Backend.ReplaceHeld)
+			ex.keepRow(m) // the client's rows (Backend.ReplaceHeld), not text
+			return true
 		}
 		row := make([]string, len(m.Values))
 		for i, v := range m.Values {

@@ -337,7 +337,7 @@ type ReadyHolder interface {
 // Result is the reply to one Backend.Exec.
 type Result struct {
 	Tags     []string   // CommandComplete tags, in order
-	Rows     [][]string // data rows of all statements, text format, nil = NULL
+	Rows     [][]string // data rows of all statements, text format, nil = NULL (not of ExecAbortable or ExecBound: rows)
 	Notices  []string   // NoticeResponse messages
 	Err      error      // *pgconn.PgError if PostgreSQL reported an error
 	TxStatus byte       // from the final ReadyForQuery
@@ -346,8 +346,11 @@ type Result struct {
 	// that fired as the previous statement ended, the client's cancel).
 	Aborted bool
 	// rows: of ExecAbortable and ExecBound, the RowDescription and
-	// DataRows as PostgreSQL sent them (ReplaceHeld).
-	rows []byte
+	// DataRows as PostgreSQL sent them (ReplaceHeld), which Rows leaves
+	// out; RowsOver: more than a held statement may hold (1 MiB), kept
+	// none.
+	rows     []byte
+	RowsOver bool
 }
 
 // ErrNotAtBoundary is returned by Backend.Exec when the client is in the

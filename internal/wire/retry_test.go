@@ -351,3 +351,37 @@ func TestConflictBeforeSkippedMessagesIsNotHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldUnitsAsPostgreSQLSendsThem: units whose first statement's rows
+// and completion are held (HoldConflicts) but that go on with other
+// statements reach the client in PostgreSQL's order: what is held goes
+// out before anything after it. (The rows of a second portal used to be
+// held with the first's, and go out before its CommandComplete.)
+func TestHeldUnitsAsPostgreSQLSendsThem(t *testing.T) {
+	retrySetup(t, "ordered", 0)
+	p := startProxy(t, retryHooks{}, nil)
+	admin := connect(t, pg.DSN("postgres"))
+	ins := "INSERT INTO ordered SELECT g FROM generate_series(1, 3) g RETURNING x -- retry me"
+	for _, script := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Name: "s", Query: ins}, &pgproto3.Parse{Name: "t", Query: "SELECT 7 UNION ALL SELECT 8"},
+			&pgproto3.Bind{DestinationPortal: "p1", PreparedStatement: "s"}, &pgproto3.Bind{DestinationPortal: "p2", PreparedStatement: "t"},
+			&pgproto3.Execute{Portal: "p1"}, &pgproto3.Execute{Portal: "p2"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: ins}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Parse{Query: "SELECT 1/0"},
+			&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: ins + "\n; SELECT 9"}},
+		{&pgproto3.Query{String: ins + "\n; SELECT 1/0"}},
+	} {
+		var transcripts []string
+		for _, addr := range []string{pg.Addr(), p.addr} {
+			if _, err := admin.Exec(context.Background(), "TRUNCATE ordered"); err != nil {
+				t.Fatal(err)
+			}
+			r := dialRaw(t, addr, "trustuser")
+			r.send(script...)
+			transcripts = append(transcripts, r.untilReady())
+		}
+		if transcripts[0] != transcripts[1] {
+			t.Fatalf("PostgreSQL sent\n%sthe proxy\n%s", transcripts[0], transcripts[1])
+		}
+	}
+}

@@ -91,6 +91,7 @@ type session struct {
 	// until the unit's ReadyForQuery, then finishHeld's).
 	holdRows atomic.Bool
 	heldRows []byte
+	rowsDone atomic.Pointer[[]byte] // heldRows, handed to finishHeld
 	// retag, rerows, retagged (session goroutine): the result
 	// BeforeReady put in place of the held one, nil for none
 	// (ReplaceHeld).
@@ -844,14 +845,25 @@ const maxHeldRows = 1 << 20
 // (backend goroutine). Nothing is held once the client may be waiting
 // for it: an extended unit whose Sync was not sent yet (tagNeedsSync).
 func (ss *session) holdRow(msg pgproto3.BackendMessage) bool {
-	if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
-		if b, err := msg.Encode(ss.heldRows); err == nil && len(b) <= maxHeldRows {
+	if (!ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0) && len(ss.heldRows)+rowSize(msg) <= maxHeldRows {
+		if b, err := msg.Encode(ss.heldRows); err == nil {
 			ss.heldRows = b
 			return true
 		}
 	}
 	ss.releaseRows()
 	return false
+}
+
+// rowSize is the encoded size of a DataRow (else a small figure).
+func rowSize(msg pgproto3.BackendMessage) int {
+	n := 1 + 4 + 2
+	if r, ok := msg.(*pgproto3.DataRow); ok {
+		for _, v := range r.Values {
+			n += 4 + len(v)
+		}
+	}
+	return n
 }
 
 // releaseRows sends the rows held back (holdRow), and holds no more of
@@ -1000,8 +1012,10 @@ func (ss *session) finishHeld() error {
 	ss.holdRows.Store(false)
 	extended := ss.tagNeedsSync.Swap(false)
 	tag := ss.heldTag.Swap(nil)
-	rows := ss.heldRows
-	ss.heldRows = nil
+	var rows []byte
+	if p := ss.rowsDone.Swap(nil); p != nil {
+		rows = *p
+	}
 	ss.holdErr.Store(false)
 	var herr error
 	ss.tagHeld = tag != nil
@@ -1289,6 +1303,18 @@ func (ss *session) backendLoop() {
 			}
 		}
 		described := false
+		if ss.holdTag.Load() {
+			// The last CommandComplete of a held query waits for
+			// finishHeld; an earlier one goes out, after its rows,
+			// before what follows it.
+			if _, rfq := msg.(*pgproto3.ReadyForQuery); !rfq {
+				if t := ss.heldTag.Swap(nil); t != nil {
+					ss.releaseRows()
+					ss.sendClient(t)
+					ss.noteRows() // the client reads a result of the unit
+				}
+			}
+		}
 		if ss.holdRows.Load() {
 			switch msg.(type) {
 			case *pgproto3.RowDescription, *pgproto3.DataRow:
@@ -1301,23 +1327,12 @@ func (ss *session) backendLoop() {
 				}
 			}
 		}
-		if ss.holdTag.Load() {
-			// The last CommandComplete of a held query waits for
-			// finishHeld; an earlier one goes out before what follows it.
-			if _, rfq := msg.(*pgproto3.ReadyForQuery); !rfq {
-				if t := ss.heldTag.Swap(nil); t != nil {
-					ss.releaseRows()
-					ss.sendClient(t)
-					ss.noteRows() // the client reads a result of the unit
-				}
-				if m, ok := msg.(*pgproto3.CommandComplete); ok {
-					if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
-						ss.heldTag.Store(&pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
-						continue
-					}
-					ss.noteRows() // relayed: no Sync yet (tagNeedsSync)
-				}
+		if m, ok := msg.(*pgproto3.CommandComplete); ok && ss.holdTag.Load() {
+			if !ss.tagNeedsSync.Load() || ss.outstanding.Load() > 0 {
+				ss.heldTag.Store(&pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
+				continue
 			}
+			ss.noteRows() // relayed: no Sync yet (tagNeedsSync)
 		}
 		if len(ss.heldRows) > 0 {
 			switch msg.(type) {
@@ -1341,6 +1356,15 @@ func (ss *session) backendLoop() {
 			ss.readyStatus(m.TxStatus)
 			ss.lastFailed.Store(ss.unitFailed.Swap(false))
 			quiet := ss.quietReady.Swap(false)
+			if !quiet && ss.hold.Load() && ss.outstanding.Load() <= 1 && ss.holdRows.Swap(false) {
+				// The held statement is answered: its rows are
+				// finishHeld's from now on, and no more are held.
+				// (Only a unit's last ReadyForQuery follows rows held:
+				// the pieces of a split query hold none.)
+				rows := ss.heldRows
+				ss.heldRows = nil
+				ss.rowsDone.Store(&rows)
+			}
 			if quiet || (ss.hold.Load() && ss.outstanding.Load() <= 1) {
 				// The end of a piece of a split query that is not the
 				// last, or of SyncHere's Sync, or held for the session

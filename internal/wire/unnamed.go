@@ -149,6 +149,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if _, failed := msg.(*pgproto3.ErrorResponse); failed {
+		u.lastExecute = false // (set below if it answers an Execute)
+	}
 	if len(u.queue) == 0 {
 		return false, false
 	}
@@ -242,6 +245,7 @@ func (u *unnamedTracker) failedExecuteLast() bool {
 // lost forgets what is known: the replies did not match the messages.
 func (u *unnamedTracker) lost() {
 	u.queue = u.queue[:0]
+	u.lastExecute = false
 	u.stmt = nil
 	u.forgetNamed()
 }
