@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -115,4 +116,78 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	require.Positive(t, 2*perClient-ok[1], "node 1's clients saw conflicts (else the test shows nothing)")
 	require.Empty(t, failed[2], "node 2 retried its conflicts")
 	require.Equal(t, 4*perClient, ok[2])
+}
+
+// TestJobQueueAcrossNodes: workers on two nodes take jobs with the usual
+// job-queue statement, sent on its own (autocommit), `UPDATE … WHERE id =
+// (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id`. Two workers on
+// two nodes may lock the same job; certification aborts one, and its node
+// runs the statement again, which takes another job. Every job is taken
+// once, by the worker that was told it took it, and no worker hears of a
+// conflict.
+func TestJobQueueAcrossNodes(t *testing.T) {
+	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) {
+		retries := 100
+		cfg.AutocommitRetries = &retries
+	})
+	ctx := context.Background()
+	const jobs = 60
+	_, err := c.connect(0).Exec(ctx, `CREATE TABLE jobs (id int PRIMARY KEY, state text NOT NULL DEFAULT 'queued', worker int);
+		INSERT INTO jobs (id) SELECT g FROM generate_series(1, 60) g`)
+	require.NoError(t, err)
+	c.waitConverged()
+
+	var mu sync.Mutex
+	took := map[int]int{} // job → the worker told it took it
+	var problems []string
+	var wg sync.WaitGroup
+	for w, node := range []int{0, 1, 0, 1} {
+		conn := c.connect(node)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				var id int
+				err := conn.QueryRow(sctx, `UPDATE jobs SET state = 'taken', worker = $1
+					WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+					RETURNING id`, w).Scan(&id)
+				cancel()
+				mu.Lock()
+				switch {
+				case errors.Is(err, pgx.ErrNoRows):
+					mu.Unlock()
+					return // the queue is empty (or every job left is locked: see below)
+				case err != nil:
+					problems = append(problems, fmt.Sprintf("worker %d: %v", w, err))
+				case took[id] != 0:
+					problems = append(problems, fmt.Sprintf("job %d taken by workers %d and %d", id, took[id]-1, w))
+				default:
+					took[id] = w + 1
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, problems)
+	c.waitConverged()
+	rows, err := c.direct(2).Query(ctx, "SELECT id, worker FROM jobs WHERE state = 'taken'")
+	require.NoError(t, err)
+	inTable := map[int]int{}
+	for rows.Next() {
+		var id, worker int
+		require.NoError(t, rows.Scan(&id, &worker))
+		inTable[id] = worker + 1
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, took, inTable, "the jobs each worker was told it took, and only those, are its in the table")
+	// A worker that found the queue empty while another held the last
+	// job's lock stopped early; the rest are still queued.
+	var queued int
+	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT count(*) FROM jobs WHERE state = 'queued'").Scan(&queued))
+	require.Equal(t, jobs, len(took)+queued)
+	t.Logf("%d jobs taken, %d left queued, retries on node 1: %v, node 2: %v", len(took), queued,
+		c.counter(0, "ordo_session_autocommit_retries_total", nil), c.counter(1, "ordo_session_autocommit_retries_total", nil))
+	require.Greater(t, len(took), jobs/2)
 }
