@@ -326,7 +326,6 @@ func TestReturnedRowsOfTheRunThatCommitted(t *testing.T) {
 func TestConflictBeforeSkippedMessagesIsNotHeld(t *testing.T) {
 	retrySetup(t, "skipped", 1)
 	p := startProxy(t, retryHooks{}, nil)
-	admin := connect(t, pg.DSN("postgres"))
 	sql := "INSERT INTO skipped SELECT skipped_once($1::int) -- retry me"
 	for _, after := range [][]pgproto3.FrontendMessage{
 		{&pgproto3.Describe{ObjectType: 'P'}},
@@ -336,18 +335,9 @@ func TestConflictBeforeSkippedMessagesIsNotHeld(t *testing.T) {
 		script := append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql},
 			&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}}, after...)
 		script = append(script, &pgproto3.Sync{})
-		var transcripts []string
-		for _, addr := range []string{pg.Addr(), p.addr} {
-			// The first run fails, a second would not.
-			if _, err := admin.Exec(context.Background(), "SELECT setval('skipped_s', 1, false)"); err != nil {
-				t.Fatal(err)
-			}
-			r := dialRaw(t, addr, "trustuser")
-			r.send(script...)
-			transcripts = append(transcripts, r.untilReady())
-		}
-		if transcripts[0] != transcripts[1] {
-			t.Fatalf("%T after the Execute: PostgreSQL sent\n%sthe proxy\n%s", after[0], transcripts[0], transcripts[1])
+		// The first run fails, a second would not.
+		if direct, proxied := transcripts(t, p, "SELECT setval('skipped_s', 1, false)", script); direct != proxied {
+			t.Fatalf("%T after the Execute: PostgreSQL sent\n%sthe proxy\n%s", after[0], direct, proxied)
 		}
 	}
 }
@@ -360,7 +350,6 @@ func TestConflictBeforeSkippedMessagesIsNotHeld(t *testing.T) {
 func TestHeldUnitsAsPostgreSQLSendsThem(t *testing.T) {
 	retrySetup(t, "ordered", 0)
 	p := startProxy(t, retryHooks{}, nil)
-	admin := connect(t, pg.DSN("postgres"))
 	ins := "INSERT INTO ordered SELECT g FROM generate_series(1, 3) g RETURNING x -- retry me"
 	for _, script := range [][]pgproto3.FrontendMessage{
 		{&pgproto3.Parse{Name: "s", Query: ins}, &pgproto3.Parse{Name: "t", Query: "SELECT 7 UNION ALL SELECT 8"},
@@ -371,17 +360,26 @@ func TestHeldUnitsAsPostgreSQLSendsThem(t *testing.T) {
 		{&pgproto3.Query{String: ins + "\n; SELECT 9"}},
 		{&pgproto3.Query{String: ins + "\n; SELECT 1/0"}},
 	} {
-		var transcripts []string
-		for _, addr := range []string{pg.Addr(), p.addr} {
-			if _, err := admin.Exec(context.Background(), "TRUNCATE ordered"); err != nil {
-				t.Fatal(err)
-			}
-			r := dialRaw(t, addr, "trustuser")
-			r.send(script...)
-			transcripts = append(transcripts, r.untilReady())
-		}
-		if transcripts[0] != transcripts[1] {
-			t.Fatalf("PostgreSQL sent\n%sthe proxy\n%s", transcripts[0], transcripts[1])
+		if direct, proxied := transcripts(t, p, "TRUNCATE ordered", script); direct != proxied {
+			t.Fatalf("PostgreSQL sent\n%sthe proxy\n%s", direct, proxied)
 		}
 	}
+}
+
+// transcripts runs script as trustuser on PostgreSQL directly, then
+// through p, each after reset (as the superuser), and returns what each
+// answered up to its ReadyForQuery.
+func transcripts(t *testing.T, p *proxy, reset string, script []pgproto3.FrontendMessage) (direct, proxied string) {
+	t.Helper()
+	admin := connect(t, pg.DSN("postgres"))
+	var got []string
+	for _, addr := range []string{pg.Addr(), p.addr} {
+		if _, err := admin.Exec(context.Background(), reset); err != nil {
+			t.Fatal(err)
+		}
+		r := dialRaw(t, addr, "trustuser")
+		r.send(script...)
+		got = append(got, r.untilReady())
+	}
+	return got[0], got[1]
 }
