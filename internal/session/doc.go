@@ -21,6 +21,9 @@
 //     wrapped: the session sends BEGIN first and holds the ReadyForQuery of
 //     the statement's unit; when PostgreSQL has answered, it terminates the
 //     transaction (step 5) and only then lets the client see ReadyForQuery.
+//     The statement's rows and CommandComplete are held too where the
+//     client cannot be waiting for them, so that a replication conflict
+//     can run it again before the client hears of it (retry.go).
 //  5. Terminating: if the transaction has an xid, PREPARE TRANSACTION gid,
 //     wait for the decoded write set (internal/capture), hand everything to
 //     the replica, and wait for the outcome. Commit: the client sees COMMIT.
