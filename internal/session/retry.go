@@ -51,7 +51,7 @@ type retryStmt struct {
 // be retried, or nil: a simple Query's, or an extended-protocol unit's
 // first Parse or Bind.
 func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param, m at) *retryStmt {
-	if s.h.cfg.AutocommitRetries <= 0 || !retryKind(stmts) {
+	if s.autocommitRetries() <= 0 || !retryKind(stmts) {
 		return nil
 	}
 	if s.unitCons {
@@ -147,7 +147,7 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 		return err // the client has read some of the first attempt
 	}
 	label := s.label // "" once the first attempt's termination used it
-	for n := 0; n < s.h.cfg.AutocommitRetries && conflict(err); n++ {
+	for n := 0; n < s.autocommitRetries() && conflict(err); n++ {
 		if r.label != "" && errors.As(err, new(recorded)) {
 			break
 		}
@@ -234,4 +234,13 @@ func (s *session) holdsPrepared(name, sql string) bool {
 	}
 	held, exists, known := s.be.Named(name)
 	return known && exists && held == sql
+}
+
+// autocommitRetries is how many times an autocommit statement may run
+// again: the session's SET ordo.autocommit_retries, or the node's.
+func (s *session) autocommitRetries() int {
+	if s.retries >= 0 {
+		return s.retries
+	}
+	return s.h.cfg.AutocommitRetries
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/txn"
 	"github.com/ordo-db/ordo/internal/wire"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // session follows one client session. Its methods run on the session's wire
@@ -66,6 +68,9 @@ type session struct {
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
+	// retries is the session's SET ordo.autocommit_retries, -1 for the
+	// node's autocommit_retries (retry.go).
+	retries int
 	// unitStatus is the transaction status PostgreSQL will be in when it
 	// reaches the message being reported, where it differs from the last
 	// ReadyForQuery's: a ROLLBACK, COMMIT or BEGIN earlier in the batch
@@ -1068,6 +1073,9 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					}
 				}
 			}
+			if err := checkSetting(a); err != nil {
+				return err
+			}
 			was := s.syncRead
 			s.setting(a)
 			if !was && s.syncRead && m.first && m.kind == wire.KindQuery && len(stmts) > 1 && !s.tx.snapshot {
@@ -1333,15 +1341,41 @@ func (s *session) noticeIsolation(level string, m at) {
 	}
 }
 
+// checkSetting refuses a value of a setting Ordo interprets that it
+// could not use.
+func checkSetting(a *analysis.Statement) error {
+	st := a.Setting
+	if st == nil || st.Name != "ordo.autocommit_retries" || st.Show || st.Reset {
+		return nil
+	}
+	if n, err := strconv.Atoi(strings.Trim(st.Value, "'")); err != nil || n < 0 || n > config.MaxAutocommitRetries {
+		return pgErr(codeInvalidParameterValue, "ordo: invalid value for parameter \"ordo.autocommit_retries\": %q (an integer from 0 to %d: how many times an autocommit statement aborted by a replication conflict runs again)", st.Value, config.MaxAutocommitRetries)
+	}
+	return nil
+}
+
 // setting notes session settings Ordo interprets.
 func (s *session) setting(a *analysis.Statement) {
 	st := a.Setting
+	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
+		s.retries = -1 // DISCARD ALL resets every setting
+	}
 	if st == nil {
 		return
 	}
 	switch {
 	case st.Name == "search_path" || st.Name == "all":
 		s.envStale = true
+		if st.Name == "all" && st.Reset {
+			s.retries = -1
+		}
+	case st.Name == "ordo.autocommit_retries" && !st.Show && !st.Local:
+		// (SET LOCAL: only inside a block, where no statement is
+		// autocommit)
+		s.retries = -1
+		if !st.Reset {
+			s.retries, _ = strconv.Atoi(strings.Trim(st.Value, "'"))
+		}
 	case st.Name == "ordo.read_consistency" && !st.Show:
 		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
 	case (st.Name == "ordo.conflict_classes" || st.Name == "ordo.profile") && !st.Show:

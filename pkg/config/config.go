@@ -15,6 +15,10 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// MaxAutocommitRetries bounds autocommit_retries (and a session's SET
+// ordo.autocommit_retries).
+const MaxAutocommitRetries = 100
+
 // Node is one node's configuration.
 type Node struct {
 	// ID is the node's id in the cluster, 1…MaxNodes, never reused.
@@ -391,8 +395,8 @@ func (n *Node) validate(files bool) error {
 	if n.KeyEscalationRows < 1 {
 		bad("key_escalation_rows: must be positive, got %d", n.KeyEscalationRows)
 	}
-	if r := n.AutocommitRetries; r != nil && (*r < 0 || *r > 100) {
-		bad("autocommit_retries: must be between 0 and 100, got %d", *r)
+	if r := n.AutocommitRetries; r != nil && (*r < 0 || *r > MaxAutocommitRetries) {
+		bad("autocommit_retries: must be between 0 and %d, got %d", MaxAutocommitRetries, *r)
 	}
 	if n.ApplyWorkers < 1 || n.ApplyWorkers > 64 {
 		bad("apply_workers: must be between 1 and 64, got %d", n.ApplyWorkers)

@@ -22,10 +22,11 @@ import (
 // in one unit; a prepared statement bound by name; the unnamed statement
 // described in one round trip and bound in the next), some with
 // RETURNING n. Node 1 never retries (autocommit_retries 0), node 2
-// retries: node 2's clients see no replication conflict where node 1's
-// see many, every increment a client was told of is in the row exactly
-// once, none other, and the values returned are those of the attempts
-// that committed (no two alike).
+// retries, and a session on each sets its own (SET
+// ordo.autocommit_retries): the retrying clients see no replication
+// conflict where the others see many, every increment a client was told
+// of is in the row exactly once, none other, and the values returned are
+// those of the attempts that committed (no two alike).
 func TestAutocommitConflictsAreRetried(t *testing.T) {
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) {
 		retries := 0
@@ -39,28 +40,37 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	require.NoError(t, err)
 	c.waitConverged()
 
-	// Two clients per node: the second of two updates on one node waits
+	// Clients on both nodes: the second of two updates on one node waits
 	// for the first's row lock and fails in PostgreSQL (REPEATABLE READ);
 	// a client on the other node is aborted by certification or by the
-	// apply that needs its lock.
-	const perClient = 50
+	// apply that needs its lock. Two sessions set their own
+	// ordo.autocommit_retries: one on node 1 retries, one on node 2
+	// does not.
+	const perClient = 40
 	var mu sync.Mutex
-	ok := map[int]int{}
-	failed := map[int]map[string]int{1: {}, 2: {}}
+	ok := map[bool]int{}                                   // by retrying
+	failed := map[bool]map[string]int{false: {}, true: {}} // by retrying
 	var wg sync.WaitGroup
 	returned := map[int64]int{} // RETURNING n: how many increments returned each value
 	clients := []struct {
 		node      int
 		mode      pgx.QueryExecMode
 		returning bool
+		set       string
 	}{
-		{1, pgx.QueryExecModeSimpleProtocol, false}, {1, pgx.QueryExecModeExec, true},
-		{2, pgx.QueryExecModeSimpleProtocol, true}, {2, pgx.QueryExecModeExec, false},
-		{2, pgx.QueryExecModeCacheStatement, true}, {2, pgx.QueryExecModeDescribeExec, false},
+		{1, pgx.QueryExecModeSimpleProtocol, false, ""}, {1, pgx.QueryExecModeExec, true, ""},
+		{1, pgx.QueryExecModeCacheStatement, false, "50"},
+		{2, pgx.QueryExecModeSimpleProtocol, true, ""}, {2, pgx.QueryExecModeExec, false, ""},
+		{2, pgx.QueryExecModeCacheStatement, true, ""}, {2, pgx.QueryExecModeDescribeExec, false, ""},
+		{2, pgx.QueryExecModeSimpleProtocol, false, "0"},
 	}
 	for _, cl := range clients {
-		node := cl.node
-		conn := c.connect(node - 1)
+		retrying := cl.set == "50" || cl.node == 2 && cl.set == ""
+		conn := c.connect(cl.node - 1)
+		if cl.set != "" {
+			_, err := conn.Exec(ctx, "SET ordo.autocommit_retries = "+cl.set)
+			require.NoError(t, err)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -78,6 +88,7 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 				}
 				cancel()
 				mu.Lock()
+				what := fmt.Sprintf("node %d %s: ", cl.node, cl.mode)
 				var pe *pgconn.PgError
 				switch {
 				case err == nil:
@@ -85,15 +96,15 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 						returned[n]++
 					}
 					if tag.String() != "UPDATE 1" {
-						failed[node][cl.mode.String()+": tag "+tag.String()]++
+						failed[retrying][what+"tag "+tag.String()]++
 					} else {
-						ok[node]++
+						ok[retrying]++
 					}
 				case errors.As(err, &pe):
 					msg, _, _ := strings.Cut(pe.Message, " (")
-					failed[node][cl.mode.String()+": "+pe.Code+" "+msg]++
+					failed[retrying][what+pe.Code+" "+msg]++
 				default:
-					failed[node][cl.mode.String()+": "+err.Error()]++
+					failed[retrying][what+err.Error()]++
 				}
 				mu.Unlock()
 			}
@@ -101,11 +112,11 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	}
 	wg.Wait()
 	c.waitConverged()
-	t.Logf("node 1 (no retries): %d committed, failures %v", ok[1], failed[1])
-	t.Logf("node 2 (retries): %d committed, failures %v", ok[2], failed[2])
+	t.Logf("not retrying (3 sessions): %d committed, failures %v", ok[false], failed[false])
+	t.Logf("retrying (5 sessions): %d committed, failures %v", ok[true], failed[true])
 	var n int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT n FROM counter WHERE id = 1").Scan(&n))
-	require.Equal(t, ok[1]+ok[2], n, "every increment a client was told of, exactly once")
+	require.Equal(t, ok[false]+ok[true], n, "every increment a client was told of, exactly once")
 	for v, times := range returned {
 		// The rows of the attempt that committed: increments of one row
 		// are serialized, each returns its own value.
@@ -113,9 +124,15 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 		require.True(t, v >= 1 && v <= int64(n), "value %d returned, the row ends at %d", v, n)
 	}
 	require.NotEmpty(t, returned)
-	require.Positive(t, 2*perClient-ok[1], "node 1's clients saw conflicts (else the test shows nothing)")
-	require.Empty(t, failed[2], "node 2 retried its conflicts")
-	require.Equal(t, 4*perClient, ok[2])
+	require.Positive(t, 3*perClient-ok[false], "the clients that do not retry saw conflicts (else the test shows nothing)")
+	require.Empty(t, failed[true], "the others' conflicts were run again")
+	require.Equal(t, 5*perClient, ok[true])
+
+	// A value it could not use is refused.
+	_, err = c.connect(0).Exec(ctx, "SET ordo.autocommit_retries = 'many'")
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "22023", pe.Code)
 }
 
 // TestJobQueueAcrossNodes: workers on two nodes take jobs with the usual
