@@ -1470,6 +1470,7 @@ func (ss *session) backendLoop() {
 			if m.Code == "34000" && ss.nrejects.Load() > 0 {
 				if e := ss.takeRejection(m); e != nil {
 					if e != silentRejection {
+						ss.releaseRows()
 						ss.sendClient(e)
 					}
 					continue
