@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,17 +68,27 @@ func TestOutcomeChecks(t *testing.T) {
 	errA := ta.Commit(ctx)
 	errB := tb.Commit(ctx)
 	require.True(t, (errA == nil) != (errB == nil), "one of the two commits: %v / %v", errA, errB)
-	winner, loser := "race-a", "race-b"
+	winner, loser, loserErr := "race-a", "race-b", errB
 	if errA != nil {
-		winner, loser = loser, winner
+		winner, loser, loserErr = loser, winner, errA
 	}
+	// The loser is aborted by certification, which the order records
+	// under its label; or, when the winner's apply on the loser's node
+	// came first (a loaded machine), by that node before its commit
+	// reached the order: then no node knows the label (outcomes.md), and
+	// its client knows from its 40001.
+	wantLoser := "aborted"
+	if strings.Contains(loserErr.Error(), "a replication conflict aborted this transaction") {
+		wantLoser = "unknown"
+	}
+	t.Logf("the loser, %s: %v", loser, loserErr)
 
 	for i := range c.nodes {
 		dsn := c.dsn(i)
 		require.Equal(t, "committed", txnStatus(t, dsn, "pay-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "auto-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, winner), "node %d", i+1)
-		require.Equal(t, "aborted", txnStatus(t, dsn, loser), "node %d", i+1)
+		require.Equal(t, wantLoser, txnStatus(t, dsn, loser), "node %d", i+1)
 		require.Equal(t, "unknown", txnStatus(t, dsn, "never-sent"), "node %d", i+1)
 	}
 }
