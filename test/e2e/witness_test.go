@@ -116,6 +116,7 @@ func TestWitnessJoinsARunningCluster(t *testing.T) {
 	c := startClusterWith(t, 2, "dbsm-si", func(cfg *config.Node) { cfg.CertificationWindow = 20 })
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE wt (id int PRIMARY KEY)")
 	require.NoError(t, err)
+	c.waitConverged() // node 2 inserts next (it had not applied the table yet, once, on a loaded machine)
 	for i := 0; i < 50; i++ {
 		_, err := c.connect(i%2).Exec(ctx, "INSERT INTO wt VALUES ($1)", i)
 		require.NoError(t, err)
