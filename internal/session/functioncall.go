@@ -63,9 +63,5 @@ func (s *session) functionCall(ctx context.Context, oid uint32, nargs int) []*an
 // fastPath handles a FunctionCall: a unit of its own, like a Query.
 func (s *session) fastPath(ctx context.Context, st *wire.Statement) error {
 	stmts := s.functionCall(ctx, st.Function, len(st.Params))
-	params := make([]analysis.Param, len(st.Params))
-	for i, p := range st.Params {
-		params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
-	}
-	return s.execute(ctx, stmts, params, at{kind: wire.KindQuery, first: st.AtBoundary})
+	return s.execute(ctx, stmts, boundParams(st.Params, st.ParamFormats), at{kind: wire.KindQuery, first: st.AtBoundary})
 }

@@ -58,16 +58,19 @@ func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param
 		return nil // cons takes its classes before the statement runs
 	}
 	r := &retryStmt{sql: m.sent, label: s.label}
+	if m.kind != wire.KindQuery && m.msg == nil {
+		return nil
+	}
 	switch m.kind {
 	case wire.KindQuery:
 		if len(params) > 0 || m.sent == "" {
 			return nil // a FunctionCall
 		}
 	case wire.KindParse:
-		r.extended, r.unit = true, s.unit
+		r.extended, r.unit, r.name = true, s.unit, m.msg.Name
 	case wire.KindBind:
-		r.extended, r.unit, r.name = true, s.unit, m.bind.Name
-		r.bound(m.bind)
+		r.extended, r.unit, r.name = true, s.unit, m.msg.Name
+		r.bound(m.msg)
 	default:
 		return nil
 	}
@@ -194,11 +197,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	var res *wire.Result
 	var err error
 	if r.extended {
-		params := make([]analysis.Param, len(r.params))
-		for i, p := range r.params {
-			params[i] = analysis.Param{Value: p, Binary: paramBinary(r.formats, i)}
-		}
-		s.track(stmts[0], params, at{kind: wire.KindBind, first: true, sent: r.sql})
+		s.track(stmts[0], boundParams(r.params, r.formats), at{kind: wire.KindBind, first: true, sent: r.sql})
 		res, err = s.be.ExecBound(ctx, r.name, r.formats, r.params, r.results)
 	} else {
 		s.track(stmts[0], nil, at{kind: wire.KindQuery, first: true, sent: r.sql})

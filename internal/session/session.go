@@ -314,8 +314,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			if err := s.wrap(ctx); err != nil {
 				return err
 			}
-			if s.tx.retry = s.retryable(stmts, nil, at{kind: wire.KindParse, first: true, sent: sentText(st)}); s.tx.retry != nil {
-				s.tx.retry.name = st.Name
+			if s.tx.retry = s.retryable(stmts, nil, at{kind: wire.KindParse, first: true, sent: sentText(st), msg: st}); s.tx.retry != nil {
 				s.be.HoldConflicts()
 			}
 			s.explainTermination(stmts)
@@ -376,10 +375,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			// unknown statement): assume the worst.
 			stmts = []*analysis.Statement{opaque("a statement this session did not see prepared")}
 		}
-		params := make([]analysis.Param, len(st.Params))
-		for i, p := range st.Params {
-			params[i] = analysis.Param{Value: p, Binary: paramBinary(st.ParamFormats, i)}
-		}
+		params := boundParams(st.Params, st.ParamFormats)
 		err := s.inImplicit(stmts, true)
 		s.unitBound = true
 		if err != nil {
@@ -410,7 +406,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 			return nil // acted on when parsed earlier in this unit
 		}
-		return s.execute(ctx, stmts, params, at{kind: wire.KindBind, first: first, sent: s.sent[st.Name], bind: st})
+		return s.execute(ctx, stmts, params, at{kind: wire.KindBind, first: first, sent: s.sent[st.Name], msg: st})
 	case wire.KindFunctionCall:
 		return s.fastPath(ctx, st)
 	case wire.KindCloseStatement:
@@ -784,6 +780,16 @@ func stripComments(sql string) string {
 	}
 }
 
+// boundParams are the parameters of a Bind (or FunctionCall) as the
+// analysis takes them.
+func boundParams(values [][]byte, formats []int16) []analysis.Param {
+	params := make([]analysis.Param, len(values))
+	for i, v := range values {
+		params[i] = analysis.Param{Value: v, Binary: paramBinary(formats, i)}
+	}
+	return params
+}
+
 func paramBinary(formats []int16, i int) bool {
 	switch len(formats) {
 	case 0:
@@ -961,8 +967,8 @@ type at struct {
 	kind  wire.StatementKind // KindQuery, KindParse or KindBind
 	first bool
 	sent  string // the query text PostgreSQL runs it in
-	// bind is the Bind reported (KindBind; valid during the call only).
-	bind *wire.Statement
+	// msg is the Parse or Bind reported (valid during the call only).
+	msg *wire.Statement
 }
 
 // sentText is the text PostgreSQL receives for st.
