@@ -215,8 +215,11 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	// node's residue class. At start, for what existed before, that and
 	// tables without a primary key made REPLICA IDENTITY FULL (after DDL
 	// the event trigger and the applier do it: capture.ReplicaIdentitySQL).
-	normalize := sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID))
-	if _, err := conn.Exec(ctx, normalize+";\n"+capture.ReplicaIdentitySQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+	// After DDL or setval, only the sequences the transaction touched: a
+	// table's lock taken to read its largest id would otherwise make
+	// unrelated transactions deadlock (sequences.NormalizeTouchedSQL).
+	normalize := sequences.NormalizeTouchedSQL(cfg.SequenceStride, int(cfg.ID))
+	if _, err := conn.Exec(ctx, sequences.NormalizeSQL(cfg.SequenceStride, int(cfg.ID))+";\n"+capture.ReplicaIdentitySQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return nil, fmt.Errorf("node: normalize sequences and replica identities: %w", err)
 	}
 	capCfg := capture.Config{DSN: cfg.Postgres, Logger: log, Registerer: n.reg,

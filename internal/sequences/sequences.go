@@ -29,7 +29,33 @@ const DefaultStride = 100
 // node) stays in the node's class. Descending sequences are left alone, and
 // so are sequences owned by roles the current one does not act for (their
 // owners' DDL normalized them).
+//
+// The statement reads the owning table of every sequence it moves, so it
+// runs only at a node's start, when nothing else runs; after DDL and setval
+// the node runs NormalizeTouchedSQL.
 func NormalizeSQL(stride, offset int) string {
+	return normalizeSQL(stride, offset, "")
+}
+
+// NormalizeTouchedSQL is NormalizeSQL for the sequences the current
+// transaction created, altered, set or advanced: those it holds a lock on
+// stronger than ACCESS SHARE (reading a sequence's position takes that,
+// and Ordo reads them all around a setval). Those are the only sequences a
+// transaction can move out of the node's class. Normalizing the others too
+// made two transactions deadlock: one adding a primary key to a table
+// (ACCESS EXCLUSIVE on it) whose sequence another had just moved with
+// setval (RowExclusive on the sequence until it ends; setval is visible at
+// once), the first waiting to ALTER that sequence, the second to read the
+// table's largest id: a parallel pg_restore did exactly that.
+func NormalizeTouchedSQL(stride, offset int) string {
+	return normalizeSQL(stride, offset, `
+			AND s.seqrelid IN (SELECT l.relation FROM pg_locks l
+				WHERE l.locktype = 'relation' AND l.pid = pg_backend_pid() AND l.granted
+				  AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+				  AND l.mode <> 'AccessShareLock')`)
+}
+
+func normalizeSQL(stride, offset int, only string) string {
 	return fmt.Sprintf(`DO $ordo$
 DECLARE
 	r record;
@@ -57,7 +83,7 @@ BEGIN
 		WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', '_ordo') AND c.relpersistence = 'p' AND s.seqincrement > 0
 			-- Sequences of roles the current one does not act for were
 			-- normalized by their owners' DDL, and it may not read them.
-			AND pg_has_role(c.relowner, 'USAGE')
+			AND pg_has_role(c.relowner, 'USAGE')%[3]s
 	LOOP
 		EXECUTE format('SELECT last_value, is_called FROM %%s', r.seq) INTO lv, called;
 		IF called THEN nxt := lv + r.inc; ELSE nxt := lv; END IF;
@@ -87,5 +113,5 @@ BEGIN
 		EXECUTE format('ALTER SEQUENCE %%s INCREMENT BY %[1]d MINVALUE 1 START WITH %%s RESTART WITH %%s', r.seq, st, nxt);
 	END LOOP;
 END
-$ordo$`, stride, offset)
+$ordo$`, stride, offset, only)
 }

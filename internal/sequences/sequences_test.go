@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -128,4 +129,71 @@ func TestSequencesAtTheirEnd(t *testing.T) {
 	require.Equal(t, []int64{9223372036854775703}, nextvals(t, c, "near_end_seq", 1), "moved into the class, within bounds")
 	_, err := c.Exec(context.Background(), "SELECT nextval('small_end_seq')")
 	require.ErrorContains(t, err, "reached maximum value", "still at its end, as without Ordo")
+}
+
+// TestTouchedOnly: after DDL or setval a node normalizes only the
+// sequences its transaction created, altered, set or advanced.
+func TestTouchedOnly(t *testing.T) {
+	c := connect(t)
+	ctx := context.Background()
+	exec(t, c, "CREATE SEQUENCE untouched_seq; CREATE SEQUENCE set_seq; CREATE SEQUENCE altered_seq; CREATE SEQUENCE used_seq")
+	exec(t, c, NormalizeSQL(100, 4))
+	exec(t, c, "SELECT setval('untouched_seq', 50)") // another transaction's setval, visible at once
+	tx, err := c.Begin(ctx)
+	require.NoError(t, err)
+	for _, sql := range []string{
+		"CREATE TABLE touched (id serial PRIMARY KEY)",
+		"SELECT setval('set_seq', 70)",
+		"ALTER SEQUENCE altered_seq RESTART WITH 80",
+		"SELECT nextval('used_seq')",
+		"SELECT last_value FROM untouched_seq", // read only
+		NormalizeTouchedSQL(100, 4),
+	} {
+		_, err := tx.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, []int64{4}, nextvals(t, c, "touched_id_seq", 1))
+	require.Equal(t, []int64{204}, nextvals(t, c, "set_seq", 1), "170 was its next value (INCREMENT BY 100)")
+	require.Equal(t, []int64{104}, nextvals(t, c, "altered_seq", 1))
+	require.Equal(t, []int64{104}, nextvals(t, c, "used_seq", 1), "advanced: already in the class")
+	require.Equal(t, []int64{150}, nextvals(t, c, "untouched_seq", 1), "left to the transaction that moved it (out of the class)")
+}
+
+// TestSetvalBesideAPrimaryKeyDoesNotDeadlock is what a parallel pg_restore
+// through a node did: one worker sets a sequence (setval locks it until its
+// transaction ends, and moves it at once), another adds the primary key of
+// the table that owns it (ACCESS EXCLUSIVE on the table), and both
+// normalize before they commit. When every normalization went over every
+// sequence, the second waited to ALTER the sequence and the first to read
+// the table's largest id: 40P01.
+func TestSetvalBesideAPrimaryKeyDoesNotDeadlock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	setup := connect(t)
+	exec(t, setup, "CREATE TABLE restored (id integer NOT NULL); CREATE SEQUENCE restored_id_seq OWNED BY restored.id")
+	exec(t, setup, "INSERT INTO restored SELECT g FROM generate_series(1, 300) g")
+	exec(t, setup, NormalizeSQL(100, 5))
+
+	setter, keyer := connect(t), connect(t)
+	exec(t, setter, "BEGIN")
+	exec(t, setter, "SELECT setval('restored_id_seq', 300)")
+	exec(t, keyer, "BEGIN")
+	exec(t, keyer, "ALTER TABLE restored ADD PRIMARY KEY (id)")
+
+	keyed := make(chan error, 1)
+	go func() {
+		_, err := keyer.Exec(ctx, NormalizeTouchedSQL(100, 5))
+		if err == nil {
+			_, err = keyer.Exec(ctx, "COMMIT")
+		}
+		keyed <- err
+	}()
+	// Let the key's normalization run (or block) first, as in the restore.
+	time.Sleep(300 * time.Millisecond)
+	_, err := setter.Exec(ctx, NormalizeTouchedSQL(100, 5))
+	require.NoError(t, err, "the setval's normalization")
+	exec(t, setter, "COMMIT")
+	require.NoError(t, <-keyed, "the primary key's normalization and commit")
+	require.Equal(t, []int64{405}, nextvals(t, setup, "restored_id_seq", 1), "400 was its next value (INCREMENT BY 100)")
 }
