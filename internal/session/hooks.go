@@ -147,7 +147,7 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	s := &session{h: h, be: be, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string), retries: -1}
+	s := &session{h: h, be: be, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
 	if len(res.Rows) == 1 && len(res.Rows[0]) == 4 {
 		s.pid = parseUint32(res.Rows[0][0])
 		s.searchPath = res.Rows[0][1]

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/wire"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // An autocommit statement that a replication conflict aborts (another
@@ -51,7 +54,7 @@ type retryStmt struct {
 // be retried, or nil: a simple Query's, or an extended-protocol unit's
 // first Parse or Bind.
 func (s *session) retryable(stmts []*analysis.Statement, params []analysis.Param, m at) *retryStmt {
-	if s.autocommitRetries() <= 0 || !retryKind(stmts) {
+	if !retryKind(stmts) {
 		return nil
 	}
 	if s.unitCons {
@@ -146,11 +149,18 @@ func conflict(err error) bool {
 // retry runs r again while a conflict aborts it, up to
 // Config.AutocommitRetries times; err is the first attempt's conflict.
 func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
-	if s.be.UnitSentRows() {
+	if s.be.UnitSentRows() || !conflict(err) {
 		return err // the client has read some of the first attempt
 	}
+	if s.be.TxStatus() != 'I' {
+		s.rollback(ctx)
+		if s.be.TxStatus() != 'I' {
+			return err
+		}
+	}
 	label := s.label // "" once the first attempt's termination used it
-	for n := 0; n < s.autocommitRetries() && conflict(err); n++ {
+	retries := s.autocommitRetries(ctx)
+	for n := 0; n < retries && conflict(err); n++ {
 		if r.label != "" && errors.As(err, new(recorded)) {
 			break
 		}
@@ -235,11 +245,28 @@ func (s *session) holdsPrepared(name, sql string) bool {
 	return known && exists && held == sql
 }
 
+// autocommitRetriesSQL reads the session's ordo.autocommit_retries
+// (NULL or ” where nothing set it).
+const autocommitRetriesSQL = "SELECT current_setting('ordo.autocommit_retries', true)"
+
 // autocommitRetries is how many times an autocommit statement may run
-// again: the session's SET ordo.autocommit_retries, or the node's.
-func (s *session) autocommitRetries() int {
-	if s.retries >= 0 {
-		return s.retries
+// again: the session's ordo.autocommit_retries, or the node's. PostgreSQL
+// keeps the setting, as it keeps any custom one, and it is read only after
+// a conflict, at a boundary: so it follows PostgreSQL's rules wherever it
+// was set (SET, SET in a block rolled back or to a savepoint, RESET,
+// DISCARD ALL, set_config, ALTER ROLE or DATABASE … SET, a connection's
+// options), which a session noting the SETs it relays could not.
+func (s *session) autocommitRetries(ctx context.Context) int {
+	res, err := s.be.Exec(ctx, autocommitRetriesSQL)
+	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 || res.Rows[0][0] == "" {
+		return s.h.cfg.AutocommitRetries
 	}
-	return s.h.cfg.AutocommitRetries
+	n, err := strconv.Atoi(strings.TrimSpace(res.Rows[0][0]))
+	if err != nil || n < 0 {
+		// set_config, ALTER ROLE … SET or a connection's options: not
+		// checked as a SET is (checkSetting).
+		s.h.cfg.Logger.Warn("session: ordo.autocommit_retries is not a number from 0 up; the node's autocommit_retries applies", "value", res.Rows[0][0])
+		return s.h.cfg.AutocommitRetries
+	}
+	return min(n, config.MaxAutocommitRetries)
 }

@@ -68,9 +68,6 @@ type session struct {
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (SET ordo.read_consistency = 'sync').
 	syncRead bool
-	// retries is the session's SET ordo.autocommit_retries, -1 for the
-	// node's autocommit_retries (retry.go).
-	retries int
 	// unitStatus is the transaction status PostgreSQL will be in when it
 	// reaches the message being reported, where it differs from the last
 	// ReadyForQuery's: a ROLLBACK, COMMIT or BEGIN earlier in the batch
@@ -1363,25 +1360,12 @@ func checkSetting(a *analysis.Statement) error {
 // setting notes session settings Ordo interprets.
 func (s *session) setting(a *analysis.Statement) {
 	st := a.Setting
-	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
-		s.retries = -1 // DISCARD ALL resets every setting
-	}
 	if st == nil {
 		return
 	}
 	switch {
 	case st.Name == "search_path" || st.Name == "all":
 		s.envStale = true
-		if st.Name == "all" && st.Reset {
-			s.retries = -1
-		}
-	case st.Name == "ordo.autocommit_retries" && !st.Show && !st.Local:
-		// (SET LOCAL: only inside a block, where no statement is
-		// autocommit)
-		s.retries = -1
-		if !st.Reset {
-			s.retries, _ = strconv.Atoi(strings.Trim(st.Value, "'"))
-		}
 	case st.Name == "ordo.read_consistency" && !st.Show:
 		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
 	case (st.Name == "ordo.conflict_classes" || st.Name == "ordo.profile") && !st.Show:

@@ -133,6 +133,60 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	var pe *pgconn.PgError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "22023", pe.Code)
+
+	// The setting is PostgreSQL's, with PostgreSQL's rules. Node 1 does
+	// not retry; conflictOnce's statement fails unless it is run again.
+	watch := c.direct(0)
+	conflictOnce := func(conn *pgx.Conn) error {
+		holder := c.connect(0)
+		defer holder.Close(ctx)
+		for _, sql := range []string{"BEGIN", "UPDATE counter SET n = n + 1 WHERE id = 1"} {
+			_, err := holder.Exec(ctx, sql)
+			require.NoError(t, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := conn.Exec(ctx, "UPDATE counter SET n = n + 1 WHERE id = 1", pgx.QueryExecModeSimpleProtocol)
+			done <- err
+		}()
+		require.Eventually(t, func() bool {
+			var waiting int
+			err := watch.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query = 'UPDATE counter SET n = n + 1 WHERE id = 1'").Scan(&waiting)
+			return err == nil && waiting == 1
+		}, 10*time.Second, 10*time.Millisecond, "the statement waits for the holder's row lock")
+		_, err := holder.Exec(ctx, "COMMIT")
+		require.NoError(t, err)
+		return <-done
+	}
+	requireConflict := func(err error, why string) {
+		require.ErrorAs(t, err, &pe, why)
+		require.Equal(t, "40001", pe.Code, why)
+	}
+	conn := c.connect(0)
+	requireConflict(conflictOnce(conn), "the node's autocommit_retries: 0")
+	for _, sql := range []string{"BEGIN", "SET ordo.autocommit_retries = 5", "ROLLBACK"} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	requireConflict(conflictOnce(conn), "a SET in a block rolled back is undone")
+	for _, sql := range []string{"BEGIN", "SET ordo.autocommit_retries = 5", "COMMIT"} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	require.NoError(t, conflictOnce(conn), "a SET in a block committed")
+	_, err = conn.Exec(ctx, "RESET ordo.autocommit_retries")
+	require.NoError(t, err)
+	requireConflict(conflictOnce(conn), "RESET: the node's again")
+	_, err = conn.Exec(ctx, "SELECT set_config('ordo.autocommit_retries', '5', false)")
+	require.NoError(t, err)
+	require.NoError(t, conflictOnce(conn), "set_config")
+	cfg, err := pgx.ParseConfig(c.dsn(0))
+	require.NoError(t, err)
+	cfg.RuntimeParams["ordo.autocommit_retries"] = "5"
+	withOption, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer withOption.Close(ctx)
+	require.NoError(t, conflictOnce(withOption), "a connection's own parameter")
 }
 
 // TestJobQueueAcrossNodes: workers on two nodes take jobs with the usual
