@@ -216,7 +216,10 @@ func TestKillNodeMidCommitAndRestart(t *testing.T) {
 	// left by the kill held its lock, and the restart waited for good on
 	// its own bootstrap.
 	for _, protocol := range []string{"dbsm-si", "pgr", "cons", "dbsm-rc"} {
-		t.Run(protocol, func(t *testing.T) { killNodeMidCommitAndRestart(t, protocol) })
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel() // separate clusters; most of each is sleeps and restarts
+			killNodeMidCommitAndRestart(t, protocol)
+		})
 	}
 }
 
@@ -294,7 +297,10 @@ func killNodeMidCommitAndRestart(t *testing.T, protocol string) {
 // locally, and converges once the majority is back.
 func TestMinorityCannotCommit(t *testing.T) {
 	for _, protocol := range []string{"dbsm", "pgr", "cons"} {
-		t.Run(protocol, func(t *testing.T) { minorityCannotCommit(t, protocol) })
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel() // separate clusters; most of each is waiting for timeouts
+			minorityCannotCommit(t, protocol)
+		})
 	}
 }
 

@@ -44,7 +44,10 @@ func (c *cluster) schemaFingerprint(i int) string {
 // after each, under dbsm, pgr and cons.
 func TestEveryDDLKindReplicates(t *testing.T) {
 	for _, protocol := range []string{"dbsm", "pgr", "cons"} {
-		t.Run(protocol, func(t *testing.T) { everyDDLKindReplicates(t, protocol) })
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel() // separate clusters; most of each is waiting for replays
+			everyDDLKindReplicates(t, protocol)
+		})
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 func TestGranulesOfSplitClasses(t *testing.T) {
 	for _, protocol := range []string{"dbsm", "pgr"} {
 		t.Run(protocol, func(t *testing.T) {
+			t.Parallel() // separate clusters
 			c := startCluster(t, 3, protocol)
 			ctx := context.Background()
 			for _, sql := range []string{
