@@ -140,7 +140,7 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	// The session's default isolation level stays the client's: Ordo
 	// makes each transaction REPEATABLE READ as it begins (under dbsm-rc
 	// only one that asks for SERIALIZABLE).
-	res, err := be.Exec(ctx, "SELECT pg_backend_pid(), current_setting('search_path'), current_user, current_setting('server_version_num')")
+	res, err := be.Exec(ctx, "SELECT pg_backend_pid(), current_setting('search_path'), current_user, current_setting('server_version_num'), "+strings.TrimPrefix(readConsistencySQL, "SELECT "))
 	if err != nil {
 		return nil, err
 	}
@@ -148,11 +148,13 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 		return nil, res.Err
 	}
 	s := &session{h: h, be: be, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
-	if len(res.Rows) == 1 && len(res.Rows[0]) == 4 {
+	if len(res.Rows) == 1 && len(res.Rows[0]) == 5 {
 		s.pid = parseUint32(res.Rows[0][0])
 		s.searchPath = res.Rows[0][1]
 		s.user = res.Rows[0][2]
 		s.serverVersion = int(parseUint32(res.Rows[0][3]))
+		// (ALTER ROLE … SET, a connection's options)
+		s.syncRead = syncConsistency(res.Rows[0][4])
 	}
 	s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 	h.mu.Lock()

@@ -15,8 +15,9 @@ const (
 )
 
 type metrics struct {
-	stages  *prometheus.HistogramVec
-	retries prometheus.Counter
+	stages    *prometheus.HistogramVec
+	retries   prometheus.Counter
+	syncReads prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -30,12 +31,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_session_autocommit_retries_total",
 			Help: "Autocommit statements run again after a replication conflict aborted them (autocommit_retries).",
 		}),
+		syncReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordo_session_sync_reads_total",
+			Help: "Transactions that waited for the cluster's latest commits before their snapshot (ordo.read_consistency = 'sync').",
+		}),
 	}
 	for _, stage := range []string{stageProbe, stagePrepare, stageCapture, stageTerminate} {
 		m.stages.WithLabelValues(stage) // exported from the start
 	}
 	if reg != nil {
-		reg.MustRegister(m.stages, m.retries)
+		reg.MustRegister(m.stages, m.retries, m.syncReads)
 	}
 	return m
 }

@@ -246,7 +246,7 @@ func (s *session) holdsPrepared(name, sql string) bool {
 }
 
 // autocommitRetriesSQL reads the session's ordo.autocommit_retries
-// (NULL or ” where nothing set it).
+// (NULL, or empty, where nothing set it).
 const autocommitRetriesSQL = "SELECT current_setting('ordo.autocommit_retries', true)"
 
 // autocommitRetries is how many times an autocommit statement may run

@@ -66,8 +66,13 @@ type session struct {
 	// unnamed prepared statement (see heldNoop).
 	heldUnnamed string
 	// syncRead makes every transaction wait for the cluster's latest
-	// commits before its snapshot (SET ordo.read_consistency = 'sync').
+	// commits before its snapshot (ordo.read_consistency = 'sync').
 	syncRead bool
+	// consistencyStale: a statement changed ordo.read_consistency in a
+	// way only PostgreSQL knows the outcome of (in a block that may roll
+	// back, a RESET to the role's value): read it again at the next unit
+	// outside a block (readConsistency).
+	consistencyStale bool
 	// unitStatus is the transaction status PostgreSQL will be in when it
 	// reaches the message being reported, where it differs from the last
 	// ReadyForQuery's: a ROLLBACK, COMMIT or BEGIN earlier in the batch
@@ -215,6 +220,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unitGran = granuleEpoch{}
 		s.unitFresh, s.unitParsed, s.unitBound = true, false, false
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
+	}
+	if first && s.consistencyStale && s.txStatus() == 'I' {
+		s.readConsistency(ctx)
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
 		// Read-your-writes anywhere: before anything that may look at data
@@ -1360,14 +1368,23 @@ func checkSetting(a *analysis.Statement) error {
 // setting notes session settings Ordo interprets.
 func (s *session) setting(a *analysis.Statement) {
 	st := a.Setting
+	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
+		s.consistencyStale = true // DISCARD ALL resets every setting
+	}
 	if st == nil {
 		return
 	}
 	switch {
 	case st.Name == "search_path" || st.Name == "all":
 		s.envStale = true
+		if st.Name == "all" {
+			s.consistencyStale = true
+		}
 	case st.Name == "ordo.read_consistency" && !st.Show:
-		s.syncRead = strings.EqualFold(strings.Trim(st.Value, "'"), "sync")
+		// At once, for the statements after it (in its query string too);
+		// PostgreSQL has the last word once the block ends.
+		s.syncRead = !st.Reset && syncConsistency(st.Value)
+		s.consistencyStale = true
 	case (st.Name == "ordo.conflict_classes" || st.Name == "ordo.profile") && !st.Show:
 		s.consSetting(st.Name, st.Value)
 	case st.Name == "ordo.txn_label" && !st.Show:
@@ -1378,6 +1395,27 @@ func (s *session) setting(a *analysis.Statement) {
 			s.label = ""
 		}
 	}
+}
+
+// readConsistencySQL reads the session's ordo.read_consistency, as
+// PostgreSQL keeps it (empty if nothing set it).
+const readConsistencySQL = "SELECT coalesce(current_setting('ordo.read_consistency', true), '')"
+
+// syncConsistency reports whether an ordo.read_consistency value asks for
+// sync reads.
+func syncConsistency(v string) bool {
+	return strings.EqualFold(strings.TrimSpace(strings.Trim(v, "'")), "sync")
+}
+
+// readConsistency reads ordo.read_consistency from PostgreSQL, which
+// applies its own rules to it: a SET in a block that rolled back is
+// undone, RESET goes back to the role's or database's value.
+func (s *session) readConsistency(ctx context.Context) {
+	res, err := s.be.Exec(ctx, readConsistencySQL)
+	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		return // (stale still: read at the next unit)
+	}
+	s.syncRead, s.consistencyStale = syncConsistency(res.Rows[0][0]), false
 }
 
 // wrap starts a transaction block for an autocommit update statement and
@@ -1463,6 +1501,7 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 }
 
 func (s *session) sync(ctx context.Context) error {
+	s.h.m.syncReads.Inc()
 	if err := s.h.cfg.Replica.SyncRead(ctx); err != nil {
 		return pgErr(codeResolutionUnknown, "ordo: sync read: %v", err)
 	}

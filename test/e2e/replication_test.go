@@ -675,4 +675,41 @@ func TestSyncReadSetInTheSameQueryString(t *testing.T) {
 	require.Len(t, res, 2)
 	require.Len(t, res[1].Rows, 1)
 	require.Equal(t, "new", string(res[1].Rows[0][0]))
+
+	// The setting is PostgreSQL's, with PostgreSQL's rules: syncs says
+	// whether a read on node 2 waited for the cluster.
+	syncs := func(conn *pgx.Conn) bool {
+		before := c.counter(1, "ordo_session_sync_reads_total", nil)
+		var v string
+		require.NoError(t, conn.QueryRow(ctx, "SELECT v FROM syncq WHERE k = 1", pgx.QueryExecModeSimpleProtocol).Scan(&v)) // (DISCARD ALL drops what pgx prepared)
+		return c.counter(1, "ordo_session_sync_reads_total", nil) > before
+	}
+	b := c.connect(1)
+	require.False(t, syncs(b))
+	for _, sql := range []string{"BEGIN", "SET ordo.read_consistency = 'sync'", "ROLLBACK"} {
+		_, err := b.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	require.False(t, syncs(b), "a SET in a block rolled back is undone")
+	for _, sql := range []string{"BEGIN", "SET ordo.read_consistency = 'sync'", "COMMIT"} {
+		_, err := b.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	require.True(t, syncs(b), "a SET in a block committed")
+	_, err = b.Exec(ctx, "DISCARD ALL")
+	require.NoError(t, err)
+	require.False(t, syncs(b), "DISCARD ALL")
+	cfg, err := pgx.ParseConfig(c.dsn(1))
+	require.NoError(t, err)
+	cfg.RuntimeParams["ordo.read_consistency"] = "sync"
+	withOption, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer withOption.Close(ctx)
+	require.True(t, syncs(withOption), "a connection's own parameter")
+	_, err = withOption.Exec(ctx, "RESET ordo.read_consistency")
+	require.NoError(t, err)
+	require.True(t, syncs(withOption), "RESET: back to the connection's own")
+	_, err = withOption.Exec(ctx, "SET ordo.read_consistency = 'local'")
+	require.NoError(t, err)
+	require.False(t, syncs(withOption), "SET")
 }
