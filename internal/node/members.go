@@ -28,14 +28,24 @@ func (n *Node) refuse() error {
 // endSessionsWhenRemoved waits until the total order stops; if this node
 // was removed, it ends every client session (their backends are
 // terminated: a transaction waiting on a lock that nothing here will ever
-// release would wait for good), while refuse turns new clients away.
+// release would wait for good), while refuse turns new clients away. If
+// the order failed (its Raft log could not be written: a full disk, an
+// I/O error), the node stops with that error: it could order nothing, and
+// it used to go on serving clients, preparing their transactions and
+// answering each commit with 08007, with nothing in its log.
 func (n *Node) endSessionsWhenRemoved(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-n.order.Done():
 	}
-	if !errors.Is(n.order.Err(), totalorder.ErrRemoved) {
+	err := n.order.Err()
+	if err != nil && !errors.Is(err, totalorder.ErrRemoved) && ctx.Err() == nil {
+		n.log.Error("the total order failed: this node stops (its clients' transactions not yet ordered are decided by the cluster: committed everywhere or nowhere); fix the cause and start it again", "err", err)
+		n.errc <- fmt.Errorf("the total order failed: %w", err)
+		return
+	}
+	if !errors.Is(err, totalorder.ErrRemoved) {
 		return
 	}
 	pids := n.hooks.SessionPIDs()

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRaftLogDiskFull: node 3's data directory (its Raft log) is on a
+// small file system that fills up while the cluster commits large
+// transactions. Nothing may be acknowledged that is not durable: node 3
+// stops with an error that says what happened, the two others keep
+// committing, and once there is room again node 3 starts and catches up
+// with identical data.
+func TestRaftLogDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a small tmpfs for node 3's data directory: needs root (CI runs as root)")
+	}
+	c := startProcCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE TABLE blob (id int PRIMARY KEY, v text)")
+	require.NoError(t, err)
+
+	// Node 3's data directory onto a 48 MiB tmpfs, then filled but for
+	// what its log's current segment already holds.
+	c.kill(2)
+	dir := filepath.Join(c.dir, "node3")
+	require.NoError(t, os.Rename(dir, dir+".disk"))
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", dir).CombinedOutput()
+	require.NoError(t, err, "mount: %s", out)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	out, err = exec.Command("cp", "-a", dir+".disk/.", dir).CombinedOutput()
+	require.NoError(t, err, "cp: %s", out)
+	filler := filepath.Join(dir, "filler")
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(dir, &st))
+	free := int64(st.Bavail) * st.Bsize
+	out, err = exec.Command("fallocate", "-l", fmt.Sprint(free-2<<20), filler).CombinedOutput()
+	require.NoError(t, err, "fallocate: %s", out)
+	c.start(2)
+
+	// 1 MiB rows until node 3's log needs a new segment it cannot have.
+	big := strings.Repeat("x", 1<<20)
+	for i := 1; i <= 40; i++ {
+		_, err := conn.Exec(ctx, "INSERT INTO blob VALUES ($1, $2)", i, big)
+		require.NoError(t, err, "row %d: the majority keeps committing", i)
+	}
+	// Node 3 stops and says why (it went on serving clients, answering
+	// every commit with 08007, and logged nothing).
+	pid := c.procs[2].Process.Pid
+	require.Eventually(t, func() bool {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		return err == nil && got == pid && ws.Exited() && ws.ExitStatus() != 0
+	}, 30*time.Second, 100*time.Millisecond, "node 3 goes on without its Raft log")
+	c.procs[2] = nil
+	log, err := os.ReadFile(filepath.Join(c.dir, "node3.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(log), "the total order failed")
+	require.Contains(t, string(log), "no space left on device")
+	_, err = conn.Exec(ctx, "INSERT INTO blob VALUES (41, 'after')")
+	require.NoError(t, err, "the majority keeps committing")
+
+	// Room again (the volume grown): node 3 starts and catches up.
+	require.NoError(t, os.Remove(filler))
+	out, err = exec.Command("mount", "-o", "remount,size=160m", dir).CombinedOutput()
+	require.NoError(t, err, "remount: %s", out)
+	c.start(2)
+	require.Eventually(t, func() bool {
+		return c.settled("SELECT count(*)::text || ':' || coalesce(md5(string_agg(md5(v), '' ORDER BY id)), '') FROM blob")
+	}, 60*time.Second, 500*time.Millisecond, "node 3 did not catch up:\n%s", c.state())
+}
