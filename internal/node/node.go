@@ -468,10 +468,14 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 			n.clientTLS.Watch(runCtx, tlsWatch, log)
 		}()
 	}
+	maxConns, err := clientConnections(ctx, conn, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	n.wire, err = wire.NewServer(wire.Config{
 		ListenAddr: cfg.Listen, BackendAddr: backend, BackendNetwork: network,
 		TLSConfig: clientTLS, AllowPlaintext: *cfg.TLS.AllowPlaintext,
-		MaxConns: cfg.MaxConnections, Logger: log, Registerer: n.reg,
+		MaxConns: maxConns, Logger: log, Registerer: n.reg,
 		StartupTimeout: cfg.AuthTimeout, MaxStartupConns: cfg.MaxUnauthenticated,
 		MaxStartupConnsPerSource: cfg.MaxUnauthenticatedPerSource, MaxStartupPacketLen: cfg.MaxStartupPacketBytes,
 	}, hooks)
@@ -801,4 +805,36 @@ func autocommitRetries(cfg *config.Node) int {
 		return 0
 	}
 	return *cfg.AutocommitRetries
+}
+
+// ownConnections is how many connections to PostgreSQL a node may need
+// for itself beside its apply workers: the delivery loop, the capture's,
+// the applier's monitor, the catalog, brute-force rollbacks, and the ones
+// opened for a while (sweeps, outcome and data checks, leftovers, joins,
+// administration), with room to spare.
+const ownConnections = 16
+
+// clientConnections is how many client sessions the node admits:
+// max_connections, but no more than PostgreSQL's max_connections leaves
+// once the node's own connections are counted. Each session is one
+// PostgreSQL backend; with the default of 1000 against PostgreSQL's 100,
+// clients could take every slot, and the node could then open none of
+// the connections it needs to roll back a prepared transaction that
+// blocks an apply, sweep up orphans or answer an outcome check. A client
+// beyond the limit gets the node's own 53300.
+func clientConnections(ctx context.Context, conn *pgx.Conn, cfg *config.Node, log *slog.Logger) (int, error) {
+	var pgMax int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&pgMax); err != nil {
+		return 0, fmt.Errorf("node: read PostgreSQL's max_connections: %w", err)
+	}
+	room := pgMax - ownConnections - cfg.ApplyWorkers
+	if room < 1 {
+		return 0, fmt.Errorf("node: PostgreSQL's max_connections (%d) leaves no connection for clients: the node needs about %d of its own (apply_workers %d included); raise max_connections in postgresql.conf", pgMax, ownConnections+cfg.ApplyWorkers, cfg.ApplyWorkers)
+	}
+	if cfg.MaxConnections <= room {
+		return cfg.MaxConnections, nil
+	}
+	log.Info("client sessions limited by PostgreSQL's max_connections", "max_connections", room,
+		"configured", cfg.MaxConnections, "postgres_max_connections", pgMax, "own", ownConnections+cfg.ApplyWorkers)
+	return room, nil
 }
