@@ -163,6 +163,13 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 		require.Equal(t, "40001", pe.Code, why)
 	}
 	conn := c.connect(0)
+	show := func(conn *pgx.Conn) string {
+		var v string
+		require.NoError(t, conn.QueryRow(ctx, "SHOW ordo.autocommit_retries", pgx.QueryExecModeSimpleProtocol).Scan(&v))
+		return v
+	}
+	require.Equal(t, "0", show(conn), "SHOW: the node's count")
+	require.Equal(t, "50", show(c.connect(1)), "SHOW: the node's count")
 	requireConflict(conflictOnce(conn), "the node's autocommit_retries: 0")
 	for _, sql := range []string{"BEGIN", "SET ordo.autocommit_retries = 5", "ROLLBACK"} {
 		_, err := conn.Exec(ctx, sql)
@@ -174,6 +181,7 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, conflictOnce(conn), "a SET in a block committed")
+	require.Equal(t, "5", show(conn))
 	_, err = conn.Exec(ctx, "RESET ordo.autocommit_retries")
 	require.NoError(t, err)
 	requireConflict(conflictOnce(conn), "RESET: the node's again")
@@ -187,6 +195,7 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	require.NoError(t, err)
 	defer withOption.Close(ctx)
 	require.NoError(t, conflictOnce(withOption), "a connection's own parameter")
+	require.Equal(t, "5", show(withOption), "the connection's own, not the node's")
 }
 
 // TestJobQueueAcrossNodes: workers on two nodes take jobs with the usual
