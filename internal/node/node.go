@@ -208,6 +208,10 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}
 	defer conn.Close(context.Background())
 	pgVersion := conn.PgConn().ParameterStatus("server_version")
+	maxConns, err := clientConnections(ctx, conn, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	if err := apply.Bootstrap(ctx, conn); err != nil {
 		return nil, fmt.Errorf("node: bootstrap: %w", err)
 	}
@@ -467,10 +471,6 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 			defer n.wg.Done()
 			n.clientTLS.Watch(runCtx, tlsWatch, log)
 		}()
-	}
-	maxConns, err := clientConnections(ctx, conn, cfg, log)
-	if err != nil {
-		return nil, err
 	}
 	n.wire, err = wire.NewServer(wire.Config{
 		ListenAddr: cfg.Listen, BackendAddr: backend, BackendNetwork: network,
@@ -823,18 +823,26 @@ const ownConnections = 16
 // blocks an apply, sweep up orphans or answer an outcome check. A client
 // beyond the limit gets the node's own 53300.
 func clientConnections(ctx context.Context, conn *pgx.Conn, cfg *config.Node, log *slog.Logger) (int, error) {
-	var pgMax int
-	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&pgMax); err != nil {
+	var pgMax, prepared int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int, current_setting('max_prepared_transactions')::int").Scan(&pgMax, &prepared); err != nil {
 		return 0, fmt.Errorf("node: read PostgreSQL's max_connections: %w", err)
+	}
+	if prepared == 0 {
+		// Every update commit would fail, each with PostgreSQL's 55000.
+		return 0, errors.New("node: PostgreSQL's max_prepared_transactions is 0, and Ordo prepares every update transaction before it commits: set it in postgresql.conf to at least the number of client sessions that commit at once (max_connections is safe) and restart PostgreSQL")
 	}
 	room := pgMax - ownConnections - cfg.ApplyWorkers
 	if room < 1 {
 		return 0, fmt.Errorf("node: PostgreSQL's max_connections (%d) leaves no connection for clients: the node needs about %d of its own (apply_workers %d included); raise max_connections in postgresql.conf", pgMax, ownConnections+cfg.ApplyWorkers, cfg.ApplyWorkers)
 	}
-	if cfg.MaxConnections <= room {
-		return cfg.MaxConnections, nil
+	clients := cfg.MaxConnections
+	if clients > room {
+		log.Info("client sessions limited by PostgreSQL's max_connections", "max_connections", room,
+			"configured", cfg.MaxConnections, "postgres_max_connections", pgMax, "own", ownConnections+cfg.ApplyWorkers)
+		clients = room
 	}
-	log.Info("client sessions limited by PostgreSQL's max_connections", "max_connections", room,
-		"configured", cfg.MaxConnections, "postgres_max_connections", pgMax, "own", ownConnections+cfg.ApplyWorkers)
-	return room, nil
+	if prepared < clients {
+		log.Warn("PostgreSQL's max_prepared_transactions is below the client sessions this node admits: commits beyond it at once fail with 53400; raise it to max_connections", "max_prepared_transactions", prepared, "client_sessions", clients)
+	}
+	return clients, nil
 }

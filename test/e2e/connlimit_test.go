@@ -3,12 +3,18 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/internal/node"
+	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/pkg/config"
 )
 
 // TestClientsLeaveTheNodeItsConnections: clients of node 2 up to its
@@ -61,4 +67,25 @@ func TestClientsLeaveTheNodeItsConnections(t *testing.T) {
 		err := clients[0].QueryRow(ctx, "SELECT v FROM slots WHERE id = 1").Scan(&v)
 		return err == nil && v == 1
 	}, 20*time.Second, 100*time.Millisecond, "node 2 applies the update")
+}
+
+// TestNodeRefusesPostgresWithoutPreparedTransactions: PostgreSQL's
+// default max_prepared_transactions is 0, and Ordo prepares every update
+// transaction. The node started, and then failed every update commit.
+func TestNodeRefusesPostgresWithoutPreparedTransactions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg, err := pglocal.Start(ctx, pglocal.Options{N: 1, Settings: map[string]string{"max_prepared_transactions": "0"}})
+	require.NoError(t, err)
+	defer pg.Stop()
+	cfg := &config.Node{ID: 1, Listen: freeAddr(t), PeerListen: freeAddr(t), Postgres: pg.Servers[0].DSN("postgres"),
+		DataDir: t.TempDir(), Protocol: "dbsm-si"}
+	cfg.Peers = map[uint32]string{1: cfg.PeerListen}
+	cfg.Defaults()
+	require.NoError(t, cfg.Validate())
+	nd, err := node.Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		nd.Stop()
+	}
+	require.ErrorContains(t, err, "max_prepared_transactions is 0")
 }
