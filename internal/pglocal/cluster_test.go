@@ -33,7 +33,7 @@ func TestStartThreeServers(t *testing.T) {
 		var walLevel, prepared, version string
 		require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('wal_level'), current_setting('max_prepared_transactions'), current_setting('server_version_num')").Scan(&walLevel, &prepared, &version))
 		require.Equal(t, "logical", walLevel)
-		require.Equal(t, "100", prepared)
+		require.Equal(t, "200", prepared)
 		v, _ := strconv.Atoi(version)
 		require.GreaterOrEqual(t, v, 150000)
 		require.Equal(t, c.Version.Major, v/10000, "Cluster.Version %s, server_version_num %d", c.Version, v)

@@ -158,7 +158,7 @@ func (s *Server) configure(o *Options) error {
 		"listen_addresses":          "'" + s.Host + "'",
 		"unix_socket_directories":   "''",
 		"wal_level":                 "logical",
-		"max_prepared_transactions": "100",
+		"max_prepared_transactions": "200", // max_connections: every client session may commit at once
 		"max_replication_slots":     "20",
 		"max_wal_senders":           "20",
 		"max_connections":           "200",
