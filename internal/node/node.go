@@ -131,6 +131,16 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 		return nil, fmt.Errorf("node: node %d is a witness (its id is in witnesses): run it with ordo witness", cfg.ID)
 	}
 	log = log.With("node", cfg.ID)
+	// Every connection of the node's own runs without the timeouts set
+	// for sessions (ownSettings); clients' sessions keep theirs.
+	userDSN := cfg.Postgres
+	own, err := ownDSN(userDSN, 0)
+	if err != nil {
+		return nil, err
+	}
+	ownCfg := *cfg
+	ownCfg.Postgres = own
+	cfg = &ownCfg
 	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), errc: make(chan error, 8)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
@@ -208,6 +218,13 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}
 	defer conn.Close(context.Background())
 	pgVersion := conn.PgConn().ParameterStatus("server_version")
+	var versionNum int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&versionNum); err != nil {
+		return nil, fmt.Errorf("node: read PostgreSQL's version: %w", err)
+	}
+	if cfg.Postgres, err = ownDSN(userDSN, versionNum); err != nil { // (and transaction_timeout from 17 on)
+		return nil, err
+	}
 	maxConns, err := clientConnections(ctx, conn, cfg, log)
 	if err != nil {
 		return nil, err
