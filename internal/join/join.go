@@ -21,6 +21,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/admin"
 	"github.com/ordo-db/ordo/internal/capture"
+	"github.com/ordo-db/ordo/internal/ownconn"
 	"github.com/ordo-db/ordo/internal/totalorder"
 )
 
@@ -319,9 +320,13 @@ func rollbackPrepared(ctx context.Context, pc *pgx.ConnConfig) error {
 }
 
 // donorDSN is how to connect to the donor's database.
+//
+// The joiner's connections to it run without the donor's session
+// timeouts (ownconn): a statement_timeout of the donor's database would
+// cancel the copy of a large table.
 func (j *joiner) donorDSN(a admin.PostgresAddr) (string, error) {
 	if j.cfg.DonorPostgres != "" {
-		return j.cfg.DonorPostgres, nil
+		return ownconn.DSN(j.cfg.DonorPostgres, 0)
 	}
 	own, err := pgconn.ParseConfig(j.cfg.Postgres)
 	if err != nil {
@@ -336,7 +341,7 @@ func (j *joiner) donorDSN(a admin.PostgresAddr) (string, error) {
 	} else {
 		kv = append(kv, "sslmode=prefer")
 	}
-	return strings.Join(kv, " "), nil
+	return ownconn.DSN(strings.Join(kv, " "), 0)
 }
 
 // copy copies roles, schema, rows and sequences from the donor's snapshot.

@@ -47,6 +47,7 @@ import (
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/join"
+	"github.com/ordo-db/ordo/internal/ownconn"
 	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/sequences"
 	"github.com/ordo-db/ordo/internal/session"
@@ -132,9 +133,9 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	}
 	log = log.With("node", cfg.ID)
 	// Every connection of the node's own runs without the timeouts set
-	// for sessions (ownSettings); clients' sessions keep theirs.
+	// for sessions (ownconn.Settings); clients' sessions keep theirs.
 	userDSN := cfg.Postgres
-	own, err := ownDSN(userDSN, 0)
+	own, err := ownconn.DSN(userDSN, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +223,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&versionNum); err != nil {
 		return nil, fmt.Errorf("node: read PostgreSQL's version: %w", err)
 	}
-	if cfg.Postgres, err = ownDSN(userDSN, versionNum); err != nil { // (and transaction_timeout from 17 on)
+	if cfg.Postgres, err = ownconn.DSN(userDSN, versionNum); err != nil { // (and transaction_timeout from 17 on)
 		return nil, err
 	}
 	maxConns, err := clientConnections(ctx, conn, cfg, log)

@@ -1,4 +1,9 @@
-package node
+// Package ownconn makes the connection strings of Ordo's own connections
+// to PostgreSQL (a node's, a joiner's to its donor): the same server and
+// credentials, without the timeouts that postgresql.conf, ALTER DATABASE
+// or ALTER ROLE set for sessions. It must never be used for a client's
+// session, which keeps the settings its database gives it.
+package ownconn
 
 import (
 	"fmt"
@@ -8,38 +13,38 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ownSettings are what the node's own connections to PostgreSQL run with,
+// Settings are what the node's own connections to PostgreSQL run with,
 // whatever postgresql.conf, ALTER DATABASE or ALTER ROLE give sessions:
 // they bound what clients do, and a timeout that fires in an apply, a
 // replay of DDL, a COPY of a large transaction or the delivery loop's
 // connection (idle between batches) would only make the node stop and
 // replay the same work again, for good: the apply failed until the node
 // refused updates as inconsistent.
-const ownSettings = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0"
+const Settings = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0"
 
-// ownSettings17 is added from PostgreSQL 17 on (15 and 16 refuse a
+// Settings17 is added from PostgreSQL 17 on (15 and 16 refuse a
 // connection that names a setting they do not have).
-const ownSettings17 = " -c transaction_timeout=0"
+const Settings17 = " -c transaction_timeout=0"
 
-// ownDSN returns dsn with ownSettings added to its options (for a server
+// DSN returns dsn with Settings added to its options (for a server
 // of version serverVersion, as server_version_num; 0 if not known), in
 // the form dsn is written in (a URL, or keyword=value pairs, where a later
 // keyword overrides an earlier one), so that pgx and libpq's tools read it
 // alike.
-func ownDSN(dsn string, serverVersion int) (string, error) {
+func DSN(dsn string, serverVersion int) (string, error) {
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return "", fmt.Errorf("node: postgres: %w", err)
+		return "", fmt.Errorf("postgres connection string: %w", err)
 	}
-	settings := ownSettings
+	settings := Settings
 	if serverVersion >= 170000 {
-		settings += ownSettings17
+		settings += Settings17
 	}
 	opts := strings.TrimSpace(pc.RuntimeParams["options"] + " " + settings)
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return "", fmt.Errorf("node: postgres: %w", err)
+			return "", fmt.Errorf("postgres connection string: %w", err)
 		}
 		q := u.Query()
 		q.Set("options", opts)

@@ -1,4 +1,4 @@
-package node
+package ownconn
 
 import (
 	"testing"
@@ -14,7 +14,7 @@ func TestOwnDSN(t *testing.T) {
 		"host=/var/run/postgresql dbname=app user=ordo",
 		"host=127.0.0.1 dbname=app user=ordo options='-c search_path=it\\'s'",
 	} {
-		own, err := ownDSN(dsn, 150000)
+		own, err := DSN(dsn, 150000)
 		require.NoError(t, err, dsn)
 		before, err := pgx.ParseConfig(dsn)
 		require.NoError(t, err)
@@ -25,16 +25,16 @@ func TestOwnDSN(t *testing.T) {
 		require.Equal(t, before.User, after.User, own)
 		require.Equal(t, before.Password, after.Password, own)
 		require.Equal(t, before.Database, after.Database, own)
-		want := ownSettings
+		want := Settings
 		if o := before.RuntimeParams["options"]; o != "" {
-			want = o + " " + ownSettings // the DSN's own options kept, first
+			want = o + " " + Settings // the DSN's own options kept, first
 		}
 		require.Equal(t, want, after.RuntimeParams["options"], own)
 		require.NotContains(t, own, "+", "libpq reads no '+' as a space")
 	}
-	own, err := ownDSN("host=h dbname=d options='-c x=1'", 180000)
+	own, err := DSN("host=h dbname=d options='-c x=1'", 180000)
 	require.NoError(t, err)
 	pc, err := pgx.ParseConfig(own)
 	require.NoError(t, err)
-	require.Equal(t, "-c x=1 "+ownSettings+ownSettings17, pc.RuntimeParams["options"])
+	require.Equal(t, "-c x=1 "+Settings+Settings17, pc.RuntimeParams["options"])
 }
