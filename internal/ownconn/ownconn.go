@@ -20,7 +20,13 @@ import (
 // connection (idle between batches) would only make the node stop and
 // replay the same work again, for good: the apply failed until the node
 // refused updates as inconsistent.
-const Settings = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0"
+// A database made read-only for its clients (default_transaction_read_only)
+// still takes the other nodes' transactions, and the node's own
+// transactions run at READ COMMITTED, which it is written for, whatever
+// default_transaction_isolation says. ("\ " is a space inside one
+// option.)
+const Settings = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0" +
+	` -c default_transaction_read_only=off -c default_transaction_isolation=read\ committed`
 
 // Settings17 is added from PostgreSQL 17 on (15 and 16 refuse a
 // connection that names a setting they do not have).

@@ -9,6 +9,7 @@ import (
 )
 
 // TestNodeIgnoresSessionTimeouts: node 2's database gives every session
+// default_transaction_read_only and SERIALIZABLE by default, and
 // a statement_timeout of 100 ms and an idle_session_timeout of 1 s (and a
 // transaction_timeout of 150 ms from PostgreSQL 17 on), as
 // DBAs and managed services do. They are for clients: an apply that
@@ -26,12 +27,15 @@ func TestNodeIgnoresSessionTimeouts(t *testing.T) {
 		"ALTER DATABASE postgres SET statement_timeout = '100ms'",
 		"ALTER DATABASE postgres SET idle_session_timeout = '1s'",
 		"ALTER DATABASE postgres SET idle_in_transaction_session_timeout = '1s'",
+		"ALTER DATABASE postgres SET default_transaction_isolation = 'serializable'",
 	}
 	var version int
 	require.NoError(t, c.direct(1).QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version))
 	if version >= 170000 {
 		settings = append(settings, "ALTER DATABASE postgres SET transaction_timeout = '150ms'")
 	}
+	// last: what makes the database read-only for clients (this one too)
+	settings = append(settings, "ALTER DATABASE postgres SET default_transaction_read_only = on")
 	for _, sql := range settings {
 		_, err := c.direct(1).Exec(ctx, sql)
 		require.NoError(t, err, sql)
