@@ -138,6 +138,22 @@ func (c *cluster) connect(i int) *pgx.Conn {
 	return conn
 }
 
+// connectWith opens a pgx connection through node i whose startup packet
+// also sets params (as a connection string's options would).
+func (c *cluster) connectWith(i int, params map[string]string) *pgx.Conn {
+	cfg, err := pgx.ParseConfig(c.dsn(i))
+	require.NoError(c.t, err)
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(c.t, err)
+	c.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // direct opens a pgx connection to node i's own PostgreSQL, bypassing Ordo.
 func (c *cluster) direct(i int) *pgx.Conn {
 	conn, err := pgx.Connect(context.Background(), c.pg.Servers[i].DSN("postgres"))

@@ -699,12 +699,7 @@ func TestSyncReadSetInTheSameQueryString(t *testing.T) {
 	_, err = b.Exec(ctx, "DISCARD ALL")
 	require.NoError(t, err)
 	require.False(t, syncs(b), "DISCARD ALL")
-	cfg, err := pgx.ParseConfig(c.dsn(1))
-	require.NoError(t, err)
-	cfg.RuntimeParams["ordo.read_consistency"] = "sync"
-	withOption, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer withOption.Close(ctx)
+	withOption := c.connectWith(1, map[string]string{"ordo.read_consistency": "sync"})
 	require.True(t, syncs(withOption), "a connection's own parameter")
 	_, err = withOption.Exec(ctx, "RESET ordo.read_consistency")
 	require.NoError(t, err)

@@ -188,12 +188,7 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	_, err = conn.Exec(ctx, "SELECT set_config('ordo.autocommit_retries', '5', false)")
 	require.NoError(t, err)
 	require.NoError(t, conflictOnce(conn), "set_config")
-	cfg, err := pgx.ParseConfig(c.dsn(0))
-	require.NoError(t, err)
-	cfg.RuntimeParams["ordo.autocommit_retries"] = "5"
-	withOption, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer withOption.Close(ctx)
+	withOption := c.connectWith(0, map[string]string{"ordo.autocommit_retries": "5"})
 	require.NoError(t, conflictOnce(withOption), "a connection's own parameter")
 	require.Equal(t, "5", show(withOption), "the connection's own, not the node's")
 }
