@@ -42,7 +42,10 @@ func (n *Node) endSessionsWhenRemoved(ctx context.Context) {
 	err := n.order.Err()
 	if err != nil && !errors.Is(err, totalorder.ErrRemoved) && ctx.Err() == nil {
 		n.log.Error("the total order failed: this node stops (its clients' transactions not yet ordered are decided by the cluster: committed everywhere or nowhere); fix the cause and start it again", "err", err)
-		n.errc <- fmt.Errorf("the total order failed: %w", err)
+		select {
+		case n.errc <- fmt.Errorf("the total order failed: %w", err):
+		default: // (another failure already stops the node)
+		}
 		return
 	}
 	if !errors.Is(err, totalorder.ErrRemoved) {
