@@ -265,6 +265,7 @@ func TestReadSetsOfTextsThatDifferOnlyInLiterals(t *testing.T) {
 func TestBank(t *testing.T) {
 	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons"} {
 		t.Run(protocol, func(t *testing.T) {
+			t.Parallel() // separate clusters, each running its workload for a fixed time
 			c := startCluster(t, 3, protocol)
 			ctx := context.Background()
 			setup := c.connect(0)
