@@ -23,6 +23,7 @@ import (
 // released the same way by whichever node sees it gone (outcomes.go).
 
 var _ termination.ClassScheduler = (*Replica)(nil)
+var _ termination.LabelAborter = (*Replica)(nil)
 
 // consTxn is a cons transaction of this node between Begin and its end.
 type consTxn struct {

@@ -663,6 +663,10 @@ func (r *Replica) proposeInBackground(payload []byte, attempts int, gaveUp func(
 	}()
 }
 
+// AbortLabelled implements termination.LabelAborter: an AbortEntry for
+// gid under label, as for a transaction preempted before its capture.
+func (r *Replica) AbortLabelled(gid txn.GID, label string) { r.abortInBackground(gid, label) }
+
 // CountBruteForce counts a local transaction aborted by brute force
 // before it reached the order (it blocked an apply while it ran).
 func (r *Replica) CountBruteForce() {

@@ -213,10 +213,12 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 // client's COMMIT (sent on after this returns) ends.
 func (s *session) commitExplicit(ctx context.Context) error {
 	if err := s.consCommit(ctx); err != nil {
+		s.labelFailed(err)
 		return err
 	}
 	gid, replicate, prepared, err := s.prepare(ctx, []string{"BEGIN"}, "transaction")
 	if err != nil {
+		s.labelFailed(err)
 		return err
 	}
 	s.tx.done = true
@@ -230,7 +232,8 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		return s.runNotify(ctx)
 	}
 	if err := s.terminate(ctx, gid, prepared); err != nil {
-		s.rollback(ctx) // the empty transaction
+		s.labelFailed(err) // (before Replica.Terminate took the label)
+		s.rollback(ctx)    // the empty transaction
 		return err
 	}
 	// The held notifications go into the empty transaction the client's
@@ -283,9 +286,12 @@ func (s *session) BeforeReady(ctx context.Context) error {
 			if held := s.be.HeldConflict(); held != nil && retry != nil {
 				// Its statement met a conflict (held back, retry.go).
 				defer s.endWrapped()
-				return s.retry(ctx, retry, held)
+				err := s.retry(ctx, retry, held)
+				s.labelFailed(err)
+				return err
 			}
 			s.endWrapped()
+			s.labelFailed(errStatementFailed)
 			return nil
 		}
 		// The failed block is the client's (Ordo's BEGIN was skipped
@@ -314,8 +320,10 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	switch s.be.TxStatus() {
 	case 'E':
 		s.rollback(ctx)
+		s.labelFailed(errStatementFailed)
 		return nil
 	case 'I':
+		s.labelFailed(errStatementFailed)
 		return nil // the statement ended the block itself (refused earlier)
 	}
 	retry := s.tx.retry.candidate()
@@ -324,9 +332,38 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	}
 	err := s.finishWrapped(ctx)
 	if retry != nil && conflict(err) {
-		return s.retry(ctx, retry, err)
+		err = s.retry(ctx, retry, err)
 	}
+	s.labelFailed(err)
 	return err
+}
+
+// errStatementFailed stands for the error of an autocommit statement that
+// PostgreSQL or Ordo refused, which the client already has.
+var errStatementFailed = errors.New("the statement failed")
+
+// labelFailed records, through the order, that the labelled transaction
+// whose commit the client asked for (its COMMIT, or its autocommit
+// statement) ended with err before its commit reached the order: the
+// label is still unused then (Terminate takes it). The outcome check
+// answered "unknown" for such a label for good, so a client that lost its
+// connection could not tell it from a commit still on its way. Nothing is
+// recorded when err says the outcome is unknown (08007: an entry under the
+// label, of an earlier attempt, may still commit). Either way the label
+// was this transaction's: it no longer names the client's next one (the
+// next statement took it, and its commit answered "committed" for the
+// operation that had failed).
+func (s *session) labelFailed(err error) {
+	if err == nil || s.label == "" {
+		return
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != codeResolutionUnknown {
+		if la, ok := s.h.cfg.Replica.(termination.LabelAborter); ok {
+			la.AbortLabelled(s.h.nextGID(), s.label)
+		}
+	}
+	s.label, s.labelLocal = "", false // one transaction's name
 }
 
 // finishWrapped ends the wrapped transaction of an autocommit statement:

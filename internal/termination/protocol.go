@@ -91,6 +91,16 @@ type ClassScheduler interface {
 	End(gid txn.GID)
 }
 
+// LabelAborter is the optional capability of a protocol engine that
+// records, through the order, that the labelled transaction a client asked
+// to commit ended without its commit reaching the order (its statement or
+// PREPARE failed, a conflict aborted it here): gid is a new GID, never
+// prepared, and the outcome check then answers "aborted" for label where
+// it answered "unknown" for good.
+type LabelAborter interface {
+	AbortLabelled(gid txn.GID, label string)
+}
+
 // Txn is a prepared transaction to terminate.
 type Txn struct {
 	GID           txn.GID

@@ -170,7 +170,10 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	}
 	require.Equal(t, "0", show(conn), "SHOW: the node's count")
 	require.Equal(t, "50", show(c.connect(1)), "SHOW: the node's count")
+	_, err = conn.Exec(ctx, "SET ordo.txn_label = 'conflicted-1'")
+	require.NoError(t, err)
 	requireConflict(conflictOnce(conn), "the node's autocommit_retries: 0")
+	require.Equal(t, "aborted", txnStatus(t, c.dsn(2), "conflicted-1"), "a labelled statement PostgreSQL aborted before its commit reached the order")
 	for _, sql := range []string{"BEGIN", "SET ordo.autocommit_retries = 5", "ROLLBACK"} {
 		_, err := conn.Exec(ctx, sql)
 		require.NoError(t, err)
