@@ -127,6 +127,10 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 	require.NoError(t, err)
 	_, err = setup.Exec(ctx, "INSERT INTO oncall VALUES (1, true), (2, true)")
 	require.NoError(t, err)
+	// Node 2's doctor reads the table: node 2 must have it (its catalog
+	// did not, under load, and the read was refused as touching every
+	// class).
+	c.waitConverged()
 	var skew sync.WaitGroup
 	skewErrs := make([]error, 2)
 	for d := 0; d < 2; d++ {
