@@ -226,7 +226,7 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	if cfg.Postgres, err = ownconn.DSN(userDSN, versionNum); err != nil { // (and transaction_timeout from 17 on)
 		return nil, err
 	}
-	maxConns, err := clientConnections(ctx, conn, cfg, log)
+	maxConns, err := checkPostgres(ctx, conn, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -832,15 +832,16 @@ func autocommitRetries(cfg *config.Node) int {
 // administration), with room to spare.
 const ownConnections = 16
 
-// clientConnections is how many client sessions the node admits:
-// max_connections, but no more than PostgreSQL's max_connections leaves
+// checkPostgres refuses a PostgreSQL without prepared transactions (every
+// update commit would fail) and returns how many client sessions the node
+// admits: max_connections, but no more than PostgreSQL's max_connections leaves
 // once the node's own connections are counted. Each session is one
 // PostgreSQL backend; with the default of 1000 against PostgreSQL's 100,
 // clients could take every slot, and the node could then open none of
 // the connections it needs to roll back a prepared transaction that
 // blocks an apply, sweep up orphans or answer an outcome check. A client
 // beyond the limit gets the node's own 53300.
-func clientConnections(ctx context.Context, conn *pgx.Conn, cfg *config.Node, log *slog.Logger) (int, error) {
+func checkPostgres(ctx context.Context, conn *pgx.Conn, cfg *config.Node, log *slog.Logger) (int, error) {
 	var pgMax, prepared int
 	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int, current_setting('max_prepared_transactions')::int").Scan(&pgMax, &prepared); err != nil {
 		return 0, fmt.Errorf("node: read PostgreSQL's max_connections: %w", err)

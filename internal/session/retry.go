@@ -149,14 +149,8 @@ func conflict(err error) bool {
 // retry runs r again while a conflict aborts it, up to
 // Config.AutocommitRetries times; err is the first attempt's conflict.
 func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
-	if s.be.UnitSentRows() || !conflict(err) {
+	if s.be.UnitSentRows() || !conflict(err) || !s.toIdle(ctx) {
 		return err // the client has read some of the first attempt
-	}
-	if s.be.TxStatus() != 'I' {
-		s.rollback(ctx)
-		if s.be.TxStatus() != 'I' {
-			return err
-		}
 	}
 	label := s.label // "" once the first attempt's termination used it
 	retries := s.autocommitRetries(ctx)
@@ -168,10 +162,21 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 	}
 	if err != nil {
 		// An attempt that failed before its termination left the label
-		// set: it would name the client's next transaction.
+		// set: as it was before the retries, for labelFailed to judge
+		// (a label the first attempt's termination used is gone).
 		s.label = label
 	}
 	return err
+}
+
+// toIdle rolls back what an aborted attempt left open; it reports whether
+// the backend is outside a transaction then (the attempt after it, or the
+// read of ordo.autocommit_retries, needs that).
+func (s *session) toIdle(ctx context.Context) bool {
+	if s.be.TxStatus() != 'I' {
+		s.rollback(ctx)
+	}
+	return s.be.TxStatus() == 'I'
 }
 
 // retryStatement runs r again in a new wrapped transaction and ends it
@@ -179,11 +184,8 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 // last. It returns last, untouched, if the transaction could not be
 // started again.
 func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int, last error) error {
-	if s.be.TxStatus() != 'I' {
-		s.rollback(ctx)
-		if s.be.TxStatus() != 'I' {
-			return last
-		}
+	if !s.toIdle(ctx) {
+		return last
 	}
 	// A new transaction: an abort was the last attempt's.
 	s.aborted.Store(false)
