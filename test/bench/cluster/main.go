@@ -15,6 +15,15 @@
 // Every server gets the same initial data from pgbench -i before the
 // cluster starts.
 //
+// With -script update each client runs one autocommit statement instead,
+// `UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid`
+// for a random row (issue 17's "autocommit single-row update"), and it
+// ends with
+//
+//	RESULT update_added_p50_ms=<n> update_p50_ms_direct=<n> update_p50_ms_cluster=<n>
+//
+// (at 1 client, dbsm-si, through node 1).
+//
 // With -load (`make bench-load`) it measures a bulk load instead: pgbench
 // -i -s <scale> into one PostgreSQL directly, and through one node of a
 // fresh cluster (one transaction of scale × 100,000 rows, replicated as
@@ -95,6 +104,7 @@ var (
 	ddlMode   = flag.Bool("ddl", false, "measure CREATE TABLE, an insert and DROP TABLE through a node instead (see the package comment)")
 	ddlTabs   = flag.Int("ddl-tables", 100, "tables in the database before -ddl starts")
 	ddlIters  = flag.Int("ddl-iterations", 30, "create/insert/drop cycles per -ddl run")
+	script    = flag.String("script", "tpcb-like", "what each client runs: tpcb-like (pgbench's builtin) or update (one autocommit UPDATE of a random pgbench_accounts row)")
 	ddlWriter = flag.Bool("ddl-writer", false, "with -ddl, a second client updates one row meanwhile (through node 2, or the same server directly) and its latencies are reported")
 )
 
@@ -202,6 +212,16 @@ func run() error {
 		}
 		stop()
 	}
+	if *script == "update" {
+		d, okD := results["direct/1"]
+		c, okC := results["dbsm-si/1"]
+		if !okD || !okC {
+			return nil // a partial run prints no RESULT line
+		}
+		fmt.Printf("\nadded p50 latency of an autocommit single-row update at 1 client: dbsm-si %.3f ms (target <= 1.0)\n", c.p50ms-d.p50ms)
+		fmt.Printf("RESULT update_added_p50_ms=%.3f update_p50_ms_direct=%.3f update_p50_ms_cluster=%.3f\n", c.p50ms-d.p50ms, d.p50ms, c.p50ms)
+		return nil
+	}
 	for _, k := range []string{"direct/1", "direct/8", "dbsm/1", "dbsm/8", "dbsm-si/1", "dbsm-si/8"} {
 		if _, ok := results[k]; !ok {
 			return nil // a partial run prints no RESULT line
@@ -229,6 +249,10 @@ func initPgbench(pgbench, dsn string) error {
 // returns the median total TPS and the median of per-run p50 latencies.
 func measure(pgbench string, dsns []string, clients int) (result, error) {
 	var tpss, p50s, ordoCPUs, pgCPUs []float64
+	scriptFile, err := scriptPath()
+	if err != nil {
+		return result{}, err
+	}
 	for r := 0; r < *runs; r++ {
 		before := benchcluster.SampleCPU()
 		dir, err := os.MkdirTemp("", "ordo-bench-cluster-")
@@ -252,8 +276,12 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cmd := exec.Command(pgbench, "-n", "-c", strconv.Itoa(n), "-j", strconv.Itoa(n), "-M", "prepared",
-					"-T", strconv.Itoa(int(duration.Seconds())), "--max-tries", "100", "-l", "--log-prefix", filepath.Join(dir, fmt.Sprint("n", i)), dsn)
+				args := []string{"-n", "-c", strconv.Itoa(n), "-j", strconv.Itoa(n), "-M", "prepared",
+					"-T", strconv.Itoa(int(duration.Seconds())), "--max-tries", "100", "-l", "--log-prefix", filepath.Join(dir, fmt.Sprint("n", i))}
+				if scriptFile != "" {
+					args = append(args, "-f", scriptFile)
+				}
+				cmd := exec.Command(pgbench, append(args, dsn)...)
 				cmd.Dir = dir
 				out, err := cmd.CombinedOutput()
 				mu.Lock()
@@ -290,6 +318,22 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		pgCPUs = append(pgCPUs, (after.Postgres-before.Postgres).Seconds()*1000/float64(len(lat)))
 	}
 	return result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs)}, nil
+}
+
+// scriptPath returns the pgbench script file of -script ("" for pgbench's
+// builtin TPC-B-like).
+func scriptPath() (string, error) {
+	switch *script {
+	case "tpcb-like":
+		return "", nil
+	case "update":
+		// Issue 17's "autocommit single-row update": one statement, no
+		// block, a row of a table of scale × 100,000.
+		f := filepath.Join(os.TempDir(), "ordo-bench-update.sql")
+		body := fmt.Sprintf("\\set aid random(1, %d)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n", 100000**scale)
+		return f, os.WriteFile(f, []byte(body), 0o644)
+	}
+	return "", fmt.Errorf("-script %q: want tpcb-like or update", *script)
 }
 
 // latencies reads pgbench's per-transaction logs (latency in µs, 3rd field).
