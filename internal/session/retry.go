@@ -232,7 +232,10 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		return last
 	}
 	s.be.ReplaceHeld(res)
-	s.label = r.label // (terminate used it up)
+	// The attempts are one labelled operation: the label the first
+	// attempt's PREPARE took out of PostgreSQL (resetLabel) is still its.
+	s.label, s.labelPinned = r.label, true
+	defer func() { s.labelPinned = false }()
 	return s.finishWrapped(ctx)
 }
 

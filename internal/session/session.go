@@ -115,6 +115,9 @@ type session struct {
 	// transaction (SET ordo.txn_label), recorded with its outcome.
 	label      string
 	labelLocal bool // set with SET LOCAL: forgotten when the transaction ends
+	// labelPinned: the label is the retried statement's (retry.go), not
+	// the one PostgreSQL has now (prepare reads it otherwise).
+	labelPinned bool
 }
 
 type txState struct {

@@ -58,34 +58,51 @@ const untimed = "SET LOCAL statement_timeout = 0"
 // probe's own snapshot, dbsm-rc's snapshot_seqno.
 const quickProbeRC = quickProbe + `, _ordo.committed_prefix()`
 
+// probeLabel reads the transaction's ordo.txn_label as PostgreSQL has it
+// now, the last column of either quick probe: PostgreSQL undoes a SET
+// of it in a block that rolled back or after a savepoint rolled back to,
+// and set_config sets it where Ordo does not look.
+const probeLabel = `, coalesce(current_setting('ordo.txn_label', true), '')`
+
+// resetLabel runs right before the PREPARE of a labelled transaction: the
+// label names one transaction, so PostgreSQL forgets it as Ordo does. A
+// SET in a transaction that is prepared stays in force in the session
+// (PostgreSQL treats it as committed), whatever the order decides.
+const resetLabel = "RESET ordo.txn_label"
+
 type written struct {
 	xid, temp, permanent bool
 	// loMeta, loData: it changed large objects (probeLargeObjects).
 	loMeta, loData bool
 	// prefix is the committed prefix the probe saw (dbsm-rc only).
 	prefix uint64
+	// label is the transaction's ordo.txn_label (probeLabel), if labelOK.
+	label   string
+	labelOK bool
 }
 
 func (s *session) probe(ctx context.Context) (written, error) {
-	q, cols := quickProbe+probeLargeObjects, 4
+	q, cols := quickProbe+probeLargeObjects+probeLabel, 5
 	if s.rc {
-		q, cols = quickProbeRC+probeLargeObjects, 5
+		q, cols = quickProbeRC+probeLargeObjects+probeLabel, 6
 	}
 	res, err := s.be.Exec(ctx, untimed, q)
 	if err != nil {
 		return written{}, err
 	}
 	var prefix uint64
-	var loMeta, loData bool
+	var loMeta, loData, labelOK bool
+	var label string
 	if res.Err == nil && len(res.Rows) == 1 && len(res.Rows[0]) == cols {
 		r := res.Rows[0]
 		if s.rc {
 			prefix, _ = strconv.ParseUint(r[2], 10, 64)
 		}
-		loMeta, loData = r[cols-2] == "t", r[cols-1] == "t"
+		loMeta, loData = r[cols-3] == "t", r[cols-2] == "t"
+		label, labelOK = r[cols-1], true
 		if r[0] != "t" || r[1] != "t" {
 			xid := r[0] == "t"
-			return written{xid: xid, permanent: xid, prefix: prefix, loMeta: loMeta, loData: loData}, nil
+			return written{xid: xid, permanent: xid, prefix: prefix, loMeta: loMeta, loData: loData, label: label, labelOK: labelOK}, nil
 		}
 	}
 	if res.Err == nil {
@@ -108,7 +125,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	}
 	r := res.Rows[0]
 	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
-		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t"}, nil
+		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", label: label, labelOK: labelOK}, nil
 }
 
 // prepareMark runs before the PREPARE TRANSACTION of a transaction whose
@@ -132,6 +149,9 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	w, err := s.probe(ctx) // first: it lifts the client's statement_timeout
 	if err != nil {
 		return "", false, t0, err
+	}
+	if w.labelOK && !s.labelPinned {
+		s.label = w.label // PostgreSQL's (see probeLabel)
 	}
 	seqs, err := s.sequenceChanges(ctx)
 	if err != nil {
@@ -178,13 +198,18 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	}
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
-	first, rest := prepareMark, append([]string{"PREPARE TRANSACTION '" + string(gid) + "'"}, then...)
-	if s.be.TxRowsChanged() > 0 {
-		// Its INSERT, UPDATE, DELETE or MERGE changed rows: decoding
-		// has them, and sends the PREPARE without a mark.
-		first, rest = rest[0], rest[1:]
+	var stmts []string
+	if s.be.TxRowsChanged() == 0 {
+		// (Its INSERT, UPDATE, DELETE or MERGE changed rows: decoding
+		// has them, and sends the PREPARE without a mark.)
+		stmts = append(stmts, prepareMark)
 	}
-	res, err := s.be.Exec(ctx, first, rest...)
+	if s.label != "" {
+		stmts = append(stmts, resetLabel)
+	}
+	stmts = append(stmts, "PREPARE TRANSACTION '"+string(gid)+"'")
+	stmts = append(stmts, then...)
+	res, err := s.be.Exec(ctx, stmts[0], stmts[1:]...)
 	if err != nil {
 		return "", false, t0, err
 	}
@@ -213,12 +238,12 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 // client's COMMIT (sent on after this returns) ends.
 func (s *session) commitExplicit(ctx context.Context) error {
 	if err := s.consCommit(ctx); err != nil {
-		s.labelFailed(err)
+		s.labelFailed(ctx, err)
 		return err
 	}
 	gid, replicate, prepared, err := s.prepare(ctx, []string{"BEGIN"}, "transaction")
 	if err != nil {
-		s.labelFailed(err)
+		s.labelFailed(ctx, err)
 		return err
 	}
 	s.tx.done = true
@@ -232,8 +257,8 @@ func (s *session) commitExplicit(ctx context.Context) error {
 		return s.runNotify(ctx)
 	}
 	if err := s.terminate(ctx, gid, prepared); err != nil {
-		s.labelFailed(err) // (before Replica.Terminate took the label)
-		s.rollback(ctx)    // the empty transaction
+		s.labelFailed(ctx, err) // (before Replica.Terminate took the label)
+		s.rollback(ctx)         // the empty transaction
 		return err
 	}
 	// The held notifications go into the empty transaction the client's
@@ -287,11 +312,11 @@ func (s *session) BeforeReady(ctx context.Context) error {
 				// Its statement met a conflict (held back, retry.go).
 				defer s.endWrapped()
 				err := s.retry(ctx, retry, held)
-				s.labelFailed(err)
+				s.labelFailed(ctx, err)
 				return err
 			}
 			s.endWrapped()
-			s.labelFailed(errStatementFailed)
+			s.labelFailed(ctx, errStatementFailed)
 			return nil
 		}
 		// The failed block is the client's (Ordo's BEGIN was skipped
@@ -320,10 +345,10 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	switch s.be.TxStatus() {
 	case 'E':
 		s.rollback(ctx)
-		s.labelFailed(errStatementFailed)
+		s.labelFailed(ctx, errStatementFailed)
 		return nil
 	case 'I':
-		s.labelFailed(errStatementFailed)
+		s.labelFailed(ctx, errStatementFailed)
 		return nil // the statement ended the block itself (refused earlier)
 	}
 	retry := s.tx.retry.candidate()
@@ -334,7 +359,7 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	if retry != nil && conflict(err) {
 		err = s.retry(ctx, retry, err)
 	}
-	s.labelFailed(err)
+	s.labelFailed(ctx, err)
 	return err
 }
 
@@ -353,7 +378,7 @@ var errStatementFailed = errors.New("the statement failed")
 // was this transaction's: it no longer names the client's next one (the
 // next statement took it, and its commit answered "committed" for the
 // operation that had failed).
-func (s *session) labelFailed(err error) {
+func (s *session) labelFailed(ctx context.Context, err error) {
 	if err == nil || s.label == "" {
 		return
 	}
@@ -364,6 +389,17 @@ func (s *session) labelFailed(err error) {
 		}
 	}
 	s.label, s.labelLocal = "", false // one transaction's name
+	if s.be.TxStatus() == 'I' {
+		// PostgreSQL forgets it too: the RESET before the PREPARE, if
+		// one ran, was rolled back with the transaction.
+		res, err := s.be.Exec(ctx, resetLabel)
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			s.h.cfg.Logger.Debug("session: forget a used label", "err", err)
+		}
+	}
 }
 
 // finishWrapped ends the wrapped transaction of an autocommit statement:

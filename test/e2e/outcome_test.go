@@ -104,8 +104,31 @@ func TestOutcomeChecks(t *testing.T) {
 	_, err = a.Exec(ctx, "COMMIT")
 	require.ErrorContains(t, err, "23505")
 
+	// PostgreSQL has the last word on the label: a SET of it in a block
+	// that rolled back, or after a savepoint rolled back to, is undone
+	// (the client's next update was committed under it, and the outcome
+	// check answered "committed" for the operation the client rolled
+	// back); one set by set_config counts (it was not seen); and a label
+	// used by a commit is gone from PostgreSQL too.
+	for _, sql := range []string{
+		"BEGIN", "SET ordo.txn_label = 'rolled-back-1'", "UPDATE acct SET bal = bal + 1 WHERE id = 2", "ROLLBACK",
+		"UPDATE acct SET bal = bal + 1 WHERE id = 2",
+		"BEGIN", "SAVEPOINT s", "SET ordo.txn_label = 'rolled-back-2'", "ROLLBACK TO SAVEPOINT s",
+		"UPDATE acct SET bal = bal + 1 WHERE id = 2", "COMMIT",
+		"SELECT set_config('ordo.txn_label', 'function-1', false)", "UPDATE acct SET bal = bal + 1 WHERE id = 2",
+	} {
+		_, err := b.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	var left string
+	require.NoError(t, b.QueryRow(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')").Scan(&left))
+	require.Empty(t, left, "the label a commit used is still set in PostgreSQL")
+
 	for i := range c.nodes {
 		dsn := c.dsn(i)
+		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-1"), "node %d", i+1)
+		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-2"), "node %d", i+1)
+		require.Equal(t, "committed", txnStatus(t, dsn, "function-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "pay-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "auto-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, winner), "node %d", i+1)
