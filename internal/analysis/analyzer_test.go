@@ -179,6 +179,36 @@ func TestSetvalMakesAnUpdate(t *testing.T) {
 	}
 }
 
+// TestSetConfigOfOrdoSettings: a call of set_config that may set one of
+// Ordo's settings is marked, so the session reads them again; which
+// setting is read from the text, never from the template of a call that
+// set another one (the second text below has the first one's
+// fingerprint).
+func TestSetConfigOfOrdoSettings(t *testing.T) {
+	a := New(&swapSource{testCatalog(t)}, Options{CacheSize: 100})
+	env := NewEnv([]string{"public"})
+	for _, c := range []struct {
+		sql  string
+		want bool
+	}{
+		{"SELECT set_config('request.jwt.claims', 'x', true)", false},
+		{"SELECT set_config('ordo.read_consistency', 'sync', true)", true},
+		{"SELECT set_config('request.jwt.claims', 'y', true)", false},
+		{"SELECT set_config('ordo.read_consistency', 'sync', false)", true},
+		{"SELECT pg_catalog.set_config('ORDO.read_consistency'::text, 'sync', false)", true},
+		{"SELECT set_config($1, $2, false)", true},
+		{"SELECT current_setting('ordo.read_consistency')", false},
+	} {
+		st, err := a.Analyze(c.sql, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st[0].SetsOrdoConfig != c.want {
+			t.Errorf("%s: SetsOrdoConfig %v, want %v", c.sql, st[0].SetsOrdoConfig, c.want)
+		}
+	}
+}
+
 // TestOrdoObjectsAreRefused: clients may read Ordo's bookkeeping but not
 // change it (rows in _ordo.applied would make a node skip transactions it
 // never applied); what only reads or calls it stays allowed.

@@ -648,6 +648,7 @@ func (w *walker) finish() {
 		}
 	}
 	st.SetsSequence = w.setval
+	st.SetsOrdoConfig = w.setsOrdoConfig
 	st.LargeObjects, st.WritesLargeObjects = w.largeObjects, w.largeObjectWrites
 	if w.refused != "" {
 		st.Kind, st.Reason = KindRefused, w.refused

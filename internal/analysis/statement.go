@@ -206,6 +206,10 @@ type Statement struct {
 	// decoded, so the session replicates the sequences' new state at
 	// commit; such a statement makes an update transaction.
 	SetsSequence bool
+	// SetsOrdoConfig: the statement calls set_config on one of Ordo's
+	// settings (ordo.read_consistency, …), or on a setting whose name is
+	// not a constant; the session reads them from PostgreSQL again.
+	SetsOrdoConfig bool
 	// LargeObjects: the statement calls a function on large objects
 	// (lo_open, loread, lo_get, …); WritesLargeObjects: one that changes
 	// one (lo_creat, lowrite, lo_unlink, …), which makes it an update.

@@ -24,6 +24,7 @@ type walker struct {
 	opaque               string
 	readsAll             string // reason, "" if none
 	setval               bool   // calls pg_catalog.setval
+	setsOrdoConfig       bool   // calls set_config on an ordo. setting (or one it cannot name)
 	// largeObjects: calls a function on large objects;
 	// largeObjectWrites: one that changes one.
 	largeObjects, largeObjectWrites bool
@@ -502,6 +503,14 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "setval" {
 		w.setval = true
 	}
+	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "set_config" {
+		// Which setting it sets is read from the text: a template of
+		// another setting's call must not stand for it.
+		if c := settingNameConst(fc); c != nil {
+			w.st.pinned = append(w.st.pinned, c.Location)
+		}
+		w.setsOrdoConfig = w.setsOrdoConfig || setsOrdoConfig(fc)
+	}
 	loWrites, lo := largeObjectFunctions[name]
 	lo = lo && (schema == "" || schema == "pg_catalog") // pg_catalog's, even where the catalog was not loaded
 	if ok {
@@ -532,6 +541,36 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	if fc.Over != nil {
 		w.msg(fc.Over, sc)
 	}
+}
+
+// setsOrdoConfig reports whether a call of set_config may set one of
+// Ordo's settings: its first argument names one ("ordo.…", any case), or
+// is not a string constant.
+func setsOrdoConfig(fc *pg.FuncCall) bool {
+	if len(fc.Args) == 0 {
+		return false
+	}
+	c := settingNameConst(fc)
+	if c == nil {
+		return true
+	}
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(c.GetSval().GetSval())), "ordo.")
+}
+
+// settingNameConst returns set_config's first argument if it is a string
+// constant (cast or not), else nil.
+func settingNameConst(fc *pg.FuncCall) *pg.A_Const {
+	if len(fc.Args) == 0 {
+		return nil
+	}
+	a := fc.Args[0]
+	if tc := a.GetTypeCast(); tc != nil {
+		a = tc.Arg
+	}
+	if c := a.GetAConst(); c != nil && c.GetSval() != nil {
+		return c
+	}
+	return nil
 }
 
 func (w *walker) exprs(ns []*pg.Node, sc *scope) {

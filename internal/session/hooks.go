@@ -140,11 +140,13 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	// The session's default isolation level stays the client's: Ordo
 	// makes each transaction REPEATABLE READ as it begins (under dbsm-rc
 	// only one that asks for SERIALIZABLE).
-	// ordo.autocommit_retries, where nothing set it (ALTER ROLE … SET, the
-	// connection's options), is given the node's count for the session,
-	// so that SHOW answers; RESET goes back to nothing, the node's count.
+	// ordo.autocommit_retries and ordo.read_consistency, where nothing set
+	// them (ALTER ROLE … SET, the connection's options), are given the
+	// node's count and 'local' for the session, so that SHOW answers;
+	// RESET goes back to nothing, which means the same.
 	res, err := be.Exec(ctx, fmt.Sprintf(`SELECT pg_backend_pid(), current_setting('search_path'), current_user, current_setting('server_version_num'), %s,
-  CASE WHEN coalesce(current_setting('ordo.autocommit_retries', true), '') = '' THEN set_config('ordo.autocommit_retries', '%d', false) END`,
+  CASE WHEN coalesce(current_setting('ordo.autocommit_retries', true), '') = '' THEN set_config('ordo.autocommit_retries', '%d', false) END,
+  CASE WHEN coalesce(current_setting('ordo.read_consistency', true), '') = '' THEN set_config('ordo.read_consistency', 'local', false) END`,
 		strings.TrimPrefix(readConsistencySQL, "SELECT "), h.cfg.AutocommitRetries))
 	if err != nil {
 		return nil, err
@@ -153,7 +155,7 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 		return nil, res.Err
 	}
 	s := &session{h: h, be: be, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
-	if len(res.Rows) == 1 && len(res.Rows[0]) == 6 {
+	if len(res.Rows) == 1 && len(res.Rows[0]) == 7 {
 		s.pid = parseUint32(res.Rows[0][0])
 		s.searchPath = res.Rows[0][1]
 		s.user = res.Rows[0][2]

@@ -1063,6 +1063,11 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	}
 
 	for _, a := range stmts {
+		if a.SetsOrdoConfig {
+			// set_config('ordo.read_consistency', …): read again once
+			// the transaction is over, as after a SET.
+			s.consistencyStale = true
+		}
 		switch a.Kind {
 		case analysis.KindTxn:
 			if err := s.txnControl(ctx, a, m); err != nil {
@@ -1359,7 +1364,16 @@ func (s *session) noticeIsolation(level string, m at) {
 // could not use.
 func checkSetting(a *analysis.Statement) error {
 	st := a.Setting
-	if st == nil || st.Name != "ordo.autocommit_retries" || st.Show || st.Reset {
+	if st == nil || st.Show || st.Reset {
+		return nil
+	}
+	if st.Name == "ordo.read_consistency" {
+		if v := strings.TrimSpace(strings.Trim(st.Value, "'")); !strings.EqualFold(v, "sync") && !strings.EqualFold(v, "local") {
+			return pgErr(codeInvalidParameterValue, "ordo: invalid value for parameter \"ordo.read_consistency\": %q (sync: each statement waits until this node has applied what the cluster committed before it; local: it reads what this node has applied)", st.Value)
+		}
+		return nil
+	}
+	if st.Name != "ordo.autocommit_retries" {
 		return nil
 	}
 	if n, err := strconv.Atoi(strings.Trim(st.Value, "'")); err != nil || n < 0 || n > config.MaxAutocommitRetries {

@@ -708,4 +708,18 @@ func TestSyncReadSetInTheSameQueryString(t *testing.T) {
 	_, err = withOption.Exec(ctx, "SET ordo.read_consistency = 'local'")
 	require.NoError(t, err)
 	require.False(t, syncs(withOption), "SET")
+	// set_config counts (it was not seen until the next SET), SHOW
+	// answers in a session that set nothing (it failed as an unknown
+	// parameter), and a value that means nothing is refused (it read
+	// locally).
+	_, err = b.Exec(ctx, "SELECT set_config('ordo.read_consistency', 'sync', false)")
+	require.NoError(t, err)
+	require.True(t, syncs(b), "set_config")
+	var shown string
+	require.NoError(t, c.connect(1).QueryRow(ctx, "SHOW ordo.read_consistency").Scan(&shown))
+	require.Equal(t, "local", shown)
+	_, err = b.Exec(ctx, "SET ordo.read_consistency = 'synch'")
+	require.Error(t, err)
+	require.Equal(t, "22023", sqlstate(err), "%v", err)
+	require.True(t, syncs(b), "the refused SET changed nothing")
 }
