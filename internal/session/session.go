@@ -247,6 +247,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			stmts = nil
 		}
 		if len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn || stmts[0].Txn.Op != analysis.TxnRollback {
+			if len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnCommit {
+				s.labelFailed(ctx, errBruteForce) // the commit asked for
+			}
 			return errBruteForce
 		}
 	}
@@ -1232,7 +1235,9 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			// Chosen as a brute-force victim: whether or not the cancel
 			// reached a statement (it races with the statement's end), the
 			// transaction must not commit, and the client must learn why.
+			// Its label, if it has one, is recorded as aborted.
 			s.rollback(ctx)
+			s.labelFailed(ctx, errBruteForce)
 			return errBruteForce
 		}
 		if s.tx.done || !s.tx.active || s.txStatus() != 'T' {

@@ -124,11 +124,43 @@ func TestOutcomeChecks(t *testing.T) {
 	require.NoError(t, b.QueryRow(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')").Scan(&left))
 	require.Empty(t, left, "the label a commit used is still set in PostgreSQL")
 
+	// Aborted by brute force while idle: node 2 applies a commit of node
+	// 1's that needs the row the labelled transaction locked, and rolls
+	// it back. Its COMMIT gets 40001, and the abort is ordered under its
+	// label (it answered "unknown" for good).
+	// The COMMIT comes as a simple query, then with the extended
+	// protocol (its Parse ends the failed block first, session.go).
+	for _, commit := range []struct {
+		label    string
+		extended bool
+	}{{"idle-1", false}, {"idle-2", true}} {
+		for _, sql := range []string{"BEGIN", "SET LOCAL ordo.txn_label = '" + commit.label + "'", "UPDATE acct SET bal = bal + 5 WHERE id = 1"} {
+			_, err := b.Exec(ctx, sql)
+			require.NoError(t, err, sql)
+		}
+		_, err = a.Exec(ctx, "UPDATE acct SET bal = bal + 7 WHERE id = 1")
+		require.NoError(t, err)
+		c.waitConverged()
+		if commit.extended {
+			err = b.PgConn().ExecParams(ctx, "COMMIT", nil, nil, nil, nil).Read().Err
+		} else {
+			_, err = b.Exec(ctx, "COMMIT")
+		}
+		require.Error(t, err, commit.label)
+		require.Equal(t, "40001", sqlstate(err), "%s: %v", commit.label, err)
+		if b.PgConn().TxStatus() != 'I' {
+			_, err = b.Exec(ctx, "ROLLBACK")
+			require.NoError(t, err)
+		}
+	}
+
 	for i := range c.nodes {
 		dsn := c.dsn(i)
 		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-1"), "node %d", i+1)
 		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-2"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "function-1"), "node %d", i+1)
+		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-1"), "node %d", i+1)
+		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-2"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "pay-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "auto-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, winner), "node %d", i+1)
