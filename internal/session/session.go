@@ -118,6 +118,9 @@ type session struct {
 	// labelPinned: the label is the retried statement's (retry.go), not
 	// the one PostgreSQL has now (prepare reads it otherwise).
 	labelPinned bool
+	// labelResetPending: a used label is to be reset in PostgreSQL once
+	// the session is outside a transaction (labelFailed).
+	labelResetPending bool
 }
 
 type txState struct {
@@ -226,6 +229,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	}
 	if first && s.consistencyStale && s.txStatus() == 'I' {
 		s.readConsistency(ctx)
+	}
+	if first && s.labelResetPending && s.txStatus() == 'I' {
+		s.resetLabel(ctx)
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
 		// Read-your-writes anywhere: before anything that may look at data
@@ -1246,6 +1252,11 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			// block after COMMIT AND CHAIN, which PostgreSQL chains
 			// after a failed block too (answering ROLLBACK).
 			if !atParse {
+				if s.txStatus() == 'E' {
+					// PostgreSQL answers ROLLBACK: the labelled
+					// transaction whose commit was asked for failed.
+					s.labelFailed(ctx, errStatementFailed)
+				}
 				chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
 				s.endTx()
 				if chain {

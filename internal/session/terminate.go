@@ -389,16 +389,24 @@ func (s *session) labelFailed(ctx context.Context, err error) {
 		}
 	}
 	s.label, s.labelLocal = "", false // one transaction's name
+	// PostgreSQL forgets it too (the RESET before the PREPARE, if one ran,
+	// was rolled back with the transaction): now, or once the failed
+	// block the client still has to end is over.
+	s.labelResetPending = true
 	if s.be.TxStatus() == 'I' {
-		// PostgreSQL forgets it too: the RESET before the PREPARE, if
-		// one ran, was rolled back with the transaction.
-		res, err := s.be.Exec(ctx, resetLabel)
-		if err == nil {
-			err = res.Err
-		}
-		if err != nil {
-			s.h.cfg.Logger.Debug("session: forget a used label", "err", err)
-		}
+		s.resetLabel(ctx)
+	}
+}
+
+// resetLabel resets ordo.txn_label in PostgreSQL, outside a transaction.
+func (s *session) resetLabel(ctx context.Context) {
+	s.labelResetPending = false
+	res, err := s.be.Exec(ctx, resetLabel)
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		s.h.cfg.Logger.Debug("session: forget a used label", "err", err)
 	}
 }
 

@@ -124,6 +124,24 @@ func TestOutcomeChecks(t *testing.T) {
 	require.NoError(t, b.QueryRow(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')").Scan(&left))
 	require.Empty(t, left, "the label a commit used is still set in PostgreSQL")
 
+	// A block that failed, whose COMMIT PostgreSQL answers with
+	// ROLLBACK, under a label set before it: recorded as aborted, and
+	// the label is not the next update's (it answered unknown, and
+	// committed once the label was PostgreSQL's).
+	for _, sql := range []string{"SET ordo.txn_label = 'failed-block-1'", "BEGIN", "INSERT INTO acct VALUES (1, 0)"} {
+		_, err := b.Exec(ctx, sql)
+		if sql == "INSERT INTO acct VALUES (1, 0)" {
+			require.ErrorContains(t, err, "23505")
+			continue
+		}
+		require.NoError(t, err, sql)
+	}
+	tag, err := b.Exec(ctx, "COMMIT")
+	require.NoError(t, err)
+	require.Equal(t, "ROLLBACK", tag.String())
+	_, err = b.Exec(ctx, "UPDATE acct SET bal = bal + 1 WHERE id = 2")
+	require.NoError(t, err)
+
 	// Aborted by brute force while idle: node 2 applies a commit of node
 	// 1's that needs the row the labelled transaction locked, and rolls
 	// it back. Its COMMIT gets 40001, and the abort is ordered under its
@@ -159,6 +177,7 @@ func TestOutcomeChecks(t *testing.T) {
 		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-1"), "node %d", i+1)
 		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-2"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "function-1"), "node %d", i+1)
+		require.Equal(t, "aborted", txnStatus(t, dsn, "failed-block-1"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-1"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-2"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "pay-1"), "node %d", i+1)
