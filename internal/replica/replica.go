@@ -423,7 +423,13 @@ func (r *Replica) Err() error {
 }
 
 func (r *Replica) fail(err error) {
-	err = fmt.Errorf("%w: %w", termination.ErrInconsistent, err)
+	if errors.Is(err, errLeaves) || errors.Is(err, apply.ErrDiverged) {
+		err = fmt.Errorf("%w: %w", termination.ErrInconsistent, err)
+	} else {
+		// Its database is as the order left it (a disk full, say): it
+		// said it was inconsistent.
+		err = fmt.Errorf("%w: %w", termination.ErrStopped, err)
+	}
 	if r.failed.CompareAndSwap(nil, &err) {
 		r.log.Error("node stops accepting updates", "err", err)
 	}

@@ -118,6 +118,10 @@ var voteReport = 30 * time.Second
 
 // errReplay is returned by awaitVerdict when this node skipped the entry
 // but did not hold everything it read while waiting.
+// errLeaves marks the end of a node whose database no longer matches the
+// cluster's: the vote on an entry went against it.
+var errLeaves = errors.New("replica")
+
 var errReplay = errors.New("replica: restart this node to replay the entries read while the cluster voted")
 
 // awaitVerdict reports that this node could not carry out the entry at
@@ -153,7 +157,7 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, o
 	for {
 		switch ahead.Verdict(seqno) {
 		case termination.Applied:
-			return fmt.Errorf("replica: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer: %s", seqno, cause, r.rejoinSteps())
+			return fmt.Errorf("%w: the cluster carried out entry %d, which this node could not (%w); it leaves the cluster and needs a state transfer: %s", errLeaves, seqno, cause, r.rejoinSteps())
 		case termination.Skipped:
 			r.log.Warn("the cluster voted to skip an entry most nodes could not carry out; this node goes on without it", "seqno", seqno, "origin", origin)
 			r.skipped[seqno] = true
@@ -257,7 +261,7 @@ func (r *Replica) afterVerdict(seqno uint64, origin uint32, verdict termination.
 		lost = "; this node is the entry's origin: the transaction its client was told committed is lost with it"
 	}
 	r.log.Error("the cluster voted to skip an entry this node carried out: it leaves the cluster"+lost, "seqno", seqno, "origin", origin)
-	return fmt.Errorf("replica: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s: %s", seqno, lost, r.rejoinSteps())
+	return fmt.Errorf("%w: the cluster skipped entry %d, which this node carried out (most nodes could not); it leaves the cluster and needs a state transfer%s: %s", errLeaves, seqno, lost, r.rejoinSteps())
 }
 
 // proposeVote sends this node's vote on the entry at seqno.

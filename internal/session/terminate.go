@@ -619,7 +619,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 	out, err := s.h.cfg.Replica.Terminate(ctx, t)
 	s.h.m.since(stageTerminate, captured)
 	if err != nil {
-		if errors.Is(err, termination.ErrInconsistent) {
+		if errors.Is(err, termination.ErrInconsistent) || errors.Is(err, termination.ErrStopped) {
 			s.abandon(gid)
 			return pgErr(codeReadOnly, "ordo: %v", err)
 		}

@@ -29,6 +29,14 @@ var ErrPreempted = errors.New("this node rolled it back to let an earlier transa
 // silently.
 var ErrInconsistent = errors.New("replica: node is inconsistent and refuses updates")
 
+// ErrStopped is returned by Protocol.Terminate once the node stopped
+// carrying out the total order for a cause that does not make its database
+// differ from the others' (its PostgreSQL out of disk space or memory, or
+// restarted and missing commits it had acknowledged): it refuses update
+// transactions, and once the cause is gone a restart replays from the
+// log.
+var ErrStopped = errors.New("replica: node stopped carrying out the total order and refuses updates")
+
 // ErrPostgresRestarted is returned by the engine when the local
 // PostgreSQL restarted under a running node: the applies and commits it
 // acknowledged without flushing them may be lost, so the node must
