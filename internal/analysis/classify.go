@@ -681,6 +681,7 @@ func (w *walker) finish() {
 		st.Unknown = append(st.Unknown, u)
 	}
 	sort.Strings(st.Unknown)
+	st.UnknownRelations = sortedNames(w.unknownRels)
 	if len(st.Reads) == 0 {
 		st.Reads = nil
 	}

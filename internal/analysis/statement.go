@@ -179,6 +179,9 @@ type Statement struct {
 	// Unknown lists relation and function names the catalog did not know
 	// (each caused an escalation).
 	Unknown []string
+	// UnknownRelations are the relations among Unknown, as written
+	// (Schema empty when unqualified).
+	UnknownRelations []catalog.Name
 	// DDLTargets are the relations a DDL statement creates, changes, drops
 	// or references (KindDDL), schema-qualified; certification takes X on
 	// each.

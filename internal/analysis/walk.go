@@ -19,8 +19,9 @@ type walker struct {
 
 	reads, writes, locks map[catalog.Name]bool
 	unknown              map[string]bool
-	dml                  bool // INSERT/UPDATE/DELETE/MERGE anywhere
-	locking              bool // FOR UPDATE/SHARE anywhere
+	unknownRels          map[catalog.Name]bool // relations among unknown, as written
+	dml                  bool                  // INSERT/UPDATE/DELETE/MERGE anywhere
+	locking              bool                  // FOR UPDATE/SHARE anywhere
 	opaque               string
 	readsAll             string // reason, "" if none
 	setval               bool   // calls pg_catalog.setval
@@ -151,6 +152,10 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 			name = rv.Schemaname + "." + name
 		}
 		w.markUnknown(name)
+		if w.unknownRels == nil {
+			w.unknownRels = make(map[catalog.Name]bool)
+		}
+		w.unknownRels[catalog.Name{Schema: rv.Schemaname, Name: rv.Relname}] = true
 		if read {
 			w.escalate("unknown relation " + name)
 		}

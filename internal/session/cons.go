@@ -133,9 +133,49 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		fp = &analysis.Footprint{All: true, WritesAll: a.Updates()}
 	}
 	if err := s.h.cfg.Classes().Classes.Check(s.h.cfg.Catalog.Current(), ct.declared, a, fp, true); err != nil {
+		if missing, merr := s.relationsMissing(ctx, a, atBoundary); merr != nil {
+			return merr
+		} else if missing {
+			// It names a relation that does not exist: PostgreSQL
+			// refuses it (42P01) before running any of it, as it would
+			// without Ordo, and the transaction fails as it would.
+			return nil
+		}
 		return s.consRefuse(pgErr(codeUndeclaredClass, "ordo: %v; the transaction can only roll back", err))
 	}
 	return nil
+}
+
+// relationsMissing reports whether statement a, which may touch every
+// class because it names relations the catalog does not know (and for no
+// other reason the analysis could not read), names one that PostgreSQL
+// does not know either, in the session's own terms (its search_path,
+// its temporary tables). Asked only at a boundary, after the statement's
+// snapshot is prepared for (the question takes it). The answer was 55000
+// ("may touch every class") where PostgreSQL answers 42P01.
+func (s *session) relationsMissing(ctx context.Context, a *analysis.Statement, atBoundary bool) (bool, error) {
+	if !atBoundary || len(a.UnknownRelations) == 0 || len(a.UnknownRelations) != len(a.Unknown) {
+		return false, nil
+	}
+	if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
+		return false, err
+	}
+	var rows []string
+	for _, n := range a.UnknownRelations {
+		rows = append(rows, "("+quoteLiteral(n.Schema)+", "+quoteLiteral(n.Name)+")")
+	}
+	res, err := s.be.Exec(ctx, `SELECT count(*) FROM (VALUES `+strings.Join(rows, ", ")+`) v(s, n)
+WHERE pg_catalog.to_regclass(CASE WHEN v.s = '' THEN pg_catalog.quote_ident(v.n) ELSE pg_catalog.quote_ident(v.s) || '.' || pg_catalog.quote_ident(v.n) END) IS NULL`)
+	if err != nil {
+		return false, err
+	}
+	if res.Err != nil {
+		if s.bruteForced(res) {
+			return false, errBruteForce
+		}
+		return false, nil // (the refusal stands)
+	}
+	return len(res.Rows) == 1 && len(res.Rows[0]) == 1 && res.Rows[0][0] != "0", nil
 }
 
 // consTake takes the transaction's classes, before statement a (params

@@ -323,6 +323,16 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		queryMsg("show transaction_isolation"),
 		queryMsg("update cb set v = v + 1 where k = 1"),
 		queryMsg("commit"),
+		// A relation that does not exist, in a block whose classes do
+		// not cover every class: PostgreSQL's 42P01, as a query and as a
+		// Parse (it was Ordo's 55000, "may touch every class (unknown
+		// relation nosuch)").
+		batchMsgs("update cb set v = v + 1 where k = 1", "begin"),
+		queryMsg("select * from nosuch"),
+		queryMsg("rollback"),
+		batchMsgs("update cb set v = v + 1 where k = 1", "begin"),
+		{&pgproto3.Parse{Query: "select * from cb join nosuch using (k)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("rollback"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
