@@ -832,6 +832,11 @@ func autocommitRetries(cfg *config.Node) int {
 // administration), with room to spare.
 const ownConnections = 16
 
+// OwnConnections is how many connections to PostgreSQL a node with
+// applyWorkers apply workers keeps for itself (what it does not admit
+// clients to).
+func OwnConnections(applyWorkers int) int { return ownConnections + applyWorkers }
+
 // checkPostgres refuses a PostgreSQL without prepared transactions (every
 // update commit would fail) and returns how many client sessions the node
 // admits: max_connections, but no more than PostgreSQL's max_connections leaves

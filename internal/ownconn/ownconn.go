@@ -32,6 +32,11 @@ const Settings = "-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transactio
 // connection that names a setting they do not have).
 const Settings17 = " -c transaction_timeout=0"
 
+// AppName is the application_name of the node's own connections, unless
+// the connection string names one: pg_stat_activity tells them from the
+// clients' sessions (which keep the name their client gives).
+const AppName = "ordo"
+
 // DSN returns dsn with Settings added to its options (for a server
 // of version serverVersion, as server_version_num; 0 if not known), in
 // the form dsn is written in (a URL, or keyword=value pairs, where a later
@@ -54,11 +59,18 @@ func DSN(dsn string, serverVersion int) (string, error) {
 		}
 		q := u.Query()
 		q.Set("options", opts)
+		if q.Get("application_name") == "" {
+			q.Set("application_name", AppName)
+		}
 		// Spaces as %20: libpq (pg_dump, pg_restore in joins) does not
 		// read a '+' as one (a literal '+' is %2B in q.Encode()).
 		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 		return u.String(), nil
 	}
 	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(opts)
-	return strings.TrimSpace(dsn) + " options='" + quoted + "'", nil
+	out := strings.TrimSpace(dsn) + " options='" + quoted + "'"
+	if pc.RuntimeParams["application_name"] == "" {
+		out += " application_name=" + AppName
+	}
+	return out, nil
 }

@@ -31,6 +31,14 @@ func TestOwnDSN(t *testing.T) {
 		}
 		require.Equal(t, want, after.RuntimeParams["options"], own)
 		require.NotContains(t, own, "+", "libpq reads no '+' as a space")
+		require.Equal(t, AppName, after.RuntimeParams["application_name"], own)
+	}
+	for _, dsn := range []string{"host=h dbname=d application_name=mine", "postgres://h/d?application_name=mine"} {
+		own, err := DSN(dsn, 150000)
+		require.NoError(t, err)
+		pc, err := pgx.ParseConfig(own)
+		require.NoError(t, err)
+		require.Equal(t, "mine", pc.RuntimeParams["application_name"], "the operator's own name is kept")
 	}
 	own, err := DSN("host=h dbname=d options='-c x=1'", 180000)
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -88,4 +89,76 @@ func TestNodeRefusesPostgresWithoutPreparedTransactions(t *testing.T) {
 		nd.Stop()
 	}
 	require.ErrorContains(t, err, "max_prepared_transactions is 0")
+}
+
+// TestNodeConnectionsStayWithinItsShare: the connections a node opens to
+// its PostgreSQL for itself, counted while it is as busy as it gets
+// (clients committing and conflicting through it, applies of the others'
+// writes, brute-force aborts of local transactions that block them,
+// DDL with its catalog reloads, fingerprints and sequence normalization),
+// stay within what it keeps from its clients (node.OwnConnections); and
+// each says it is Ordo's (application_name), so a DBA can tell them from
+// the clients' sessions in pg_stat_activity.
+func TestNodeConnectionsStayWithinItsShare(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, "CREATE TABLE share (id int PRIMARY KEY, v int); INSERT INTO share SELECT g, 0 FROM generate_series(1, 8) g")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	watch := c.direct(1)
+	var most, unnamed int
+	count := func() {
+		var n, u int
+		require.NoError(t, watch.QueryRow(ctx, `SELECT count(*) FILTER (WHERE application_name = 'ordo'),
+  count(*) FILTER (WHERE application_name NOT IN ('ordo', 'client', 'watch'))
+FROM pg_stat_activity WHERE backend_type IN ('client backend', 'walsender') AND pid <> pg_backend_pid()`).Scan(&n, &u))
+		most, unnamed = max(most, n), max(unnamed, u)
+	}
+	_, err = watch.Exec(ctx, "SET application_name = 'watch'")
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ddl := c.connectWith(0, map[string]string{"application_name": "client"})
+		var sessions []*pgx.Conn
+		for i := 0; i < 6; i++ {
+			sessions = append(sessions, c.connectWith(1+i%2, map[string]string{"application_name": "client"}))
+		}
+		for round := 0; ; round++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// A local transaction on node 2 holding a row node 1 then
+			// updates: node 2 aborts it to apply.
+			holder := sessions[0]
+			_, _ = holder.Exec(ctx, "BEGIN")
+			_, _ = holder.Exec(ctx, "UPDATE share SET v = v + 1 WHERE id = 1")
+			_, _ = ddl.Exec(ctx, "UPDATE share SET v = v + 1 WHERE id = 1")
+			_, _ = holder.Exec(ctx, "ROLLBACK")
+			for i, s := range sessions[1:] {
+				_, _ = s.Exec(ctx, "UPDATE share SET v = v + 1 WHERE id = $1", 2+(round+i)%7)
+			}
+			_, _ = ddl.Exec(ctx, fmt.Sprintf("CREATE TABLE share_%d (id serial PRIMARY KEY, v text)", round))
+			_, _ = ddl.Exec(ctx, fmt.Sprintf("INSERT INTO share_%d (v) VALUES ('x')", round))
+			_, _ = ddl.Exec(ctx, fmt.Sprintf("DROP TABLE share_%d", round))
+		}
+	}()
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		count()
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	count()
+	// (apply_workers 1, the default the harness leaves.)
+	t.Logf("node 2's own connections to PostgreSQL: at most %d at once (it keeps %d)", most, node.OwnConnections(1))
+	require.Positive(t, most)
+	require.LessOrEqual(t, most, node.OwnConnections(1))
+	require.Zero(t, unnamed, "a connection of the node's without its name")
 }
