@@ -104,6 +104,7 @@ var (
 	ddlMode   = flag.Bool("ddl", false, "measure CREATE TABLE, an insert and DROP TABLE through a node instead (see the package comment)")
 	ddlTabs   = flag.Int("ddl-tables", 100, "tables in the database before -ddl starts")
 	ddlIters  = flag.Int("ddl-iterations", 30, "create/insert/drop cycles per -ddl run")
+	noFlush   = flag.Bool("no-flush", false, "analysis only: every PostgreSQL (direct's too) with fsync off and the Raft logs on /dev/shm, so that no commit waits for a disk's flush (what the commit path costs on a disk whose flushes are nearly free); prints no RESULT line")
 	script    = flag.String("script", "tpcb-like", "what each client runs: tpcb-like (pgbench's builtin) or update (one autocommit UPDATE of a random pgbench_accounts row)")
 	ddlWriter = flag.Bool("ddl-writer", false, "with -ddl, a second client updates one row meanwhile (through node 2, or the same server directly) and its latencies are reported")
 )
@@ -131,7 +132,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("pgbench not found (apt-get install postgresql-client-15): %w", err)
 	}
-	direct, err := pglocal.Start(ctx, pglocal.Options{N: 1, Fsync: true})
+	direct, err := pglocal.Start(ctx, pglocal.Options{N: 1, Fsync: !*noFlush})
 	if err != nil {
 		return err
 	}
@@ -211,6 +212,10 @@ func run() error {
 			pprof.StopCPUProfile()
 		}
 		stop()
+	}
+	if *noFlush {
+		fmt.Println("\n(-no-flush: fsync off and the Raft logs in memory; figures for analysis, no RESULT line)")
+		return nil
 	}
 	if *script == "update" {
 		d, okD := results["direct/1"]
@@ -383,7 +388,7 @@ func startCluster(ctx context.Context, protocol string, load func(dsn string) er
 		}
 		logOut = f
 	}
-	c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, Load: load, Log: logOut, MetricsPort: *metrics, ApplyWorkers: *workers})
+	c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, Load: load, Log: logOut, MetricsPort: *metrics, ApplyWorkers: *workers, NoFlush: *noFlush})
 	if err != nil {
 		return nil, nil, nil, err
 	}

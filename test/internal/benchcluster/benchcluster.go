@@ -41,6 +41,10 @@ type Options struct {
 	Socket bool
 	// LeaderStays turns leader_follows_writes off.
 	LeaderStays bool
+	// NoFlush, for analysis only: PostgreSQL runs with fsync off and the
+	// nodes' data directories (their Raft logs) go to /dev/shm, so no
+	// commit waits for a disk's flush.
+	NoFlush bool
 }
 
 // Cluster is a running benchmark cluster.
@@ -65,7 +69,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.N == 0 {
 		o.N = 3
 	}
-	pg, err := pglocal.Start(ctx, pglocal.Options{N: o.N, Fsync: true, Socket: o.Socket})
+	pg, err := pglocal.Start(ctx, pglocal.Options{N: o.N, Fsync: !o.NoFlush, Socket: o.Socket})
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +83,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		c.Servers = append(c.Servers, s.DSN("postgres"))
 	}
-	if c.dir, err = os.MkdirTemp("", "ordo-bench-nodes-"); err != nil {
+	nodesParent := ""
+	if o.NoFlush {
+		nodesParent = "/dev/shm"
+	}
+	if c.dir, err = os.MkdirTemp(nodesParent, "ordo-bench-nodes-"); err != nil {
 		c.Stop()
 		return nil, err
 	}
