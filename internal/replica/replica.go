@@ -423,10 +423,14 @@ func (r *Replica) Err() error {
 }
 
 func (r *Replica) fail(err error) {
-	if errors.Is(err, errLeaves) || errors.Is(err, apply.ErrDiverged) {
+	if errors.Is(err, errLeaves) || deterministic(err) {
+		// Its database differs from the others' (an apply PostgreSQL
+		// would refuse again: a row missing or there twice, a
+		// constraint), or the cluster could not say whether it does.
 		err = fmt.Errorf("%w: %w", termination.ErrInconsistent, err)
 	} else {
-		// Its database is as the order left it (a disk full, say): it
+		// Its database is as the order left it (a disk full, PostgreSQL
+		// restarted, the order stopped): a restart replays the rest. It
 		// said it was inconsistent.
 		err = fmt.Errorf("%w: %w", termination.ErrStopped, err)
 	}

@@ -116,12 +116,13 @@ var maxHeldBytes = 256 << 20
 // voteReport is how often a node waiting for a verdict says so in its log.
 var voteReport = 30 * time.Second
 
-// errReplay is returned by awaitVerdict when this node skipped the entry
-// but did not hold everything it read while waiting.
 // errLeaves marks the end of a node whose database no longer matches the
-// cluster's: the vote on an entry went against it.
+// cluster's, or may not: the vote on an entry went against it, or never
+// came.
 var errLeaves = errors.New("replica")
 
+// errReplay is returned by awaitVerdict when this node skipped the entry
+// but did not hold everything it read while waiting.
 var errReplay = errors.New("replica: restart this node to replay the entries read while the cluster voted")
 
 // awaitVerdict reports that this node could not carry out the entry at
@@ -184,9 +185,9 @@ func (r *Replica) awaitVerdict(ctx context.Context, seqno uint64, gid txn.GID, o
 			continue
 		case <-deadline.C:
 			okN, badN := ahead.Count(seqno)
-			return fmt.Errorf("replica: no verdict on entry %d within vote_timeout (%s): %d of %d voters carried it out, %d (this node included) could not, "+
+			return fmt.Errorf("%w: no verdict on entry %d within vote_timeout (%s): %d of %d voters carried it out, %d (this node included) could not, "+
 				"the others did not vote; this node could not carry it out (%w), so it leaves the cluster and needs a state transfer: %s",
-				seqno, r.cfg.VoteTimeout, okN, ahead.Members(), badN, cause, r.rejoinSteps())
+				errLeaves, seqno, r.cfg.VoteTimeout, okN, ahead.Members(), badN, cause, r.rejoinSteps())
 		case d, ok = <-r.cfg.Order.Deliveries():
 			if !ok {
 				return fmt.Errorf("replica: the total order stopped while the cluster voted on entry %d", seqno)

@@ -150,11 +150,14 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 // class because it names relations the catalog does not know (and for no
 // other reason the analysis could not read), names one that PostgreSQL
 // does not know either, in the session's own terms (its search_path,
-// its temporary tables). Asked only at a boundary, after the statement's
-// snapshot is prepared for (the question takes it). The answer was 55000
-// ("may touch every class") where PostgreSQL answers 42P01.
+// its temporary tables). Asked only at a boundary, for a statement alone
+// in its message (one before it in a query string, run after the question,
+// could create the relation or change the search_path), after the
+// statement's snapshot is prepared for (the question takes it). The
+// answer was 55000 ("may touch every class") where PostgreSQL answers
+// 42P01.
 func (s *session) relationsMissing(ctx context.Context, a *analysis.Statement, atBoundary bool) (bool, error) {
-	if !atBoundary || len(a.UnknownRelations) == 0 || len(a.UnknownRelations) != len(a.Unknown) {
+	if !atBoundary || !s.lone || len(a.UnknownRelations) == 0 || len(a.UnknownRelations) != len(a.Unknown) {
 		return false, nil
 	}
 	if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
@@ -162,7 +165,7 @@ func (s *session) relationsMissing(ctx context.Context, a *analysis.Statement, a
 	}
 	var rows []string
 	for _, n := range a.UnknownRelations {
-		rows = append(rows, "("+quoteLiteral(n.Schema)+", "+quoteLiteral(n.Name)+")")
+		rows = append(rows, "("+escapedLiteral(n.Schema)+", "+escapedLiteral(n.Name)+")")
 	}
 	res, err := s.be.Exec(ctx, `SELECT count(*) FROM (VALUES `+strings.Join(rows, ", ")+`) v(s, n)
 WHERE pg_catalog.to_regclass(CASE WHEN v.s = '' THEN pg_catalog.quote_ident(v.n) ELSE pg_catalog.quote_ident(v.s) || '.' || pg_catalog.quote_ident(v.n) END) IS NULL`)

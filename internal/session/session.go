@@ -118,9 +118,17 @@ type session struct {
 	// labelPinned: the label is the retried statement's (retry.go), not
 	// the one PostgreSQL has now (prepare reads it otherwise).
 	labelPinned bool
-	// labelResetPending: a used label is to be reset in PostgreSQL once
-	// the session is outside a transaction (labelFailed).
+	// labelResetPending: a used label (labelUsed) is to be reset in
+	// PostgreSQL once the session is outside a transaction (labelFailed).
 	labelResetPending bool
+	labelUsed         string
+	// labelUnseen: a statement may have set ordo.txn_label where Ordo
+	// does not look (set_config): PostgreSQL has the last word, read by
+	// the write probe, or by labelFailed when no probe ran.
+	labelUnseen bool
+	// lone: the message being executed holds one statement (a Query of
+	// one, or a Parse, Bind or Execute).
+	lone bool
 }
 
 type txState struct {
@@ -1040,6 +1048,7 @@ func sentText(st *wire.Statement) string {
 // prepared).
 func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, params []analysis.Param, m at) error {
 	atBoundary := m.first
+	s.lone = len(stmts) == 1
 	updates, control := false, 0
 	if kept(stmts) && m.kind == wire.KindQuery && s.txStatus() != 'E' {
 		// Ordo's own objects, in a restore of a dump taken through a
@@ -1074,8 +1083,9 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	for _, a := range stmts {
 		if a.SetsOrdoConfig {
 			// set_config('ordo.read_consistency', …): read again once
-			// the transaction is over, as after a SET.
-			s.consistencyStale = true
+			// the transaction is over, as after a SET; and a label it
+			// may have set is PostgreSQL's to tell.
+			s.consistencyStale, s.labelUnseen = true, true
 		}
 		switch a.Kind {
 		case analysis.KindTxn:
@@ -1422,11 +1432,13 @@ func (s *session) setting(a *analysis.Statement) {
 		s.consSetting(st.Name, st.Value)
 	case st.Name == "ordo.txn_label" && !st.Show:
 		// Names the current update transaction, or the next one: it is
-		// used by one termination, then forgotten.
+		// used by one termination, then forgotten. A reset still
+		// pending would undo this SET (it runs after it).
 		s.label, s.labelLocal = strings.Trim(st.Value, "'"), st.Local
 		if st.Reset {
 			s.label = ""
 		}
+		s.labelResetPending = false
 	}
 }
 

@@ -150,8 +150,18 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	if err != nil {
 		return "", false, t0, err
 	}
+	resetStale := false
 	if w.labelOK && !s.labelPinned {
 		s.label = w.label // PostgreSQL's (see probeLabel)
+		s.labelUnseen = false
+		if s.labelResetPending && s.label == s.labelUsed {
+			// A label used up earlier in this batch, whose reset waits
+			// for the batch's end: it is not this transaction's.
+			s.label, resetStale = "", true
+		}
+		if r := s.tx.retry.candidate(); r != nil {
+			r.label = s.label // every attempt's, as PostgreSQL had it
+		}
 	}
 	seqs, err := s.sequenceChanges(ctx)
 	if err != nil {
@@ -204,7 +214,7 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		// has them, and sends the PREPARE without a mark.)
 		stmts = append(stmts, prepareMark)
 	}
-	if s.label != "" {
+	if s.label != "" || resetStale {
 		stmts = append(stmts, resetLabel)
 	}
 	stmts = append(stmts, "PREPARE TRANSACTION '"+string(gid)+"'")
@@ -379,14 +389,26 @@ var errStatementFailed = errors.New("the statement failed")
 // next statement took it, and its commit answered "committed" for the
 // operation that had failed).
 func (s *session) labelFailed(ctx context.Context, err error) {
-	if err == nil || s.label == "" {
+	if err == nil || s.label == "" && !s.labelUnseen {
 		return
 	}
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != codeResolutionUnknown {
-		if la, ok := s.h.cfg.Replica.(termination.LabelAborter); ok {
-			la.AbortLabelled(s.h.nextGID(), s.label)
+	label := s.label
+	if s.labelUnseen && s.be.TxStatus() == 'I' {
+		// A set_config may have set it where Ordo does not look:
+		// PostgreSQL's is the one (its transaction is over, so a SET
+		// in it that rolled back is undone).
+		if v, ok := s.takeLabel(ctx); ok {
+			label = v
 		}
+	}
+	if label != "" {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != codeResolutionUnknown {
+			if la, ok := s.h.cfg.Replica.(termination.LabelAborter); ok {
+				la.AbortLabelled(s.h.nextGID(), label)
+			}
+		}
+		s.labelUsed = label
 	}
 	s.label, s.labelLocal = "", false // one transaction's name
 	// PostgreSQL forgets it too (the RESET before the PREPARE, if one ran,
@@ -398,16 +420,30 @@ func (s *session) labelFailed(ctx context.Context, err error) {
 	}
 }
 
-// resetLabel resets ordo.txn_label in PostgreSQL, outside a transaction.
+// takeLabel reads and resets ordo.txn_label in PostgreSQL, outside a
+// transaction.
+func (s *session) takeLabel(ctx context.Context) (string, bool) {
+	res, err := s.be.Exec(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')", resetLabel)
+	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		return "", false
+	}
+	s.labelResetPending, s.labelUnseen = false, false
+	return res.Rows[0][0], true
+}
+
+// resetLabel resets ordo.txn_label in PostgreSQL, outside a transaction;
+// until it succeeds the reset stays pending (an Exec mid-batch is not
+// possible: ErrNotAtBoundary).
 func (s *session) resetLabel(ctx context.Context) {
-	s.labelResetPending = false
 	res, err := s.be.Exec(ctx, resetLabel)
 	if err == nil {
 		err = res.Err
 	}
 	if err != nil {
 		s.h.cfg.Logger.Debug("session: forget a used label", "err", err)
+		return
 	}
+	s.labelResetPending, s.labelUnseen = false, false
 }
 
 // finishWrapped ends the wrapped transaction of an autocommit statement:

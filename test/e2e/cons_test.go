@@ -339,6 +339,15 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 	}
 	got := exchange(t, ho, batchMsgs("select count(*) from cb", "update cb set v = v + 1 where k = 2"))
 	require.Contains(t, got, "Error ERROR 0A000 ordo: under protocol cons a transaction takes its conflict classes before its snapshot")
+	// A relation missing when the statement is checked, which a statement
+	// before it in the same query string creates, is not taken for one
+	// PostgreSQL will refuse: the statement would read another class.
+	exchange(t, ho, queryMsg("rollback"))
+	exchange(t, ho, queryMsg("create table cb2 (k int primary key)"))
+	exchange(t, ho, batchMsgs("update cb set v = v + 1 where k = 1", "begin"))
+	got = exchange(t, ho, queryMsg("create temp table tcb (k int); select * from tcb join cb2 using (k)"))
+	require.Contains(t, got, "Error ERROR 55000", "read outside the block's classes")
+	exchange(t, ho, queryMsg("rollback"))
 	sb.c.waitConverged()
 	for i := range sb.c.nodes {
 		require.Equal(t, sb.c.checksum(0, "cb"), sb.c.checksum(i, "cb"), "node %d", i+1)

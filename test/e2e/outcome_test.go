@@ -120,6 +120,15 @@ func TestOutcomeChecks(t *testing.T) {
 		_, err := b.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
+	// A label set_config set, on an autocommit statement that fails: the
+	// abort is recorded under it, and the next update does not take it
+	// (it did, and the check answered committed for the failed insert).
+	_, err = b.Exec(ctx, "SELECT set_config('ordo.txn_label', 'function-2', false)")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "INSERT INTO acct VALUES (1, 0)")
+	require.ErrorContains(t, err, "23505")
+	_, err = b.Exec(ctx, "UPDATE acct SET bal = bal + 1 WHERE id = 2")
+	require.NoError(t, err)
 	var left string
 	require.NoError(t, b.QueryRow(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')").Scan(&left))
 	require.Empty(t, left, "the label a commit used is still set in PostgreSQL")
@@ -177,6 +186,7 @@ func TestOutcomeChecks(t *testing.T) {
 		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-1"), "node %d", i+1)
 		require.Equal(t, "unknown", txnStatus(t, dsn, "rolled-back-2"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "function-1"), "node %d", i+1)
+		require.Equal(t, "aborted", txnStatus(t, dsn, "function-2"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "failed-block-1"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-1"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-2"), "node %d", i+1)

@@ -174,6 +174,12 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	require.NoError(t, err)
 	requireConflict(conflictOnce(conn), "the node's autocommit_retries: 0")
 	require.Equal(t, "aborted", txnStatus(t, c.dsn(2), "conflicted-1"), "a labelled statement PostgreSQL aborted before its commit reached the order")
+	// A label set_config set, where Ordo does not look: PostgreSQL's is
+	// the one (the abort went unrecorded).
+	_, err = conn.Exec(ctx, "SELECT set_config('ordo.txn_label', 'conflicted-2', false)")
+	require.NoError(t, err)
+	requireConflict(conflictOnce(conn), "a label set by set_config")
+	require.Equal(t, "aborted", txnStatus(t, c.dsn(2), "conflicted-2"), "a label set by set_config")
 	for _, sql := range []string{"BEGIN", "SET ordo.autocommit_retries = 5", "ROLLBACK"} {
 		_, err := conn.Exec(ctx, sql)
 		require.NoError(t, err)
