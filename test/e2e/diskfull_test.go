@@ -39,19 +39,7 @@ func TestRaftLogDiskFull(t *testing.T) {
 	// what its log's current segment already holds.
 	c.kill(2)
 	dir := filepath.Join(c.dir, "node3")
-	require.NoError(t, os.Rename(dir, dir+".disk"))
-	require.NoError(t, os.Mkdir(dir, 0o700))
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", dir).CombinedOutput()
-	require.NoError(t, err, "mount: %s", out)
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	out, err = exec.Command("cp", "-a", dir+".disk/.", dir).CombinedOutput()
-	require.NoError(t, err, "cp: %s", out)
-	filler := filepath.Join(dir, "filler")
-	var st syscall.Statfs_t
-	require.NoError(t, syscall.Statfs(dir, &st))
-	free := int64(st.Bavail) * st.Bsize
-	out, err = exec.Command("fallocate", "-l", fmt.Sprint(free-2<<20), filler).CombinedOutput()
-	require.NoError(t, err, "fallocate: %s", out)
+	filler := onSmallTmpfs(t, dir, 48<<20, 2<<20)
 	c.start(2)
 
 	// 1 MiB rows until node 3's log needs a new segment it cannot have.
@@ -78,7 +66,7 @@ func TestRaftLogDiskFull(t *testing.T) {
 
 	// Room again (the volume grown): node 3 starts and catches up.
 	require.NoError(t, os.Remove(filler))
-	out, err = exec.Command("mount", "-o", "remount,size=160m", dir).CombinedOutput()
+	out, err := exec.Command("mount", "-o", "remount,size=160m", dir).CombinedOutput()
 	require.NoError(t, err, "remount: %s", out)
 	c.start(2)
 	require.Eventually(t, func() bool {
@@ -112,28 +100,12 @@ func TestPostgresDiskFull(t *testing.T) {
 	pg := c.pg.Servers[2]
 	require.NoError(t, pg.Stop())
 	dir := pg.DataDir
-	var owner syscall.Stat_t
-	require.NoError(t, syscall.Stat(dir, &owner))
 	du, err := exec.Command("du", "-sb", dir).Output()
 	require.NoError(t, err)
 	var used int64
 	_, err = fmt.Sscan(string(du), &used)
 	require.NoError(t, err)
-	require.NoError(t, os.Rename(dir, dir+".disk"))
-	require.NoError(t, os.Mkdir(dir, 0o700))
-	require.NoError(t, os.Chown(dir, int(owner.Uid), int(owner.Gid)))
-	size := used + 64<<20
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700,uid=%d,gid=%d", size, owner.Uid, owner.Gid), "tmpfs", dir).CombinedOutput()
-	require.NoError(t, err, "mount: %s", out)
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	out, err = exec.Command("cp", "-a", dir+".disk/.", dir).CombinedOutput()
-	require.NoError(t, err, "cp: %s", out)
-	filler := filepath.Join(dir, "filler")
-	var st syscall.Statfs_t
-	require.NoError(t, syscall.Statfs(dir, &st))
-	free := int64(st.Bavail) * st.Bsize
-	out, err = exec.Command("fallocate", "-l", fmt.Sprint(free-6<<20), filler).CombinedOutput()
-	require.NoError(t, err, "fallocate: %s", out)
+	filler := onSmallTmpfs(t, dir, used+64<<20, 6<<20)
 	require.NoError(t, pg.Restart(ctx))
 	c.start(2)
 
@@ -159,7 +131,7 @@ func TestPostgresDiskFull(t *testing.T) {
 	// Room again: node 3 (and its PostgreSQL, had it stopped) started
 	// again, as a supervisor would.
 	require.NoError(t, os.Remove(filler))
-	out, err = exec.Command("mount", "-o", "remount,size=512m", dir).CombinedOutput()
+	out, err := exec.Command("mount", "-o", "remount,size=512m", dir).CombinedOutput()
 	require.NoError(t, err, "remount: %s", out)
 	if !pg.Running() {
 		require.NoError(t, pg.Restart(ctx))
@@ -169,4 +141,29 @@ func TestPostgresDiskFull(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return c.settled("SELECT count(*)::text || ':' || coalesce(md5(string_agg(md5(v), '' ORDER BY id)), '') FROM blob")
 	}, 90*time.Second, 500*time.Millisecond, "node 3 did not catch up:\n%s", c.state())
+}
+
+// onSmallTmpfs moves directory dir onto a tmpfs of size bytes (owned as
+// dir is, so PostgreSQL's unprivileged user keeps its data directory),
+// unmounted when the test ends, and fills it with one file but for spare
+// bytes; it returns that file, whose removal gives the room back.
+func onSmallTmpfs(t *testing.T, dir string, size, spare int64) (filler string) {
+	t.Helper()
+	var owner syscall.Stat_t
+	require.NoError(t, syscall.Stat(dir, &owner))
+	require.NoError(t, os.Rename(dir, dir+".disk"))
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	require.NoError(t, os.Chown(dir, int(owner.Uid), int(owner.Gid)))
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700,uid=%d,gid=%d", size, owner.Uid, owner.Gid), "tmpfs", dir).CombinedOutput()
+	require.NoError(t, err, "mount: %s", out)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	out, err = exec.Command("cp", "-a", dir+".disk/.", dir).CombinedOutput()
+	require.NoError(t, err, "cp: %s", out)
+	filler = filepath.Join(dir, "filler")
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(dir, &st))
+	free := int64(st.Bavail) * st.Bsize
+	out, err = exec.Command("fallocate", "-l", fmt.Sprint(free-spare), filler).CombinedOutput()
+	require.NoError(t, err, "fallocate: %s", out)
+	return filler
 }
