@@ -145,6 +145,13 @@ var fuzzStatements = []struct {
 	{"declare c cursor for select k from fz order by k", 0},
 	{"fetch 1 from c", 0},
 	{"close c", 0},
+	// Labels and Ordo's settings: what Ordo does with them (a label read
+	// by the write probe and reset with the PREPARE, or reset once a
+	// failed block is over) must not show in the replies.
+	{"set ordo.txn_label = 'fz-1'", 0},
+	{"set local ordo.txn_label = 'fz-2'", 0},
+	{"select set_config('ordo.txn_label', 'fz-3', false)", 0},
+	{"select set_config('ordo.read_consistency', 'local', false)", 0},
 }
 
 // declare gives a BEGIN or START TRANSACTION the text of begin's
