@@ -148,7 +148,7 @@ FROM pg_stat_activity WHERE backend_type IN ('client backend', 'walsender') AND 
 			_, _ = ddl.Exec(ctx, fmt.Sprintf("DROP TABLE share_%d", round))
 		}
 	}()
-	deadline := time.Now().Add(8 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		count()
 		time.Sleep(10 * time.Millisecond)
