@@ -101,8 +101,8 @@ func (s *session) consSetting(name, value string) {
 
 // consBegin, before statement a of the transaction runs, takes the
 // transaction's classes if it does not hold them yet, then checks that a
-// stays inside them.
-func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param, atBoundary bool) error {
+// stays inside them; lone says a is the only statement of its message.
+func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params []analysis.Param, atBoundary, lone bool) error {
 	held, err := s.consTake(ctx, a, params, atBoundary)
 	if err != nil || !held {
 		return err
@@ -133,7 +133,7 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 		fp = &analysis.Footprint{All: true, WritesAll: a.Updates()}
 	}
 	if err := s.h.cfg.Classes().Classes.Check(s.h.cfg.Catalog.Current(), ct.declared, a, fp, true); err != nil {
-		if missing, merr := s.relationsMissing(ctx, a, atBoundary); merr != nil {
+		if missing, merr := s.relationsMissing(ctx, a, atBoundary && lone); merr != nil {
 			return merr
 		} else if missing {
 			// It names a relation that does not exist: PostgreSQL
@@ -150,17 +150,17 @@ func (s *session) consBegin(ctx context.Context, a *analysis.Statement, params [
 // class because it names relations the catalog does not know (and for no
 // other reason the analysis could not read), names one that PostgreSQL
 // does not know either, in the session's own terms (its search_path,
-// its temporary tables). Asked only at a boundary, for a statement alone
-// in its message (one before it in a query string, run after the question,
-// could create the relation or change the search_path), after the
-// statement's snapshot is prepared for (the question takes it). The
-// answer was 55000 ("may touch every class") where PostgreSQL answers
-// 42P01.
-func (s *session) relationsMissing(ctx context.Context, a *analysis.Statement, atBoundary bool) (bool, error) {
-	if !atBoundary || !s.lone || len(a.UnknownRelations) == 0 || len(a.UnknownRelations) != len(a.Unknown) {
+// its temporary tables). Asked only (askable) at a boundary, for a
+// statement alone in its message (one before it in a query string, run
+// after the question, could create the relation or change the
+// search_path), after the statement's snapshot is prepared for (the
+// question takes it). The answer was 55000 ("may touch every class")
+// where PostgreSQL answers 42P01.
+func (s *session) relationsMissing(ctx context.Context, a *analysis.Statement, askable bool) (bool, error) {
+	if !askable || len(a.UnknownRelations) == 0 || len(a.UnknownRelations) != len(a.Unknown) {
 		return false, nil
 	}
-	if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
+	if err := s.beforeSnapshot(ctx, true); err != nil {
 		return false, err
 	}
 	var rows []string

@@ -126,9 +126,6 @@ type session struct {
 	// does not look (set_config): PostgreSQL has the last word, read by
 	// the write probe, or by labelFailed when no probe ran.
 	labelUnseen bool
-	// lone: the message being executed holds one statement (a Query of
-	// one, or a Parse, Bind or Execute).
-	lone bool
 }
 
 type txState struct {
@@ -239,7 +236,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.readConsistency(ctx)
 	}
 	if first && s.labelResetPending && s.txStatus() == 'I' {
-		s.resetLabel(ctx)
+		s.takeLabel(ctx)
 	}
 	if first && s.syncRead && !s.tx.snapshot && st.Kind != wire.KindCloseStatement {
 		// Read-your-writes anywhere: before anything that may look at data
@@ -260,10 +257,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		case wire.KindFunctionCall:
 			stmts = nil
 		}
-		if len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn || stmts[0].Txn.Op != analysis.TxnRollback {
-			if len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnCommit {
-				s.labelFailed(ctx, errBruteForce) // the commit asked for
-			}
+		switch txnOp(stmts) {
+		case analysis.TxnRollback: // answered by PostgreSQL
+		case analysis.TxnCommit:
+			s.labelFailed(ctx, errBruteForce) // the commit asked for
+			return errBruteForce
+		default:
 			return errBruteForce
 		}
 	}
@@ -406,7 +405,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if err != nil {
 			return err
 		}
-		if !first && len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin &&
+		if !first && onlyBegin(stmts) &&
 			!s.tx.active && s.txStatus() == 'I' {
 			// A BEGIN after other statements of the batch makes their
 			// implicit transaction the client's block (if it runs: an
@@ -981,8 +980,15 @@ func hasTxn(stmts []*analysis.Statement, op analysis.TxnOp) bool {
 
 // onlyBegin reports whether stmts is one BEGIN: it acts when it is
 // executed (bound), not when it is parsed, which starts no transaction.
-func onlyBegin(stmts []*analysis.Statement) bool {
-	return len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn && stmts[0].Txn.Op == analysis.TxnBegin
+func onlyBegin(stmts []*analysis.Statement) bool { return txnOp(stmts) == analysis.TxnBegin }
+
+// txnOp is the operation of stmts if they are one transaction-control
+// statement, else 0.
+func txnOp(stmts []*analysis.Statement) analysis.TxnOp {
+	if len(stmts) == 1 && stmts[0].Kind == analysis.KindTxn {
+		return stmts[0].Txn.Op
+	}
+	return 0
 }
 
 // at says which client message statements arrive with, and whether it is
@@ -1048,7 +1054,6 @@ func sentText(st *wire.Statement) string {
 // prepared).
 func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, params []analysis.Param, m at) error {
 	atBoundary := m.first
-	s.lone = len(stmts) == 1
 	updates, control := false, 0
 	if kept(stmts) && m.kind == wire.KindQuery && s.txStatus() != 'E' {
 		// Ordo's own objects, in a restore of a dump taken through a
@@ -1103,7 +1108,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					s.unitFresh = false
 				} else if !s.tx.snapshot {
 					read := &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
-					if err := s.consBegin(ctx, read, nil, atBoundary); err != nil {
+					if err := s.consBegin(ctx, read, nil, atBoundary, false); err != nil {
 						return err
 					}
 					if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
@@ -1192,7 +1197,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			s.unitFresh = false
 			continue
 		}
-		if err := s.consBegin(ctx, a, params, atBoundary); err != nil {
+		if err := s.consBegin(ctx, a, params, atBoundary, len(stmts) == 1); err != nil {
 			return err
 		}
 		if err := s.beforeSnapshot(ctx, atBoundary); err != nil {

@@ -416,34 +416,24 @@ func (s *session) labelFailed(ctx context.Context, err error) {
 	// block the client still has to end is over.
 	s.labelResetPending = true
 	if s.be.TxStatus() == 'I' {
-		s.resetLabel(ctx)
+		s.takeLabel(ctx)
 	}
 }
 
 // takeLabel reads and resets ordo.txn_label in PostgreSQL, outside a
-// transaction.
+// transaction; until that succeeds the reset stays pending (an Exec
+// mid-batch is not possible: ErrNotAtBoundary).
 func (s *session) takeLabel(ctx context.Context) (string, bool) {
 	res, err := s.be.Exec(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')", resetLabel)
-	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		s.h.cfg.Logger.Debug("session: forget a used label", "err", err)
 		return "", false
 	}
 	s.labelResetPending, s.labelUnseen = false, false
 	return res.Rows[0][0], true
-}
-
-// resetLabel resets ordo.txn_label in PostgreSQL, outside a transaction;
-// until it succeeds the reset stays pending (an Exec mid-batch is not
-// possible: ErrNotAtBoundary).
-func (s *session) resetLabel(ctx context.Context) {
-	res, err := s.be.Exec(ctx, resetLabel)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		s.h.cfg.Logger.Debug("session: forget a used label", "err", err)
-		return
-	}
-	s.labelResetPending, s.labelUnseen = false, false
 }
 
 // finishWrapped ends the wrapped transaction of an autocommit statement:
