@@ -193,12 +193,45 @@ GRANT EXECUTE ON FUNCTION _ordo.prepare_mark() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.committed_prefix() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`
 
+// prepareCheckSQL creates _ordo.prepare_check, which the session runs in
+// the round trip that prepares a transaction that changed rows, inside a
+// savepoint, before its PREPARE TRANSACTION (session, terminate.go,
+// prepareAtOnce). It fails with OR001 when the transaction needs the
+// session's own write probe first: it has no xid, the session has a
+// temporary schema (the transaction may have touched a temporary object,
+// which PostgreSQL cannot prepare, or written only those, which commit
+// here), or it changed large objects (read before the PREPARE). Otherwise
+// it returns the transaction's ordo.txn_label and resets it, as the RESET
+// before a PREPARE does (a RESET in a transaction that is prepared stays
+// in force). The error is a signal to the session, which rolls back to
+// the savepoint and probes; the server log shows it once per session at
+// most.
+var prepareCheckSQL = `CREATE OR REPLACE FUNCTION _ordo.prepare_check() RETURNS text
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	label text := coalesce(current_setting('ordo.txn_label', true), '');
+BEGIN
+	IF pg_current_xact_id_if_assigned() IS NULL OR pg_my_temp_schema() <> 0 OR ` + capture.LargeObjectsChanged + ` THEN
+		RAISE EXCEPTION 'ordo: this transaction needs Ordo''s write probe before its PREPARE (not an error: Ordo probes and prepares it next)'
+			USING ERRCODE = 'OR001';
+	END IF;
+	IF label <> '' THEN
+		RESET ordo.txn_label;
+	END IF;
+	RETURN label;
+END
+$$;
+GRANT EXECUTE ON FUNCTION _ordo.prepare_check() TO PUBLIC;`
+
 // Bootstrap creates the ordo schema and its tables if they do not exist,
 // and installs the event triggers that record DDL (capture.DDLTriggerSQL).
 // It is idempotent; run it once per node before the first Open.
 func Bootstrap(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, bootstrapSQL); err != nil {
 		return fmt.Errorf("apply: bootstrap: %w", err)
+	}
+	if _, err := conn.Exec(ctx, prepareCheckSQL); err != nil {
+		return fmt.Errorf("apply: bootstrap: _ordo.prepare_check: %w", err)
 	}
 	if _, err := conn.Exec(ctx, capture.DDLTriggerSQL); err != nil {
 		return fmt.Errorf("apply: bootstrap: the DDL event triggers: %w", err)

@@ -45,12 +45,20 @@ const (
 // (objects created, unlinked, altered), then of pg_largeobject (data). Its
 // statistics count rows of subtransactions rolled back as well, which only
 // costs a needless look.
-var LargeObjectProbe = "pg_catalog.pg_stat_get_xact_tuples_inserted(" + strconv.Itoa(largeObjectMetadataOID) + ") + " +
-	"pg_catalog.pg_stat_get_xact_tuples_updated(" + strconv.Itoa(largeObjectMetadataOID) + ") + " +
-	"pg_catalog.pg_stat_get_xact_tuples_deleted(" + strconv.Itoa(largeObjectMetadataOID) + ") > 0, " +
-	"pg_catalog.pg_stat_get_xact_tuples_inserted(" + strconv.Itoa(largeObjectOID) + ") + " +
-	"pg_catalog.pg_stat_get_xact_tuples_updated(" + strconv.Itoa(largeObjectOID) + ") + " +
-	"pg_catalog.pg_stat_get_xact_tuples_deleted(" + strconv.Itoa(largeObjectOID) + ") > 0"
+var LargeObjectProbe = xactRowsChanged(largeObjectMetadataOID) + ", " + xactRowsChanged(largeObjectOID)
+
+// LargeObjectsChanged is one boolean expression: whether either of
+// LargeObjectProbe's is true.
+var LargeObjectsChanged = "(" + xactRowsChanged(largeObjectMetadataOID) + " OR " + xactRowsChanged(largeObjectOID) + ")"
+
+// xactRowsChanged is whether the open transaction changed rows of the
+// catalog whose oid is rel, as its statistics count them.
+func xactRowsChanged(rel int) string {
+	oid := strconv.Itoa(rel)
+	return "pg_catalog.pg_stat_get_xact_tuples_inserted(" + oid + ") + " +
+		"pg_catalog.pg_stat_get_xact_tuples_updated(" + oid + ") + " +
+		"pg_catalog.pg_stat_get_xact_tuples_deleted(" + oid + ") > 0"
+}
 
 // LargeObjectsWrittenSQL, run in the transaction, returns its xids (an
 // array literal of xid) and the objects whose metadata it wrote (created,

@@ -29,6 +29,11 @@
 //     the replica, and wait for the outcome. Commit: the client sees COMMIT.
 //     Abort: ROLLBACK PREPARED (done by the replica) and SQLSTATE 40001.
 //     Without an xid the transaction read only and commits locally.
+//     Whether it has one (and wrote only temporary tables, or large
+//     objects) is the write probe's question, asked in a round trip of
+//     its own, or, for a transaction that changed rows, in the PREPARE's
+//     (prepareAtOnce: checked in a savepoint, which a refusal rolls back
+//     to before the probe of its own).
 //  6. An explicit COMMIT is terminated the same way when it arrives, then
 //     "PREPARE TRANSACTION gid; BEGIN" leaves an empty transaction for the
 //     client's own COMMIT to end, so the client sees PostgreSQL's own reply

@@ -14,8 +14,17 @@ const (
 	stageTerminate = "terminate" // proposed, ordered, certified, committed
 )
 
+// How an update transaction's write probe ran, as labels of
+// ordo_session_prepares_total (terminate.go, prepareAtOnce).
+const (
+	probeWithPrepare = "with_prepare" // in the PREPARE's round trip
+	probeApart       = "apart"        // in a round trip of its own
+	probeFellBack    = "fell_back"    // _ordo.prepare_check refused: apart
+)
+
 type metrics struct {
 	stages    *prometheus.HistogramVec
+	prepares  *prometheus.CounterVec
 	retries   prometheus.Counter
 	syncReads prometheus.Counter
 }
@@ -27,6 +36,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time spent in each stage of committing an update transaction: probe, prepare, capture, terminate.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18), // 50µs … 6.5s
 		}, []string{"stage"}),
+		prepares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_session_prepares_total",
+			Help: "Commits Ordo terminated (a COMMIT, a wrapped autocommit statement) by how the write probe ran: with_prepare (in the PREPARE's round trip, for a transaction that changed rows), apart (in a round trip of its own), fell_back (the check in the PREPARE's round trip refused, then apart).",
+		}, []string{"probe"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_session_autocommit_retries_total",
 			Help: "Autocommit statements run again after a replication conflict aborted them (autocommit_retries).",
@@ -39,8 +52,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, stage := range []string{stageProbe, stagePrepare, stageCapture, stageTerminate} {
 		m.stages.WithLabelValues(stage) // exported from the start
 	}
+	for _, how := range []string{probeWithPrepare, probeApart, probeFellBack} {
+		m.prepares.WithLabelValues(how)
+	}
 	if reg != nil {
-		reg.MustRegister(m.stages, m.retries, m.syncReads)
+		reg.MustRegister(m.stages, m.prepares, m.retries, m.syncReads)
 	}
 	return m
 }

@@ -126,6 +126,11 @@ type session struct {
 	// does not look (set_config): PostgreSQL has the last word, read by
 	// the write probe, or by labelFailed when no probe ran.
 	labelUnseen bool
+	// probeApart: the session's transactions are probed in a round trip
+	// of their own, not in their PREPARE's (prepareAtOnce): one was
+	// refused by _ordo.prepare_check, or the session has a temporary
+	// schema or changed large objects, which make it likely again.
+	probeApart bool
 }
 
 type txState struct {

@@ -76,6 +76,8 @@ type written struct {
 	loMeta, loData bool
 	// prefix is the committed prefix the probe saw (dbsm-rc only).
 	prefix uint64
+	// tempSchema: the session has a temporary schema (the full probe ran).
+	tempSchema bool
 	// label is the transaction's ordo.txn_label (probeLabel), if labelOK.
 	label   string
 	labelOK bool
@@ -125,7 +127,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	}
 	r := res.Rows[0]
 	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
-		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", label: label, labelOK: labelOK}, nil
+		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}, nil
 }
 
 // prepareMark runs before the PREPARE TRANSACTION of a transaction whose
@@ -146,22 +148,25 @@ const prepareMark = "SELECT _ordo.prepare_mark()"
 // then). what names the transaction in errors.
 func (s *session) prepare(ctx context.Context, then []string, what string) (gid txn.GID, replicate bool, prepared time.Time, err error) {
 	t0 := time.Now()
+	if s.preparesAtOnce() {
+		gid, prepared, apart, err := s.prepareAtOnce(ctx, then)
+		if !apart {
+			return gid, err == nil, prepared, err
+		}
+		s.h.m.prepares.WithLabelValues(probeFellBack).Inc()
+	} else {
+		s.h.m.prepares.WithLabelValues(probeApart).Inc()
+	}
 	w, err := s.probe(ctx) // first: it lifts the client's statement_timeout
 	if err != nil {
 		return "", false, t0, err
 	}
+	if w.tempSchema || w.loMeta || w.loData {
+		s.probeApart = true // (a temporary schema stays the session's)
+	}
 	resetStale := false
-	if w.labelOK && !s.labelPinned {
-		s.label = w.label // PostgreSQL's (see probeLabel)
-		s.labelUnseen = false
-		if s.labelResetPending && s.label == s.labelUsed {
-			// A label used up earlier in this batch, whose reset waits
-			// for the batch's end: it is not this transaction's.
-			s.label, resetStale = "", true
-		}
-		if r := s.tx.retry.candidate(); r != nil {
-			r.label = s.label // every attempt's, as PostgreSQL had it
-		}
+	if w.labelOK {
+		resetStale = s.postgresLabel(w.label)
 	}
 	seqs, err := s.sequenceChanges(ctx)
 	if err != nil {
@@ -241,6 +246,110 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 			"ordo: the transaction had failed before its commit (one of Ordo's own statements in it failed; the node log says which); it was rolled back")
 	}
 	return gid, true, s.h.m.since(stagePrepare, t0), nil
+}
+
+// postgresLabel takes label, the transaction's ordo.txn_label as
+// PostgreSQL has it before its PREPARE (probeLabel, prepare_check), for
+// the transaction's, unless a retry pinned its own. resetStale: it is a
+// label used up earlier in the batch, which PostgreSQL must forget.
+func (s *session) postgresLabel(label string) (resetStale bool) {
+	if s.labelPinned {
+		return false
+	}
+	s.label = label // PostgreSQL's (see probeLabel)
+	s.labelUnseen = false
+	if s.labelResetPending && s.label == s.labelUsed {
+		// A label used up earlier in this batch, whose reset waits
+		// for the batch's end: it is not this transaction's.
+		s.label, resetStale = "", true
+	}
+	if r := s.tx.retry.candidate(); r != nil {
+		r.label = s.label // every attempt's, as PostgreSQL had it
+	}
+	return resetStale
+}
+
+// probeSavepoint is the savepoint prepareAtOnce checks the transaction
+// in: a refusal of _ordo.prepare_check is rolled back to it.
+const probeSavepoint = "ordo_probe"
+
+// preparesAtOnce reports whether the transaction is probed in the round
+// trip of its PREPARE (prepareAtOnce) rather than in one before it: it
+// changed rows (so it has an xid, and needs no mark), and nothing Ordo
+// must run between the probe and the PREPARE is pending: no sequence
+// replay, no DDL (afterDDL), no dbsm-rc snapshot taken from the probe.
+// A read-only transaction is probed apart: the check would refuse it.
+func (s *session) preparesAtOnce() bool {
+	return !s.probeApart && !s.rc && s.be.TxRowsChanged() > 0 && s.tx.seqBefore == nil && len(s.tx.ddl) == 0
+}
+
+// prepareAtOnce probes and prepares the open transaction in one round
+// trip: in a savepoint, _ordo.prepare_check (apply, bootstrap.go) makes
+// sure the transaction is one the probe would send on to its PREPARE
+// (it has an xid, the session no temporary schema, it changed no large
+// objects), and takes its label; the PREPARE follows in the same string.
+// The probe's round trip was one of the five a replicated commit makes
+// (docs/performance.md). If the check refuses, the transaction is rolled
+// back to the savepoint, as it was, and apart is true: the caller probes
+// it. Errors are prepare's.
+func (s *session) prepareAtOnce(ctx context.Context, then []string) (gid txn.GID, prepared time.Time, apart bool, err error) {
+	t0 := time.Now()
+	gid = s.consGID()
+	stmts := append([]string{untimed, "SAVEPOINT " + probeSavepoint, "SELECT _ordo.prepare_check()",
+		"RELEASE SAVEPOINT " + probeSavepoint, "PREPARE TRANSACTION '" + string(gid) + "'"}, then...)
+	const beforePrepare = 4 // statements before the PREPARE
+	res, err := s.be.Exec(ctx, stmts[0], stmts[1:]...)
+	if err != nil {
+		return "", t0, false, err
+	}
+	if res.Err != nil {
+		brute := s.bruteForced(res)
+		var pe *pgconn.PgError
+		if len(res.Tags) == 2 && !brute && errors.As(res.Err, &pe) && !strings.HasPrefix(pe.Code, "57") {
+			// The check refused (or failed: it is only a shortcut). A
+			// cancel is not undone, as it would not be in the probe.
+			s.probeApart = true
+			back, err := s.be.Exec(ctx, "ROLLBACK TO SAVEPOINT "+probeSavepoint, "RELEASE SAVEPOINT "+probeSavepoint)
+			if err != nil {
+				return "", t0, false, err
+			}
+			if back.Err == nil {
+				return "", t0, true, nil
+			}
+			s.rollback(ctx)
+			if s.bruteForced(back) {
+				return "", t0, false, errBruteForce
+			}
+			return "", t0, false, back.Err
+		}
+		if len(res.Tags) < beforePrepare {
+			// Nothing was prepared: as a failed probe.
+			s.rollback(ctx)
+			if brute {
+				return "", t0, false, errBruteForce
+			}
+			return "", t0, false, res.Err
+		}
+		// The PREPARE may have succeeded and a later statement of the
+		// string (or a brute-force cancel racing with its end) failed:
+		// never leave the transaction prepared and unknown to the order.
+		s.abandon(gid)
+		if brute {
+			return "", t0, false, errBruteForce
+		}
+		return "", t0, false, prepareFailed(res.Err)
+	}
+	if slices.Contains(res.Tags, "ROLLBACK") {
+		return "", t0, false, pgErr(codeInFailedTransaction,
+			"ordo: the transaction had failed before its commit (one of Ordo's own statements in it failed; the node log says which); it was rolled back")
+	}
+	if len(res.Rows) == 0 || len(res.Rows[0]) != 1 {
+		s.abandon(gid)
+		return "", t0, false, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
+	}
+	s.postgresLabel(res.Rows[0][0]) // (prepare_check reset it in PostgreSQL)
+	s.h.m.prepares.WithLabelValues(probeWithPrepare).Inc()
+	return gid, s.h.m.since(stagePrepare, t0), false, nil
 }
 
 // commitExplicit terminates the client's open transaction when its COMMIT
