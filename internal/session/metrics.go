@@ -17,9 +17,9 @@ const (
 // How an update transaction's write probe ran, as labels of
 // ordo_session_prepares_total (terminate.go, prepareAtOnce).
 const (
-	probeWithPrepare = "with_prepare" // in the PREPARE's round trip
-	probeApart       = "apart"        // in a round trip of its own
-	probeFellBack    = "fell_back"    // _ordo.prepare_check refused: apart
+	probedWithPrepare = "with_prepare" // in the PREPARE's round trip
+	probedApart       = "apart"        // in a round trip of its own
+	probedFellBack    = "fell_back"    // _ordo.prepare_check refused: apart
 )
 
 type metrics struct {
@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, stage := range []string{stageProbe, stagePrepare, stageCapture, stageTerminate} {
 		m.stages.WithLabelValues(stage) // exported from the start
 	}
-	for _, how := range []string{probeWithPrepare, probeApart, probeFellBack} {
+	for _, how := range []string{probedWithPrepare, probedApart, probedFellBack} {
 		m.prepares.WithLabelValues(how)
 	}
 	if reg != nil {

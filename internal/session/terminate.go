@@ -153,9 +153,9 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		if !apart {
 			return gid, err == nil, prepared, err
 		}
-		s.h.m.prepares.WithLabelValues(probeFellBack).Inc()
+		s.h.m.prepares.WithLabelValues(probedFellBack).Inc()
 	} else {
-		s.h.m.prepares.WithLabelValues(probeApart).Inc()
+		s.h.m.prepares.WithLabelValues(probedApart).Inc()
 	}
 	w, err := s.probe(ctx) // first: it lifts the client's statement_timeout
 	if err != nil {
@@ -295,17 +295,34 @@ func (s *session) preparesAtOnce() bool {
 func (s *session) prepareAtOnce(ctx context.Context, then []string) (gid txn.GID, prepared time.Time, apart bool, err error) {
 	t0 := time.Now()
 	gid = s.consGID()
+	// The statements before the PREPARE, by position: Tags holds the
+	// tag of each one that completed, so len(Tags) is the position of
+	// the one that failed.
+	const (
+		atCheck   = 2 // SELECT _ordo.prepare_check()
+		atPrepare = 4 // PREPARE TRANSACTION
+	)
 	stmts := append([]string{untimed, "SAVEPOINT " + probeSavepoint, "SELECT _ordo.prepare_check()",
 		"RELEASE SAVEPOINT " + probeSavepoint, "PREPARE TRANSACTION '" + string(gid) + "'"}, then...)
-	const beforePrepare = 4 // statements before the PREPARE
 	res, err := s.be.Exec(ctx, stmts[0], stmts[1:]...)
 	if err != nil {
 		return "", t0, false, err
 	}
+	if len(res.Tags) > atCheck {
+		// The check passed: its row is the transaction's label, which
+		// a failure after it records the abort under (labelFailed) and
+		// a retry carries, as when the probe ran apart.
+		if len(res.Rows) == 0 || len(res.Rows[0]) != 1 {
+			s.abandon(gid)
+			return "", t0, false, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
+		}
+		s.postgresLabel(res.Rows[0][0]) // (prepare_check reset it in PostgreSQL)
+		s.h.m.prepares.WithLabelValues(probedWithPrepare).Inc()
+	}
 	if res.Err != nil {
 		brute := s.bruteForced(res)
 		var pe *pgconn.PgError
-		if len(res.Tags) == 2 && !brute && errors.As(res.Err, &pe) && !strings.HasPrefix(pe.Code, "57") {
+		if len(res.Tags) == atCheck && !brute && errors.As(res.Err, &pe) && !strings.HasPrefix(pe.Code, "57") {
 			// The check refused (or failed: it is only a shortcut). A
 			// cancel is not undone, as it would not be in the probe.
 			s.probeApart = true
@@ -322,7 +339,7 @@ func (s *session) prepareAtOnce(ctx context.Context, then []string) (gid txn.GID
 			}
 			return "", t0, false, back.Err
 		}
-		if len(res.Tags) < beforePrepare {
+		if len(res.Tags) < atPrepare {
 			// Nothing was prepared: as a failed probe.
 			s.rollback(ctx)
 			if brute {
@@ -343,12 +360,6 @@ func (s *session) prepareAtOnce(ctx context.Context, then []string) (gid txn.GID
 		return "", t0, false, pgErr(codeInFailedTransaction,
 			"ordo: the transaction had failed before its commit (one of Ordo's own statements in it failed; the node log says which); it was rolled back")
 	}
-	if len(res.Rows) == 0 || len(res.Rows[0]) != 1 {
-		s.abandon(gid)
-		return "", t0, false, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
-	}
-	s.postgresLabel(res.Rows[0][0]) // (prepare_check reset it in PostgreSQL)
-	s.h.m.prepares.WithLabelValues(probeWithPrepare).Inc()
 	return gid, s.h.m.since(stagePrepare, t0), false, nil
 }
 

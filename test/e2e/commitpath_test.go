@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -105,6 +106,21 @@ END $$`,
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM audited").Scan(&n))
 		require.Zero(t, n, "node %d", i+1)
 	}
+	// A label set where Ordo does not look (set_config), in a block whose
+	// PREPARE fails (a deferred constraint): the abort is recorded under
+	// it, as when the probe ran apart.
+	exec("CREATE TABLE uniq (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)", "INSERT INTO uniq VALUES (1)")
+	c.waitConverged()
+	w := c.connect(1)
+	for _, sql := range []string{"BEGIN", "SELECT set_config('ordo.txn_label', 'deferred-1', true)", "INSERT INTO uniq VALUES (1)"} {
+		_, err := w.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	_, err = w.Exec(ctx, "COMMIT")
+	require.Equal(t, "23505", sqlstate(err))
+	// (The abort is ordered in the background.)
+	require.Eventually(t, func() bool { return txnStatus(t, c.dsn(2), "deferred-1") == "aborted" }, 20*time.Second, 100*time.Millisecond)
+
 	var bal1, bal2 int
 	require.NoError(t, c.direct(1).QueryRow(ctx, "SELECT (SELECT bal FROM acct WHERE id = 1), (SELECT bal FROM acct WHERE id = 2)").Scan(&bal1, &bal2))
 	require.Equal(t, []int{105, 101}, []int{bal1, bal2})
