@@ -114,13 +114,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, err
 	}
 	if res.Err != nil {
-		// The transaction failed with it: nothing of it can commit.
-		brute := s.bruteForced(res) // (a cancel that arrived late hit the probe)
-		s.rollback(ctx)
-		if brute {
-			return written{}, errBruteForce
-		}
-		return written{}, res.Err
+		return written{}, s.failedBeforePrepare(ctx, res)
 	}
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 5 {
 		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
@@ -228,24 +222,45 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	if err != nil {
 		return "", false, t0, err
 	}
+	if err := s.preparedReply(res, gid); err != nil {
+		return "", false, t0, err
+	}
+	return gid, true, s.h.m.since(stagePrepare, t0), nil
+}
+
+// failedBeforePrepare ends the transaction that one of Ordo's statements
+// before its PREPARE failed in (res: that statement's reply): nothing of
+// it can commit.
+func (s *session) failedBeforePrepare(ctx context.Context, res *wire.Result) error {
+	brute := s.bruteForced(res) // (a cancel that arrived late hit it)
+	s.rollback(ctx)
+	if brute {
+		return errBruteForce
+	}
+	return res.Err
+}
+
+// preparedReply checks the reply to a string that ran PREPARE TRANSACTION
+// gid (and perhaps statements after it).
+func (s *session) preparedReply(res *wire.Result, gid txn.GID) error {
 	if res.Err != nil {
 		// The PREPARE may have succeeded and a later statement of the
 		// string (or a brute-force cancel racing with its end) failed:
 		// never leave the transaction prepared and unknown to the order.
 		s.abandon(gid)
 		if s.bruteForced(res) {
-			return "", false, t0, errBruteForce
+			return errBruteForce
 		}
-		return "", false, t0, prepareFailed(res.Err)
+		return prepareFailed(res.Err)
 	}
 	if slices.Contains(res.Tags, "ROLLBACK") {
 		// PostgreSQL answers PREPARE TRANSACTION in a failed transaction
 		// by rolling it back, without an error: nothing was prepared, and
 		// waiting for its write set would only time out.
-		return "", false, t0, pgErr(codeInFailedTransaction,
+		return pgErr(codeInFailedTransaction,
 			"ordo: the transaction had failed before its commit (one of Ordo's own statements in it failed; the node log says which); it was rolled back")
 	}
-	return gid, true, s.h.m.since(stagePrepare, t0), nil
+	return nil
 }
 
 // postgresLabel takes label, the transaction's ordo.txn_label as
@@ -319,46 +334,24 @@ func (s *session) prepareAtOnce(ctx context.Context, then []string) (gid txn.GID
 		s.postgresLabel(res.Rows[0][0]) // (prepare_check reset it in PostgreSQL)
 		s.h.m.prepares.WithLabelValues(probedWithPrepare).Inc()
 	}
-	if res.Err != nil {
-		brute := s.bruteForced(res)
+	if res.Err != nil && len(res.Tags) < atPrepare {
 		var pe *pgconn.PgError
-		if len(res.Tags) == atCheck && !brute && errors.As(res.Err, &pe) && !strings.HasPrefix(pe.Code, "57") {
+		if len(res.Tags) == atCheck && !s.bruteForced(res) && errors.As(res.Err, &pe) && !strings.HasPrefix(pe.Code, "57") {
 			// The check refused (or failed: it is only a shortcut). A
 			// cancel is not undone, as it would not be in the probe.
 			s.probeApart = true
-			back, err := s.be.Exec(ctx, "ROLLBACK TO SAVEPOINT "+probeSavepoint, "RELEASE SAVEPOINT "+probeSavepoint)
+			res, err = s.be.Exec(ctx, "ROLLBACK TO SAVEPOINT "+probeSavepoint, "RELEASE SAVEPOINT "+probeSavepoint)
 			if err != nil {
 				return "", t0, false, err
 			}
-			if back.Err == nil {
+			if res.Err == nil {
 				return "", t0, true, nil
 			}
-			s.rollback(ctx)
-			if s.bruteForced(back) {
-				return "", t0, false, errBruteForce
-			}
-			return "", t0, false, back.Err
 		}
-		if len(res.Tags) < atPrepare {
-			// Nothing was prepared: as a failed probe.
-			s.rollback(ctx)
-			if brute {
-				return "", t0, false, errBruteForce
-			}
-			return "", t0, false, res.Err
-		}
-		// The PREPARE may have succeeded and a later statement of the
-		// string (or a brute-force cancel racing with its end) failed:
-		// never leave the transaction prepared and unknown to the order.
-		s.abandon(gid)
-		if brute {
-			return "", t0, false, errBruteForce
-		}
-		return "", t0, false, prepareFailed(res.Err)
+		return "", t0, false, s.failedBeforePrepare(ctx, res) // nothing was prepared
 	}
-	if slices.Contains(res.Tags, "ROLLBACK") {
-		return "", t0, false, pgErr(codeInFailedTransaction,
-			"ordo: the transaction had failed before its commit (one of Ordo's own statements in it failed; the node log says which); it was rolled back")
+	if err := s.preparedReply(res, gid); err != nil {
+		return "", t0, false, err
 	}
 	return gid, s.h.m.since(stagePrepare, t0), false, nil
 }
