@@ -752,6 +752,7 @@ func (ss *session) clientLoop() error {
 				// Syncs sent after the Execute that started this COPY
 				// reached PostgreSQL in copy mode and were ignored.
 				ss.outstanding.Add(-int64(ss.syncsSinceExec))
+				ss.unnamed.ignoredSyncs(ss.syncsSinceExec)
 				ss.syncsSinceExec = 0
 				// Started by an Execute, PostgreSQL ends it at the Sync
 				// that follows CopyDone or CopyFail, not at them.

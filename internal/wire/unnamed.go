@@ -90,6 +90,22 @@ func (u *unnamedTracker) sentInjectedCloses() {
 	u.mu.Unlock()
 }
 
+// ignoredSyncs forgets the last n Syncs sent: they followed the Execute
+// of a COPY FROM STDIN, and PostgreSQL ignores Sync in that mode (only
+// Syncs and Flushes can follow that Execute). Left queued, each would take
+// the place of a later message's reply, and what followed would be lost
+// (an injected BEGIN's replies relayed).
+func (u *unnamedTracker) ignoredSyncs(n int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for i := len(u.queue) - 1; i >= 0 && n > 0; i-- {
+		if u.queue[i].kind == trackedSync {
+			u.queue = append(u.queue[:i], u.queue[i+1:]...)
+			n--
+		}
+	}
+}
+
 // answered reports whether every message sent has had its reply.
 func (u *unnamedTracker) answered() bool {
 	u.mu.Lock()
