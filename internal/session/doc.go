@@ -18,8 +18,10 @@
 //     its read keys join the transaction's read set; under cons it must
 //     stay inside the declared classes.
 //  4. An update statement outside a transaction block (autocommit) is
-//     wrapped: the session sends BEGIN first and holds the ReadyForQuery of
-//     the statement's unit; when PostgreSQL has answered, it terminates the
+//     wrapped: the session sends BEGIN first (with the extended protocol,
+//     ahead of the statement's first message in the same round trip,
+//     where PostgreSQL skips the statement if the BEGIN fails:
+//     wrapAhead) and holds the ReadyForQuery of the statement's unit; when PostgreSQL has answered, it terminates the
 //     transaction (step 5) and only then lets the client see ReadyForQuery.
 //     The statement's rows and CommandComplete are held too where the
 //     client cannot be waiting for them, so that a replication conflict

@@ -154,7 +154,8 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	s := &session{h: h, be: be, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
+	s := &session{h: h, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
+	s.be = aheadBackend{Backend: be, s: s}
 	if len(res.Rows) == 1 && len(res.Rows[0]) == 7 {
 		s.pid = parseUint32(res.Rows[0][0])
 		s.searchPath = res.Rows[0][1]

@@ -131,6 +131,11 @@ type session struct {
 	// refused by _ordo.prepare_check, or the session has a temporary
 	// schema or changed large objects, which make it likely again.
 	probeApart bool
+	// ahead is the BEGIN of a wrapped extended-protocol statement at the
+	// start of its unit, not sent yet (wrapAhead): it goes ahead of the
+	// client's message when Statement returns, or in a round trip of its
+	// own if the hook runs a statement of Ordo's before that.
+	ahead string
 }
 
 type txState struct {
@@ -197,6 +202,7 @@ const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 
 // Statement implements wire.SessionHooks.
 func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
+	defer s.sendAhead()
 	first := st.AtBoundary
 	if st.Unit != s.unit {
 		s.unit = st.Unit
@@ -340,9 +346,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// libpq's PQexecParams), so at Bind it would be too late. A unit
 		// that only prepares the statement commits an empty transaction.
 		if first && (updates(stmts) || notifyCalls(stmts)) && s.txStatus() == 'I' && !s.tx.active {
-			if err := s.wrap(ctx); err != nil {
-				return err
-			}
+			s.wrapAhead()
 			if s.tx.retry = s.retryable(stmts, nil, at{kind: wire.KindParse, first: true, sent: sentText(st), msg: st}); s.tx.retry != nil {
 				s.be.HoldConflicts()
 			}
@@ -1169,10 +1173,15 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					// implicit transaction; make it a block, to be
 					// terminated at the batch's Sync.
 					s.beginHere()
-				} else if err := s.wrap(ctx); err != nil {
-					return err
-				} else if s.tx.retry = s.retryable(stmts, params, m); s.tx.retry != nil {
-					s.be.HoldConflicts()
+				} else {
+					if m.kind == wire.KindParse || m.kind == wire.KindBind {
+						s.wrapAhead()
+					} else if err := s.wrap(ctx); err != nil {
+						return err
+					}
+					if s.tx.retry = s.retryable(stmts, params, m); s.tx.retry != nil {
+						s.be.HoldConflicts()
+					}
 				}
 				s.explainTermination(stmts)
 			} else {
@@ -1486,14 +1495,110 @@ func (s *session) wrap(ctx context.Context) error {
 	return nil
 }
 
+// wrapAhead is wrap for an update statement sent with the extended
+// protocol (Parse or Bind) as the first message of its unit: its BEGIN
+// goes to PostgreSQL ahead of the client's message, in the same round
+// trip, rather than in one of its own before it (wire.Backend.BeginHere).
+// If that BEGIN fails (a late cancel), PostgreSQL skips the client's
+// messages up to their Sync and the client gets the error: the statement
+// never runs outside the block. The BEGIN waits in s.ahead until
+// Statement returns (sendAhead); a statement of Ordo's run before then
+// (aheadBackend) sends it first, in a round trip of its own as wrap does,
+// so that it runs in the block as it would after wrap.
+func (s *session) wrapAhead() {
+	s.ahead = s.wrapBegin()
+	s.tx = txState{active: true, wrapped: true}
+	s.unitStatus = 'T'
+	s.inTxn.Store(true)
+	s.be.HoldReady()
+}
+
+// sendAhead sends the BEGIN wrapAhead queued, if it is still to be sent,
+// ahead of the message being reported.
+func (s *session) sendAhead() {
+	begin := s.ahead
+	if begin == "" {
+		return
+	}
+	s.ahead = ""
+	if !s.tx.active || !s.tx.wrapped {
+		return // (the hook ended the block it was for)
+	}
+	s.noteWrap(true)
+	s.tx.injected = true
+	s.be.BeginHere(begin)
+}
+
+// beginAhead runs the BEGIN wrapAhead queued in a round trip of its own,
+// before a statement of Ordo's that must run in its block.
+func (s *session) beginAhead(ctx context.Context) error {
+	begin := s.ahead
+	if begin == "" {
+		return nil
+	}
+	s.ahead = ""
+	if !s.tx.active || !s.tx.wrapped {
+		return nil
+	}
+	res, err := s.be.Exec(ctx, begin) // (s.ahead is empty: no recursion)
+	if err == nil && res.Err != nil {
+		err = res.Err
+		if s.bruteForced(res) {
+			err = errBruteForce // a late cancel of an aborted transaction
+		}
+	}
+	if err != nil {
+		s.tx = txState{}
+		s.unitStatus = 0
+		s.inTxn.Store(false)
+		return err
+	}
+	s.tx.begins = s.be.Begins()
+	s.noteWrap(false)
+	s.unitStatus = 0 // Exec brought the status up to date
+	return nil
+}
+
+// aheadBackend is the session's wire.Backend: a BEGIN that wrapAhead
+// queued is sent before any statement of Ordo's.
+type aheadBackend struct {
+	wire.Backend
+	s *session
+}
+
+func (b aheadBackend) Exec(ctx context.Context, sql string, more ...string) (*wire.Result, error) {
+	if err := b.s.beginAhead(ctx); err != nil {
+		return nil, err
+	}
+	return b.Backend.Exec(ctx, sql, more...)
+}
+
+func (b aheadBackend) ExecAbortable(ctx context.Context, sql string) (*wire.Result, error) {
+	if err := b.s.beginAhead(ctx); err != nil {
+		return nil, err
+	}
+	return b.Backend.ExecAbortable(ctx, sql)
+}
+
+func (b aheadBackend) ExecBound(ctx context.Context, name string, formats []int16, params [][]byte, resultFormats []int16) (*wire.Result, error) {
+	if err := b.s.beginAhead(ctx); err != nil {
+		return nil, err
+	}
+	return b.Backend.ExecBound(ctx, name, formats, params, resultFormats)
+}
+
+// wrapBegin is the BEGIN of a wrapped autocommit statement.
+func (s *session) wrapBegin() string {
+	if s.rc {
+		return "BEGIN" // at the session's own level
+	}
+	return "BEGIN ISOLATION LEVEL REPEATABLE READ"
+}
+
 // beginWrapped opens the block of a wrapped autocommit statement (wrap,
 // and each retry of it).
 func (s *session) beginWrapped(ctx context.Context) error {
-	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ"
-	if s.rc {
-		begin = "BEGIN" // at the session's own level
-	}
-	res, err := s.be.Exec(ctx, begin)
+	res, err := s.be.Exec(ctx, s.wrapBegin())
 	if err != nil {
 		return err
 	}
@@ -1593,7 +1698,7 @@ func (s *session) noteWrap(injected bool) {
 // transaction's.
 func (s *session) beginHere() {
 	s.noteWrap(true)
-	s.be.BeginHere()
+	s.be.BeginHere("BEGIN")
 	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
 	s.unitStatus = 'T'
 	s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}

@@ -175,13 +175,17 @@ type Backend interface {
 	// or the next Sync) until the hooks' ReadyHolder.BeforeReady has run.
 	HoldReady()
 	// BeginHere, called from SessionHooks.Statement for a Parse or Bind
-	// that is not the first message of its batch, outside a transaction
-	// block, makes the implicit transaction PostgreSQL runs the batch in a
-	// transaction block, as a BEGIN sent just before the message would:
-	// PostgreSQL includes in it what the batch ran before. Its replies are
-	// not relayed. The block stays open at the batch's Sync (HoldReady
-	// and ReadyHolder end it).
-	BeginHere()
+	// outside a transaction block, sends begin (a BEGIN statement) just
+	// before the message, in the same round trip. For a message that is
+	// not the first of its batch it makes the implicit transaction
+	// PostgreSQL runs the batch in a transaction block: PostgreSQL
+	// includes in it what the batch ran before. For the first message of
+	// a unit it opens the block its statements run in (begin may name an
+	// isolation level there: no snapshot was taken yet). Its replies are
+	// not relayed, its error is (and then PostgreSQL skips the client's
+	// messages up to the Sync, as after an error of theirs). The block
+	// stays open at the batch's Sync (HoldReady and ReadyHolder end it).
+	BeginHere(begin string)
 	// SyncHere, called from SessionHooks.Statement for a Parse or Bind
 	// that is not the first message of its batch, sends PostgreSQL a Sync
 	// of Ordo's before the message and waits for its ReadyForQuery (not

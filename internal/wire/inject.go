@@ -15,17 +15,22 @@ const injectedName = "ordo_begin"
 // BeginHere implements Backend. It runs on the session goroutine, inside a
 // Statement call: what it sends goes before the message being reported.
 //
-// The BEGIN is parsed, bound, executed and closed under a name of its own
-// (the client's unnamed statement and portal stay as they are). Its five
-// replies arrive in their place among the client's, unless an earlier
+// The BEGIN (begin, a BEGIN statement) is parsed, bound, executed and
+// closed under a name of its own (the client's unnamed statement and
+// portal stay as they are). Its seven replies arrive in their place among the client's, unless an earlier
 // message of the batch failed, and then none does (PostgreSQL skips to the
 // Sync); unnamedTracker knows which replies are theirs and drops them.
-func (ss *session) BeginHere() { ss.sendBegin(false) }
+func (ss *session) BeginHere(begin string) { ss.sendBegin(false, begin) }
 
-// sendBegin sends an injected BEGIN (quiet: SyncHere's).
-func (ss *session) sendBegin(quiet bool) {
+// sendBegin sends an injected BEGIN statement (quiet: SyncHere's).
+func (ss *session) sendBegin(quiet bool, begin string) {
 	ss.unnamed.sentInjected(quiet)
-	ss.sendServer(&pgproto3.Parse{Name: injectedName, Query: "BEGIN"})
+	// The first Closes drop a statement and portal an error left behind
+	// (the client's statement_timeout can fire at the Parse or the Bind,
+	// and PostgreSQL skips the Closes after them): the Parse would fail.
+	ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: injectedName})
+	ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: injectedName})
+	ss.sendServer(&pgproto3.Parse{Name: injectedName, Query: begin})
 	ss.sendServer(&pgproto3.Bind{DestinationPortal: injectedName, PreparedStatement: injectedName})
 	ss.sendServer(&pgproto3.Execute{Portal: injectedName})
 	ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: injectedName})
@@ -218,7 +223,7 @@ func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 	}
 	ss.quietReady.Store(true)
 	ss.outstanding.Add(1)
-	ss.sendBegin(true)
+	ss.sendBegin(true, "BEGIN")
 	ss.sendTracked(&pgproto3.Sync{})
 	if err := ss.flushServer(); err != nil {
 		return false, fmt.Errorf("%w: %w", ErrSessionClosed, err)

@@ -70,14 +70,15 @@ type trackedMsg struct {
 	injected, begin, quiet bool
 }
 
-// sentInjected notes an injected BEGIN's messages: Parse, Bind, Execute
-// and two Closes, in that order; quiet for SyncHere's, else BeginHere's.
+// sentInjected notes an injected BEGIN's messages: two Closes, Parse,
+// Bind, Execute and two Closes, in that order; quiet for SyncHere's, else
+// BeginHere's.
 func (u *unnamedTracker) sentInjected(quiet bool) {
 	m := trackedMsg{kind: trackedOther, injected: true, quiet: quiet}
 	exec := m
 	exec.begin = !quiet
 	u.mu.Lock()
-	u.queue = append(u.queue, m, m, exec, m, m)
+	u.queue = append(u.queue, m, m, m, m, exec, m, m)
 	u.mu.Unlock()
 }
 
