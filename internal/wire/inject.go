@@ -25,6 +25,9 @@ func (ss *session) BeginHere(begin string) { ss.sendBegin(false, begin) }
 // sendBegin sends an injected BEGIN statement (quiet: SyncHere's).
 func (ss *session) sendBegin(quiet bool, begin string) {
 	ss.unnamed.sentInjected(quiet)
+	if !quiet {
+		ss.injectedOpen.Store(true)
+	}
 	// The first Closes drop a statement and portal an error left behind
 	// (the client's statement_timeout can fire at the Parse or the Bind,
 	// and PostgreSQL skips the Closes after them): the Parse would fail.

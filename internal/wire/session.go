@@ -127,6 +127,9 @@ type session struct {
 	// injectedBegins counts BeginHere's BEGINs executed.
 	injectedBegins      atomic.Int64
 	beginsSinceInjected atomic.Int64
+	// injectedOpen: BeginHere sent a BEGIN since the last ReadyForQuery,
+	// whose status (txStatus) does not show the block it opens yet.
+	injectedOpen atomic.Bool
 	// abortErr replaces the next ErrorResponse of the transaction (Abort);
 	// interrupt asks the session goroutine, woken from its client read, to
 	// roll back an idle transaction.
@@ -480,6 +483,7 @@ func (ss *session) run() {
 // (abortErr, abortedTxn) or of its rows stays.
 func (ss *session) readyStatus(status byte) {
 	ss.txStatus.Store(uint32(status))
+	ss.injectedOpen.Store(false)
 	if status == 'I' {
 		ss.txRows.Store(0)
 		if ss.abortErr.Load() != nil {
@@ -803,7 +807,7 @@ func (ss *session) clientLoop() error {
 
 // Abort implements Backend.
 func (ss *session) Abort(err error) {
-	if ss.txStatus.Load() == 'I' && !ss.running() {
+	if ss.idle() && !ss.running() {
 		return
 	}
 	e := errorResponse(err)
@@ -896,6 +900,14 @@ func (ss *session) running() bool {
 	return ex != nil && ex.abortable && ex.sent.Load()
 }
 
+// idle reports whether the session is outside a transaction block: the
+// last ReadyForQuery said so, and no BEGIN of BeginHere's was sent since
+// (a statement sent with it runs in a block, possibly waiting for a lock,
+// while the client has not sent its Sync yet).
+func (ss *session) idle() bool {
+	return ss.txStatus.Load() == 'I' && !ss.injectedOpen.Load()
+}
+
 // abortGrace is how long Abort waits for a running statement to answer
 // before cancelling it.
 const abortGrace = 5 * time.Millisecond
@@ -956,7 +968,7 @@ func (ss *session) cancelsDelivered() bool { return ss.cancelsPending.Load() == 
 // it rolls back the idle transaction, releasing its locks, and leaves a
 // failed one in its place for the client to roll back.
 func (ss *session) abortIdle() {
-	if ss.txStatus.Load() == 'I' || ss.abortErr.Load() == nil {
+	if ss.idle() || ss.abortErr.Load() == nil {
 		return
 	}
 	if ss.outstanding.Load() > 0 || ss.batchOpen || ss.copying {

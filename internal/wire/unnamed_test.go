@@ -64,3 +64,63 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	reply(&pgproto3.CommandComplete{}, rfq)
 	want("a Query without them", "d", "select 4", true, true)
 }
+
+// TestTrackerDropsInjectedBeginAfterCopy: the seven replies of an
+// injected BEGIN are dropped, and its error relayed, also in the unit
+// after a COPY FROM STDIN started by an Execute, whose following Sync
+// PostgreSQL ignored (ignoredSyncs).
+func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
+	var u unnamedTracker
+	rfq := &pgproto3.ReadyForQuery{TxStatus: 'I'}
+	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "copy t from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}} {
+		u.sent(m)
+	}
+	u.ignoredSyncs(1) // CopyData came: PostgreSQL was in COPY mode at that Sync
+	u.sent(&pgproto3.Sync{})
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("COPY 1")}, rfq} {
+		if drop, _ := u.reply(m); drop {
+			t.Fatalf("the client's %T was dropped", m)
+		}
+	}
+	if !u.answered() {
+		t.Fatal("a message is still awaiting its reply after the COPY's ReadyForQuery")
+	}
+
+	// A BEGIN injected ahead of the next unit's Bind: seven replies, the
+	// fifth its CommandComplete.
+	u.sentInjected(false)
+	u.sent(&pgproto3.Bind{})
+	u.sent(&pgproto3.Execute{})
+	u.sent(&pgproto3.Sync{})
+	replies := []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}, &pgproto3.ParseComplete{},
+		&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}}
+	for i, m := range replies {
+		drop, began := u.reply(m)
+		if !drop || began != (i == 4) {
+			t.Fatalf("injected reply %d (%T): drop %v, began %v", i, m, drop, began)
+		}
+	}
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("UPDATE 1")}, rfq} {
+		if drop, _ := u.reply(m); drop {
+			t.Fatalf("the client's %T was dropped", m)
+		}
+	}
+
+	// The same BEGIN failing at its Parse (statement_timeout): its error
+	// is the client's to see, and the client's messages were skipped.
+	u.sentInjected(false)
+	u.sent(&pgproto3.Bind{})
+	u.sent(&pgproto3.Execute{})
+	u.sent(&pgproto3.Sync{})
+	for i, m := range []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}} {
+		if drop, _ := u.reply(m); !drop {
+			t.Fatalf("injected reply %d relayed", i)
+		}
+	}
+	if drop, _ := u.reply(&pgproto3.ErrorResponse{Code: "57014"}); drop {
+		t.Fatal("the injected BEGIN's error was dropped")
+	}
+	if drop, _ := u.reply(rfq); drop || !u.answered() {
+		t.Fatalf("after the Sync's ReadyForQuery: dropped %v, answered %v", drop, u.answered())
+	}
+}
