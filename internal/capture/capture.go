@@ -368,6 +368,7 @@ func (c *Capture) run(ctx context.Context, ready chan<- error) {
 	defer close(c.done)
 	backoff := 100 * time.Millisecond
 	first := true
+	began := time.Now()
 	for ctx.Err() == nil {
 		err := c.stream(ctx, func() {
 			if first {
@@ -378,6 +379,16 @@ func (c *Capture) run(ctx context.Context, ready chan<- error) {
 		})
 		if ctx.Err() != nil {
 			break
+		}
+		if first && slotInUse(err) && time.Since(began) < slotBusyWait {
+			// The walsender of a connection that just ended (Setup's,
+			// or the stream of a node that stopped a moment ago) lets
+			// the slot go when its process exits, a little after.
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		if first {
 			ready <- err
@@ -394,6 +405,17 @@ func (c *Capture) run(ctx context.Context, ready chan<- error) {
 	if first {
 		ready <- ctx.Err()
 	}
+}
+
+// slotBusyWait is how long Start waits for a slot another connection
+// still has active before it fails.
+var slotBusyWait = 10 * time.Second
+
+// slotInUse reports whether err is PostgreSQL's refusal of a slot another
+// connection has active (55006).
+func slotInUse(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55006"
 }
 
 // stream runs one replication connection: START_REPLICATION, then decode

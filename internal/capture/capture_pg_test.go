@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -367,4 +369,54 @@ func TestAwaitAfterTheTransactionEnded(t *testing.T) {
 	require.ErrorIs(t, err, ErrEnded)
 	require.Contains(t, err.Error(), "rolled back")
 	require.Less(t, time.Since(began), time.Second, "Await waited for a PREPARE decoded before it")
+}
+
+// TestStartWaitsForTheSlotToBeLetGo: a slot another connection still has
+// active (the walsender of a stream that just ended lets it go when its
+// process exits, a moment later) delays Start instead of failing it (a
+// node started right after its slot was created, or after its previous
+// run, failed with 55006 "replication slot … is active for PID …"). A
+// slot that stays taken still fails Start, once the wait is over.
+func TestStartWaitsForTheSlotToBeLetGo(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{DSN: server.DSN("postgres"), Slot: "busy_slot", Publication: DefaultPublication}
+	require.NoError(t, Setup(ctx, cfg))
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, server.DSN("postgres"))
+		if err == nil {
+			_, _ = conn.Exec(ctx, "SELECT pg_drop_replication_slot('busy_slot')")
+			conn.Close(ctx)
+		}
+	})
+	hold := func() *pgconn.PgConn {
+		rc, err := replicationConn(ctx, cfg.DSN)
+		require.NoError(t, err)
+		require.NoError(t, pglogrepl.StartReplication(ctx, rc, cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+			PluginArgs: []string{"proto_version '3'", "two_phase 'on'", "publication_names '" + cfg.Publication + "'"}}))
+		return rc
+	}
+
+	holder := hold()
+	old := slotBusyWait
+	slotBusyWait = 300 * time.Millisecond
+	began := time.Now()
+	_, err := startCaptureErr(cfg)
+	slotBusyWait = old
+	require.Error(t, err, "the slot never became free")
+	require.True(t, slotInUse(err), "%v", err)
+	require.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond)
+
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		holder.Close(ctx)
+	}()
+	c, err := startCaptureErr(cfg)
+	require.NoError(t, err, "the slot was let go half a second later")
+	c.Stop()
+}
+
+// startCaptureErr is Start with a fresh registry, returning its error.
+func startCaptureErr(cfg Config) (*Capture, error) {
+	cfg.Registerer = prometheus.NewRegistry()
+	return Start(context.Background(), cfg)
 }
