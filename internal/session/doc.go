@@ -21,8 +21,9 @@
 //     wrapped: the session sends BEGIN first (with the extended protocol,
 //     ahead of the statement's first message in the same round trip,
 //     where PostgreSQL skips the statement if the BEGIN fails:
-//     wrapAhead) and holds the ReadyForQuery of the statement's unit; when PostgreSQL has answered, it terminates the
-//     transaction (step 5) and only then lets the client see ReadyForQuery.
+//     wrapAhead) and holds the ReadyForQuery of the statement's unit;
+//     when PostgreSQL has answered, it terminates the transaction (as
+//     step 5 says) and only then lets the client see ReadyForQuery.
 //     The statement's rows and CommandComplete are held too where the
 //     client cannot be waiting for them, so that a replication conflict
 //     can run it again before the client hears of it (retry.go).

@@ -1516,28 +1516,31 @@ func (s *session) wrapAhead() {
 // sendAhead sends the BEGIN wrapAhead queued, if it is still to be sent,
 // ahead of the message being reported.
 func (s *session) sendAhead() {
-	begin := s.ahead
+	begin := s.takeAhead()
 	if begin == "" {
 		return
-	}
-	s.ahead = ""
-	if !s.tx.active || !s.tx.wrapped {
-		return // (the hook ended the block it was for)
 	}
 	s.noteWrap(true)
 	s.tx.injected = true
 	s.be.BeginHere(begin)
 }
 
+// takeAhead returns the BEGIN wrapAhead queued and forgets it: "" if
+// there is none, or if the hook ended the block it was for since.
+func (s *session) takeAhead() string {
+	begin := s.ahead
+	s.ahead = ""
+	if !s.tx.active || !s.tx.wrapped {
+		return ""
+	}
+	return begin
+}
+
 // beginAhead runs the BEGIN wrapAhead queued in a round trip of its own,
 // before a statement of Ordo's that must run in its block.
 func (s *session) beginAhead(ctx context.Context) error {
-	begin := s.ahead
+	begin := s.takeAhead()
 	if begin == "" {
-		return nil
-	}
-	s.ahead = ""
-	if !s.tx.active || !s.tx.wrapped {
 		return nil
 	}
 	res, err := s.be.Exec(ctx, begin) // (s.ahead is empty: no recursion)
