@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/raft/v3"
 
+	"github.com/ordo-db/ordo/internal/testport"
 	"github.com/ordo-db/ordo/internal/totalorder/faults"
 	"github.com/ordo-db/ordo/internal/totalorder/transport"
 )
@@ -54,16 +55,21 @@ func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
 		c.addrs[uint64(i)] = freeAddr(t)
 		c.dirs[uint64(i)] = t.TempDir()
 	}
+	// Nodes a failed test leaves running would go on dialling their peers
+	// and make every later test's goroutine check fail too.
+	t.Cleanup(c.stopRunning)
 	return c
 }
 
+// freeAddr is a loopback address whose port stays this test binary's
+// while its node is stopped and restarted (testport: below the kernel's
+// ephemeral range, where an outgoing connection could take it, and locked
+// against other test processes).
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return addr
 }
 
@@ -192,6 +198,13 @@ func (c *testCluster) describe() string {
 func (c *testCluster) stopAll() {
 	for id := range c.addrs {
 		c.stop(id)
+	}
+}
+
+// stopRunning stops every node still running, whatever its address.
+func (c *testCluster) stopRunning() {
+	for _, tn := range c.running() {
+		c.stop(tn.ID())
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/testport"
 	"github.com/ordo-db/ordo/pkg/config"
-	"github.com/ordo-db/ordo/test/internal/proccluster"
 )
 
 // cluster is a running test cluster.
@@ -36,10 +36,11 @@ type cluster struct {
 
 // freeAddr returns a free loopback address below the kernel's ephemeral
 // port range, so that a node restarted on it does not find its port taken by
-// some outgoing connection in the meantime (proccluster.FreeAddr: a port is
-// handed out once per test binary, to these clusters and proccluster's).
+// some outgoing connection in the meantime (testport.Addr: a port is handed
+// out once, to these clusters and proccluster's, and is locked against
+// other test processes).
 func freeAddr(t testing.TB) string {
-	addr, err := proccluster.FreeAddr()
+	addr, err := testport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/testport"
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
@@ -168,12 +168,6 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// FreeAddr is a free loopback address (host:port).
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// FreeAddr is a free loopback address (host:port) that stays this
+// process's (testport.Addr).
+func FreeAddr() (string, error) { return testport.Addr() }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/testport"
 	"github.com/ordo-db/ordo/internal/totalorder/storage"
 )
 
@@ -90,75 +90,6 @@ func Build(dir string) (string, error) {
 	return bin, nil
 }
 
-var (
-	handedMu sync.Mutex
-	handed   = map[int]bool{}
-)
-
-// ListenPort listens on a loopback port below the kernel's ephemeral port
-// range (20000-32000), one no test process has handed out before. A port
-// picked by the kernel (":0") comes from the ephemeral range, where any
-// outgoing connection may take it between the moment the listener is
-// closed and the moment the node binds it (a node then fails to start:
-// "address already in use"); below the range only another listener can:
-// one of another test process (go test runs packages side by side), which
-// reservePort rules out.
-func ListenPort() (net.Listener, error) {
-	for attempt := 0; attempt < 1000; attempt++ {
-		port := 20000 + rand.IntN(12000)
-		handedMu.Lock()
-		taken := handed[port]
-		handed[port] = true
-		handedMu.Unlock()
-		if taken || !reservePort(port) {
-			continue
-		}
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			return l, nil
-		}
-	}
-	return nil, errors.New("proccluster: no free loopback port in 20000-32000")
-}
-
-// portLocks are the ports this process reserved, locked until it exits.
-var portLocks []*os.File
-
-// reservePort reports whether port is this process's to hand out: no
-// other test process holds a lock on its file in the temporary directory
-// (seen in the e2e suite: a node restarted after a kill found its port
-// taken by a cluster of the safety suite, which ran beside it). If the
-// lock cannot be taken for another reason, only this process's record
-// counts.
-func reservePort(port int) bool {
-	dir := filepath.Join(os.TempDir(), "ordo-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return true
-	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return true
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return !errors.Is(err, syscall.EWOULDBLOCK)
-	}
-	handedMu.Lock()
-	portLocks = append(portLocks, f)
-	handedMu.Unlock()
-	return true
-}
-
-// FreeAddr returns a loopback address with a port that was free a moment
-// ago (ListenPort).
-func FreeAddr() (string, error) {
-	l, err := ListenPort()
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // Start starts o.N PostgreSQL servers and one `ordo start` process in front
 // of each, and returns once every node serves PostgreSQL clients. On error
 // everything already started is stopped.
@@ -224,7 +155,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	c.procs = make([]*exec.Cmd, total)
 	for i := 0; i < total; i++ {
 		for _, list := range []*[]string{&c.listen, &c.peer, &c.metrics} {
-			l, err := ListenPort()
+			l, err := testport.Listen()
 			if err != nil {
 				return nil, err
 			}

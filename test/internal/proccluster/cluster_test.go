@@ -2,11 +2,8 @@ package proccluster
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,33 +71,4 @@ func TestPauseResumeKill(t *testing.T) {
 	require.True(t, c.Exited(0))
 	c.Resume(0) // nothing left to resume
 	require.ErrorIs(t, cmd.Process.Signal(syscall.Signal(0)), os.ErrProcessDone, "reaped")
-}
-
-// TestPortsAreReservedAcrossProcesses: a port this process handed out is
-// locked for others (flock conflicts between open files, as between
-// processes), and a port another holds is not handed out here.
-func TestPortsAreReservedAcrossProcesses(t *testing.T) {
-	l, err := ListenPort()
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	f, err := os.Open(filepath.Join(os.TempDir(), "ordo-test-ports", strconv.Itoa(port)))
-	require.NoError(t, err)
-	defer f.Close()
-	require.ErrorIs(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK, "reserved for this process")
-
-	other := 20000
-	for ; other < 32000; other++ {
-		handedMu.Lock()
-		free := !handed[other]
-		handedMu.Unlock()
-		if free {
-			break
-		}
-	}
-	g, err := os.OpenFile(filepath.Join(os.TempDir(), "ordo-test-ports", strconv.Itoa(other)), os.O_CREATE|os.O_RDWR, 0o666)
-	require.NoError(t, err)
-	defer g.Close()
-	require.NoError(t, syscall.Flock(int(g.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "held as another process would")
-	require.False(t, reservePort(other), "a port another process holds")
 }

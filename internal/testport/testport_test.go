@@ -1,0 +1,66 @@
+package testport
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPortsAreBelowTheEphemeralRange: the kernel never gives a port that
+// Listen hands out to an outgoing connection (its ephemeral range, read
+// from /proc), so a node stopped and restarted on it finds it free.
+func TestPortsAreBelowTheEphemeralRange(t *testing.T) {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	require.NoError(t, err)
+	f := strings.Fields(string(raw))
+	require.Len(t, f, 2)
+	first, err := strconv.Atoi(f[0])
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for i := 0; i < 50; i++ {
+		addr, err := Addr()
+		require.NoError(t, err)
+		_, p, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		port, err := strconv.Atoi(p)
+		require.NoError(t, err)
+		require.Less(t, port, first, "port %d is in the kernel's ephemeral range %s", port, strings.TrimSpace(string(raw)))
+		require.False(t, seen[port], "port %d handed out twice", port)
+		seen[port] = true
+	}
+}
+
+// TestPortsAreReservedAcrossProcesses: a port this process handed out is
+// locked for others (flock conflicts between open files, as between
+// processes), and a port another holds is not handed out here.
+func TestPortsAreReservedAcrossProcesses(t *testing.T) {
+	l, err := Listen()
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	f, err := os.Open(filepath.Join(os.TempDir(), "ordo-test-ports", strconv.Itoa(port)))
+	require.NoError(t, err)
+	defer f.Close()
+	require.ErrorIs(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK, "reserved for this process")
+
+	other := low
+	for ; other < high; other++ {
+		mu.Lock()
+		free := !handed[other]
+		mu.Unlock()
+		if free {
+			break
+		}
+	}
+	g, err := os.OpenFile(filepath.Join(os.TempDir(), "ordo-test-ports", strconv.Itoa(other)), os.O_CREATE|os.O_RDWR, 0o666)
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, syscall.Flock(int(g.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "held as another process would")
+	require.False(t, reserve(other), "a port another process holds")
+}
