@@ -31,6 +31,9 @@ type testSession struct {
 	closed  int
 	running bool // a method is running: detects overlapping calls
 	overlap bool
+	// atBoundary: each statement at a unit's boundary, with the
+	// transaction status the session reports there.
+	atBoundary []string
 }
 
 var errAbortedByTest = &pgconn.PgError{Code: "40001", Message: "aborted by the test hook"}
@@ -95,6 +98,9 @@ func (s *testSession) Statement(ctx context.Context, st *Statement) error {
 	}
 	s.mu.Lock()
 	s.events = append(s.events, ev)
+	if st.AtBoundary {
+		s.atBoundary = append(s.atBoundary, fmt.Sprintf("%s @%c", st.SQL, s.be.TxStatus()))
+	}
 	s.mu.Unlock()
 	if strings.Contains(st.SQL, "forbidden") {
 		return errForbidden
@@ -334,5 +340,81 @@ func TestChangedRows(t *testing.T) {
 		if got := changedRows(tag); got != want {
 			t.Errorf("changedRows(%q) = %d, want %d", tag, got, want)
 		}
+	}
+}
+
+// TestCopyDataBeforeCopyInResponse: a client sends a COPY's data without
+// waiting for CopyInResponse, after a Sync that followed the COPY's
+// Execute, and the next units with it. PostgreSQL ignores that Sync only
+// if the COPY started; when the COPY failed, it answers it. Each unit
+// after it must start once the one before is answered, seeing the
+// transaction status PostgreSQL reported for it (the session took every
+// such Sync for ignored, and the unit after a failed COPY's ROLLBACK saw
+// the failed block's status).
+func TestCopyDataBeforeCopyInResponse(t *testing.T) {
+	h := &testHooks{}
+	p := startProxy(t, h, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := connect(t, p.superDSN(""))
+	if _, err := c.Exec(ctx, "create table if not exists copy_early(x int); grant all on copy_early to trustuser"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	// The unit after the COPY's opens a block, slowly: the one after it
+	// must see that block.
+	for _, tc := range []struct {
+		table string
+		want  string
+	}{
+		{"no_such_table", "copy no_such_table from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"},
+		{"copy_early", "copy copy_early from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"},
+	} {
+		r := dialRaw(t, p.addr, "trustuser")
+		ts := h.last()
+		r.send(&pgproto3.Parse{Query: "copy " + tc.table + " from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
+			&pgproto3.Query{String: "select pg_sleep(0.3); begin"},
+			&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.Query{String: "rollback"})
+		readies := 5
+		if tc.table == "copy_early" {
+			readies = 4 // the Sync after the Execute, ignored in COPY mode
+		}
+		var got strings.Builder
+		for i := 0; i < readies; i++ {
+			got.WriteString(r.untilReady())
+		}
+		if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
+			t.Fatalf("COPY into %s: replies\n%s", tc.table, got.String())
+		}
+		ts.mu.Lock()
+		seen := strings.Join(ts.atBoundary, "|")
+		ts.mu.Unlock()
+		if seen != tc.want {
+			t.Errorf("COPY into %s: units at their boundaries\n got %s\nwant %s", tc.table, seen, tc.want)
+		}
+	}
+	// A COPY that fails, and its data, with no Sync after the data: the
+	// Sync after the Execute is the one PostgreSQL answers.
+	r := dialRaw(t, p.addr, "trustuser")
+	ts := h.last()
+	r.send(&pgproto3.Parse{Query: "copy no_such_table from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{},
+		&pgproto3.Query{String: "select pg_sleep(0.3); begin"},
+		&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.Query{String: "rollback"})
+	var got strings.Builder
+	for i := 0; i < 4; i++ {
+		got.WriteString(r.untilReady())
+	}
+	if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
+		t.Fatalf("COPY that fails, no Sync after its data: replies\n%s", got.String())
+	}
+	ts.mu.Lock()
+	seen := strings.Join(ts.atBoundary, "|")
+	ts.mu.Unlock()
+	if want := "copy no_such_table from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"; seen != want {
+		t.Errorf("COPY that fails, no Sync after its data: units at their boundaries\n got %s\nwant %s", seen, want)
 	}
 }

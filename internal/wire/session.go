@@ -119,7 +119,10 @@ type session struct {
 	lastFailed atomic.Bool
 	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
 	copyIn atomic.Bool
-	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	// copyInOpen: the last CopyInResponse has had no ErrorResponse or
+	// ReadyForQuery after it (copyStarted).
+	copyInOpen atomic.Bool
+	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
 	// txRows: rows the client's DML changed in the open transaction
 	// (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I', COMMIT
 	// and ROLLBACK, never more than the transaction's.
@@ -156,10 +159,13 @@ type session struct {
 	clientLeft      atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
-	established    bool // startup done: idle timeouts apply
-	batchOpen      bool // extended-protocol messages sent since the last Sync
-	copying        bool // client is sending COPY data
-	copyExtended   bool // that COPY was started by an Execute
+	established  bool // startup done: idle timeouts apply
+	batchOpen    bool // extended-protocol messages sent since the last Sync
+	copying      bool // client is sending COPY data
+	copyExtended bool // that COPY was started by an Execute
+	// copyEnded: the client ended a COPY (CopyDone, CopyFail) in the
+	// unit finishHeld has yet to finish.
+	copyEnded      bool
 	execSinceQuery bool // an Execute was sent after the last Query
 	skipping       bool // a message of this batch was rejected
 	deferredReject *deferredReject
@@ -271,6 +277,7 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 	}
 	ss.unit++
 	ss.unitRows.Store(false) // every earlier reply has arrived
+	ss.copyEnded = false
 	return true, nil
 }
 
@@ -751,6 +758,18 @@ func (ss *session) clientLoop() error {
 			}
 			ss.outstanding.Add(1)
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
+			if !ss.copying && ss.syncsSinceExec > 0 {
+				started, err := ss.copyStarted()
+				if err != nil {
+					return err
+				}
+				if !started {
+					// PostgreSQL ignores COPY messages outside COPY mode
+					// (they come from a client that sent them before it
+					// saw its COPY fail).
+					continue
+				}
+			}
 			if !ss.copying {
 				ss.copying = true
 				// Syncs sent after the Execute that started this COPY
@@ -765,6 +784,7 @@ func (ss *session) clientLoop() error {
 			switch msg.(type) {
 			case *pgproto3.CopyDone, *pgproto3.CopyFail:
 				ss.copying = false
+				ss.copyEnded = true
 			}
 		case *pgproto3.Terminate:
 			ss.clientLeft.Store(true)
@@ -803,6 +823,30 @@ func (ss *session) clientLoop() error {
 			}
 		}
 	}
+}
+
+// copyStarted tells, at the first COPY message of a client that sent
+// Syncs after the COPY's Execute (syncsSinceExec of them), whether the
+// COPY started. PostgreSQL ignores those Syncs in COPY mode, but when the
+// COPY failed it answers them (the first ends the Execute's error), and
+// then ignores the COPY messages. A client that waited for CopyInResponse
+// before sending its data has the answer already; one that did not waits
+// here for PostgreSQL's: CopyInResponse, with every Sync before the
+// Execute answered (it then sends nothing more until it gets data), or
+// every Sync answered.
+func (ss *session) copyStarted() (bool, error) {
+	if err := ss.flushServer(); err != nil {
+		return false, fmt.Errorf("%w: %w", errBackendLost, err)
+	}
+	k := int64(ss.syncsSinceExec)
+	started := func() bool { return ss.copyInOpen.Load() && ss.outstanding.Load() <= k }
+	if err := ss.waitUntil(ss.ctx, func() bool { return started() || ss.outstanding.Load() <= 0 }); err != nil {
+		if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
+			return false, nil // the session is ending
+		}
+		return false, err
+	}
+	return started(), nil
 }
 
 // Abort implements Backend.
@@ -1018,8 +1062,20 @@ func (ss *session) finishHeld() error {
 		return err
 	}
 	if ss.outstanding.Load() > 0 {
-		return nil // COPY in progress: the client sends data next
+		if !ss.copyEnded {
+			return nil // COPY in progress: the client sends data next
+		}
+		// The client sent its data and ended the COPY before PostgreSQL
+		// answered its start: nothing more comes from the client for
+		// this unit, so it ends when PostgreSQL has answered it.
+		if err := ss.waitIdle(ss.ctx); err != nil {
+			if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
+	ss.copyEnded = false
 	ss.hold.Store(false)
 	ss.holdTag.Store(false)
 	ss.holdRows.Store(false)
@@ -1363,6 +1419,7 @@ func (ss *session) backendLoop() {
 				ss.noteRows()
 			}
 		case *pgproto3.ReadyForQuery:
+			ss.copyInOpen.Store(false)
 			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)
 			}
@@ -1451,6 +1508,7 @@ func (ss *session) backendLoop() {
 		case *pgproto3.CopyInResponse:
 			ss.noteRows()
 			ss.copyIn.Store(true)
+			ss.copyInOpen.Store(true)
 			ss.wakeWaiters()
 			if ss.hold.Load() {
 				ss.sendClient(m)
@@ -1463,6 +1521,7 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
+			ss.copyInOpen.Store(false)
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
 			if ss.abortCanceled(m) {

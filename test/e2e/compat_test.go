@@ -504,6 +504,8 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 	for i, end := range [][]pgproto3.FrontendMessage{
 		{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{}},
 		{&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyFail{Message: "changed my mind"}, &pgproto3.Sync{}},
+		// a row that is there already: the COPY fails at its data
+		{&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{}},
 	} {
 		require.Equal(t, untilCopyIn(hp), untilCopyIn(ho))
 		want := exchange(t, hp, end)
@@ -520,6 +522,100 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 	var n int
 	require.NoError(t, o.QueryRow(ctx, "select count(*) from ct").Scan(&n))
 	require.Equal(t, 2, n)
+	require.Zero(t, sb.c.unreplicated(0))
+}
+
+// TestCompatCopyDataBeforeCopyInResponse: a client that sends a COPY's
+// data without waiting for CopyInResponse, after a Sync that followed the
+// COPY's Execute. Whether PostgreSQL ignores that Sync depends on whether
+// the COPY started: it is ignored in COPY mode, and answered (as the end
+// of the failed Execute's error) when the COPY failed, the data then
+// being ignored. Ordo took every such Sync for ignored, so after a COPY
+// that failed it expected one ReadyForQuery fewer than PostgreSQL sent,
+// and the batch after it, whose update Ordo makes a block, went wrong.
+func TestCompatCopyDataBeforeCopyInResponse(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	for _, c := range []*pgx.Conn{o, p} {
+		_, err := c.Exec(ctx, "create table cd(x int primary key)")
+		require.NoError(t, err)
+	}
+	ho, hp := sb.hijacked(t)
+	copyAll := func(table, rows string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "copy " + table + " from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.CopyData{Data: []byte(rows)}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
+		}
+	}
+	batch := func(x int) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: fmt.Sprintf("insert into cd values (%d)", x)}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Sync{},
+		}
+	}
+	readies := func(h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage, n int) string {
+		out := exchange(t, h, msgs)
+		for i := 1; i < n; i++ {
+			out += exchange(t, h, nil)
+		}
+		return out
+	}
+	// The same with no Sync between the Execute and the data, and an
+	// empty query sent with them: Ordo took the Sync after CopyDone for
+	// the end of a COPY still to come, and the unit's ReadyForQuery was
+	// lost.
+	noSync := func(table, rows string) []pgproto3.FrontendMessage {
+		all := copyAll(table, rows)
+		return append(append(all[:3:3], all[4:]...), &pgproto3.Query{})
+	}
+	for i, tc := range []struct {
+		name    string
+		msgs    []pgproto3.FrontendMessage
+		readies int
+	}{
+		{"a COPY that fails", copyAll("no_such_table", "1\n"), 2},
+		{"a COPY that runs", copyAll("cd", "1\n2\n"), 1},
+		{"a COPY that fails again", copyAll("cd(no_such_column)", "3\n"), 2},
+		{"a COPY with no Sync before its data, that runs", noSync("cd", "4\n"), 2},
+		{"a COPY with no Sync before its data, whose data fails", noSync("cd", "4\n5\n"), 2},
+		{"a COPY with no Sync before its data, that fails", noSync("no_such_table", "5\n"), 2},
+	} {
+		want := readies(hp, tc.msgs, tc.readies)
+		require.Equal(t, want, readies(ho, tc.msgs, tc.readies), tc.name)
+		require.Equal(t, exchange(t, hp, batch(10+i)), exchange(t, ho, batch(10+i)), "the batch after %s", tc.name)
+		// A block begun and written in two units sent together, then
+		// rolled back: Ordo must see the second unit inside the block
+		// (it waits for the first's ReadyForQuery), and not commit it.
+		inBlock := append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+			&pgproto3.Parse{Query: fmt.Sprintf("insert into cd values (%d)", 20+i)}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		require.Equal(t, readies(hp, inBlock, 2), readies(ho, inBlock, 2), "a block after %s", tc.name)
+		rollback := []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}}
+		require.Equal(t, exchange(t, hp, rollback), exchange(t, ho, rollback), "its rollback, after %s", tc.name)
+	}
+	// The same in a block, with the next units sent at once: a COPY that
+	// fails, its ignored data, the block's ROLLBACK (sent before the
+	// COPY's error came back), then a write after the block.
+	for i, table := range []string{"no_such_table", "cd"} {
+		begin := []pgproto3.FrontendMessage{&pgproto3.Query{String: "begin"}}
+		require.Equal(t, exchange(t, hp, begin), exchange(t, ho, begin))
+		msgs := append(copyAll(table, fmt.Sprintf("%d\n", 30+i)),
+			&pgproto3.Parse{Query: "rollback"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		msgs = append(msgs, batch(40+i)...)
+		n := 4
+		if table == "cd" {
+			n = 3
+		}
+		require.Equal(t, readies(hp, msgs, n), readies(ho, msgs, n), "a block with a COPY into %s", table)
+	}
+	sb.c.waitConverged()
+	for i := 0; i < 3; i++ {
+		require.Equal(t, sb.c.checksum(0, "cd"), sb.c.checksum(i, "cd"), "node %d", i+1)
+	}
+	var n int
+	require.NoError(t, o.QueryRow(ctx, "select count(*) from cd").Scan(&n))
+	require.Equal(t, 11, n)
 	require.Zero(t, sb.c.unreplicated(0))
 }
 

@@ -76,8 +76,16 @@ func fuzzSessions(t *testing.T, protocol string) {
 	var recent []string
 	for r := 0; r < rounds; r++ {
 		msgs, text := randomUnit(rng, begin)
-		want := exchange(t, plain, msgs)
-		got := exchange(t, ordo, msgs)
+		ex := exchange
+		if rng.IntN(8) == 0 {
+			msgs, text = randomCopy(rng)
+			ex = exchangeMarked
+		}
+		if trace {
+			fmt.Fprintf(os.Stderr, "FZ sending round %d: %s\n", r, text)
+		}
+		want := ex(t, plain, msgs)
+		got := ex(t, ordo, msgs)
 		if want != got {
 			keepLog()
 		}
@@ -258,6 +266,69 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 	}
 	msgs = append(msgs, &pgproto3.Sync{})
 	return msgs, strings.Join(desc, "; ") + "; Sync"
+}
+
+// randomCopy returns a COPY FROM STDIN sent the way a client that does
+// not wait for CopyInResponse sends it, with its data: as a simple Query,
+// or as Parse, Bind, Execute, sometimes with a Sync right after the
+// Execute (ignored by PostgreSQL if the COPY starts, answered if it
+// fails); into the table or a column it lacks; rows that may collide;
+// ended by CopyDone or CopyFail. The last message is a marker query
+// (exchangeMarked).
+func randomCopy(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
+	target := "fz"
+	if rng.IntN(4) == 0 {
+		target = "fz(k, nope)"
+	}
+	sql := "copy " + target + " from stdin"
+	var msgs []pgproto3.FrontendMessage
+	desc := []string{sql}
+	simple := rng.IntN(3) == 0
+	if simple {
+		msgs = append(msgs, &pgproto3.Query{String: sql})
+		desc = append(desc, "as a Query")
+	} else {
+		msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		if rng.IntN(2) == 0 {
+			msgs = append(msgs, &pgproto3.Sync{})
+			desc = append(desc, "Sync after the Execute")
+		}
+	}
+	for i, n := 0, rng.IntN(3); i < n; i++ {
+		row := fmt.Sprintf("%d\t%d\n", rng.IntN(6), rng.IntN(100))
+		msgs = append(msgs, &pgproto3.CopyData{Data: []byte(row)})
+		desc = append(desc, fmt.Sprintf("CopyData %q", row))
+	}
+	if rng.IntN(4) == 0 {
+		msgs = append(msgs, &pgproto3.CopyFail{Message: "the client gave up"})
+		desc = append(desc, "CopyFail")
+	} else {
+		msgs = append(msgs, &pgproto3.CopyDone{})
+		desc = append(desc, "CopyDone")
+	}
+	if !simple {
+		msgs = append(msgs, &pgproto3.Sync{})
+		desc = append(desc, "Sync")
+	}
+	msgs = append(msgs, &pgproto3.Query{String: markerQuery})
+	return msgs, strings.Join(desc, "; ")
+}
+
+// markerQuery is an empty query: answered by EmptyQueryResponse, which
+// nothing else randomCopy sends is, in every state (in a failed block
+// too).
+const markerQuery = ""
+
+// exchangeMarked is exchange for messages that end with markerQuery,
+// whose number of ReadyForQuery replies depends on what PostgreSQL did:
+// it reads up to the marker's.
+func exchangeMarked(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
+	t.Helper()
+	out := exchange(t, h, msgs)
+	for !strings.Contains(out, "*pgproto3.EmptyQueryResponse\n") {
+		out += exchange(t, h, nil)
+	}
+	return out
 }
 
 // executes counts the Executes in msgs.
