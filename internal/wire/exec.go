@@ -135,13 +135,7 @@ func (ss *session) runExec(ctx context.Context, abortable bool, send func()) (*R
 	}
 }
 
-// waitIdleOrCopyIn is waitIdle that also returns when PostgreSQL starts a
-// COPY FROM STDIN for a held unit (holdCopyIn).
-func (ss *session) waitIdleOrCopyIn(ctx context.Context) error {
-	return ss.waitUntil(ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.holdCopyIn.Load() })
-}
-
-// wakeWaiters wakes waitIdle and waitIdleOrCopyIn callers to look again.
+// wakeWaiters wakes waitIdle and waitUntil callers to look again.
 func (ss *session) wakeWaiters() {
 	if ss.waiters.Load() > 0 {
 		ss.mu.Lock()

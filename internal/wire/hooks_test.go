@@ -417,4 +417,31 @@ func TestCopyDataBeforeCopyInResponse(t *testing.T) {
 	if want := "copy no_such_table from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"; seen != want {
 		t.Errorf("COPY that fails, no Sync after its data: units at their boundaries\n got %s\nwant %s", seen, want)
 	}
+	// Two COPYs in one batch, in a block: the first runs, the second
+	// fails, with a Sync after its Execute. The first's CopyInResponse
+	// says nothing of the second's fate.
+	r = dialRaw(t, p.addr, "trustuser")
+	ts = h.last()
+	r.send(&pgproto3.Query{String: "begin"})
+	r.untilReady()
+	r.send(&pgproto3.Parse{Query: "copy copy_early from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{},
+		&pgproto3.Parse{Query: "copy no_such_table from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
+		&pgproto3.Query{String: "rollback; select pg_sleep(0.3); begin"},
+		&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.Query{String: "rollback"})
+	got.Reset()
+	for i := 0; i < 5; i++ {
+		got.WriteString(r.untilReady())
+	}
+	if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
+		t.Fatalf("two COPYs in a batch: replies\n%s", got.String())
+	}
+	ts.mu.Lock()
+	seen = strings.Join(ts.atBoundary, "|")
+	ts.mu.Unlock()
+	if want := "begin @I|copy copy_early from stdin @T|rollback; select pg_sleep(0.3); begin @E|select 2 @T|rollback @T"; seen != want {
+		t.Errorf("two COPYs in a batch: units at their boundaries\n got %s\nwant %s", seen, want)
+	}
 }

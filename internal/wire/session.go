@@ -71,8 +71,8 @@ type session struct {
 	// hold is set by HoldReady: the backend goroutine does not relay the
 	// ReadyForQuery that brings outstanding to zero; the session goroutine
 	// runs ReadyHolder.BeforeReady and sends it (finishHeld).
-	hold       atomic.Bool
-	holdCopyIn atomic.Bool // a CopyInResponse arrived while holding
+	hold    atomic.Bool
+	copyIns atomic.Int64 // CopyInResponses received (finishHeld)
 	// holdTag: the held unit is a simple Query, whose last CommandComplete
 	// is held too (heldTag): PostgreSQL ends a query's implicit
 	// transaction before it reports the last statement's completion, so a
@@ -119,10 +119,7 @@ type session struct {
 	lastFailed atomic.Bool
 	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
 	copyIn atomic.Bool
-	// copyInOpen: the last CopyInResponse has had no ErrorResponse or
-	// ReadyForQuery after it (copyStarted).
-	copyInOpen atomic.Bool
-	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
 	// txRows: rows the client's DML changed in the open transaction
 	// (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I', COMMIT
 	// and ROLLBACK, never more than the transaction's.
@@ -163,9 +160,12 @@ type session struct {
 	batchOpen    bool // extended-protocol messages sent since the last Sync
 	copying      bool // client is sending COPY data
 	copyExtended bool // that COPY was started by an Execute
-	// copyEnded: the client ended a COPY (CopyDone, CopyFail) in the
-	// unit finishHeld has yet to finish.
-	copyEnded      bool
+	// copyInsAtUnit: copyIns when the unit began; copyEnds: the COPYs
+	// the client ended (CopyDone, CopyFail) since (finishHeld).
+	copyInsAtUnit, copyEnds int64
+	// lastExec: the tracker's number of the client's last Execute
+	// (copyStarted).
+	lastExec       uint64
 	execSinceQuery bool // an Execute was sent after the last Query
 	skipping       bool // a message of this batch was rejected
 	deferredReject *deferredReject
@@ -277,7 +277,7 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 	}
 	ss.unit++
 	ss.unitRows.Store(false) // every earlier reply has arrived
-	ss.copyEnded = false
+	ss.copyInsAtUnit, ss.copyEnds = ss.copyIns.Load(), 0
 	return true, nil
 }
 
@@ -758,7 +758,7 @@ func (ss *session) clientLoop() error {
 			}
 			ss.outstanding.Add(1)
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
-			if !ss.copying && ss.syncsSinceExec > 0 {
+			if !ss.copying && ss.syncsSinceExec > 0 && ss.srv.hooks != nil {
 				started, err := ss.copyStarted()
 				if err != nil {
 					return err
@@ -784,7 +784,7 @@ func (ss *session) clientLoop() error {
 			switch msg.(type) {
 			case *pgproto3.CopyDone, *pgproto3.CopyFail:
 				ss.copying = false
-				ss.copyEnded = true
+				ss.copyEnds++
 			}
 		case *pgproto3.Terminate:
 			ss.clientLeft.Store(true)
@@ -797,7 +797,10 @@ func (ss *session) clientLoop() error {
 			return nil
 		}
 		if _, sync := msg.(*pgproto3.Sync); ss.srv.hooks != nil && (!sync || !ss.copying) {
-			ss.unnamed.sent(msg) // (only hooks Exec or inject: a plain relay need not follow replies)
+			seq := ss.unnamed.sent(msg) // (only hooks Exec or inject: a plain relay need not follow replies)
+			if _, ok := msg.(*pgproto3.Execute); ok {
+				ss.lastExec = seq
+			}
 		}
 		ss.sendServer(msg)
 		if ss.hold.Load() {
@@ -831,22 +834,26 @@ func (ss *session) clientLoop() error {
 // COPY failed it answers them (the first ends the Execute's error), and
 // then ignores the COPY messages. A client that waited for CopyInResponse
 // before sending its data has the answer already; one that did not waits
-// here for PostgreSQL's: CopyInResponse, with every Sync before the
-// Execute answered (it then sends nothing more until it gets data), or
-// every Sync answered.
+// here for PostgreSQL's answer to the Execute (the tracker follows it).
+// Only a session with hooks follows replies; a plain relay takes the COPY
+// for started, which costs it no more than its count of Syncs awaiting
+// an answer.
 func (ss *session) copyStarted() (bool, error) {
 	if err := ss.flushServer(); err != nil {
 		return false, fmt.Errorf("%w: %w", errBackendLost, err)
 	}
-	k := int64(ss.syncsSinceExec)
-	started := func() bool { return ss.copyInOpen.Load() && ss.outstanding.Load() <= k }
-	if err := ss.waitUntil(ss.ctx, func() bool { return started() || ss.outstanding.Load() <= 0 }); err != nil {
+	var started bool
+	if err := ss.waitUntil(ss.ctx, func() bool {
+		var decided bool
+		started, decided = ss.unnamed.copyFate(ss.lastExec)
+		return decided
+	}); err != nil {
 		if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
 			return false, nil // the session is ending
 		}
 		return false, err
 	}
-	return started(), nil
+	return started, nil
 }
 
 // Abort implements Backend.
@@ -1047,35 +1054,23 @@ func (ss *session) HoldReady() {
 // STDIN, it returns at once and runs again after the client's CopyDone or
 // CopyFail. It runs on the session goroutine.
 func (ss *session) finishHeld() error {
-	// Cleared before the unit (or the client's CopyDone) reaches
-	// PostgreSQL: cleared after, it could erase the CopyInResponse the
-	// backend goroutine had already seen, and the session would wait for
-	// the end of a COPY whose data it no longer reads from the client.
-	ss.holdCopyIn.Store(false)
 	if err := ss.flushServer(); err != nil {
 		return fmt.Errorf("%w: %w", errBackendLost, err)
 	}
-	if err := ss.waitIdleOrCopyIn(ss.ctx); err != nil {
+	// A COPY of the unit that started (CopyInResponse) and that the
+	// client has not ended waits for the client's data. (Counted, not
+	// flagged: a client may send its data and CopyDone before the
+	// CopyInResponse arrives, and one unit may run several COPYs.)
+	copyOpen := func() bool { return ss.copyIns.Load()-ss.copyInsAtUnit > ss.copyEnds }
+	if err := ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || copyOpen() }); err != nil {
 		if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 	if ss.outstanding.Load() > 0 {
-		if !ss.copyEnded {
-			return nil // COPY in progress: the client sends data next
-		}
-		// The client sent its data and ended the COPY before PostgreSQL
-		// answered its start: nothing more comes from the client for
-		// this unit, so it ends when PostgreSQL has answered it.
-		if err := ss.waitIdle(ss.ctx); err != nil {
-			if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
+		return nil // COPY in progress: the client sends data next
 	}
-	ss.copyEnded = false
 	ss.hold.Store(false)
 	ss.holdTag.Store(false)
 	ss.holdRows.Store(false)
@@ -1419,7 +1414,6 @@ func (ss *session) backendLoop() {
 				ss.noteRows()
 			}
 		case *pgproto3.ReadyForQuery:
-			ss.copyInOpen.Store(false)
 			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)
 			}
@@ -1508,7 +1502,7 @@ func (ss *session) backendLoop() {
 		case *pgproto3.CopyInResponse:
 			ss.noteRows()
 			ss.copyIn.Store(true)
-			ss.copyInOpen.Store(true)
+			ss.copyIns.Add(1)
 			ss.wakeWaiters()
 			if ss.hold.Load() {
 				ss.sendClient(m)
@@ -1516,12 +1510,9 @@ func (ss *session) backendLoop() {
 					ss.terminate(nil)
 					return
 				}
-				ss.holdCopyIn.Store(true)
-				ss.wakeWaiters()
 				continue
 			}
 		case *pgproto3.ErrorResponse:
-			ss.copyInOpen.Store(false)
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
 			if ss.abortCanceled(m) {

@@ -42,6 +42,10 @@ type unnamedTracker struct {
 	// lastExecute: the last ErrorResponse followed answered an Execute,
 	// and the next message is a Sync (PostgreSQL skipped nothing).
 	lastExecute bool
+	// seq numbers the messages queued (trackedMsg.seq); copyIn is the
+	// seq of the last Execute answered by CopyInResponse; unsure: what
+	// became of the messages up to it is unknown (lost).
+	seq, copyIn, unsure uint64
 }
 
 type trackedKind uint8
@@ -68,6 +72,7 @@ type trackedMsg struct {
 	// by Backend.InjectedBegins). quiet: SyncHere's, whose error and
 	// warning are dropped too.
 	injected, begin, quiet bool
+	seq                    uint64
 }
 
 // sentInjected notes an injected BEGIN's messages: two Closes, Parse,
@@ -78,7 +83,7 @@ func (u *unnamedTracker) sentInjected(quiet bool) {
 	exec := m
 	exec.begin = !quiet
 	u.mu.Lock()
-	u.queue = append(u.queue, m, m, m, m, exec, m, m)
+	u.push(m, m, m, m, exec, m, m)
 	u.mu.Unlock()
 }
 
@@ -87,7 +92,7 @@ func (u *unnamedTracker) sentInjected(quiet bool) {
 // replies are dropped.
 func (u *unnamedTracker) sentInjectedCloses() {
 	u.mu.Lock()
-	u.queue = append(u.queue, trackedMsg{kind: trackedCloseUnnamed, injected: true}, trackedMsg{kind: trackedOther, injected: true})
+	u.push(trackedMsg{kind: trackedCloseUnnamed, injected: true}, trackedMsg{kind: trackedOther, injected: true})
 	u.mu.Unlock()
 }
 
@@ -122,8 +127,9 @@ func (u *unnamedTracker) quietFirst() bool {
 	return len(u.queue) > 0 && u.queue[0].quiet
 }
 
-// sent notes a message sent to PostgreSQL for the client.
-func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) {
+// sent notes a message sent to PostgreSQL for the client, and returns its
+// number (0 for a message that has no reply of its own).
+func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
 	var m trackedMsg
 	switch x := msg.(type) {
 	case *pgproto3.Parse:
@@ -144,11 +150,39 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) {
 	case *pgproto3.Query:
 		m = trackedMsg{kind: trackedQuery, sqlPrepared: mayPrepare(x.String)}
 	default:
-		return // no reply of its own (Flush, COPY data)
+		return 0 // no reply of its own (Flush, COPY data)
 	}
 	u.mu.Lock()
-	u.queue = append(u.queue, m)
-	u.mu.Unlock()
+	defer u.mu.Unlock()
+	u.push(m)
+	return u.seq
+}
+
+// push queues messages, numbering them. u.mu is held.
+func (u *unnamedTracker) push(msgs ...trackedMsg) {
+	for _, m := range msgs {
+		u.seq++
+		m.seq = u.seq
+		u.queue = append(u.queue, m)
+	}
+}
+
+// copyFate tells what became of the Execute numbered seq: decided once
+// PostgreSQL answered it (or skipped it), started if it started a COPY
+// FROM STDIN. If the tracker lost track of the replies, it answers
+// started: the caller then goes on as if PostgreSQL waited for the data.
+func (u *unnamedTracker) copyFate(seq uint64) (started, decided bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.copyIn == seq:
+		return true, true
+	case seq <= u.unsure:
+		return true, true
+	case len(u.queue) > 0 && u.queue[0].seq <= seq:
+		return false, false
+	}
+	return false, true
 }
 
 // reply follows one message of PostgreSQL's replies to the client's
@@ -161,6 +195,15 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		*pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse, *pgproto3.PortalSuspended, *pgproto3.CloseComplete:
 		final = true
 	case *pgproto3.ErrorResponse, *pgproto3.ReadyForQuery:
+	case *pgproto3.CopyInResponse:
+		// It answers the Execute in front (a Query's COPY answers its
+		// Query, which stays in front until its ReadyForQuery).
+		u.mu.Lock()
+		if len(u.queue) > 0 && u.queue[0].kind == trackedExecute {
+			u.copyIn = u.queue[0].seq
+		}
+		u.mu.Unlock()
+		return false, false
 	default:
 		return false, false
 	}
@@ -261,6 +304,7 @@ func (u *unnamedTracker) failedExecuteLast() bool {
 
 // lost forgets what is known: the replies did not match the messages.
 func (u *unnamedTracker) lost() {
+	u.unsure = u.seq
 	u.queue = u.queue[:0]
 	u.lastExecute = false
 	u.stmt = nil

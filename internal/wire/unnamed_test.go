@@ -124,3 +124,54 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 		t.Fatalf("after the Sync's ReadyForQuery: dropped %v, answered %v", drop, u.answered())
 	}
 }
+
+// TestTrackerTellsACopysFate: what became of an Execute that may start a
+// COPY FROM STDIN, as copyStarted asks it: undecided until PostgreSQL
+// answers it, started by its CopyInResponse (not an earlier COPY's),
+// not started when it fails or is skipped, and taken for started once
+// the tracker has lost track.
+func TestTrackerTellsACopysFate(t *testing.T) {
+	var u unnamedTracker
+	execute := func(sql string) uint64 {
+		u.sent(&pgproto3.Parse{Query: sql})
+		u.sent(&pgproto3.Bind{})
+		return u.sent(&pgproto3.Execute{})
+	}
+	check := func(what string, seq uint64, started, decided bool) {
+		t.Helper()
+		if s, d := u.copyFate(seq); s != started || d != decided {
+			t.Fatalf("%s: started %v, decided %v; want %v, %v", what, s, d, started, decided)
+		}
+	}
+	a := execute("copy t from stdin")
+	b := execute("copy missing from stdin")
+	u.sent(&pgproto3.Sync{})
+	check("a before any reply", a, false, false)
+	u.reply(&pgproto3.ParseComplete{})
+	u.reply(&pgproto3.BindComplete{})
+	check("a answered by nothing yet", a, false, false)
+	u.reply(&pgproto3.CopyInResponse{})
+	check("a", a, true, true)
+	check("b while a copies", b, false, false)
+	u.reply(&pgproto3.CommandComplete{CommandTag: []byte("COPY 1")})
+	u.reply(&pgproto3.ParseComplete{})
+	u.reply(&pgproto3.BindComplete{})
+	check("b after a's end", b, false, false)
+	u.reply(&pgproto3.ErrorResponse{Code: "42P01"})
+	check("b failed", b, false, true)
+
+	// Skipped after an error at its Bind.
+	c := execute("copy t from stdin")
+	u.sent(&pgproto3.Sync{})
+	u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	u.reply(&pgproto3.ParseComplete{})
+	check("c before its Bind's reply", c, false, false)
+	u.reply(&pgproto3.ErrorResponse{Code: "08P01"})
+	check("c skipped", c, false, true)
+
+	// Lost track: taken for started.
+	d := execute("copy t from stdin")
+	u.sent(&pgproto3.Sync{})
+	u.reply(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}) // where c's Sync awaits a ReadyForQuery
+	check("d after the tracker lost track", d, true, true)
+}

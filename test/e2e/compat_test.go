@@ -581,6 +581,19 @@ func TestCompatCopyDataBeforeCopyInResponse(t *testing.T) {
 		{"a COPY with no Sync before its data, that runs", noSync("cd", "4\n"), 2},
 		{"a COPY with no Sync before its data, whose data fails", noSync("cd", "4\n5\n"), 2},
 		{"a COPY with no Sync before its data, that fails", noSync("no_such_table", "5\n"), 2},
+		// Two COPYs in one unit Ordo holds, their data sent at once:
+		// the unit waits for the second's data after the first's end.
+		{"two COPYs in one Query", []pgproto3.FrontendMessage{
+			&pgproto3.Query{String: "copy cd from stdin; copy cd from stdin"},
+			&pgproto3.CopyData{Data: []byte("50\n")}, &pgproto3.CopyDone{},
+			&pgproto3.CopyData{Data: []byte("51\n")}, &pgproto3.CopyDone{},
+		}, 1},
+		{"two COPYs in one batch", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "copy cd from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.CopyData{Data: []byte("52\n")}, &pgproto3.CopyDone{},
+			&pgproto3.Parse{Query: "copy cd from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.CopyData{Data: []byte("53\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
+		}, 1},
 	} {
 		want := readies(hp, tc.msgs, tc.readies)
 		require.Equal(t, want, readies(ho, tc.msgs, tc.readies), tc.name)
@@ -613,9 +626,11 @@ func TestCompatCopyDataBeforeCopyInResponse(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		require.Equal(t, sb.c.checksum(0, "cd"), sb.c.checksum(i, "cd"), "node %d", i+1)
 	}
-	var n int
+	var n, direct int
 	require.NoError(t, o.QueryRow(ctx, "select count(*) from cd").Scan(&n))
-	require.Equal(t, 11, n)
+	require.NoError(t, p.QueryRow(ctx, "select count(*) from cd").Scan(&direct))
+	require.Equal(t, direct, n)
+	require.Equal(t, 17, n)
 	require.Zero(t, sb.c.unreplicated(0))
 }
 

@@ -268,43 +268,52 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 	return msgs, strings.Join(desc, "; ") + "; Sync"
 }
 
-// randomCopy returns a COPY FROM STDIN sent the way a client that does
-// not wait for CopyInResponse sends it, with its data: as a simple Query,
-// or as Parse, Bind, Execute, sometimes with a Sync right after the
-// Execute (ignored by PostgreSQL if the COPY starts, answered if it
-// fails); into the table or a column it lacks; rows that may collide;
-// ended by CopyDone or CopyFail. The last message is a marker query
-// (exchangeMarked).
+// randomCopy returns one or two COPY FROM STDIN sent the way a client
+// that does not wait for CopyInResponse sends them, with their data: as a
+// simple Query (two in one string), or as Parse, Bind, Execute, sometimes
+// with a Sync right after the Execute (ignored by PostgreSQL if the COPY
+// starts, answered if it fails); into the table or a column it lacks;
+// rows that may collide; each ended by CopyDone or CopyFail. The last
+// message is a marker query (exchangeMarked).
 func randomCopy(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
-	target := "fz"
-	if rng.IntN(4) == 0 {
-		target = "fz(k, nope)"
+	copies := 1 + rng.IntN(2)
+	sqls := make([]string, copies)
+	for i := range sqls {
+		target := "fz"
+		if rng.IntN(4) == 0 {
+			target = "fz(k, nope)"
+		}
+		sqls[i] = "copy " + target + " from stdin"
 	}
-	sql := "copy " + target + " from stdin"
 	var msgs []pgproto3.FrontendMessage
-	desc := []string{sql}
+	var desc []string
 	simple := rng.IntN(3) == 0
 	if simple {
-		msgs = append(msgs, &pgproto3.Query{String: sql})
-		desc = append(desc, "as a Query")
-	} else {
-		msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
-		if rng.IntN(2) == 0 {
-			msgs = append(msgs, &pgproto3.Sync{})
-			desc = append(desc, "Sync after the Execute")
+		q := strings.Join(sqls, "; ")
+		msgs = append(msgs, &pgproto3.Query{String: q})
+		desc = append(desc, "Query "+q)
+	}
+	for _, sql := range sqls {
+		if !simple {
+			msgs = append(msgs, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{})
+			desc = append(desc, sql)
+			if rng.IntN(2) == 0 {
+				msgs = append(msgs, &pgproto3.Sync{})
+				desc = append(desc, "Sync after the Execute")
+			}
 		}
-	}
-	for i, n := 0, rng.IntN(3); i < n; i++ {
-		row := fmt.Sprintf("%d\t%d\n", rng.IntN(6), rng.IntN(100))
-		msgs = append(msgs, &pgproto3.CopyData{Data: []byte(row)})
-		desc = append(desc, fmt.Sprintf("CopyData %q", row))
-	}
-	if rng.IntN(4) == 0 {
-		msgs = append(msgs, &pgproto3.CopyFail{Message: "the client gave up"})
-		desc = append(desc, "CopyFail")
-	} else {
-		msgs = append(msgs, &pgproto3.CopyDone{})
-		desc = append(desc, "CopyDone")
+		for i, n := 0, rng.IntN(3); i < n; i++ {
+			row := fmt.Sprintf("%d\t%d\n", rng.IntN(6), rng.IntN(100))
+			msgs = append(msgs, &pgproto3.CopyData{Data: []byte(row)})
+			desc = append(desc, fmt.Sprintf("CopyData %q", row))
+		}
+		if rng.IntN(4) == 0 {
+			msgs = append(msgs, &pgproto3.CopyFail{Message: "the client gave up"})
+			desc = append(desc, "CopyFail")
+		} else {
+			msgs = append(msgs, &pgproto3.CopyDone{})
+			desc = append(desc, "CopyDone")
+		}
 	}
 	if !simple {
 		msgs = append(msgs, &pgproto3.Sync{})
