@@ -444,4 +444,31 @@ func TestCopyDataBeforeCopyInResponse(t *testing.T) {
 	if want := "begin @I|copy copy_early from stdin @T|rollback; select pg_sleep(0.3); begin @E|select 2 @T|rollback @T"; seen != want {
 		t.Errorf("two COPYs in a batch: units at their boundaries\n got %s\nwant %s", seen, want)
 	}
+	// A COPY whose Bind the hooks refuse (raised at its Execute, in
+	// whose place Ordo sends a Describe of its own), after a COPY that
+	// ran: its fate is the Describe's, not the earlier Execute's.
+	r = dialRaw(t, p.addr, "trustuser")
+	ts = h.last()
+	r.send(&pgproto3.Parse{Query: "copy copy_early from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{})
+	r.untilReady()
+	r.send(&pgproto3.Parse{Query: "copy copy_early from stdin", ParameterOIDs: []uint32{25}}, &pgproto3.Bind{Parameters: [][]byte{[]byte("bad")}},
+		&pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{},
+		&pgproto3.Query{String: "select pg_sleep(0.3); begin"},
+		&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.Query{String: "rollback"})
+	got.Reset()
+	for i := 0; i < 4; i++ {
+		got.WriteString(r.untilReady())
+	}
+	if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
+		t.Fatalf("a refused COPY: replies\n%s", got.String())
+	}
+	ts.mu.Lock()
+	seen = strings.Join(ts.atBoundary, "|")
+	ts.mu.Unlock()
+	if want := "copy copy_early from stdin @I|copy copy_early from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"; seen != want {
+		t.Errorf("a refused COPY: units at their boundaries\n got %s\nwant %s", seen, want)
+	}
 }

@@ -290,9 +290,11 @@ type deferredReject struct {
 
 // sendTracked is sendServer for a message sent in place of the client's:
 // its reply goes to the client (unnamedTracker follows it).
-func (ss *session) sendTracked(msg pgproto3.FrontendMessage) {
-	ss.unnamed.sent(msg)
+// It returns the tracker's number of msg.
+func (ss *session) sendTracked(msg pgproto3.FrontendMessage) uint64 {
+	seq := ss.unnamed.sent(msg)
 	ss.sendServer(msg)
+	return seq
 }
 
 // sendServer appends msg to the bytes pending for PostgreSQL.
@@ -723,7 +725,9 @@ func (ss *session) clientLoop() error {
 			ss.execSinceQuery = true
 			if d := ss.deferredReject; d != nil && d.portal == m.Portal {
 				ss.deferredReject = nil
-				ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
+				// Sent in the Execute's place: what becomes of the
+				// Execute is what becomes of it (copyStarted).
+				ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
 				ss.skipping = true
 				continue
 			}
@@ -785,6 +789,7 @@ func (ss *session) clientLoop() error {
 			case *pgproto3.CopyDone, *pgproto3.CopyFail:
 				ss.copying = false
 				ss.copyEnds++
+				ss.lastExec = 0 // (an Execute starts one COPY at most)
 			}
 		case *pgproto3.Terminate:
 			ss.clientLeft.Store(true)

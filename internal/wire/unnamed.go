@@ -171,7 +171,11 @@ func (u *unnamedTracker) push(msgs ...trackedMsg) {
 // PostgreSQL answered it (or skipped it), started if it started a COPY
 // FROM STDIN. If the tracker lost track of the replies, it answers
 // started: the caller then goes on as if PostgreSQL waited for the data.
+// Seq 0 is no Execute: nothing started.
 func (u *unnamedTracker) copyFate(seq uint64) (started, decided bool) {
+	if seq == 0 {
+		return false, true
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch {

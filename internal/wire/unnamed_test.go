@@ -143,6 +143,7 @@ func TestTrackerTellsACopysFate(t *testing.T) {
 			t.Fatalf("%s: started %v, decided %v; want %v, %v", what, s, d, started, decided)
 		}
 	}
+	check("no Execute", 0, false, true)
 	a := execute("copy t from stdin")
 	b := execute("copy missing from stdin")
 	u.sent(&pgproto3.Sync{})
