@@ -345,8 +345,19 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// drivers send Parse/Bind/Execute/Sync in one unit (pgjdbc,
 		// libpq's PQexecParams), so at Bind it would be too late. A unit
 		// that only prepares the statement commits an empty transaction.
+		// The BEGIN goes ahead of an unnamed statement's Parse, in its
+		// round trip; ahead of a named one's, in a round trip of its own:
+		// in the client's unit it would count toward the client's
+		// statement_timeout, and a timeout just after the Parse (at its
+		// Describe) would leave the named statement in PostgreSQL while
+		// the client hears that its prepare failed, and fails its next
+		// Parse of that name (42P05).
 		if first && (updates(stmts) || notifyCalls(stmts)) && s.txStatus() == 'I' && !s.tx.active {
-			s.wrapAhead()
+			if st.Name == "" {
+				s.wrapAhead()
+			} else if err := s.wrap(ctx); err != nil {
+				return err
+			}
 			if s.tx.retry = s.retryable(stmts, nil, at{kind: wire.KindParse, first: true, sent: sentText(st), msg: st}); s.tx.retry != nil {
 				s.be.HoldConflicts()
 			}
