@@ -361,114 +361,81 @@ func TestCopyDataBeforeCopyInResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close(ctx)
-	// The unit after the COPY's opens a block, slowly: the one after it
-	// must see that block.
-	for _, tc := range []struct {
-		table string
-		want  string
-	}{
-		{"no_such_table", "copy no_such_table from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"},
-		{"copy_early", "copy copy_early from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"},
-	} {
+	// run sends setup (a unit at a time) and then msgs at once on a new
+	// session, reads readies ReadyForQuery replies, and checks that the
+	// last units answered as they should and that each unit saw, at its
+	// boundary, the transaction status PostgreSQL reported for the one
+	// before it (want: "SQL @status|…").
+	const tail = "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n"
+	run := func(name string, setup [][]pgproto3.FrontendMessage, msgs []pgproto3.FrontendMessage, readies int, want string) {
+		t.Helper()
 		r := dialRaw(t, p.addr, "trustuser")
 		ts := h.last()
-		r.send(&pgproto3.Parse{Query: "copy " + tc.table + " from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-			&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
-			&pgproto3.Query{String: "select pg_sleep(0.3); begin"},
-			&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-			&pgproto3.Query{String: "rollback"})
-		readies := 5
-		if tc.table == "copy_early" {
-			readies = 4 // the Sync after the Execute, ignored in COPY mode
+		for _, unit := range setup {
+			r.send(unit...)
+			r.untilReady()
 		}
+		r.send(msgs...)
 		var got strings.Builder
 		for i := 0; i < readies; i++ {
 			got.WriteString(r.untilReady())
 		}
-		if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
-			t.Fatalf("COPY into %s: replies\n%s", tc.table, got.String())
+		if !strings.HasSuffix(got.String(), tail) {
+			t.Fatalf("%s: replies\n%s", name, got.String())
 		}
 		ts.mu.Lock()
 		seen := strings.Join(ts.atBoundary, "|")
 		ts.mu.Unlock()
-		if seen != tc.want {
-			t.Errorf("COPY into %s: units at their boundaries\n got %s\nwant %s", tc.table, seen, tc.want)
+		if seen != want {
+			t.Errorf("%s: units at their boundaries\n got %s\nwant %s", name, seen, want)
 		}
 	}
-	// A COPY that fails, and its data, with no Sync after the data: the
-	// Sync after the Execute is the one PostgreSQL answers.
-	r := dialRaw(t, p.addr, "trustuser")
-	ts := h.last()
-	r.send(&pgproto3.Parse{Query: "copy no_such_table from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{},
+	// After the COPY's unit comes one that opens a block, slowly, and the
+	// one after it must see that block.
+	after := []pgproto3.FrontendMessage{
 		&pgproto3.Query{String: "select pg_sleep(0.3); begin"},
 		&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.Query{String: "rollback"})
-	var got strings.Builder
-	for i := 0; i < 4; i++ {
-		got.WriteString(r.untilReady())
+		&pgproto3.Query{String: "rollback"},
 	}
-	if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
-		t.Fatalf("COPY that fails, no Sync after its data: replies\n%s", got.String())
+	copyIn := func(table string, sync bool) []pgproto3.FrontendMessage {
+		msgs := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "copy " + table + " from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+		if sync {
+			msgs = append(msgs, &pgproto3.Sync{})
+		}
+		return append(msgs, &pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{})
 	}
-	ts.mu.Lock()
-	seen := strings.Join(ts.atBoundary, "|")
-	ts.mu.Unlock()
-	if want := "copy no_such_table from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"; seen != want {
-		t.Errorf("COPY that fails, no Sync after its data: units at their boundaries\n got %s\nwant %s", seen, want)
+	sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
+	join := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
+		var all []pgproto3.FrontendMessage
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		return all
 	}
+	const afterWant = "select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"
+	// A Sync after the Execute: answered when the COPY fails (five
+	// ReadyForQuery in all), ignored when it runs (four).
+	run("a COPY that fails", nil, join(copyIn("no_such_table", true), sync, after), 5,
+		"copy no_such_table from stdin @I|"+afterWant)
+	run("a COPY that runs", nil, join(copyIn("copy_early", true), sync, after), 4,
+		"copy copy_early from stdin @I|"+afterWant)
+	// A COPY that fails, and its data, with no Sync after the data: the
+	// Sync after the Execute is the one PostgreSQL answers.
+	run("a COPY that fails, no Sync after its data", nil, join(copyIn("no_such_table", true), after), 4,
+		"copy no_such_table from stdin @I|"+afterWant)
 	// Two COPYs in one batch, in a block: the first runs, the second
 	// fails, with a Sync after its Execute. The first's CopyInResponse
 	// says nothing of the second's fate.
-	r = dialRaw(t, p.addr, "trustuser")
-	ts = h.last()
-	r.send(&pgproto3.Query{String: "begin"})
-	r.untilReady()
-	r.send(&pgproto3.Parse{Query: "copy copy_early from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{},
-		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{},
-		&pgproto3.Parse{Query: "copy no_such_table from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
-		&pgproto3.Query{String: "rollback; select pg_sleep(0.3); begin"},
-		&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.Query{String: "rollback"})
-	got.Reset()
-	for i := 0; i < 5; i++ {
-		got.WriteString(r.untilReady())
-	}
-	if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
-		t.Fatalf("two COPYs in a batch: replies\n%s", got.String())
-	}
-	ts.mu.Lock()
-	seen = strings.Join(ts.atBoundary, "|")
-	ts.mu.Unlock()
-	if want := "begin @I|copy copy_early from stdin @T|rollback; select pg_sleep(0.3); begin @E|select 2 @T|rollback @T"; seen != want {
-		t.Errorf("two COPYs in a batch: units at their boundaries\n got %s\nwant %s", seen, want)
-	}
+	run("two COPYs in a batch", [][]pgproto3.FrontendMessage{{&pgproto3.Query{String: "begin"}}},
+		join(copyIn("copy_early", false), copyIn("no_such_table", true), sync,
+			[]pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback; select pg_sleep(0.3); begin"}}, after[1:]), 5,
+		"begin @I|copy copy_early from stdin @T|rollback; select pg_sleep(0.3); begin @E|select 2 @T|rollback @T")
 	// A COPY whose Bind the hooks refuse (raised at its Execute, in
 	// whose place Ordo sends a Describe of its own), after a COPY that
 	// ran: its fate is the Describe's, not the earlier Execute's.
-	r = dialRaw(t, p.addr, "trustuser")
-	ts = h.last()
-	r.send(&pgproto3.Parse{Query: "copy copy_early from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{})
-	r.untilReady()
-	r.send(&pgproto3.Parse{Query: "copy copy_early from stdin", ParameterOIDs: []uint32{25}}, &pgproto3.Bind{Parameters: [][]byte{[]byte("bad")}},
-		&pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{},
-		&pgproto3.Query{String: "select pg_sleep(0.3); begin"},
-		&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-		&pgproto3.Query{String: "rollback"})
-	got.Reset()
-	for i := 0; i < 4; i++ {
-		got.WriteString(r.untilReady())
-	}
-	if !strings.HasSuffix(got.String(), "DataRow \"2\"\nCommandComplete SELECT 1\nReadyForQuery T\nCommandComplete ROLLBACK\nReadyForQuery I\n") {
-		t.Fatalf("a refused COPY: replies\n%s", got.String())
-	}
-	ts.mu.Lock()
-	seen = strings.Join(ts.atBoundary, "|")
-	ts.mu.Unlock()
-	if want := "copy copy_early from stdin @I|copy copy_early from stdin @I|select pg_sleep(0.3); begin @I|select 2 @T|rollback @T"; seen != want {
-		t.Errorf("a refused COPY: units at their boundaries\n got %s\nwant %s", seen, want)
-	}
+	refused := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "copy copy_early from stdin", ParameterOIDs: []uint32{25}},
+		&pgproto3.Bind{Parameters: [][]byte{[]byte("bad")}}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{}}
+	run("a refused COPY", [][]pgproto3.FrontendMessage{join(copyIn("copy_early", true), sync)}, join(refused, after), 4,
+		"copy copy_early from stdin @I|copy copy_early from stdin @I|"+afterWant)
 }

@@ -175,15 +175,16 @@ func (ss *session) Failed(ctx context.Context) (bool, error) {
 // FROM STDIN, which waits for data and ignores a Flush: ErrNotAtBoundary
 // then.
 func (ss *session) awaitReplies(ctx context.Context) error {
-	ss.copyIn.Store(false)
+	copyIns := ss.copyIns.Load()
+	copyIn := func() bool { return ss.copyIns.Load() > copyIns }
 	ss.sendServer(&pgproto3.Flush{})
 	if err := ss.flushServer(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
-	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.unitFailed.Load() || ss.copyIn.Load() }); err != nil {
+	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.unitFailed.Load() || copyIn() }); err != nil {
 		return err
 	}
-	if ss.copyIn.Load() {
+	if copyIn() {
 		return ErrNotAtBoundary
 	}
 	return nil

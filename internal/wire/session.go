@@ -72,7 +72,7 @@ type session struct {
 	// ReadyForQuery that brings outstanding to zero; the session goroutine
 	// runs ReadyHolder.BeforeReady and sends it (finishHeld).
 	hold    atomic.Bool
-	copyIns atomic.Int64 // CopyInResponses received (finishHeld)
+	copyIns atomic.Int64 // CopyInResponses received (finishHeld, awaitReplies)
 	// holdTag: the held unit is a simple Query, whose last CommandComplete
 	// is held too (heldTag): PostgreSQL ends a query's implicit
 	// transaction before it reports the last statement's completion, so a
@@ -117,9 +117,7 @@ type session struct {
 	// had one (PostgreSQL skipped to its Sync). See SyncHere.
 	unitFailed atomic.Bool
 	lastFailed atomic.Bool
-	// copyIn: a CopyInResponse arrived since SyncHere last cleared it.
-	copyIn atomic.Bool
-	begins atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
 	// txRows: rows the client's DML changed in the open transaction
 	// (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I', COMMIT
 	// and ROLLBACK, never more than the transaction's.
@@ -1506,7 +1504,6 @@ func (ss *session) backendLoop() {
 			continue
 		case *pgproto3.CopyInResponse:
 			ss.noteRows()
-			ss.copyIn.Store(true)
 			ss.copyIns.Add(1)
 			ss.wakeWaiters()
 			if ss.hold.Load() {
