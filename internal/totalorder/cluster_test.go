@@ -57,7 +57,7 @@ func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
 	}
 	// Nodes a failed test leaves running would go on dialling their peers
 	// and make every later test's goroutine check fail too.
-	t.Cleanup(c.stopRunning)
+	t.Cleanup(c.stopAll)
 	return c
 }
 
@@ -195,14 +195,8 @@ func (c *testCluster) describe() string {
 	return b.String()
 }
 
+// stopAll stops every node still running, whatever its address.
 func (c *testCluster) stopAll() {
-	for id := range c.addrs {
-		c.stop(id)
-	}
-}
-
-// stopRunning stops every node still running, whatever its address.
-func (c *testCluster) stopRunning() {
 	for _, tn := range c.running() {
 		c.stop(tn.ID())
 	}

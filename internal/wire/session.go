@@ -760,19 +760,19 @@ func (ss *session) clientLoop() error {
 			}
 			ss.outstanding.Add(1)
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
-			if !ss.copying && ss.syncsSinceExec > 0 && ss.srv.hooks != nil {
-				started, err := ss.copyStarted()
-				if err != nil {
-					return err
-				}
-				if !started {
-					// PostgreSQL ignores COPY messages outside COPY mode
-					// (they come from a client that sent them before it
-					// saw its COPY fail).
-					continue
-				}
-			}
 			if !ss.copying {
+				if ss.syncsSinceExec > 0 && ss.srv.hooks != nil {
+					started, err := ss.copyStarted()
+					if err != nil {
+						return err
+					}
+					if !started {
+						// PostgreSQL ignores COPY messages outside COPY
+						// mode (they come from a client that sent them
+						// before it saw its COPY fail).
+						continue
+					}
+				}
 				ss.copying = true
 				// Syncs sent after the Execute that started this COPY
 				// reached PostgreSQL in copy mode and were ignored.

@@ -22,6 +22,7 @@ import (
 	"github.com/ordo-db/ordo/internal/admin"
 	"github.com/ordo-db/ordo/internal/node"
 	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/testport"
 	"github.com/ordo-db/ordo/pkg/config"
 	"github.com/ordo-db/ordo/test/internal/benchcluster"
 )
@@ -196,11 +197,11 @@ func dumpRestore(ctx context.Context, binDir, src, direct, name string) (float64
 // joinerConfig is joiner id's configuration: the cluster's settings, an
 // empty database.
 func joinerConfig(c *benchcluster.Cluster, id uint32, pgDSN string) (*config.Node, error) {
-	listen, err := benchcluster.FreeAddr()
+	listen, err := testport.Addr()
 	if err != nil {
 		return nil, err
 	}
-	peerListen, err := benchcluster.FreeAddr()
+	peerListen, err := testport.Addr()
 	if err != nil {
 		return nil, err
 	}

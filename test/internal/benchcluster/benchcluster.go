@@ -93,7 +93,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	peers := map[uint32]string{}
 	for i := 1; i <= o.N; i++ {
-		if peers[uint32(i)], err = FreeAddr(); err != nil {
+		if peers[uint32(i)], err = testport.Addr(); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -104,7 +104,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	log := slog.New(slog.NewTextHandler(logOut, nil))
 	for i, s := range pg.Servers {
-		listen, err := FreeAddr()
+		listen, err := testport.Addr()
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -167,7 +167,3 @@ func (c *Cluster) Stop() {
 		os.RemoveAll(c.dir)
 	}
 }
-
-// FreeAddr is a free loopback address (host:port) that stays this
-// process's (testport.Addr).
-func FreeAddr() (string, error) { return testport.Addr() }
