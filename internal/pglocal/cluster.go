@@ -7,9 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ordo-db/ordo/internal/testport"
 )
 
 // Options configures Start. The zero value starts one server in a temporary
@@ -195,13 +198,25 @@ func (c *Cluster) Stop() error {
 	return errors.Join(errs...)
 }
 
+// freePort picks a port for a server whose Options leave BasePort zero.
+// It comes from testport, below the kernel's ephemeral range and locked
+// for this process: a port the kernel picked (":0") is in that range, where
+// any outgoing connection may take it while the server is down, and a
+// server restarted on it (Server.Restart, crash tests) would then fail
+// with "address already in use".
 func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if host != "127.0.0.1" {
+		return 0, fmt.Errorf("pglocal: find a free port: host %s is not 127.0.0.1", host)
+	}
+	addr, err := testport.Addr()
 	if err != nil {
 		return 0, fmt.Errorf("pglocal: find a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("pglocal: find a free port: %w", err)
+	}
+	return strconv.Atoi(port)
 }
 
 func portFree(host string, port int) error {

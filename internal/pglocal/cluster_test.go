@@ -181,3 +181,17 @@ func TestPanicLeavesNoServer(t *testing.T) {
 		return err != nil
 	}, 15*time.Second, 100*time.Millisecond, "server of a panicked test still listening on %s", addr)
 }
+
+// A server's port must stay free while it is down (TestKillAndRestart,
+// the e2e crash tests): a port below the kernel's ephemeral range is one
+// no outgoing connection can take meanwhile.
+func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Start(ctx, Options{N: 2})
+	require.NoError(t, err)
+	defer c.Stop()
+	for _, s := range c.Servers {
+		require.Less(t, s.Port, 32768, "%s listens on %d, in the ephemeral range", s.Name, s.Port)
+	}
+}

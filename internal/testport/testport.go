@@ -1,13 +1,15 @@
 // Package testport hands out loopback TCP ports for the clusters that
 // tests and benchmarks start: in-process Raft nodes, `ordo start`
-// processes, proxies. A port it hands out stays free for its process
+// processes, proxies, and internal/pglocal's PostgreSQL servers when no
+// base port is given. A port it hands out stays free for its process
 // across a node's stop and restart: it is below the kernel's ephemeral
 // port range, so no outgoing connection takes it, and it is locked for
 // the process's lifetime against every other process that uses this
 // package (go test runs packages side by side).
 //
 // It must never choose a port a user configured or one a production node
-// listens on: it is for test and benchmark clusters only.
+// listens on: it is for test and benchmark clusters only (and pglocal's
+// throwaway servers, which a demo started with free ports uses too).
 package testport
 
 import (
