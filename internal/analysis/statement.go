@@ -163,6 +163,12 @@ type Statement struct {
 	// block ("LOCK TABLE", "DECLARE CURSOR" without HOLD): in the
 	// implicit transaction of an extended-protocol batch it refuses it.
 	BlockOnly string
+	// NoBlock names a statement PostgreSQL never runs in a transaction
+	// block ("DISCARD ALL", "VACUUM", "ALTER SYSTEM", "CREATE DATABASE",
+	// …): in the implicit transaction of an extended-protocol batch,
+	// after another statement ran, it refuses it as run within a
+	// pipeline.
+	NoBlock string
 	// Explain is set for EXPLAIN; Executes is false only for an EXPLAIN
 	// without ANALYZE (which runs nothing).
 	Explain  bool

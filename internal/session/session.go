@@ -41,6 +41,9 @@ type session struct {
 	// sent holds the text PostgreSQL runs each prepared statement as
 	// (its Parse, or what Ordo rewrote it to).
 	sent map[string]string
+	// fromSQL holds the statements SQL's PREPARE created (name to the
+	// PREPARE's text), as readNamed last read them.
+	fromSQL map[string]string
 	// funcs names the functions called through the fast-path interface,
 	// by OID (functioncall.go).
 	funcs map[uint32]function
@@ -224,6 +227,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 		}
 	}
+	if first && !s.be.NamedKnown() && s.txStatus() != 'E' && hasNamed(s.sent) {
+		// SQL's PREPARE, DEALLOCATE or DISCARD left the wire layer
+		// unsure of what PostgreSQL holds under the client's names: read
+		// them now, while nothing of the unit is sent, for any Bind of
+		// the unit (a failed read leaves them unknown, and such a Bind
+		// is taken for a statement that may do anything).
+		s.readNamed(ctx)
+	}
 	if r := s.tx.retry; r != nil && r.extended {
 		// The unit of an extended-protocol statement that may be run
 		// again: its one Bind, and nothing else.
@@ -309,7 +320,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		}
 		s.rewriteIsolation(st, stmts)
 		for _, a := range stmts {
-			if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession || showAnswered(a, st.Rewrite) {
+			if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession || showAnswered(a, st.Rewrite) || snapshotWhenRun(a) {
 				s.unitParsed = true
 			}
 		}
@@ -386,12 +397,21 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			// What PostgreSQL holds under the name, which is not what
 			// the client last sent if that Parse was refused (the name
 			// existed) or skipped, or a Close of it skipped.
-			switch sql, exists, known := s.be.Named(st.Name); {
+			sql, exists, known := s.be.Named(st.Name)
+			prepared, ok := s.fromSQL[st.Name]
+			switch {
 			case known && !exists:
 				return nil // PostgreSQL reports that it does not exist
+			case exists && ok && prepared == sql:
+				stmts = []*analysis.Statement{opaque("a statement prepared with SQL PREPARE")}
 			case exists && sql != s.sent[st.Name]:
 				stmts = s.analyze(sql)
 				s.stmts[st.Name], s.sent[st.Name] = stmts, sql
+			case !known && s.txStatus() != 'E':
+				// SQL's PREPARE, DEALLOCATE or DISCARD ran since the
+				// statements were last read, and reading them failed:
+				// the client's last Parse of the name may have failed.
+				stmts = []*analysis.Statement{opaque("a statement this session cannot tell after SQL's PREPARE, DEALLOCATE or DISCARD")}
 			}
 		}
 		if st.Name == "" && first {
@@ -614,6 +634,13 @@ func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
 		// statement of the batch was bound (both checked:
 		// compatibility.md).
 		return pgErr("25P01", "%s can only be used in transaction blocks", stmts[0].BlockOnly)
+	}
+	if extended && s.serverVersion < 180000 && s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
+		// Before PostgreSQL 18, after a statement of the batch ran,
+		// PostgreSQL refuses it as run within a pipeline; in Ordo's
+		// block it would say "inside a transaction block", which is
+		// what 18 says (it takes the batch for a block by then).
+		return pgErr("25001", "%s cannot be executed within a pipeline", stmts[0].NoBlock)
 	}
 	if !s.tx.wrapped || s.tx.clientBegan || len(stmts) != 1 || stmts[0].Kind != analysis.KindTxn {
 		// (After a BEGIN of the client's in the block, savepoints are
@@ -855,6 +882,78 @@ func (s *session) analyze(sql string) []*analysis.Statement {
 		return []*analysis.Statement{a}
 	}
 	return stmts
+}
+
+// hasNamed reports whether the client parsed a named statement.
+func hasNamed(sent map[string]string) bool {
+	for name := range sent {
+		if name != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// utilitySnapshot notes the snapshot PostgreSQL takes when it runs a
+// statement of the session's or the node's own (snapshotWhenRun, or
+// answered, the SELECT that answers a SHOW): in an implicit transaction,
+// a BEGIN after it can no longer set its level; as the first statement
+// of a block to take one, it takes the block's snapshot, and the
+// snapshot's seqno (certification's) is the applied prefix before it,
+// not before a later statement.
+func (s *session) utilitySnapshot(ctx context.Context, a *analysis.Statement, answered, atBoundary bool) error {
+	if !answered && !snapshotWhenRun(a) || s.txStatus() == 'E' {
+		return nil
+	}
+	if !s.tx.active && s.txStatus() == 'I' {
+		s.unitFresh = false
+		return nil
+	}
+	if s.tx.snapshot {
+		return nil
+	}
+	read := &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
+	if err := s.consBegin(ctx, read, nil, atBoundary, false); err != nil {
+		return err
+	}
+	return s.beforeSnapshot(ctx, atBoundary)
+}
+
+// snapshotWhenRun reports whether PostgreSQL takes the transaction's
+// snapshot when it runs a, a statement of the session's (PREPARE,
+// DEALLOCATE, DISCARD, CLOSE) or the node's own (ANALYZE, CLUSTER, a
+// temporary table): every utility statement but transaction control,
+// LOCK, SET, SHOW, SET CONSTRAINTS, FETCH, LISTEN, NOTIFY, UNLISTEN and
+// CHECKPOINT (PostgreSQL's PlannedStmtRequiresSnapshot).
+func snapshotWhenRun(a *analysis.Statement) bool {
+	if a.Kind != analysis.KindSession && a.Kind != analysis.KindLocal {
+		return false
+	}
+	switch a.Tag {
+	case "VariableSetStmt", "VariableShowStmt", "ConstraintsSetStmt", "FetchStmt", "CheckPointStmt":
+		return false
+	}
+	return true
+}
+
+// readNamed reads the client's named prepared statements from
+// PostgreSQL and tells the wire layer (Backend.LearnNamed), which stopped
+// knowing them after SQL's PREPARE, DEALLOCATE or DISCARD. Only at the
+// first message of a unit.
+func (s *session) readNamed(ctx context.Context) {
+	res, err := s.be.Exec(ctx, "SELECT name, statement, from_sql FROM pg_catalog.pg_prepared_statements")
+	if err != nil || res.Err != nil {
+		return
+	}
+	names := make(map[string]string, len(res.Rows))
+	s.fromSQL = map[string]string{}
+	for _, r := range res.Rows {
+		names[r[0]] = r[1]
+		if r[2] == "t" {
+			s.fromSQL[r[0]] = r[1]
+		}
+	}
+	s.be.LearnNamed(names)
 }
 
 func opaque(why string) *analysis.Statement {
@@ -1119,22 +1218,10 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			}
 			continue
 		case analysis.KindSession:
-			if showAnswered(a, m.sent) && s.txStatus() != 'E' {
-				// Answered by a SELECT (rewriteIsolation), which takes a
-				// snapshot: in a block, after the block's classes; in
-				// an implicit transaction, a BEGIN after it can no
-				// longer set its level.
-				if !s.tx.active && s.txStatus() == 'I' {
-					s.unitFresh = false
-				} else if !s.tx.snapshot {
-					read := &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
-					if err := s.consBegin(ctx, read, nil, atBoundary, false); err != nil {
-						return err
-					}
-					if err := s.beforeSnapshot(ctx, atBoundary); err != nil {
-						return err
-					}
-				}
+			// A SHOW answered by a SELECT (rewriteIsolation) takes a
+			// snapshot too.
+			if err := s.utilitySnapshot(ctx, a, showAnswered(a, m.sent), atBoundary); err != nil {
+				return err
 			}
 			if err := checkSetting(a); err != nil {
 				return err
@@ -1164,7 +1251,12 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				}
 			}
 			continue
-		case analysis.KindEmpty, analysis.KindLocal:
+		case analysis.KindLocal:
+			if err := s.utilitySnapshot(ctx, a, false, atBoundary); err != nil {
+				return err
+			}
+			continue
+		case analysis.KindEmpty:
 			continue
 		}
 		status := s.txStatus()

@@ -281,6 +281,14 @@ type Backend interface {
 	// a simple query, only names parsed since are known). Exact for a
 	// name not parsed or closed earlier in the batch.
 	Named(name string) (sql string, exists, known bool)
+	// LearnNamed tells the session what PostgreSQL holds as the client's
+	// named prepared statements (name to text, as pg_prepared_statements
+	// shows them), read by an Exec at the first message of a unit: from
+	// then on Named knows every name again.
+	LearnNamed(names map[string]string)
+	// NamedKnown reports whether Named knows every name (false after
+	// SQL's PREPARE, DEALLOCATE or DISCARD, until LearnNamed).
+	NamedKnown() bool
 }
 
 // Completed, returned by SessionHooks.Statement for a KindQuery, answers

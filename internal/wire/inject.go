@@ -155,6 +155,12 @@ func (ss *session) Named(name string) (sql string, exists, known bool) {
 	return ss.unnamed.namedStatement(name)
 }
 
+// NamedKnown implements Backend.
+func (ss *session) NamedKnown() bool { return ss.unnamed.namedKnown() }
+
+// LearnNamed implements Backend.
+func (ss *session) LearnNamed(names map[string]string) { ss.unnamed.learnNamed(names) }
+
 // Failed implements Backend.
 func (ss *session) Failed(ctx context.Context) (bool, error) {
 	if !ss.batchOpen || ss.copying || ss.inReadyForQuery {

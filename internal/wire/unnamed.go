@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"maps"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -28,7 +29,8 @@ import (
 // failed (because the name exists, say) or was skipped leaves what the
 // name held, and so does a skipped Close. SQL's PREPARE, DEALLOCATE and
 // DISCARD in a simple Query change them too, unseen: after a Query that
-// may hold one, only names parsed since are known.
+// may hold one, only names parsed since are known, until the session
+// reads them from PostgreSQL (learnNamed).
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
@@ -332,30 +334,57 @@ func (u *unnamedTracker) namedStatement(name string) (sql string, exists, known 
 	return "", false, !u.namedUnsure
 }
 
+// namedKnown reports whether every name is known (namedStatement).
+func (u *unnamedTracker) namedKnown() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return !u.namedUnsure
+}
+
+// learnNamed replaces what the tracker knows of the client's named
+// statements with names (read from PostgreSQL): every name is known
+// again. Only while no message of the client's is awaiting its reply.
+func (u *unnamedTracker) learnNamed(names map[string]string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.named = maps.Clone(names)
+	u.namedUnsure = false
+}
+
 // mayPrepare reports whether a query string may hold SQL's PREPARE,
-// DEALLOCATE or DISCARD (any word that starts so, anywhere: a false
-// positive only makes named statements unknown).
+// DEALLOCATE or DISCARD: one of those words, in any case, anywhere, as a
+// word of its own (a false positive only makes named statements unknown
+// until the session reads them again from PostgreSQL; prepared_at, a
+// column's name, is not one).
 func mayPrepare(sql string) bool {
 	for _, w := range []string{"prepare", "deallocate", "discard"} {
-		if containsFold(sql, w) {
+		if containsWordFold(sql, w) {
 			return true
 		}
 	}
 	return false
 }
 
-// containsFold reports whether s contains the ASCII word w in any case.
-func containsFold(s, w string) bool {
+// containsWordFold reports whether s contains the ASCII word w in any
+// case, with no letter, digit, underscore or dollar sign (what may
+// continue an identifier) right before or after it.
+func containsWordFold(s, w string) bool {
 	for i := 0; i+len(w) <= len(s); i++ {
 		j := 0
 		for j < len(w) && s[i+j]|0x20 == w[j] {
 			j++
 		}
-		if j == len(w) {
+		if j == len(w) && (i == 0 || !identByte(s[i-1])) && (i+j == len(s) || !identByte(s[i+j])) {
 			return true
 		}
 	}
 	return false
+}
+
+// identByte reports whether b may be part of an unquoted identifier
+// (bytes of multi-byte UTF-8 characters included).
+func identByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '$' || b >= 0x80
 }
 
 // current returns the client's unnamed statement, if it is known to

@@ -63,6 +63,45 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	send(&pgproto3.Query{String: "select 'no such words'"})
 	reply(&pgproto3.CommandComplete{}, rfq)
 	want("a Query without them", "d", "select 4", true, true)
+	if u.namedKnown() {
+		t.Fatal("every name known after SQL's PREPARE")
+	}
+
+	// The session reads them from PostgreSQL (learnNamed): known again.
+	u.learnNamed(map[string]string{"c": "PREPARE c AS DELETE FROM t", "d": "select 4"})
+	if !u.namedKnown() {
+		t.Fatal("a name unknown after learnNamed")
+	}
+	want("learned", "c", "PREPARE c AS DELETE FROM t", true, true)
+	want("learned absent", "e", "", false, true)
+
+	// Words that only contain them are not SQL's PREPARE.
+	send(&pgproto3.Query{String: "select prepared_at, is_discarded, deallocated2 from t"})
+	reply(&pgproto3.CommandComplete{}, rfq)
+	want("a Query with identifiers containing them", "d", "select 4", true, true)
+	want("still absent", "e", "", false, true)
+	send(&pgproto3.Query{String: "select 1;Discard all"})
+	reply(&pgproto3.CommandComplete{}, &pgproto3.CommandComplete{}, rfq)
+	want("after DISCARD", "e", "", false, false)
+}
+
+func TestMayPrepare(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"PREPARE p AS SELECT 1":           true,
+		"deallocate all":                  true,
+		"select 1; discard all":           true,
+		"select 1;DEALLOCATE\tp":          true,
+		"/*x*/prepare p as select 1":      true,
+		"select prepared_at from t":       false,
+		"select undiscard, discard_ from": false,
+		"select x$prepare, deallocate9":   false,
+		"select ärepare, préparé":         false,
+		"select 1":                        false,
+	} {
+		if got := mayPrepare(sql); got != want {
+			t.Errorf("mayPrepare(%q) = %v, want %v", sql, got, want)
+		}
+	}
 }
 
 // TestTrackerDropsInjectedBeginAfterCopy: the seven replies of an

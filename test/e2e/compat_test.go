@@ -763,6 +763,57 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 	}
 }
 
+// TestCompatNamedStatementsAfterSQLPrepare: after SQL's PREPARE,
+// DEALLOCATE or DISCARD, which the wire layer cannot follow, what a named
+// statement runs is still what PostgreSQL holds under its name. Ordo took
+// a name whose last Parse had been refused (42P05) for that Parse's
+// update and wrapped the statement PostgreSQL held, RELEASE SAVEPOINT, in
+// a block of its own: the client got 3B001 where PostgreSQL says 25P01
+// (found by the session fuzzer). A statement SQL's PREPARE created, bound
+// by name, is replicated like any other.
+func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "create table named_sql(pk int primary key, n int)"}},
+		{&pgproto3.Query{String: "insert into named_sql values (1, 0)"}},
+		{&pgproto3.Parse{Name: "S_1", Query: "release savepoint s"}, &pgproto3.Sync{}},
+		// Refused (42P05): S_1 stays RELEASE SAVEPOINT.
+		{&pgproto3.Parse{Name: "S_1", Query: "update named_sql set n = n + 1 where pk = 1"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "prepare other as select 1"}},
+		// Outside a block: 25P01, not the update.
+		{&pgproto3.Bind{PreparedStatement: "S_1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// The same bound after the first message of its unit.
+		{&pgproto3.Query{String: "deallocate other"}},
+		{&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "S_1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// A statement of SQL's PREPARE, bound by name, then DISCARD ALL.
+		// (SQL folds the name to lower case.)
+		{&pgproto3.Query{String: "prepare S_2 as update named_sql set n = n + 1 where pk = 1"}},
+		{&pgproto3.Bind{PreparedStatement: "s_2"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "discard all"}},
+		{&pgproto3.Bind{PreparedStatement: "s_2"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// SQL's PREPARE takes a snapshot when it runs: a BEGIN after it
+		// in the batch can no longer set the level (Ordo asked for one:
+		// 25001).
+		batchMsgs("prepare pz as select 1", "set local work_mem = '1MB'", "start transaction"),
+		queryMsg("commit"),
+		batchMsgs("deallocate pz", "begin"),
+		queryMsg("rollback"),
+		{&pgproto3.Query{String: "select n from named_sql"}},
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	sb.c.waitConverged()
+	for i := range sb.c.nodes {
+		var n int
+		require.NoError(t, sb.c.direct(i).QueryRow(context.Background(), "SELECT n FROM named_sql WHERE pk = 1").Scan(&n))
+		require.Equal(t, 1, n, "node %d has the update", i+1)
+		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
+	}
+}
+
 // TestCompatCommitAndChainOfAFailedBlock: COMMIT AND CHAIN of a failed
 // block rolls it back (PostgreSQL answers ROLLBACK) and opens the chained
 // block all the same: an update after it in the same batch is the client's
@@ -820,6 +871,12 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 		queryMsg("close h"),
 		queryMsg("update lk set v = 6; lock table lk in share mode; declare c cursor for select 1"),
 		batchMsgs("begin", "update lk set v = 7", "lock table lk in share mode", "declare c cursor for select 1", "commit"),
+		// Statements PostgreSQL never runs in a block, after an update
+		// of the batch: refused as run within a pipeline (before 18).
+		batchMsgs("update lk set v = 10", "discard all"),
+		batchMsgs("update lk set v = 11", "vacuum lk"),
+		batchMsgs("rollback", "discard all", "update lk set v = 12", "discard all"),
+		queryMsg("update lk set v = 13; discard all"),
 		queryMsg("select v from lk"),
 	} {
 		want := exchange(t, hp, msgs)

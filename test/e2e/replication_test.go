@@ -203,6 +203,53 @@ func TestWriteSkew(t *testing.T) {
 	}
 }
 
+// TestSnapshotTakenByAUtilityStatement: PostgreSQL takes a block's
+// snapshot at its first statement that takes one, which may be a
+// DEALLOCATE or a PREPARE (every utility statement but transaction
+// control, LOCK, SET, SHOW, SET CONSTRAINTS, FETCH, LISTEN, NOTIFY and
+// CHECKPOINT). Certification must check the block's reads against what
+// committed after that snapshot: Ordo took the snapshot for the first
+// query's, and a read of a row another node changed between the two was
+// certified as current (a stale read committed under dbsm).
+func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	simple := pgx.QueryExecModeSimpleProtocol
+	_, err := a.Exec(ctx, "CREATE TABLE snapu (id int PRIMARY KEY, v int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 4) g")
+	require.NoError(t, err)
+	c.waitConverged()
+	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1"} {
+		row, other := 2*i+1, 2*i+2
+		ta, err := a.Begin(ctx)
+		require.NoError(t, err)
+		_, err = ta.Exec(ctx, first, simple)
+		require.NoError(t, err)
+		// Another node changes the row; node 1 applies it.
+		_, err = b.Exec(ctx, "UPDATE snapu SET v = 100 WHERE id = $1", row)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var v int
+			return c.direct(0).QueryRow(ctx, "SELECT v FROM snapu WHERE id = $1", row).Scan(&v) == nil && v == 100
+		}, 10*time.Second, 10*time.Millisecond)
+		var v int
+		require.NoError(t, ta.QueryRow(ctx, "SELECT v FROM snapu WHERE id = $1", row).Scan(&v))
+		require.Equal(t, 0, v, "%s took the block's snapshot", first)
+		_, err = ta.Exec(ctx, "UPDATE snapu SET v = v + 1 WHERE id = $1", other)
+		require.NoError(t, err)
+		err = ta.Commit(ctx)
+		require.Error(t, err, "after %s: a stale read of row %d committed", first, row)
+		require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	}
+	c.waitConverged()
+	for i := 1; i < 3; i++ {
+		require.Equal(t, c.checksum(0, "snapu"), c.checksum(i, "snapu"))
+	}
+	require.Zero(t, c.unreplicated(0))
+}
+
 // TestReadSetsOfTextsThatDifferOnlyInLiterals: under dbsm, a read sent as
 // text with its literals (the simple protocol, like pgbench -M simple) is
 // analyzed through the template of a text that differed only in its
