@@ -487,29 +487,10 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}
 		head = nil
 	}
-	if len(it.WriteSet.DDL) > 0 {
-		if it.WriteSet.SearchPath != "" {
-			if _, err := conn.Exec(actx, "SELECT set_config('search_path', $1, true)", it.WriteSet.SearchPath); err != nil {
-				return false, fmt.Errorf("apply: search_path for DDL: %w", err)
-			}
+	if len(it.WriteSet.DDL) > 0 && it.WriteSet.SearchPath != "" {
+		if _, err := conn.Exec(actx, "SELECT set_config('search_path', $1, true)", it.WriteSet.SearchPath); err != nil {
+			return false, fmt.Errorf("apply: search_path for DDL: %w", err)
 		}
-		// DDL waits for locks like rows do (an ALTER TABLE needs every
-		// local reader of its table gone): watch for blockers too.
-		stop := a.watch(actx, w, it.Seqno, order, true)
-		if err := replayDDL(actx, conn, it.WriteSet); err != nil {
-			stop()
-			return false, err
-		}
-		// A table the DDL left without a primary key is REPLICA IDENTITY
-		// FULL before its rows are applied: PostgreSQL refuses to update
-		// or delete rows of a published table without a replica identity
-		// (the origin's event trigger did the same, but event triggers do
-		// not fire for applies).
-		if _, err := conn.Exec(actx, capture.ReplicaIdentitySQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-			stop()
-			return false, fmt.Errorf("apply: replica identities after DDL: %w", err)
-		}
-		stop()
 	}
 	// A small write set applied on its own (no ordering with other
 	// workers, no DDL, no AfterDDL) of inserts only is one round trip:
@@ -528,39 +509,88 @@ func (a *Applier) attempt(ctx context.Context, w *worker, it Item, stmts []stmt,
 		}
 		return true, nil
 	}
-	for _, seg := range segments(stmts) {
-		if seg.copy {
-			if head != nil {
-				if err := a.execChunk(actx, w, it.Seqno, head, order, prep); err != nil {
-					if alreadyProven(err) {
-						return skip()
+	// rows applies statements, the proof (head) with the first of them.
+	// proven: the write set was applied before.
+	rows := func(stmts []stmt) (proven bool, err error) {
+		for _, seg := range segments(stmts) {
+			if seg.copy {
+				if head != nil {
+					if err := a.execChunk(actx, w, it.Seqno, head, order, prep); err != nil {
+						return alreadyProven(err), err
 					}
-					return false, err
+					head = nil
 				}
-				head = nil
-			}
-			if _, err := a.copyRows(actx, w, it.Seqno, seg.stmts, order, prep); err != nil {
-				return false, err
-			}
-			continue
-		}
-		for i := 0; i < len(seg.stmts); i += a.cfg.BatchSize {
-			chunk := seg.stmts[i:min(i+a.cfg.BatchSize, len(seg.stmts))]
-			if head != nil {
-				chunk = append(head, chunk...)
-				head = nil
-				if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
-					if alreadyProven(err) {
-						return skip()
-					}
+				if _, err := a.copyRows(actx, w, it.Seqno, seg.stmts, order, prep); err != nil {
 					return false, err
 				}
 				continue
 			}
-			if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
-				return false, err
+			for i := 0; i < len(seg.stmts); i += a.cfg.BatchSize {
+				chunk := seg.stmts[i:min(i+a.cfg.BatchSize, len(seg.stmts))]
+				if head != nil {
+					chunk = append(head, chunk...)
+					head = nil
+					if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
+						return alreadyProven(err), err
+					}
+					continue
+				}
+				if err := a.execChunk(actx, w, it.Seqno, chunk, order, prep); err != nil {
+					return false, err
+				}
 			}
 		}
+		return false, nil
+	}
+	// The DDL is replayed among the rows where it ran on its origin
+	// (DDLRowsBefore): rows changed before a statement were changed under
+	// the schema before it (a column it drops or renames), the rest under
+	// the schema after it. Statements that ran at the same point are
+	// replayed together.
+	ddl, at := it.WriteSet.DDL, it.WriteSet.DDLRowsBefore
+	if len(at) != len(ddl) {
+		at = make([]int, len(ddl)) // every statement before the rows
+	}
+	for i := 0; i < len(ddl); {
+		j := i + 1
+		for j < len(ddl) && at[j] == at[i] {
+			j++
+		}
+		k := 0
+		for k < len(stmts) && stmts[k].at < at[i] {
+			k++
+		}
+		if proven, err := rows(stmts[:k]); err != nil {
+			if proven {
+				return skip()
+			}
+			return false, err
+		}
+		stmts = stmts[k:]
+		// DDL waits for locks like rows do (an ALTER TABLE needs every
+		// local reader of its table gone): watch for blockers too.
+		stop := a.watch(actx, w, it.Seqno, order, true)
+		if err := replayDDL(actx, conn, it.WriteSet, i, j); err != nil {
+			stop()
+			return false, err
+		}
+		// A table the DDL left without a primary key is REPLICA IDENTITY
+		// FULL before its rows are applied: PostgreSQL refuses to update
+		// or delete rows of a published table without a replica identity
+		// (the origin's event trigger did the same, but event triggers do
+		// not fire for applies).
+		if _, err := conn.Exec(actx, capture.ReplicaIdentitySQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			stop()
+			return false, fmt.Errorf("apply: replica identities after DDL: %w", err)
+		}
+		stop()
+		i = j
+	}
+	if proven, err := rows(stmts); err != nil {
+		if proven {
+			return skip()
+		}
+		return false, err
 	}
 	if len(it.WriteSet.DDL) > 0 && a.cfg.AfterDDL != "" {
 		if _, err := conn.Exec(actx, a.cfg.AfterDDL, pgx.QueryExecModeSimpleProtocol); err != nil {
@@ -711,16 +741,17 @@ func (a *Applier) Forget(ctx context.Context) {
 	}
 }
 
-// replayDDL runs ws's DDL statements in order, each under the settings it
-// ran under on the origin (search_path, TimeZone, DateStyle…), set for the
-// transaction and put back to the applier's own afterwards, so the rows
-// that follow are applied as always. Each setting is set in a statement
-// of its own: one that changes how text is lexed
+// replayDDL runs ws's DDL statements from to to (exclusive) in order, each
+// under the settings it ran under on the origin (search_path, TimeZone,
+// DateStyle…), set for the transaction and put back to the applier's own
+// afterwards, so the rows that follow are applied as always. Each setting
+// is set in a statement of its own: one that changes how text is lexed
 // (standard_conforming_strings) must be in force before the statement is
 // parsed.
-func replayDDL(ctx context.Context, conn *pgx.Conn, ws *capture.WriteSet) error {
+func replayDDL(ctx context.Context, conn *pgx.Conn, ws *capture.WriteSet, from, to int) error {
 	changed := false
-	for i, ddl := range ws.DDL {
+	for i := from; i < to; i++ {
+		ddl := ws.DDL[i]
 		if i < len(ws.DDLSettings) {
 			for _, st := range ws.DDLSettings[i] {
 				var err error

@@ -21,6 +21,10 @@ type stmt struct {
 	params [][]byte
 	want   int64
 	row    *capture.Row
+	// at is the index in the write set's rows of its (first) row; the
+	// number of rows for a statement that applies none (large objects,
+	// notifications, which come last).
+	at int
 }
 
 func quoteTable(t *capture.Table) string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
@@ -33,7 +37,7 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 	out := make([]stmt, 0, len(ws.Rows))
 	inserts := map[*capture.Table]string{}
 	for i := 0; i < len(ws.Rows); i++ {
-		r := &ws.Rows[i]
+		r, first := &ws.Rows[i], i
 		var s stmt
 		var err error
 		switch r.Op {
@@ -66,9 +70,11 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 			return nil, err
 		}
 		if s.sql != "" {
+			s.at = first
 			out = append(out, s)
 		}
 	}
+	rest := len(out)
 	// Its large objects, set to the state it left them in (their rows are
 	// system catalogs', which logical decoding does not carry).
 	for i := range ws.LargeObjects {
@@ -78,6 +84,9 @@ func statements(ws *capture.WriteSet) ([]stmt, error) {
 	// they were when it committed on its origin.
 	for _, n := range ws.Notify {
 		out = append(out, stmt{sql: "SELECT pg_notify($1, $2)", params: [][]byte{[]byte(n.Channel), []byte(n.Payload)}, want: -1})
+	}
+	for i := rest; i < len(out); i++ {
+		out[i].at = len(ws.Rows)
 	}
 	return out, nil
 }

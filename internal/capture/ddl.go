@@ -229,6 +229,10 @@ type DDLRecord struct {
 	Settings []Setting
 	// SessionUser and Role (SET ROLE; "none" if unset) ran it.
 	SessionUser, Role string
+	// RowsBefore is how many rows of the write set the transaction
+	// changed before it ran the command (decoding order): the other nodes
+	// replay it after those rows and before the rest.
+	RowsBefore int
 }
 
 // Setting is a run-time parameter and its value.

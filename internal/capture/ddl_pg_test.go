@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -104,4 +105,44 @@ func describe(objs []DDLObject) string {
 		s += o.Type + " " + o.Identity
 	}
 	return s
+}
+
+// TestDDLRecordsSayWhereTheyRan: each record counts the rows the
+// transaction changed before its command ran; a command that writes its
+// own rows (CREATE TABLE AS, SELECT INTO) counts none of them, nor the
+// rows since the record before it.
+func TestDDLRecordsSayWhereTheyRan(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t)
+	exec(t, conn, "CREATE SCHEMA IF NOT EXISTS _ordo")
+	exec(t, conn, DDLTriggerSQL)
+	t.Cleanup(func() {
+		c := connect(t)
+		exec(t, c, "DROP EVENT TRIGGER IF EXISTS ordo_ddl_end; DROP EVENT TRIGGER IF EXISTS ordo_ddl_dropped")
+	})
+	exec(t, conn, "CREATE TABLE wr0 (id int PRIMARY KEY, old int, new int)")
+	exec(t, conn, "INSERT INTO wr0 VALUES (1, 1, NULL), (2, 2, NULL)")
+	c, _ := startCapture(t, "ddl_at_slot", Config{})
+	gid := txn.NewGID(1, 51)
+	exec(t, conn, "BEGIN")
+	for _, s := range []string{
+		"UPDATE wr0 SET new = old",                     // rows 0, 1
+		"ALTER TABLE wr0 DROP COLUMN old",              // after 2
+		"INSERT INTO wr0 VALUES (3, 3)",                // row 2
+		"CREATE TABLE wr1 AS SELECT * FROM wr0",        // after 2 (the record before): its rows 3-5 follow it
+		"SELECT id INTO wr2 FROM wr0 WHERE id = 1",     // after 2 too: its row 6 follows it
+		"ALTER TABLE wr1 RENAME COLUMN new TO renamed", // after 7
+	} {
+		exec(t, conn, s)
+	}
+	exec(t, conn, "PREPARE TRANSACTION '"+string(gid)+"'")
+	ws, err := c.Await(ctx, gid)
+	require.NoError(t, err)
+	var got []string
+	for _, r := range ws.DDLRecords {
+		got = append(got, fmt.Sprintf("%s after %d", r.Tag, r.RowsBefore))
+	}
+	require.Equal(t, []string{"ALTER TABLE after 2", "CREATE TABLE AS after 2", "SELECT INTO after 2", "ALTER TABLE after 7"}, got)
+	require.Len(t, ws.Rows, 7)
+	exec(t, conn, "ROLLBACK PREPARED '"+string(gid)+"'")
 }

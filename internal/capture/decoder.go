@@ -379,8 +379,31 @@ func (d *Decoder) message(m *LogicalMsg) error {
 		ws.DDLDropped = append(ws.DDLDropped, dropped...)
 		return nil
 	}
+	r.RowsBefore = len(ws.Rows)
+	if writesItsOwnRows(r.Tag) {
+		// Its record comes at its end, after the rows it wrote, which
+		// belong after its replay (and may follow rows of statements run
+		// since the record before it, which it cannot depend on: it
+		// creates what they did not touch).
+		r.RowsBefore = 0
+		if prev != nil {
+			r.RowsBefore = prev.RowsBefore
+		}
+	}
 	ws.DDLRecords = append(ws.DDLRecords, r)
 	return nil
+}
+
+// writesItsOwnRows reports whether a DDL command with this tag writes rows
+// decoding carries as it runs: CREATE TABLE AS and SELECT INTO fill the
+// table they create (replayed WITH NO DATA, their rows come from the
+// write set), an extension's script may fill its tables.
+func writesItsOwnRows(tag string) bool {
+	switch tag {
+	case "CREATE TABLE AS", "SELECT INTO", "CREATE EXTENSION", "ALTER EXTENSION":
+		return true
+	}
+	return false
 }
 
 // add appends r to the prepared write set, enforcing the limits.

@@ -261,9 +261,12 @@ type WriteSet struct {
 	Bytes int64
 	// DDL are schema-changing statements the transaction ran, in order.
 	// Logical decoding does not carry DDL, so the origin's session records
-	// them; an applier runs them, with SearchPath, before the rows.
-	DDL        []string
-	SearchPath string
+	// them; an applier runs them, with SearchPath, among the rows where
+	// they ran: statement i after the first DDLRowsBefore[i] rows (before
+	// every row if DDLRowsBefore is shorter than DDL).
+	DDL           []string
+	DDLRowsBefore []int
+	SearchPath    string
 	// DDLSettings, when not nil, holds for each DDL statement the
 	// settings it ran under on the origin (nil for none): the applier sets
 	// them for its replay.
@@ -330,8 +333,9 @@ func (ws *WriteSet) Keys() *txn.KeySet {
 // role acts for. PostgreSQL then logs the whole old row of an update or
 // delete, which is how such a row is keyed and found on other nodes
 // (Row.OldRow); without it, PostgreSQL refuses those statements on a
-// published table. A node runs it at start, and an applier after it
-// replays DDL and before the rows (event triggers do not fire there); at
+// published table. A node runs it at start, and an applier after each
+// DDL replay and before the rows after it (event triggers do not fire
+// there); at
 // the origin the DDL event trigger does the same as the DDL runs. It
 // changes only the local WAL format, never data. A table it cannot lock
 // at once (a prepared transaction left by a crash holds a lock on it

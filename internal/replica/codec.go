@@ -28,6 +28,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		Protocol:      protocol,
 		Ddl:           t.DDL,
 		DdlSettings:   encodeSettings(t.DDLSettings),
+		DdlRowsBefore: encodeRowsBefore(t.DDLRowsBefore),
 		Label:         t.Label,
 		SearchPath:    t.SearchPath,
 		BeginSeqno:    t.BeginSeqno,
@@ -598,6 +599,39 @@ func decodeSettings(e *ordov1.TxnEntry) ([][]capture.Setting, error) {
 		for _, st := range ds.Settings {
 			out[i] = append(out[i], capture.Setting{Name: st.Name, Value: st.Value})
 		}
+	}
+	return out, nil
+}
+
+// encodeRowsBefore encodes TxnEntry.ddl_rows_before.
+func encodeRowsBefore(at []int) []uint64 {
+	if len(at) == 0 {
+		return nil
+	}
+	out := make([]uint64, len(at))
+	for i, n := range at {
+		out[i] = uint64(n)
+	}
+	return out
+}
+
+// decodeRowsBefore decodes TxnEntry.ddl_rows_before for a write set of
+// rows rows: nil (every statement before the rows) unless it has one
+// position per statement, each within the rows and none before the one
+// before it.
+func decodeRowsBefore(e *ordov1.TxnEntry, rows int) ([]int, error) {
+	if len(e.DdlRowsBefore) == 0 {
+		return nil, nil
+	}
+	if len(e.DdlRowsBefore) != len(e.Ddl) {
+		return nil, fmt.Errorf("replica: %s: %d positions for %d DDL statements", e.Gid, len(e.DdlRowsBefore), len(e.Ddl))
+	}
+	out := make([]int, len(e.DdlRowsBefore))
+	for i, n := range e.DdlRowsBefore {
+		if n > uint64(rows) || (i > 0 && int(n) < out[i-1]) {
+			return nil, fmt.Errorf("replica: %s: DDL statement %d after row %d of %d", e.Gid, i, n, rows)
+		}
+		out[i] = int(n)
 	}
 	return out, nil
 }

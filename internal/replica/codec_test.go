@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -271,4 +272,22 @@ func TestEntriesFromANewerVersionAreRecognised(t *testing.T) {
 	require.False(t, fromNewerVersion(notify))
 	notify.GetNotify().Notify[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
 	require.True(t, fromNewerVersion(notify), "an unknown field of a notification")
+}
+
+// TestDDLRowsBeforeRoundTrip: where each DDL statement ran among the rows
+// travels with the entry, and a position the rows cannot hold is refused.
+func TestDDLRowsBeforeRoundTrip(t *testing.T) {
+	e := &ordov1.TxnEntry{Gid: "g", Ddl: []string{"a", "b", "c"}, DdlRowsBefore: encodeRowsBefore([]int{0, 2, 2})}
+	at, err := decodeRowsBefore(e, 2)
+	if err != nil || !slices.Equal(at, []int{0, 2, 2}) {
+		t.Fatalf("decoded %v, %v", at, err)
+	}
+	if at, err := decodeRowsBefore(&ordov1.TxnEntry{Gid: "g", Ddl: []string{"a"}}, 5); err != nil || at != nil {
+		t.Fatalf("an entry without positions: %v, %v (want every statement first)", at, err)
+	}
+	for _, bad := range [][]uint64{{0, 1}, {0, 3, 3}, {2, 1, 2}} {
+		if _, err := decodeRowsBefore(&ordov1.TxnEntry{Gid: "g", Ddl: []string{"a", "b", "c"}, DdlRowsBefore: bad}, 2); err == nil {
+			t.Errorf("positions %v for 3 statements among 2 rows accepted", bad)
+		}
+	}
 }

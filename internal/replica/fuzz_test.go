@@ -154,6 +154,14 @@ func FuzzEntries(f *testing.F) {
 				if err != nil {
 					return // refused whole, before any of it is applied
 				}
+				if ws.DDLRowsBefore, err = decodeRowsBefore(te, len(ws.Rows)); err != nil {
+					return
+				}
+				for i, n := range ws.DDLRowsBefore {
+					if n < 0 || n > len(ws.Rows) || (i > 0 && n < ws.DDLRowsBefore[i-1]) {
+						t.Fatalf("seqno %d: DDL statement %d placed after row %d of %d (%v)", seqno, i, n, len(ws.Rows), ws.DDLRowsBefore)
+					}
+				}
 				if err := executable(ws); err != nil {
 					t.Fatalf("seqno %d: %v", seqno, err)
 				}

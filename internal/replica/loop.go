@@ -678,6 +678,9 @@ func (r *Replica) applyEntry(ctx context.Context, seqno uint64, e *ordov1.TxnEnt
 	if ws.DDLSettings, err = decodeSettings(e); err != nil {
 		return err
 	}
+	if ws.DDLRowsBefore, err = decodeRowsBefore(e, len(ws.Rows)); err != nil {
+		return err
+	}
 	began := time.Now()
 	if _, err := r.cfg.Applier.Apply(ctx, seqno, ws); err != nil {
 		return fmt.Errorf("replica: apply %s at seqno %d: %w", e.Gid, seqno, err)

@@ -226,16 +226,19 @@ type errDDL struct{ msg string }
 func (e *errDDL) Error() string { return e.msg }
 
 // joined is the DDL to replicate: the statements, the settings each ran
-// under (nil for none), and the keys they take.
+// under (nil for none), how many of the write set's rows each ran after,
+// and the keys they take.
 type joined struct {
-	ddl      []string
-	settings [][]capture.Setting
-	keys     []txn.Key
+	ddl        []string
+	settings   [][]capture.Setting
+	rowsBefore []int
+	keys       []txn.Key
 }
 
-func (j *joined) add(sql string, settings []capture.Setting, keys ...txn.Key) {
+func (j *joined) add(sql string, settings []capture.Setting, rowsBefore int, keys ...txn.Key) {
 	j.ddl = append(j.ddl, sql)
 	j.settings = append(j.settings, settings)
+	j.rowsBefore = append(j.rowsBefore, rowsBefore)
 	j.keys = append(j.keys, keys...)
 }
 
@@ -288,6 +291,9 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, blocks map[string]blo
 	out := &joined{}
 	i := 0
 	lastBlock := ""
+	// at: the rows the statements so far ran after (a statement event
+	// triggers never see takes the position of the record before it).
+	at := 0
 	for _, r := range records {
 		j := i
 		for j < len(stmts) && !(stmts[j].seen && hashes[j] == r.QueryHash) {
@@ -301,25 +307,27 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, blocks map[string]blo
 				return nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) cannot be replicated exactly in a transaction that also writes rows; run the DDL as plain statements, or in a transaction of its own", r.Tag, abbreviate(r.Query))}
 			}
 			if r.Query != lastBlock {
-				out.add(r.Query, replaySettings(r))
+				out.add(r.Query, replaySettings(r), r.RowsBefore)
 				lastBlock = r.Query
 			}
 			out.keys = append(out.keys, objectKeys(r.Objects)...)
+			at = r.RowsBefore
 			continue
 		}
 		for ; i < j; i++ {
 			if !stmts[i].seen {
-				out.add(stmts[i].sql, nil, stmts[i].keys...)
+				out.add(stmts[i].sql, nil, at, stmts[i].keys...)
 			}
 		}
-		out.add(stmts[j].sql, replaySettings(r), stmts[j].keys...)
+		out.add(stmts[j].sql, replaySettings(r), r.RowsBefore, stmts[j].keys...)
 		out.keys = append(out.keys, objectKeys(r.Objects)...)
+		at = r.RowsBefore
 		lastBlock = ""
 		i = j + 1
 	}
 	for ; i < len(stmts); i++ {
 		if !stmts[i].seen {
-			out.add(stmts[i].sql, nil, stmts[i].keys...)
+			out.add(stmts[i].sql, nil, at, stmts[i].keys...)
 		}
 	}
 	return out, nil

@@ -16,6 +16,8 @@ func rec(query, tag string, objs ...capture.DDLObject) capture.DDLRecord {
 	return capture.DDLRecord{Query: query, QueryHash: hex.EncodeToString(sum[:]), Tag: tag, Objects: objs}
 }
 
+func atRows(r capture.DDLRecord, n int) capture.DDLRecord { r.RowsBefore = n; return r }
+
 func stmt(sql, sent string) ddlStmt { return ddlStmt{sql: sql, sent: sent, seen: true} }
 
 func table(schema, name string) capture.DDLObject {
@@ -34,8 +36,20 @@ func TestJoinDDL(t *testing.T) {
 		blocks  map[string]blockRuns
 		ddl     []string
 		keys    []txn.Key
+		at      []int // rowsBefore, when the case says
 		err     string
 	}{{
+		name: "each statement is replayed after the rows changed before it ran",
+		stmts: []ddlStmt{stmt("alter table a drop column x", "alter table a drop column x"), {sql: "grant select on a to r", sent: "grant select on a to r"},
+			stmt("drop table b", "update a set y = 1; drop table b")},
+		records: []capture.DDLRecord{
+			atRows(rec("alter table a drop column x", "ALTER TABLE", table("public", "a")), 3),
+			atRows(rec("update a set y = 1; drop table b", "DROP TABLE", table("public", "b")), 5)},
+		rows: true,
+		ddl:  []string{"alter table a drop column x", "grant select on a to r", "drop table b"},
+		keys: []txn.Key{txn.TableKey("public", "a"), txn.TableKey("public", "b")},
+		at:   []int{3, 3, 5},
+	}, {
 		name:  "a statement rolled back to a savepoint is not replayed",
 		stmts: []ddlStmt{stmt(add, add)},
 		rows:  true,
@@ -130,6 +144,10 @@ func TestJoinDDL(t *testing.T) {
 			require.Equal(t, tc.ddl, j.ddl)
 			require.Equal(t, tc.keys, j.keys)
 			require.Len(t, j.settings, len(j.ddl))
+			require.Len(t, j.rowsBefore, len(j.ddl))
+			if tc.at != nil {
+				require.Equal(t, tc.at, j.rowsBefore)
+			}
 		})
 	}
 }

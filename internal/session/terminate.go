@@ -721,6 +721,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		SnapshotSeqno: s.tx.snapSeq,
 		DDL:           ddl.ddl,
 		DDLSettings:   ddl.settings,
+		DDLRowsBefore: ddl.rowsBefore,
 		SearchPath:    s.searchPath,
 		WriteSet:      ws,
 		Label:         s.label,

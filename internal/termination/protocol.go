@@ -111,6 +111,7 @@ type Txn struct {
 	WriteSet      *capture.WriteSet
 	DDL           []string
 	DDLSettings   [][]capture.Setting // per DDL statement, the settings it ran under (nil: none)
+	DDLRowsBefore []int               // per DDL statement, how many of the write set's rows it ran after
 	SearchPath    string
 	Label         string // the client's name for it (SET ordo.txn_label), or ""
 	// BeginSeqno is, under cons, the seqno of its BeginEntry (set by the

@@ -477,3 +477,61 @@ func TestMaterializedViewsAgreeUnderWrites(t *testing.T) {
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT count(*) FROM base").Scan(&rows))
 	require.Equal(t, rows, n)
 }
+
+// TestRowsAndDDLInterleavedInOneTransaction: a migration that changes rows
+// and then the schema they were written under, in one transaction (copy a
+// column, then drop it; insert, then rename the column), is applied on
+// every node in the order it ran. The other nodes replayed every DDL
+// statement before the rows: the rows then named a column the replay had
+// dropped or renamed, no other node could apply the transaction, and the
+// cluster voted its origin out.
+func TestRowsAndDDLInterleavedInOneTransaction(t *testing.T) {
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	a := c.connect(0)
+	_, err := a.Exec(ctx, "CREATE TABLE mig (id int PRIMARY KEY, old int, new int)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (1, 10, NULL), (2, 20, NULL)")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	// Statements one by one in a block.
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	for _, sql := range []string{
+		"UPDATE mig SET new = old",
+		"ALTER TABLE mig DROP COLUMN old",
+		"INSERT INTO mig VALUES (3, 30)",
+		"ALTER TABLE mig RENAME COLUMN new TO v",
+		"UPDATE mig SET v = v + 1 WHERE id = 3",
+		"ALTER TABLE mig ADD COLUMN w int",
+		"INSERT INTO mig VALUES (4, 40, 41)",
+		// Its own rows come from the write set, after it.
+		"CREATE TABLE mig_copy AS SELECT id, v FROM mig",
+		"UPDATE mig_copy SET v = 0 WHERE id = 1",
+		"ALTER TABLE mig_copy ADD PRIMARY KEY (id)",
+	} {
+		_, err = tx.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	// One query string, as a migration file sent whole.
+	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (5, 50, 51); ALTER TABLE mig DROP COLUMN w; UPDATE mig SET v = v * 10 WHERE id = 5")
+	require.NoError(t, err)
+	// Every node goes on taking writes (the origin was voted out).
+	_, err = c.connect(1).Exec(ctx, "INSERT INTO mig VALUES (6, 60)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (7, 70)")
+	require.NoError(t, err)
+	c.waitConverged()
+	var sum int
+	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT sum(id * v) FROM mig").Scan(&sum))
+	require.Equal(t, 1*10+2*20+3*31+4*40+5*500+6*60+7*70, sum)
+	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT sum(id * v) FROM mig_copy").Scan(&sum))
+	require.Equal(t, 2*20+3*31+4*40, sum)
+	for i := 1; i < 3; i++ {
+		require.Equal(t, c.checksum(0, "mig"), c.checksum(i, "mig"), "node %d", i+1)
+		require.Equal(t, c.checksum(0, "mig_copy"), c.checksum(i, "mig_copy"), "node %d", i+1)
+		require.Zero(t, c.unreplicated(i))
+	}
+}
