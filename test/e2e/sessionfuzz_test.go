@@ -160,6 +160,22 @@ var fuzzStatements = []struct {
 	{"set local ordo.txn_label = 'fz-2'", 0},
 	{"select set_config('ordo.txn_label', 'fz-3', false)", 0},
 	{"select set_config('ordo.read_consistency', 'local', false)", 0},
+	// SQL-level prepared statements (the session sees only EXECUTE's
+	// text), DEALLOCATE ALL and DISCARD ALL (which drop the client's named
+	// statements under Ordo's knowledge of them), and schema changes, some
+	// of which a later ROLLBACK undoes.
+	{"prepare pu(int) as update fz set v = v + 1 where k = $1", 0},
+	{"execute pu($1)", 1},
+	{"prepare ps(int) as select v from fz where k = $1", 0},
+	{"execute ps($1)", 1},
+	{"deallocate pu", 0},
+	{"deallocate all", 0},
+	{"discard all", 0},
+	{"truncate fz", 0},
+	{"alter table fz add column if not exists x int", 0},
+	{"alter table fz drop column if exists x", 0},
+	{"create index if not exists fz_v on fz(v)", 0},
+	{"drop index if exists fz_v", 0},
 }
 
 // declare gives a BEGIN or START TRANSACTION the text of begin's
@@ -174,23 +190,50 @@ func declare(sql, begin string) string {
 // randomUnit returns a random sequence of client messages ending with a
 // Sync or a Query, and a description of it.
 // begin is the text of BEGIN. Under cons (a BEGIN with a declaration),
-// no update or BEGIN follows a read in one batch: cons refuses that
-// (its snapshot would predate its classes), PostgreSQL does not.
+// no update or BEGIN follows a read in one batch, and there is no DDL:
+// cons refuses those (its snapshot would predate its classes; DDL needs
+// every class declared), PostgreSQL does not.
 func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, string) {
 	var msgs []pgproto3.FrontendMessage
 	var desc []string
 	cons := begin != "begin"
 	read := false
+	picked := 0
 	pick := func() (string, int) {
 		for {
 			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
+			ddl := strings.HasPrefix(s.sql, "truncate") || strings.HasPrefix(s.sql, "alter") ||
+				strings.HasPrefix(s.sql, "create") || strings.HasPrefix(s.sql, "drop")
+			if cons && ddl {
+				// cons refuses DDL in a transaction that took classes
+				// other than every one ('*'), which a block begun by
+				// COMMIT AND CHAIN or a batch may have; PostgreSQL
+				// does not.
+				continue
+			}
+			if cons && strings.HasPrefix(s.sql, "execute") {
+				// EXECUTE may touch every class: cons refuses it in a
+				// transaction that declared fewer (compatibility.md).
+				continue
+			}
+			if s.sql == "discard all" && picked > 0 {
+				// After a Parse of an update that starts the unit, Ordo
+				// has opened its block (compatibility.md).
+				continue
+			}
+			picked++
 			locks := strings.HasSuffix(s.sql, "for update") || strings.HasPrefix(s.sql, "lock")
 			// (A SHOW of the isolation level is answered by a SELECT:
 			// a read, under cons too.)
+			// (PREPARE, DEALLOCATE, DISCARD and CLOSE take a snapshot
+			// as a read does.)
 			isRead := (strings.HasPrefix(s.sql, "select") || strings.HasPrefix(s.sql, "declare") || strings.HasPrefix(s.sql, "fetch") ||
-				strings.HasPrefix(s.sql, "show")) && !locks
+				strings.HasPrefix(s.sql, "show") || strings.HasPrefix(s.sql, "prepare") || strings.HasPrefix(s.sql, "deallocate") ||
+				strings.HasPrefix(s.sql, "discard") || strings.HasPrefix(s.sql, "close")) && !locks
 			if cons && read && !isRead && (strings.HasPrefix(s.sql, "begin") || strings.HasPrefix(s.sql, "start") || strings.HasPrefix(s.sql, "insert") ||
-				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete") || locks) {
+				strings.HasPrefix(s.sql, "update") || strings.HasPrefix(s.sql, "delete") || strings.HasPrefix(s.sql, "execute") ||
+				strings.HasPrefix(s.sql, "truncate") || strings.HasPrefix(s.sql, "alter") || strings.HasPrefix(s.sql, "create") ||
+				strings.HasPrefix(s.sql, "drop") || locks) {
 				continue
 			}
 			read = read || isRead
