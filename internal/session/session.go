@@ -42,8 +42,10 @@ type session struct {
 	// (its Parse, or what Ordo rewrote it to).
 	sent map[string]string
 	// fromSQL holds the statements SQL's PREPARE created (name to the
-	// PREPARE's text), as readNamed last read them.
-	fromSQL map[string]string
+	// PREPARE's text), as readNamed last read them; namedEver: the client
+	// parsed a named statement.
+	fromSQL   map[string]string
+	namedEver bool
 	// funcs names the functions called through the fast-path interface,
 	// by OID (functioncall.go).
 	funcs map[uint32]function
@@ -227,12 +229,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 		}
 	}
-	if first && !s.be.NamedKnown() && s.txStatus() != 'E' && hasNamed(s.sent) {
+	if first && (s.namedEver || st.Kind == wire.KindBind && st.Name != "") && s.txStatus() != 'E' && !s.be.NamedKnown() {
 		// SQL's PREPARE, DEALLOCATE or DISCARD left the wire layer
 		// unsure of what PostgreSQL holds under the client's names: read
 		// them now, while nothing of the unit is sent, for any Bind of
 		// the unit (a failed read leaves them unknown, and such a Bind
-		// is taken for a statement that may do anything).
+		// is taken for a statement that may do anything). Not for a
+		// client that never named a statement: it pays nothing.
 		s.readNamed(ctx)
 	}
 	if r := s.tx.retry; r != nil && r.extended {
@@ -486,6 +489,7 @@ func (s *session) noteName(name string) {
 	if name == "" {
 		return
 	}
+	s.namedEver = true
 	if s.unitNames == nil {
 		s.unitNames = make(map[string]bool)
 	}
@@ -882,16 +886,6 @@ func (s *session) analyze(sql string) []*analysis.Statement {
 		return []*analysis.Statement{a}
 	}
 	return stmts
-}
-
-// hasNamed reports whether the client parsed a named statement.
-func hasNamed(sent map[string]string) bool {
-	for name := range sent {
-		if name != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // utilitySnapshot notes the snapshot PostgreSQL takes when it runs a

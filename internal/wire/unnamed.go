@@ -28,9 +28,9 @@ import (
 // It follows the client's named statements the same way: a Parse that
 // failed (because the name exists, say) or was skipped leaves what the
 // name held, and so does a skipped Close. SQL's PREPARE, DEALLOCATE and
-// DISCARD in a simple Query change them too, unseen: after a Query that
-// may hold one, only names parsed since are known, until the session
-// reads them from PostgreSQL (learnNamed).
+// DISCARD change them too, which it follows by their tags (sqlNames):
+// after a PREPARE, a name it does not hold may be held, until the
+// session reads them from PostgreSQL (learnNamed).
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
@@ -65,10 +65,8 @@ const (
 type trackedMsg struct {
 	kind  trackedKind
 	parse *pgproto3.Parse // trackedParse
-	// name: trackedCloseNamed's statement; sqlPrepared: the trackedQuery
-	// may run SQL's PREPARE, DEALLOCATE or DISCARD.
-	name        string
-	sqlPrepared bool
+	// name: trackedCloseNamed's statement.
+	name string
 	// injected: sent by Ordo (BeginHere, SyncHere), not the client: its
 	// reply is dropped; begin marks BeginHere's Execute of BEGIN (counted
 	// by Backend.InjectedBegins). quiet: SyncHere's, whose error and
@@ -150,7 +148,7 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
 	case *pgproto3.Sync, *pgproto3.FunctionCall:
 		m.kind = trackedSync
 	case *pgproto3.Query:
-		m = trackedMsg{kind: trackedQuery, sqlPrepared: mayPrepare(x.String)}
+		m = trackedMsg{kind: trackedQuery}
 	default:
 		return 0 // no reply of its own (Flush, COPY data)
 	}
@@ -218,6 +216,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 	if _, failed := msg.(*pgproto3.ErrorResponse); failed {
 		u.lastExecute = false // (set below if it answers an Execute)
 	}
+	if cc, ok := msg.(*pgproto3.CommandComplete); ok {
+		u.sqlNames(cc.CommandTag)
+	}
 	if len(u.queue) == 0 {
 		return false, false
 	}
@@ -228,9 +229,6 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
 			u.queue = u.queue[1:]
 			u.stmt = nil
-			if front.sqlPrepared {
-				u.forgetNamed()
-			}
 		}
 	case front.kind == trackedSync:
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
@@ -248,9 +246,6 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		}
 		switch front.kind {
 		case trackedParse:
-			if mayPrepare(front.parse.Query) {
-				u.forgetNamed() // when it is executed: from now on
-			}
 			if front.parse.Name == "" {
 				u.stmt = front.parse
 			} else {
@@ -351,40 +346,22 @@ func (u *unnamedTracker) learnNamed(names map[string]string) {
 	u.namedUnsure = false
 }
 
-// mayPrepare reports whether a query string may hold SQL's PREPARE,
-// DEALLOCATE or DISCARD: one of those words, in any case, anywhere, as a
-// word of its own (a false positive only makes named statements unknown
-// until the session reads them again from PostgreSQL; prepared_at, a
-// column's name, is not one).
-func mayPrepare(sql string) bool {
-	for _, w := range []string{"prepare", "deallocate", "discard"} {
-		if containsWordFold(sql, w) {
-			return true
-		}
+// sqlNames follows what SQL's statements on prepared statements did, by
+// the tag of their CommandComplete (a simple Query's, or an Execute's):
+// DEALLOCATE ALL and DISCARD ALL drop every named statement, so none is
+// held; PREPARE creates one under a name and with a text the tracker
+// does not know, so a name it does not hold may be held. DEALLOCATE of
+// one name leaves the others known: a statement the tracker still holds
+// under a name is either what PostgreSQL holds or gone (and PostgreSQL
+// then refuses its Bind). u.mu is held.
+func (u *unnamedTracker) sqlNames(tag []byte) {
+	switch string(tag) {
+	case "DEALLOCATE ALL", "DISCARD ALL":
+		clear(u.named)
+		u.namedUnsure = false
+	case "PREPARE":
+		u.namedUnsure = true
 	}
-	return false
-}
-
-// containsWordFold reports whether s contains the ASCII word w in any
-// case, with no letter, digit, underscore or dollar sign (what may
-// continue an identifier) right before or after it.
-func containsWordFold(s, w string) bool {
-	for i := 0; i+len(w) <= len(s); i++ {
-		j := 0
-		for j < len(w) && s[i+j]|0x20 == w[j] {
-			j++
-		}
-		if j == len(w) && (i == 0 || !identByte(s[i-1])) && (i+j == len(s) || !identByte(s[i+j])) {
-			return true
-		}
-	}
-	return false
-}
-
-// identByte reports whether b may be part of an unquoted identifier
-// (bytes of multi-byte UTF-8 characters included).
-func identByte(b byte) bool {
-	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '$' || b >= 0x80
 }
 
 // current returns the client's unnamed statement, if it is known to

@@ -52,20 +52,17 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 
 	send(&pgproto3.Parse{Name: "c", Query: "select 3"}, &pgproto3.Sync{})
 	reply(&pgproto3.ParseComplete{}, rfq)
+	tag := func(t string) *pgproto3.CommandComplete { return &pgproto3.CommandComplete{CommandTag: []byte(t)} }
 	send(&pgproto3.Query{String: "DEALLOCATE ALL; PREPARE c AS DELETE FROM t"})
-	reply(&pgproto3.CommandComplete{}, &pgproto3.CommandComplete{}, rfq)
+	reply(tag("DEALLOCATE ALL"), tag("PREPARE"), rfq)
 	want("after SQL's PREPARE", "c", "", false, false)
+	if u.namedKnown() {
+		t.Fatal("every name known after SQL's PREPARE")
+	}
 	send(&pgproto3.Parse{Name: "d", Query: "select 4"}, &pgproto3.Sync{})
 	reply(&pgproto3.ParseComplete{}, rfq)
 	want("parsed after SQL's PREPARE", "d", "select 4", true, true)
 	want("unknown after SQL's PREPARE", "e", "", false, false)
-
-	send(&pgproto3.Query{String: "select 'no such words'"})
-	reply(&pgproto3.CommandComplete{}, rfq)
-	want("a Query without them", "d", "select 4", true, true)
-	if u.namedKnown() {
-		t.Fatal("every name known after SQL's PREPARE")
-	}
 
 	// The session reads them from PostgreSQL (learnNamed): known again.
 	u.learnNamed(map[string]string{"c": "PREPARE c AS DELETE FROM t", "d": "select 4"})
@@ -75,33 +72,21 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	want("learned", "c", "PREPARE c AS DELETE FROM t", true, true)
 	want("learned absent", "e", "", false, true)
 
-	// Words that only contain them are not SQL's PREPARE.
-	send(&pgproto3.Query{String: "select prepared_at, is_discarded, deallocated2 from t"})
-	reply(&pgproto3.CommandComplete{}, rfq)
-	want("a Query with identifiers containing them", "d", "select 4", true, true)
+	// DEALLOCATE of one name leaves the others as they were; the words
+	// in a query's text do nothing, its tags do.
+	send(&pgproto3.Query{String: "deallocate c; select 'prepare', 1 as discard"})
+	reply(tag("DEALLOCATE"), tag("SELECT 1"), rfq)
+	want("after DEALLOCATE of another", "d", "select 4", true, true)
 	want("still absent", "e", "", false, true)
-	send(&pgproto3.Query{String: "select 1;Discard all"})
-	reply(&pgproto3.CommandComplete{}, &pgproto3.CommandComplete{}, rfq)
-	want("after DISCARD", "e", "", false, false)
-}
-
-func TestMayPrepare(t *testing.T) {
-	for sql, want := range map[string]bool{
-		"PREPARE p AS SELECT 1":           true,
-		"deallocate all":                  true,
-		"select 1; discard all":           true,
-		"select 1;DEALLOCATE\tp":          true,
-		"/*x*/prepare p as select 1":      true,
-		"select prepared_at from t":       false,
-		"select undiscard, discard_ from": false,
-		"select x$prepare, deallocate9":   false,
-		"select ärepare, préparé":         false,
-		"select 1":                        false,
-	} {
-		if got := mayPrepare(sql); got != want {
-			t.Errorf("mayPrepare(%q) = %v, want %v", sql, got, want)
-		}
-	}
+	// So does an Execute's.
+	send(&pgproto3.Parse{Query: "prepare e as select 5"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, tag("PREPARE"), rfq)
+	want("after an Execute of SQL's PREPARE", "e", "", false, false)
+	want("kept after an Execute of SQL's PREPARE", "d", "select 4", true, true)
+	send(&pgproto3.Query{String: "discard all"})
+	reply(tag("DISCARD ALL"), rfq)
+	want("after DISCARD ALL", "d", "", false, true)
+	want("after DISCARD ALL", "e", "", false, true)
 }
 
 // TestTrackerDropsInjectedBeginAfterCopy: the seven replies of an

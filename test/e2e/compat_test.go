@@ -787,6 +787,12 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 		{&pgproto3.Query{String: "deallocate other"}},
 		{&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Bind{PreparedStatement: "S_1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// A Close PostgreSQL skipped after an error leaves the name,
+		// also when SQL's PREPARE left Ordo unsure of every name.
+		{&pgproto3.Parse{Query: "prepare other2 as select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Close{ObjectType: 'S', Name: "S_1"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "S_1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		// A statement of SQL's PREPARE, bound by name, then DISCARD ALL.
 		// (SQL folds the name to lower case.)
 		{&pgproto3.Query{String: "prepare S_2 as update named_sql set n = n + 1 where pk = 1"}},

@@ -169,6 +169,7 @@ var fuzzStatements = []struct {
 	{"prepare ps(int) as select v from fz where k = $1", 0},
 	{"execute ps($1)", 1},
 	{"deallocate pu", 0},
+	{"deallocate fz0", 0},
 	{"deallocate all", 0},
 	{"discard all", 0},
 	{"truncate fz", 0},
