@@ -229,13 +229,16 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 		}
 	}
-	if first && (s.namedEver || st.Kind == wire.KindBind && st.Name != "") && s.txStatus() != 'E' && !s.be.NamedKnown() {
-		// SQL's PREPARE, DEALLOCATE or DISCARD left the wire layer
-		// unsure of what PostgreSQL holds under the client's names: read
-		// them now, while nothing of the unit is sent, for any Bind of
-		// the unit (a failed read leaves them unknown, and such a Bind
-		// is taken for a statement that may do anything). Not for a
-		// client that never named a statement: it pays nothing.
+	if first && (s.namedEver || st.Kind == wire.KindBind && st.Name != "") && !s.be.NamedKnown() &&
+		(s.txStatus() == 'I' && !s.tx.active || s.txStatus() == 'T' && s.tx.snapshot) {
+		// SQL's PREPARE left the wire layer unsure of what PostgreSQL
+		// holds under the client's names: read them now, while nothing
+		// of the unit is sent, for any Bind of the unit. Not for a
+		// client that never named a statement (it pays nothing), and not
+		// in a failed block, nor in a block whose snapshot is still to
+		// come (the read would take it before the block's first
+		// statement). A Bind of a name not read is taken for a statement
+		// that may do anything.
 		s.readNamed(ctx)
 	}
 	if r := s.tx.retry; r != nil && r.extended {
@@ -958,7 +961,11 @@ func opaque(why string) *analysis.Statement {
 func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 	if s.envStale {
 		s.envStale = false
-		if res, err := s.be.Exec(context.Background(), "SELECT current_setting('search_path')"); err == nil && res.Err == nil && len(res.Rows) == 1 {
+		// SHOW, not a SELECT: it takes no snapshot, so in a block before
+		// its first query the snapshot stays the first query's (whose
+		// seqno certification uses, and before which Ordo may still set
+		// the block's level).
+		if res, err := s.be.Exec(context.Background(), "SHOW search_path"); err == nil && res.Err == nil && len(res.Rows) == 1 {
 			s.searchPath = res.Rows[0][0]
 			s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 		}

@@ -987,6 +987,22 @@ func TestCompatNamedBeginThenSavepoint(t *testing.T) {
 		queryMsg("insert into nb values (1, 1)"),
 		queryMsg("commit"),
 		queryMsg("select v from nb"),
+		// A SET of search_path before the block's first query: Ordo read
+		// the new path with a SELECT, which took the snapshot, and then
+		// could not set the block's level (25001).
+		{&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("set search_path = public"),
+		queryMsg("select v from nb where k = 1"),
+		queryMsg("show transaction_isolation"),
+		queryMsg("commit"),
+		// The same for Ordo's read of the client's prepared statements,
+		// after SQL's PREPARE, before a Bind of one as the block's first
+		// statement.
+		queryMsg("prepare q1 as select 1"),
+		{&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "q1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("show transaction_isolation"),
+		queryMsg("commit"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
