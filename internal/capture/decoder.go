@@ -380,11 +380,12 @@ func (d *Decoder) message(m *LogicalMsg) error {
 		return nil
 	}
 	r.RowsBefore = len(ws.Rows)
-	if writesItsOwnRows(r.Tag) {
-		// Its record comes at its end, after the rows it wrote, which
-		// belong after its replay (and may follow rows of statements run
-		// since the record before it, which it cannot depend on: it
-		// creates what they did not touch).
+	if createsItsTable(r.Tag) {
+		// Its record comes at its end, after the rows it wrote (or an
+		// event trigger of the user's that fired before Ordo's wrote),
+		// which belong after its replay; it goes where the record before
+		// it did, before rows of statements run since, which cannot
+		// depend on it: it creates what they did not touch.
 		r.RowsBefore = 0
 		if prev != nil {
 			r.RowsBefore = prev.RowsBefore
@@ -394,13 +395,15 @@ func (d *Decoder) message(m *LogicalMsg) error {
 	return nil
 }
 
-// writesItsOwnRows reports whether a DDL command with this tag writes rows
-// decoding carries as it runs: CREATE TABLE AS and SELECT INTO fill the
-// table they create (replayed WITH NO DATA, their rows come from the
-// write set), an extension's script may fill its tables.
-func writesItsOwnRows(tag string) bool {
+// createsItsTable reports whether a DDL command with this tag creates
+// tables whose rows it, or an event trigger at its end, may write before
+// its record: CREATE TABLE AS and SELECT INTO fill the table they create
+// (replayed WITH NO DATA, their rows come from the write set), an
+// extension's script may fill its tables, and a user's event trigger may
+// fill a table CREATE TABLE created.
+func createsItsTable(tag string) bool {
 	switch tag {
-	case "CREATE TABLE AS", "SELECT INTO", "CREATE EXTENSION", "ALTER EXTENSION":
+	case "CREATE TABLE", "CREATE TABLE AS", "SELECT INTO", "CREATE EXTENSION":
 		return true
 	}
 	return false

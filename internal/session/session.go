@@ -57,6 +57,10 @@ type session struct {
 	// others, what PostgreSQL holds is known: Backend.Named).
 	unit      uint64
 	unitNames map[string]bool
+	// unitSQLNames: a statement of the unit may run SQL's PREPARE,
+	// DEALLOCATE or DISCARD, whose effect on the names the wire layer
+	// learns only when PostgreSQL answers it, after the unit is sent.
+	unitSQLNames bool
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -212,6 +216,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	if st.Unit != s.unit {
 		s.unit = st.Unit
 		clear(s.unitNames)
+		s.unitSQLNames = false
 		if !(st.Kind == wire.KindParse && st.Name == "") {
 			// What PostgreSQL holds as the unnamed statement, which is
 			// not the last Parse this session saw if that one failed or
@@ -306,6 +311,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	switch st.Kind {
 	case wire.KindQuery:
 		stmts := s.analyze(st.SQL)
+		s.noteSQLNames(stmts)
 		if st.Pieces == 0 {
 			if pieces := splitPieces(st.SQL, stmts); pieces != nil {
 				return &wire.Split{Pieces: pieces}
@@ -321,6 +327,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 	case wire.KindParse:
 		s.noteName(st.Name)
 		stmts := s.analyze(st.SQL)
+		s.noteSQLNames(stmts)
 		if err := s.rewrite(st, stmts); err != nil {
 			return err
 		}
@@ -406,6 +413,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			sql, exists, known := s.be.Named(st.Name)
 			prepared, ok := s.fromSQL[st.Name]
 			switch {
+			case s.unitSQLNames && s.txStatus() != 'E':
+				// What a PREPARE, DEALLOCATE or DISCARD earlier in the
+				// unit does to the name is still to come.
+				stmts = []*analysis.Statement{opaque("a statement named after SQL's PREPARE, DEALLOCATE or DISCARD in the same batch")}
 			case known && !exists:
 				return nil // PostgreSQL reports that it does not exist
 			case exists && ok && prepared == sql:
@@ -931,6 +942,18 @@ func snapshotWhenRun(a *analysis.Statement) bool {
 		return false
 	}
 	return true
+}
+
+// noteSQLNames notes a statement of the unit that may change the names
+// of prepared statements (unitSQLNames). A Bind of a named statement
+// after it in the unit is taken for a statement that may do anything.
+func (s *session) noteSQLNames(stmts []*analysis.Statement) {
+	for _, a := range stmts {
+		switch a.Tag {
+		case "PrepareStmt", "DeallocateStmt", "DiscardStmt":
+			s.unitSQLNames = true
+		}
+	}
 }
 
 // readNamed reads the client's named prepared statements from

@@ -29,7 +29,8 @@ import (
 // failed (because the name exists, say) or was skipped leaves what the
 // name held, and so does a skipped Close. SQL's PREPARE, DEALLOCATE and
 // DISCARD change them too, which it follows by their tags (sqlNames):
-// after a PREPARE, a name it does not hold may be held, until the
+// after a PREPARE, a name it does not hold may be held (and after a
+// DEALLOCATE then a PREPARE, any name may hold anything), until the
 // session reads them from PostgreSQL (learnNamed).
 type unnamedTracker struct {
 	mu    sync.Mutex
@@ -41,6 +42,9 @@ type unnamedTracker struct {
 	// hold; namedUnsure: a name not in it may be held too.
 	named       map[string]string
 	namedUnsure bool
+	// deallocated: a DEALLOCATE of one name ran since the names were
+	// last all known (a PREPARE after it may reuse the name).
+	deallocated bool
 	// lastExecute: the last ErrorResponse followed answered an Execute,
 	// and the next message is a Sync (PostgreSQL skipped nothing).
 	lastExecute bool
@@ -343,7 +347,7 @@ func (u *unnamedTracker) learnNamed(names map[string]string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.named = maps.Clone(names)
-	u.namedUnsure = false
+	u.namedUnsure, u.deallocated = false, false
 }
 
 // sqlNames follows what SQL's statements on prepared statements did, by
@@ -358,8 +362,15 @@ func (u *unnamedTracker) sqlNames(tag []byte) {
 	switch string(tag) {
 	case "DEALLOCATE ALL", "DISCARD ALL":
 		clear(u.named)
-		u.namedUnsure = false
+		u.namedUnsure, u.deallocated = false, false
+	case "DEALLOCATE":
+		u.deallocated = true
 	case "PREPARE":
+		if u.deallocated {
+			// It may reuse the name a DEALLOCATE freed, with another
+			// text: no name is known.
+			u.forgetNamed()
+		}
 		u.namedUnsure = true
 	}
 }

@@ -82,11 +82,27 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	send(&pgproto3.Parse{Query: "prepare e as select 5"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	reply(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, tag("PREPARE"), rfq)
 	want("after an Execute of SQL's PREPARE", "e", "", false, false)
-	want("kept after an Execute of SQL's PREPARE", "d", "select 4", true, true)
+	want("after DEALLOCATE, then an Execute of SQL's PREPARE", "d", "", false, false)
 	send(&pgproto3.Query{String: "discard all"})
 	reply(tag("DISCARD ALL"), rfq)
 	want("after DISCARD ALL", "d", "", false, true)
 	want("after DISCARD ALL", "e", "", false, true)
+
+	// A PREPARE after a DEALLOCATE may give a name it held another text.
+	send(&pgproto3.Parse{Name: "f", Query: "select 6"}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	send(&pgproto3.Query{String: "deallocate f"})
+	reply(tag("DEALLOCATE"), rfq)
+	want("after DEALLOCATE of it", "f", "select 6", true, true)
+	send(&pgproto3.Query{String: "prepare f as delete from t"})
+	reply(tag("PREPARE"), rfq)
+	want("after DEALLOCATE then PREPARE", "f", "", false, false)
+	// A PREPARE alone cannot replace a name: those held are kept.
+	u.learnNamed(map[string]string{"f": "prepare f as delete from t"})
+	send(&pgproto3.Query{String: "prepare g as select 7"})
+	reply(tag("PREPARE"), rfq)
+	want("kept after a PREPARE", "f", "prepare f as delete from t", true, true)
+	want("unknown after a PREPARE", "g", "", false, false)
 }
 
 // TestTrackerDropsInjectedBeginAfterCopy: the seven replies of an

@@ -518,6 +518,35 @@ func TestRowsAndDDLInterleavedInOneTransaction(t *testing.T) {
 	// One query string, as a migration file sent whole.
 	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (5, 50, 51); ALTER TABLE mig DROP COLUMN w; UPDATE mig SET v = v * 10 WHERE id = 5")
 	require.NoError(t, err)
+	// An event trigger of the user's that fires before Ordo's (by name)
+	// and fills each new table: its row comes before the table's record.
+	_, err = a.Exec(ctx, `CREATE TABLE seeded_log (t text PRIMARY KEY);
+CREATE FUNCTION seed_new_table() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+	FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE object_type = 'table' AND schema_name = 'public' LOOP
+		EXECUTE format('INSERT INTO %s (id, v) VALUES (0, -1)', r.object_identity);
+		INSERT INTO seeded_log VALUES (r.object_identity);
+	END LOOP;
+END $$;
+CREATE EVENT TRIGGER add_seed ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION seed_new_table()`)
+	require.NoError(t, err)
+	tx, err = a.Begin(ctx)
+	require.NoError(t, err)
+	for _, sql := range []string{
+		"UPDATE mig SET v = v + 1 WHERE id = 1",
+		"CREATE TABLE seeded (id int PRIMARY KEY, v int)",
+		"INSERT INTO seeded VALUES (1, 1)",
+	} {
+		_, err = tx.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	_, err = a.Exec(ctx, "DROP EVENT TRIGGER add_seed")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "UPDATE mig SET v = v - 1 WHERE id = 1")
+	require.NoError(t, err)
+
 	// Every node goes on taking writes (the origin was voted out).
 	_, err = c.connect(1).Exec(ctx, "INSERT INTO mig VALUES (6, 60)")
 	require.NoError(t, err)
@@ -532,6 +561,10 @@ func TestRowsAndDDLInterleavedInOneTransaction(t *testing.T) {
 	for i := 1; i < 3; i++ {
 		require.Equal(t, c.checksum(0, "mig"), c.checksum(i, "mig"), "node %d", i+1)
 		require.Equal(t, c.checksum(0, "mig_copy"), c.checksum(i, "mig_copy"), "node %d", i+1)
+		require.Equal(t, c.checksum(0, "seeded"), c.checksum(i, "seeded"), "node %d", i+1)
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT count(*) FROM seeded").Scan(&n))
+		require.Equal(t, 2, n, "node %d: the trigger's row and the insert", i+1)
 		require.Zero(t, c.unreplicated(i))
 	}
 }
