@@ -158,6 +158,27 @@ func TestRefusedTwoPhase(t *testing.T) {
 	}
 }
 
+// TestNoBlockNamesWhatPostgreSQLRunsOnlyOutsideBlocks: NoBlock names a
+// statement as PostgreSQL's errors do, and only those PostgreSQL never
+// runs in a transaction block.
+func TestNoBlockNamesWhatPostgreSQLRunsOnlyOutsideBlocks(t *testing.T) {
+	a := New(testCatalog(t), Options{})
+	for sql, want := range map[string]string{
+		"DISCARD ALL": "DISCARD ALL", "VACUUM t": "VACUUM", "ALTER SYSTEM SET work_mem = '1MB'": "ALTER SYSTEM",
+		"CREATE DATABASE d": "CREATE DATABASE", "DROP DATABASE d": "DROP DATABASE",
+		"CREATE TABLESPACE s LOCATION '/x'": "CREATE TABLESPACE", "DROP TABLESPACE s": "DROP TABLESPACE",
+		"DISCARD PLANS": "", "ANALYZE t": "", "DEALLOCATE ALL": "", "SELECT 1": "", "CHECKPOINT": "",
+	} {
+		stmts, err := a.Analyze(sql, NewEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stmts[0].NoBlock; got != want {
+			t.Errorf("%s: NoBlock %q, want %q", sql, got, want)
+		}
+	}
+}
+
 func TestSetvalMakesAnUpdate(t *testing.T) {
 	a := New(&swapSource{testCatalog(t)}, Options{})
 	env := NewEnv([]string{"public"})

@@ -45,6 +45,32 @@ func tagOf(n *pg.Node) string {
 	return t
 }
 
+// noBlock names a statement PostgreSQL never runs in a transaction block
+// as its errors name it (Statement.NoBlock), "" for any other.
+func noBlock(n *pg.Node) string {
+	switch x := n.Node.(type) {
+	case *pg.Node_DiscardStmt:
+		if x.DiscardStmt.Target == pg.DiscardMode_DISCARD_ALL {
+			return "DISCARD ALL"
+		}
+	case *pg.Node_VacuumStmt:
+		if x.VacuumStmt.IsVacuumcmd {
+			return "VACUUM"
+		}
+	case *pg.Node_AlterSystemStmt:
+		return "ALTER SYSTEM"
+	case *pg.Node_CreatedbStmt:
+		return "CREATE DATABASE"
+	case *pg.Node_DropdbStmt:
+		return "DROP DATABASE"
+	case *pg.Node_CreateTableSpaceStmt:
+		return "CREATE TABLESPACE"
+	case *pg.Node_DropTableSpaceStmt:
+		return "DROP TABLESPACE"
+	}
+	return ""
+}
+
 func (w *walker) top(n *pg.Node) {
 	st := w.st
 	st.Tag = tagOf(n)
@@ -92,9 +118,7 @@ func (w *walker) top(n *pg.Node) {
 		st.Setting = &Setting{Name: name, Show: true, Ordo: strings.HasPrefix(name, "ordo.")}
 	case *pg.Node_DiscardStmt, *pg.Node_DeallocateStmt, *pg.Node_ConstraintsSetStmt, *pg.Node_FetchStmt, *pg.Node_ClosePortalStmt:
 		st.Kind = KindSession
-		if d := n.GetDiscardStmt(); d != nil && d.Target == pg.DiscardMode_DISCARD_ALL {
-			st.NoBlock = "DISCARD ALL"
-		}
+		st.NoBlock = noBlock(n)
 	case *pg.Node_PrepareStmt:
 		st.Kind = KindSession
 		inner := &Statement{SQL: st.SQL, Offset: st.Offset, Executes: true, limit: st.limit}
@@ -162,18 +186,13 @@ func (w *walker) top(n *pg.Node) {
 		st.Explain = true
 	case *pg.Node_VacuumStmt, *pg.Node_CheckPointStmt, *pg.Node_ClusterStmt, *pg.Node_ReindexStmt, *pg.Node_LoadStmt, *pg.Node_AlterSystemStmt:
 		st.Kind = KindLocal
-		if v := n.GetVacuumStmt(); v != nil && v.IsVacuumcmd {
-			st.NoBlock = "VACUUM"
-		} else if n.GetAlterSystemStmt() != nil {
-			st.NoBlock = "ALTER SYSTEM"
-		}
+		st.NoBlock = noBlock(n)
 	case *pg.Node_CreatedbStmt, *pg.Node_DropdbStmt, *pg.Node_CreateTableSpaceStmt, *pg.Node_DropTableSpaceStmt:
 		// One database per node is replicated; other databases and
 		// tablespaces (directories of this server) are the node's own.
 		st.Kind = KindLocal
 		st.Reason = "databases and tablespaces are created per node; only the configured database is replicated"
-		st.NoBlock = map[string]string{"CreatedbStmt": "CREATE DATABASE", "DropdbStmt": "DROP DATABASE",
-			"CreateTableSpaceStmt": "CREATE TABLESPACE", "DropTableSpaceStmt": "DROP TABLESPACE"}[st.Tag]
+		st.NoBlock = noBlock(n)
 	case *pg.Node_IndexStmt:
 		st.Kind = KindDDL
 		w.ddl(n)

@@ -283,8 +283,8 @@ type Backend interface {
 	Named(name string) (sql string, exists, known bool)
 	// LearnNamed tells the session what PostgreSQL holds as the client's
 	// named prepared statements (name to text, as pg_prepared_statements
-	// shows them), read by an Exec at the first message of a unit: from
-	// then on Named knows every name again.
+	// shows them; the wire layer keeps the map), read by an Exec at the
+	// first message of a unit: from then on Named knows every name again.
 	LearnNamed(names map[string]string)
 	// NamedKnown reports whether Named knows every name (false after
 	// SQL's PREPARE, DEALLOCATE or DISCARD, until LearnNamed).

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"maps"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -341,12 +340,13 @@ func (u *unnamedTracker) namedKnown() bool {
 }
 
 // learnNamed replaces what the tracker knows of the client's named
-// statements with names (read from PostgreSQL): every name is known
-// again. Only while no message of the client's is awaiting its reply.
+// statements with names (read from PostgreSQL; the tracker keeps the
+// map): every name is known again. Only while no message of the
+// client's is awaiting its reply.
 func (u *unnamedTracker) learnNamed(names map[string]string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.named = maps.Clone(names)
+	u.named = names
 	u.namedUnsure, u.deallocated = false, false
 }
 

@@ -489,16 +489,24 @@ func TestRowsAndDDLInterleavedInOneTransaction(t *testing.T) {
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a := c.connect(0)
-	_, err := a.Exec(ctx, "CREATE TABLE mig (id int PRIMARY KEY, old int, new int)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (1, 10, NULL), (2, 20, NULL)")
-	require.NoError(t, err)
+	exec := mustExec(t, a)
+	inBlock := func(sqls ...string) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(ctx, a, func(tx pgx.Tx) error {
+			for _, sql := range sqls {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("%s: %w", sql, err)
+				}
+			}
+			return nil
+		}))
+	}
+	exec("CREATE TABLE mig (id int PRIMARY KEY, old int, new int)")
+	exec("INSERT INTO mig VALUES (1, 10, NULL), (2, 20, NULL)")
 	c.waitConverged()
 
 	// Statements one by one in a block.
-	tx, err := a.Begin(ctx)
-	require.NoError(t, err)
-	for _, sql := range []string{
+	inBlock(
 		"UPDATE mig SET new = old",
 		"ALTER TABLE mig DROP COLUMN old",
 		"INSERT INTO mig VALUES (3, 30)",
@@ -510,17 +518,12 @@ func TestRowsAndDDLInterleavedInOneTransaction(t *testing.T) {
 		"CREATE TABLE mig_copy AS SELECT id, v FROM mig",
 		"UPDATE mig_copy SET v = 0 WHERE id = 1",
 		"ALTER TABLE mig_copy ADD PRIMARY KEY (id)",
-	} {
-		_, err = tx.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
-	require.NoError(t, tx.Commit(ctx))
+	)
 	// One query string, as a migration file sent whole.
-	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (5, 50, 51); ALTER TABLE mig DROP COLUMN w; UPDATE mig SET v = v * 10 WHERE id = 5")
-	require.NoError(t, err)
+	exec("INSERT INTO mig VALUES (5, 50, 51); ALTER TABLE mig DROP COLUMN w; UPDATE mig SET v = v * 10 WHERE id = 5")
 	// An event trigger of the user's that fires before Ordo's (by name)
 	// and fills each new table: its row comes before the table's record.
-	_, err = a.Exec(ctx, `CREATE TABLE seeded_log (t text PRIMARY KEY);
+	exec(`CREATE TABLE seeded_log (t text PRIMARY KEY);
 CREATE FUNCTION seed_new_table() RETURNS event_trigger LANGUAGE plpgsql AS $$
 DECLARE r record;
 BEGIN
@@ -530,28 +533,18 @@ BEGIN
 	END LOOP;
 END $$;
 CREATE EVENT TRIGGER add_seed ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION seed_new_table()`)
-	require.NoError(t, err)
-	tx, err = a.Begin(ctx)
-	require.NoError(t, err)
-	for _, sql := range []string{
+	inBlock(
 		"UPDATE mig SET v = v + 1 WHERE id = 1",
 		"CREATE TABLE seeded (id int PRIMARY KEY, v int)",
 		"INSERT INTO seeded VALUES (1, 1)",
-	} {
-		_, err = tx.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
-	require.NoError(t, tx.Commit(ctx))
-	_, err = a.Exec(ctx, "DROP EVENT TRIGGER add_seed")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "UPDATE mig SET v = v - 1 WHERE id = 1")
-	require.NoError(t, err)
+	)
+	exec("DROP EVENT TRIGGER add_seed")
+	exec("UPDATE mig SET v = v - 1 WHERE id = 1")
 
-	// Every node goes on taking writes (the origin was voted out).
-	_, err = c.connect(1).Exec(ctx, "INSERT INTO mig VALUES (6, 60)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO mig VALUES (7, 70)")
-	require.NoError(t, err)
+	// Every node goes on taking writes (without the fix, the others voted
+	// the origin out: its writes failed with 25006).
+	mustExec(t, c.connect(1))("INSERT INTO mig VALUES (6, 60)")
+	exec("INSERT INTO mig VALUES (7, 70)")
 	c.waitConverged()
 	var sum int
 	require.NoError(t, c.direct(0).QueryRow(ctx, "SELECT sum(id * v) FROM mig").Scan(&sum))

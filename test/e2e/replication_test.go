@@ -216,10 +216,8 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
 	simple := pgx.QueryExecModeSimpleProtocol
-	_, err := a.Exec(ctx, "CREATE TABLE snapu (id int PRIMARY KEY, v int NOT NULL)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 4) g")
-	require.NoError(t, err)
+	mustExec(t, a)("CREATE TABLE snapu (id int PRIMARY KEY, v int NOT NULL)")
+	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 4) g")
 	c.waitConverged()
 	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1"} {
 		row, other := 2*i+1, 2*i+2
