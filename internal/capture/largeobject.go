@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -210,8 +211,11 @@ func LargeObjectsTable() txn.Key { return txn.TableKey("pg_catalog", "pg_largeob
 // LargeObjectPeer finds, on a connection of its own, what an open
 // transaction of another session deleted: those rows it no longer sees
 // itself, but every other snapshot still does, with the transaction's xid
-// as xmax, until it commits. It is safe for concurrent use (one query at
-// a time).
+// as xmax, until it commits. It also names the functions a session calls
+// through the fast path (libpq's and pgjdbc's large object functions)
+// without running a query on the session's backend, where it could take
+// the snapshot of the client's block. It is safe for concurrent use (one
+// query at a time).
 type LargeObjectPeer struct {
 	dsn  string
 	mu   sync.Mutex
@@ -222,30 +226,52 @@ type LargeObjectPeer struct {
 // own) when first used.
 func NewLargeObjectPeer(dsn string) *LargeObjectPeer { return &LargeObjectPeer{dsn: dsn} }
 
+// queryRow runs q on the peer's connection (p.mu held), connecting
+// first if needed; a failed query drops the connection.
+func (p *LargeObjectPeer) queryRow(ctx context.Context, what, q string, args []any, dest ...any) error {
+	if p.conn == nil || p.conn.IsClosed() {
+		c, err := pgx.Connect(ctx, p.dsn)
+		if err != nil {
+			return fmt.Errorf("capture: %s: connect: %w", what, err)
+		}
+		p.conn = c
+	}
+	if err := p.conn.QueryRow(ctx, q, args...).Scan(dest...); err != nil {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			p.conn.Close(context.Background())
+			p.conn = nil
+		}
+		return fmt.Errorf("capture: %s: %w", what, err)
+	}
+	return nil
+}
+
 // DeletedBy returns the large objects whose metadata rows the transaction
 // holding xids (an array literal of xid) deleted or replaced (unlinked or
 // altered: the caller tells them apart by what it still sees).
 func (p *LargeObjectPeer) DeletedBy(ctx context.Context, xids string) ([]uint32, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil || p.conn.IsClosed() {
-		c, err := pgx.Connect(ctx, p.dsn)
-		if err != nil {
-			return nil, fmt.Errorf("capture: large objects: connect: %w", err)
-		}
-		p.conn = c
-	}
 	q := `SELECT pg_catalog.array_agg(oid)::text FROM pg_catalog.pg_largeobject_metadata WHERE xmax = ANY ($1::pg_catalog.xid[])`
 	var m *string
-	if err := p.conn.QueryRow(ctx, q, xids).Scan(&m); err != nil {
-		p.conn.Close(context.Background())
-		p.conn = nil
-		return nil, fmt.Errorf("capture: large objects deleted by %s: %w", xids, err)
+	if err := p.queryRow(ctx, "large objects deleted by "+xids, q, []any{xids}, &m); err != nil {
+		return nil, err
 	}
 	if m == nil {
 		return nil, nil
 	}
 	return ParseOIDArray(*m)
+}
+
+// FunctionName returns the schema and name of the function with the
+// given OID, as committed (a function created by a transaction still
+// open is not found: pgx.ErrNoRows, wrapped).
+func (p *LargeObjectPeer) FunctionName(ctx context.Context, oid uint32) (schema, name string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := `SELECT n.nspname, p.proname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = $1`
+	err = p.queryRow(ctx, fmt.Sprintf("function %d", oid), q, []any{oid}, &schema, &name)
+	return schema, name, err
 }
 
 // Close closes the peer's connection.

@@ -32,14 +32,20 @@ type function struct {
 // session and OID). A function it cannot name (PostgreSQL will report it,
 // or the transaction has failed) is analyzed as a call of an unknown one:
 // it may read and write anything.
+//
+// In a block whose snapshot is not taken yet, the call is the statement
+// that takes it, so the function is named on the node's own connection
+// (LargeObjectPeer): a query on the client's backend would take the
+// block's snapshot before the call, and so before Ordo notes its seqno
+// (certification's), sets the block's level or, under cons, takes its
+// classes. A function the block created itself is not seen there, and
+// is analyzed as an unknown one.
 func (s *session) functionCall(ctx context.Context, oid uint32, nargs int) []*analysis.Statement {
 	f, ok := s.funcs[oid]
 	if !ok {
-		res, err := s.be.Exec(ctx, "SELECT n.nspname, p.proname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = "+strconv.FormatUint(uint64(oid), 10))
-		if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 2 {
+		if f, ok = s.nameFunction(ctx, oid); !ok {
 			return []*analysis.Statement{opaque("a function called through the fast-path interface that this session could not name")}
 		}
-		f = function{schema: res.Rows[0][0], name: res.Rows[0][1]}
 		if s.funcs == nil {
 			s.funcs = map[uint32]function{}
 		}
@@ -58,6 +64,24 @@ func (s *session) functionCall(ctx context.Context, oid uint32, nargs int) []*an
 	}
 	b.WriteByte(')')
 	return s.analyze(b.String())
+}
+
+// nameFunction finds the schema and name of the function with the given
+// OID: on the client's backend, unless a query there would take the
+// snapshot of its block (functionCall).
+func (s *session) nameFunction(ctx context.Context, oid uint32) (function, bool) {
+	if s.txStatus() == 'T' && !s.tx.snapshot {
+		if s.h.cfg.LargeObjects == nil {
+			return function{}, false
+		}
+		schema, name, err := s.h.cfg.LargeObjects.FunctionName(ctx, oid)
+		return function{schema: schema, name: name}, err == nil
+	}
+	res, err := s.be.Exec(ctx, "SELECT n.nspname, p.proname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = "+strconv.FormatUint(uint64(oid), 10))
+	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 2 {
+		return function{}, false
+	}
+	return function{schema: res.Rows[0][0], name: res.Rows[0][1]}, true
 }
 
 // fastPath handles a FunctionCall: a unit of its own, like a Query.

@@ -16,10 +16,12 @@ import (
 // reads the state it left each of them in; that state travels in the
 // write set, and every other node sets the objects to it.
 
-// LargeObjectPeer finds what an open transaction deleted, on a connection
-// that is not the transaction's own (capture.LargeObjectPeer).
+// LargeObjectPeer finds what an open transaction deleted, and names a
+// function called through the fast path (functioncall.go), on a
+// connection that is not the transaction's own (capture.LargeObjectPeer).
 type LargeObjectPeer interface {
 	DeletedBy(ctx context.Context, xids string) ([]uint32, error)
+	FunctionName(ctx context.Context, oid uint32) (schema, name string, err error)
 }
 
 // largeObjects returns the state the open transaction left the large

@@ -234,8 +234,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			}
 		}
 	}
-	if first && (s.namedEver || st.Kind == wire.KindBind && st.Name != "") && !s.be.NamedKnown() &&
-		(s.txStatus() == 'I' && !s.tx.active || s.txStatus() == 'T' && s.tx.snapshot) {
+	if first && (s.namedEver || st.Kind == wire.KindBind && st.Name != "") && !s.be.NamedKnown() && s.namedReadable() {
 		// SQL's PREPARE left the wire layer unsure of what PostgreSQL
 		// holds under the client's names: read them now, while nothing
 		// of the unit is sent, for any Bind of the unit. Not for a
@@ -418,7 +417,26 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 				// unit does to the name is still to come.
 				stmts = []*analysis.Statement{opaque("a statement named after SQL's PREPARE, DEALLOCATE or DISCARD in the same batch")}
 			case known && !exists:
-				return nil // PostgreSQL reports that it does not exist
+				// Unless a DO block or a function prepared it (its
+				// EXECUTE of a PREPARE): no tag told the wire layer.
+				// Read what PostgreSQL holds where that is possible.
+				if !first || !s.namedReadable() {
+					stmts = []*analysis.Statement{opaque("a statement name this session does not know of, bound where it cannot read the client's prepared statements")}
+					break
+				}
+				s.readNamed(ctx)
+				if sql, exists, known = s.be.Named(st.Name); !exists && known {
+					return nil // PostgreSQL reports that it does not exist
+				}
+				if prepared, ok := s.fromSQL[st.Name]; exists && ok && prepared == sql {
+					stmts = []*analysis.Statement{opaque("a statement prepared with SQL PREPARE")}
+				} else {
+					stmts = []*analysis.Statement{opaque("a statement this session cannot tell")}
+					if exists {
+						stmts = s.analyze(sql)
+						s.stmts[st.Name], s.sent[st.Name] = stmts, sql
+					}
+				}
 			case exists && ok && prepared == sql:
 				stmts = []*analysis.Statement{opaque("a statement prepared with SQL PREPARE")}
 			case exists && sql != s.sent[st.Name]:
@@ -954,6 +972,13 @@ func (s *session) noteSQLNames(stmts []*analysis.Statement) {
 			s.unitSQLNames = true
 		}
 	}
+}
+
+// namedReadable reports whether readNamed may run now: outside a block,
+// or in one whose snapshot is taken (before it, the read would take the
+// block's snapshot ahead of its first statement); not in a failed one.
+func (s *session) namedReadable() bool {
+	return s.txStatus() == 'I' && !s.tx.active || s.txStatus() == 'T' && s.tx.snapshot
 }
 
 // readNamed reads the client's named prepared statements from

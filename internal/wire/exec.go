@@ -65,10 +65,14 @@ func (ss *session) ExecBound(ctx context.Context, name string, formats []int16, 
 func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more ...string) (*Result, error) {
 	all := append([]string{sql}, more...)
 	return ss.runExec(ctx, abortable, func() {
+		if ss.unnamedPortal && ss.txStatus.Load() == 'I' && !ss.batchOpen && ss.outstanding.Load() == 0 {
+			ss.unnamedPortal = false // it ended with its transaction
+		}
 		switch p := ss.unnamed.current(); {
-		case p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == ""):
+		case !ss.unnamedPortal && (p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == "")):
 			// No unnamed statement the client may still bind (or it is
-			// replacing it right now).
+			// replacing it right now), and no unnamed portal it may
+			// still execute (a Query drops both).
 			ss.sendServer(&pgproto3.Query{String: strings.Join(all, "; ")})
 		default:
 			// One statement each: run under names of Ordo's, which leave

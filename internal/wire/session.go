@@ -165,6 +165,11 @@ type session struct {
 	// (copyStarted).
 	lastExec       uint64
 	execSinceQuery bool // an Execute was sent after the last Query
+	// unnamedPortal: the client bound the unnamed portal since its last
+	// Query, in a transaction that may still be open: an Exec then runs
+	// under names of Ordo's (exec1), as a Query would drop the portal (a
+	// portal suspended in a block outlives its Sync).
+	unnamedPortal  bool
 	skipping       bool // a message of this batch was rejected
 	deferredReject *deferredReject
 	// unexecuted: portals bound in this batch and not executed yet.
@@ -627,6 +632,7 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Query:
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = false
+			ss.unnamedPortal = false // the Query drops it
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
 				err := ss.callStatement()
@@ -703,6 +709,9 @@ func (ss *session) clientLoop() error {
 					ss.unexecuted = make(map[string]bool)
 				}
 				ss.unexecuted[m.DestinationPortal] = true
+			}
+			if m.DestinationPortal == "" {
+				ss.unnamedPortal = true
 			}
 			ss.batchOpen = true
 		case *pgproto3.Close:

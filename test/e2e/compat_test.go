@@ -808,6 +808,15 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 		{&pgproto3.Parse{Name: "s_4", Query: "select 4"}, &pgproto3.Sync{}},
 		{&pgproto3.Query{String: "deallocate s_4; prepare s_4 as update named_sql set n = n + 1 where pk = 1"}},
 		{&pgproto3.Bind{PreparedStatement: "s_4"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// A statement a DO block's (or a function's) EXECUTE prepared:
+		// no PREPARE tag tells the wire layer, which took the name for
+		// one that does not exist, and its update committed unseen.
+		queryMsg("do $$ begin execute 'prepare s_5 as update named_sql set n = n + 1 where pk = 1'; end $$"),
+		{&pgproto3.Bind{PreparedStatement: "s_5"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("do $$ begin execute 'prepare s_6 as update named_sql set n = n + 1 where pk = 1'; end $$"),
+		{&pgproto3.Parse{Query: "select 5"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "s_6"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "s_7"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		// SQL's PREPARE takes a snapshot when it runs: a BEGIN after it
 		// in the batch can no longer set the level (Ordo asked for one:
 		// 25001).
@@ -824,7 +833,7 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 	for i := range sb.c.nodes {
 		var n int
 		require.NoError(t, sb.c.direct(i).QueryRow(context.Background(), "SELECT n FROM named_sql WHERE pk = 1").Scan(&n))
-		require.Equal(t, 3, n, "node %d has the updates", i+1)
+		require.Equal(t, 5, n, "node %d has the updates", i+1)
 		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
 	}
 }
@@ -1012,8 +1021,42 @@ func TestCompatNamedBeginThenSavepoint(t *testing.T) {
 		{&pgproto3.Bind{PreparedStatement: "q1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		queryMsg("show transaction_isolation"),
 		queryMsg("commit"),
+		// The same for Ordo's lookup of a function called through the
+		// fast path (by OID) as the block's first statement: its SELECT
+		// took the snapshot (and under cons, before the classes).
+		{&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.FunctionCall{Function: int4abs, ArgFormatCodes: []uint16{1}, Arguments: [][]byte{{0xff, 0xff, 0xff, 0xfb}}, ResultFormatCode: 1}},
+		queryMsg("show transaction_isolation"),
+		queryMsg("commit"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
 }
+
+// TestCompatOrdosReadsKeepTheClientsUnnamedPortal: a statement Ordo runs
+// on the client's backend in a block (here its read of the client's
+// prepared statements after SQL's PREPARE) must not destroy the
+// client's suspended unnamed portal, as a simple Query does.
+func TestCompatOrdosReadsKeepTheClientsUnnamedPortal(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		queryMsg("begin"),
+		{&pgproto3.Parse{Name: "s", Query: "select generate_series(1, 6)"},
+			&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "p", Query: "prepare q as select 1"},
+			&pgproto3.Bind{DestinationPortal: "x", PreparedStatement: "p"}, &pgproto3.Execute{Portal: "x"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{DestinationPortal: "y", PreparedStatement: "q"}, &pgproto3.Execute{Portal: "y"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
+		queryMsg("commit"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+}
+
+// int4abs is the OID of PostgreSQL's abs(integer), called through the
+// fast path (pg_proc.dat: the same in every version).
+const int4abs = 1397
