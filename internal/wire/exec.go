@@ -64,7 +64,8 @@ func (ss *session) ExecBound(ctx context.Context, name string, formats []int16, 
 
 func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more ...string) (*Result, error) {
 	all := append([]string{sql}, more...)
-	return ss.runExec(ctx, abortable, func() {
+	simple := false
+	res, err := ss.runExec(ctx, abortable, func() {
 		if ss.unnamedPortal && ss.txStatus.Load() == 'I' && !ss.batchOpen && ss.outstanding.Load() == 0 {
 			ss.unnamedPortal = false // it ended with its transaction
 		}
@@ -73,6 +74,7 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 			// No unnamed statement the client may still bind (or it is
 			// replacing it right now), and no unnamed portal it may
 			// still execute (a Query drops both).
+			simple = true
 			ss.sendServer(&pgproto3.Query{String: strings.Join(all, "; ")})
 		default:
 			// One statement each: run under names of Ordo's, which leave
@@ -99,6 +101,10 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 			ss.sendServer(&pgproto3.Sync{})
 		}
 	})
+	if simple && (err != nil || res != nil && res.Err != nil) && ss.txStatus.Load() != 'I' {
+		ss.notePortal("", false) // a failed statement's portal, kept (session.txPortals)
+	}
+	return res, err
 }
 
 // runExec is an Exec whose messages send queues for PostgreSQL, ending with

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -169,9 +170,25 @@ type session struct {
 	// Query, in a transaction that may still be open: an Exec then runs
 	// under names of Ordo's (exec1), as a Query would drop the portal (a
 	// portal suspended in a block outlives its Sync).
-	unnamedPortal  bool
-	skipping       bool // a message of this batch was rejected
-	deferredReject *deferredReject
+	unnamedPortal bool
+	// Portals of a failed block (portalsAtUnit, deadPortal): after an
+	// error aborts a block, PostgreSQL keeps its portals until the
+	// ROLLBACK, but frees what some of them point at (their plans, or
+	// the text of a Query whose statement failed, kept under the unnamed
+	// name), and an Execute of one reads that memory before it finds the
+	// portal failed: a client sending one crashed the server (PostgreSQL
+	// 15 and 18, TestExecuteOfADeadPortalIsAnsweredByOrdo). Such an
+	// Execute is answered by Ordo with PostgreSQL's error for it (25P02).
+	// txPortals: the portals bound (and "", after a failed Query) in the
+	// open transaction; unitBinds: those bound in this unit; unitInE: the
+	// unit began in a failed block; livePortals: those bound by a unit
+	// that began in the failed block and did not fail (a COMMIT or
+	// ROLLBACK, which PostgreSQL runs there); queryInUnit: the unit has
+	// a Query of the client's.
+	txPortals, unitBinds, livePortals map[string]bool
+	unitInE, queryInUnit              bool
+	skipping                          bool // a message of this batch was rejected
+	deferredReject                    *deferredReject
 	// unexecuted: portals bound in this batch and not executed yet.
 	unexecuted     map[string]bool
 	unit           uint64 // units begun (Statement.Unit)
@@ -278,10 +295,64 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		}
 		ss.deliverEvents()
 	}
+	ss.portalsAtUnit()
 	ss.unit++
 	ss.unitRows.Store(false) // every earlier reply has arrived
 	ss.copyInsAtUnit, ss.copyEnds = ss.copyIns.Load(), 0
 	return true, nil
+}
+
+// errAborted is PostgreSQL's error for an Execute of a portal other than
+// a COMMIT's or a ROLLBACK's in a failed block (deadPortal).
+var errAborted = &pgconn.PgError{Severity: "ERROR", Code: "25P02",
+	Message: "current transaction is aborted, commands ignored until end of transaction block"}
+
+// portalsAtUnit follows the client's portals at the first message of a
+// unit, every reply to the unit before it received (startUnit).
+func (ss *session) portalsAtUnit() {
+	failed := ss.lastFailed.Load()
+	if ss.unitInE && !failed {
+		for p := range ss.unitBinds {
+			if ss.livePortals == nil {
+				ss.livePortals = map[string]bool{}
+			}
+			ss.livePortals[p] = true
+		}
+	}
+	if ss.queryInUnit && failed {
+		ss.notePortal("", false) // a failed statement's portal, kept
+	} else if ss.queryInUnit {
+		delete(ss.txPortals, "") // dropped by the Query
+	}
+	ss.queryInUnit = false
+	clear(ss.unitBinds)
+	switch ss.txStatus.Load() {
+	case 'I':
+		clear(ss.txPortals)
+		clear(ss.livePortals)
+	case 'T':
+		clear(ss.livePortals)
+	}
+	ss.unitInE = ss.txStatus.Load() == 'E'
+}
+
+// notePortal notes a portal the client bound in this unit (bound), or
+// one a failed Query left.
+func (ss *session) notePortal(name string, bound bool) {
+	if ss.txPortals == nil {
+		ss.txPortals, ss.unitBinds = map[string]bool{}, map[string]bool{}
+	}
+	ss.txPortals[name] = true
+	if bound {
+		ss.unitBinds[name] = true
+	}
+}
+
+// deadPortal reports whether an Execute of portal, in this unit, would
+// run a portal that the abort of a failed block left behind (see
+// session.txPortals).
+func (ss *session) deadPortal(portal string) bool {
+	return ss.unitInE && ss.txPortals[portal] && !ss.unitBinds[portal] && !ss.livePortals[portal]
 }
 
 // deferredReject is a hook's refusal of a Bind, raised at the portal's
@@ -633,6 +704,7 @@ func (ss *session) clientLoop() error {
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = false
 			ss.unnamedPortal = false // the Query drops it
+			ss.queryInUnit = ss.hooks != nil
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
 				err := ss.callStatement()
@@ -713,11 +785,16 @@ func (ss *session) clientLoop() error {
 			if m.DestinationPortal == "" {
 				ss.unnamedPortal = true
 			}
+			if ss.hooks != nil {
+				ss.notePortal(m.DestinationPortal, true)
+			}
 			ss.batchOpen = true
 		case *pgproto3.Close:
 			ss.batchOpen = true
 			if m.ObjectType == 'P' {
 				delete(ss.unexecuted, m.Name)
+				delete(ss.txPortals, m.Name)
+				delete(ss.unitBinds, m.Name)
 			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
@@ -730,8 +807,13 @@ func (ss *session) clientLoop() error {
 			delete(ss.unexecuted, m.Portal)
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
-			if d := ss.deferredReject; d != nil && d.portal == m.Portal {
+			d := ss.deferredReject
+			if d != nil && d.portal == m.Portal {
 				ss.deferredReject = nil
+			} else if d = nil; ss.deadPortal(m.Portal) {
+				d = &deferredReject{portal: m.Portal, err: errAborted}
+			}
+			if d != nil {
 				// Sent in the Execute's place: what becomes of the
 				// Execute is what becomes of it (copyStarted).
 				ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
@@ -789,8 +871,13 @@ func (ss *session) clientLoop() error {
 				ss.unnamed.ignoredSyncs(ss.syncsSinceExec)
 				ss.syncsSinceExec = 0
 				// Started by an Execute, PostgreSQL ends it at the Sync
-				// that follows CopyDone or CopyFail, not at them.
+				// that follows CopyDone or CopyFail, not at them: the
+				// batch goes on to that Sync, even if one was sent after
+				// the Execute (and ignored), so no message before it
+				// begins a unit, where the hooks might run statements of
+				// their own.
 				ss.copyExtended = ss.execSinceQuery
+				ss.batchOpen = ss.batchOpen || ss.copyExtended
 			}
 			switch msg.(type) {
 			case *pgproto3.CopyDone, *pgproto3.CopyFail:
@@ -1330,7 +1417,10 @@ func (ss *session) backendLoop() {
 		} else if _, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.quietFirst() {
 			continue // "there is already a transaction in progress", to SyncHere's BEGIN
 		} else {
-			drop, began := ss.unnamed.reply(msg)
+			drop, began, show := ss.unnamed.reply(msg)
+			if m, ok := msg.(*pgproto3.CommandComplete); ok && show {
+				m.CommandTag = showTag // (the rest of a rewritten SHOW's portal)
+			}
 			if _, failed := msg.(*pgproto3.ErrorResponse); failed && !drop {
 				ss.unitFailed.Store(true) // (before the wake-up: see awaitReplies)
 			}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -51,6 +52,11 @@ type unnamedTracker struct {
 	// seq of the last Execute answered by CopyInResponse; unsure: what
 	// became of the messages up to it is unknown (lost).
 	seq, copyIn, unsure uint64
+	// showPortals: portals bound to a statement that answers a SHOW
+	// (ShowMarker), whose every Execute completes with the tag SHOW, a
+	// later one too (the rest of a portal suspended after its row, or
+	// one run to its end).
+	showPortals map[string]bool
 }
 
 type trackedKind uint8
@@ -76,6 +82,9 @@ type trackedMsg struct {
 	// warning are dropped too.
 	injected, begin, quiet bool
 	seq                    uint64
+	// bind: a Bind of stmt into portal; an Execute's portal.
+	bind         bool
+	portal, stmt string
 }
 
 // sentInjected notes an injected BEGIN's messages: two Closes, Parse,
@@ -97,6 +106,26 @@ func (u *unnamedTracker) sentInjectedCloses() {
 	u.mu.Lock()
 	u.push(trackedMsg{kind: trackedCloseUnnamed, injected: true}, trackedMsg{kind: trackedOther, injected: true})
 	u.mu.Unlock()
+}
+
+// noteShowPortal notes what a Bind that succeeded (bind) put in its
+// portal: a statement that answers a SHOW, or another. u.mu is held.
+func (u *unnamedTracker) noteShowPortal(bind trackedMsg) {
+	sql, ok := u.named[bind.stmt]
+	if bind.stmt == "" {
+		ok = u.stmt != nil
+		if ok {
+			sql = u.stmt.Query
+		}
+	}
+	if ok && strings.Contains(sql, ShowMarkerSQL) {
+		if u.showPortals == nil {
+			u.showPortals = make(map[string]bool)
+		}
+		u.showPortals[bind.portal] = true
+	} else {
+		delete(u.showPortals, bind.portal)
+	}
 }
 
 // ignoredSyncs forgets the last n Syncs sent: they followed the Execute
@@ -144,10 +173,12 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
 		} else if x.ObjectType == 'S' {
 			m = trackedMsg{kind: trackedCloseNamed, name: x.Name}
 		}
-	case *pgproto3.Bind, *pgproto3.Describe:
+	case *pgproto3.Bind:
+		m = trackedMsg{kind: trackedOther, bind: true, portal: x.DestinationPortal, stmt: x.PreparedStatement}
+	case *pgproto3.Describe:
 		m.kind = trackedOther
 	case *pgproto3.Execute:
-		m.kind = trackedExecute
+		m = trackedMsg{kind: trackedExecute, portal: x.Portal}
 	case *pgproto3.Sync, *pgproto3.FunctionCall:
 		m.kind = trackedSync
 	case *pgproto3.Query:
@@ -194,8 +225,9 @@ func (u *unnamedTracker) copyFate(seq uint64) (started, decided bool) {
 
 // reply follows one message of PostgreSQL's replies to the client's
 // messages. drop: it answers a message Ordo injected (BeginHere), and
-// began: it is the CommandComplete of its BEGIN.
-func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
+// began: it is the CommandComplete of its BEGIN; show: it is the
+// CommandComplete of an Execute of a rewritten SHOW's portal.
+func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show bool) {
 	final := false
 	switch msg.(type) {
 	case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.RowDescription, *pgproto3.NoData,
@@ -210,9 +242,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 			u.copyIn = u.queue[0].seq
 		}
 		u.mu.Unlock()
-		return false, false
+		return false, false, false
 	default:
-		return false, false
+		return false, false, false
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -223,7 +255,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 		u.sqlNames(cc.CommandTag)
 	}
 	if len(u.queue) == 0 {
-		return false, false
+		return false, false, false
 	}
 	front := u.queue[0]
 	switch {
@@ -245,7 +277,13 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 			u.stmt = nil // the client's, or Ordo's Close of it for a refused Query
 		}
 		if front.injected {
-			return true, front.begin
+			return true, front.begin, false
+		}
+		if _, ok := msg.(*pgproto3.BindComplete); ok && front.bind {
+			u.noteShowPortal(front)
+		}
+		if _, ok := msg.(*pgproto3.CommandComplete); ok && front.kind == trackedExecute {
+			show = u.showPortals[front.portal]
 		}
 		switch front.kind {
 		case trackedParse:
@@ -273,11 +311,11 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 				}
 				if m.kind == trackedSync {
 					u.queue = u.queue[i+1:]
-					return false, false
+					return false, false, false
 				}
 			}
 			u.lost()
-			return false, false
+			return false, false, false
 		}
 		// An ErrorResponse: the front message failed (a failed Parse of
 		// the unnamed statement has dropped the old one), and the rest
@@ -292,10 +330,10 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began bool) {
 			u.queue = u.queue[1:]
 		}
 		if front.quiet {
-			return true, false
+			return true, false, false
 		}
 	}
-	return false, false
+	return false, false, show
 }
 
 // failedExecuteLast reports whether the last ErrorResponse of the

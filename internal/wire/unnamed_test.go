@@ -118,7 +118,7 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	u.ignoredSyncs(1) // CopyData came: PostgreSQL was in COPY mode at that Sync
 	u.sent(&pgproto3.Sync{})
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("COPY 1")}, rfq} {
-		if drop, _ := u.reply(m); drop {
+		if drop, _, _ := u.reply(m); drop {
 			t.Fatalf("the client's %T was dropped", m)
 		}
 	}
@@ -135,13 +135,13 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	replies := []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}, &pgproto3.ParseComplete{},
 		&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}}
 	for i, m := range replies {
-		drop, began := u.reply(m)
+		drop, began, _ := u.reply(m)
 		if !drop || began != (i == 4) {
 			t.Fatalf("injected reply %d (%T): drop %v, began %v", i, m, drop, began)
 		}
 	}
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("UPDATE 1")}, rfq} {
-		if drop, _ := u.reply(m); drop {
+		if drop, _, _ := u.reply(m); drop {
 			t.Fatalf("the client's %T was dropped", m)
 		}
 	}
@@ -153,14 +153,14 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	u.sent(&pgproto3.Execute{})
 	u.sent(&pgproto3.Sync{})
 	for i, m := range []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}} {
-		if drop, _ := u.reply(m); !drop {
+		if drop, _, _ := u.reply(m); !drop {
 			t.Fatalf("injected reply %d relayed", i)
 		}
 	}
-	if drop, _ := u.reply(&pgproto3.ErrorResponse{Code: "57014"}); drop {
+	if drop, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "57014"}); drop {
 		t.Fatal("the injected BEGIN's error was dropped")
 	}
-	if drop, _ := u.reply(rfq); drop || !u.answered() {
+	if drop, _, _ := u.reply(rfq); drop || !u.answered() {
 		t.Fatalf("after the Sync's ReadyForQuery: dropped %v, answered %v", drop, u.answered())
 	}
 }

@@ -60,9 +60,10 @@ func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.
 	defer cancel()
 	opts := pglocal.Options{N: n, Socket: true} // TCP for the nodes unless a test says otherwise
 	if os.Getenv("ORDO_TEST_PG_LOG_STATEMENTS") != "" {
-		// Every statement in the servers' logs, with its xid: to follow
-		// what a session sent (the session fuzzer copies node 1's log).
-		opts.Settings = map[string]string{"log_statement": "all", "log_line_prefix": "%m [%p] %x "}
+		// Every statement in the servers' logs, with its xid, and every
+		// Parse and Bind (debug2): to follow what a session sent (the
+		// session fuzzer copies node 1's log).
+		opts.Settings = map[string]string{"log_statement": "all", "log_line_prefix": "%m [%p] %x ", "log_min_messages": "debug2"}
 	}
 	pg, err := pglocal.Start(ctx, opts)
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -525,6 +526,46 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 	require.Zero(t, sb.c.unreplicated(0))
 }
 
+// TestCompatBatchGoesOnAfterCopyEnds: a COPY started by an Execute ends
+// at the Sync after its CopyDone or CopyFail, so messages between them
+// are still the batch's (after a CopyFail, PostgreSQL skips them). A
+// Sync sent right after the COPY's Execute, which PostgreSQL ignored in
+// COPY mode, made Ordo take the message after the CopyFail for the first
+// of a new unit, and run a statement of its own there (its read of the
+// client's prepared statements after a PREPARE), whose Sync ended
+// PostgreSQL's skipping: the client got 25P02 for its next statement in
+// place of the COPY's error (found by the session fuzzer).
+func TestCompatBatchGoesOnAfterCopyEnds(t *testing.T) {
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	for _, c := range []*pgx.Conn{o, p} {
+		_, err := c.Exec(ctx, "create table cb(x int primary key)")
+		require.NoError(t, err)
+	}
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Name: "n1", Query: "select 1"}, &pgproto3.Sync{}},
+		queryMsg("begin"),
+		{&pgproto3.Parse{Query: "prepare cb1 as select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "copy cb from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyFail{Message: "the client gave up"},
+			&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("rollback"),
+		{&pgproto3.Parse{Query: "prepare cb2 as select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "copy cb from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{},
+			&pgproto3.Parse{Query: "select 3"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("select x from cb"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	sb.c.waitConverged()
+	require.Equal(t, sb.c.checksum(0, "cb"), sb.c.checksum(1, "cb"))
+	require.Zero(t, sb.c.unreplicated(0))
+}
+
 // TestCompatCopyDataBeforeCopyInResponse: a client that sends a COPY's
 // data without waiting for CopyInResponse, after a Sync that followed the
 // COPY's Execute. Whether PostgreSQL ignores that Sync depends on whether
@@ -982,6 +1023,15 @@ func TestCompatShowInPortals(t *testing.T) {
 			&pgproto3.Bind{PreparedStatement: "sh"}, &pgproto3.Execute{},
 			&pgproto3.Parse{Query: "select 'x'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Sync{}},
+		// The rest of a SHOW's portal, in a later unit: after its row
+		// (suspended), and after its end; its tag is SHOW, not the
+		// SELECT 0 of the statement Ordo runs for it (found by the
+		// session fuzzer).
+		{&pgproto3.Bind{DestinationPortal: "q", PreparedStatement: "sh"}, &pgproto3.Execute{Portal: "q", MaxRows: 1}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "q", MaxRows: 2}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "q"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "show default_transaction_isolation"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
 		queryMsg("commit"),
 	} {
 		want := exchange(t, hp, msgs)
@@ -1055,6 +1105,64 @@ func TestCompatOrdosReadsKeepTheClientsUnnamedPortal(t *testing.T) {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
+}
+
+// TestExecuteOfADeadPortalIsAnsweredByOrdo: when an error aborts a
+// block, PostgreSQL keeps the block's portals until the ROLLBACK but frees
+// what some of them point at (a plan; the text of a Query whose statement
+// failed, whose portal stays under the unnamed name), and an Execute of
+// one reads that memory before it finds the portal failed. The first
+// sequence crashed PostgreSQL 15.18 (a segmentation fault: every session
+// of the server lost, and recovery) when sent to it directly, and
+// through a node, where the session fuzzer found it (Ordo's own rewrites
+// made other sequences crash it too). Through a node such an Execute is
+// answered with PostgreSQL's error for it, and the server stays up; a
+// COMMIT or ROLLBACK bound in the failed block still runs.
+func TestExecuteOfADeadPortalIsAnsweredByOrdo(t *testing.T) {
+	c := startCluster(t, 1, "dbsm")
+	mustExec(t, c.connect(0))("create table lp(k int primary key)")
+	pc, err := pgconn.Connect(context.Background(), c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	aborted := "25P02 current transaction is aborted"
+	for i, step := range []struct {
+		msgs []pgproto3.FrontendMessage
+		want string
+	}{
+		// A Query's failed statement leaves its portal.
+		{queryMsg("begin"), "Ready T"},
+		{queryMsg("rollback to savepoint s"), "3B001"},
+		{queryMsg("alter table lp add column if not exists x int; set local work_mem = '1MB'; " +
+			"prepare lp1(int) as update lp set k = k where k = $1; prepare lp2(int) as select k from lp where k = $1"), "25P02"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}}, aborted},
+		{queryMsg("rollback"), "Ready I"},
+		// A portal suspended in a block, whose statement is parsed again
+		// after an error aborted the block; and a named one.
+		{queryMsg("begin"), "Ready T"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select generate_series(1, $1::int)"},
+			&pgproto3.Bind{Parameters: [][]byte{[]byte("5")}}, &pgproto3.Execute{MaxRows: 1},
+			&pgproto3.Parse{Name: "lpn", Query: "select k from lp"},
+			&pgproto3.Bind{DestinationPortal: "lpp", PreparedStatement: "lpn"}, &pgproto3.Execute{Portal: "lpp", MaxRows: 1}, &pgproto3.Sync{}}, "Ready T"},
+		{queryMsg("select 1/0"), "22012"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Sync{}}, "25P02"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "lpn"}, &pgproto3.Sync{}}, "Ready E"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}}, aborted},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "lpp"}, &pgproto3.Sync{}}, aborted},
+		// A ROLLBACK bound in the failed block runs there, in a later
+		// unit too.
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "lpr", Query: "rollback"},
+			&pgproto3.Bind{DestinationPortal: "lprp", PreparedStatement: "lpr"}, &pgproto3.Sync{}}, "Ready E"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "lprp"}, &pgproto3.Sync{}}, "Ready I"},
+		{queryMsg("select 1"), `Row ["1"]`},
+	} {
+		require.Contains(t, exchange(t, h, step.msgs), step.want, "step %d", i)
+	}
+	time.Sleep(200 * time.Millisecond)
+	log, err := os.ReadFile(c.pg.Servers[0].LogFile)
+	require.NoError(t, err)
+	require.NotContains(t, string(log), "terminated by signal")
 }
 
 // int4abs is the OID of PostgreSQL's abs(integer), called through the
