@@ -424,7 +424,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 					stmts = []*analysis.Statement{opaque("a statement name this session does not know of, bound where it cannot read the client's prepared statements")}
 					break
 				}
-				s.readNamed(ctx)
+				if !s.readNamed(ctx) {
+					stmts = []*analysis.Statement{opaque("a statement name this session does not know of, whose prepared statements it could not read")}
+					break
+				}
 				if sql, exists, known = s.be.Named(st.Name); !exists && known {
 					return nil // PostgreSQL reports that it does not exist
 				}
@@ -983,12 +986,13 @@ func (s *session) namedReadable() bool {
 
 // readNamed reads the client's named prepared statements from
 // PostgreSQL and tells the wire layer (Backend.LearnNamed), which stopped
-// knowing them after SQL's PREPARE, DEALLOCATE or DISCARD. Only at the
-// first message of a unit.
-func (s *session) readNamed(ctx context.Context) {
+// knowing them after SQL's PREPARE, DEALLOCATE or DISCARD (or a DO block
+// or a procedure). Only at the first message of a unit. It reports
+// whether it could.
+func (s *session) readNamed(ctx context.Context) bool {
 	res, err := s.be.Exec(ctx, "SELECT name, statement, from_sql FROM pg_catalog.pg_prepared_statements")
 	if err != nil || res.Err != nil {
-		return
+		return false
 	}
 	names := make(map[string]string, len(res.Rows))
 	s.fromSQL = map[string]string{}
@@ -999,6 +1003,7 @@ func (s *session) readNamed(ctx context.Context) {
 		}
 	}
 	s.be.LearnNamed(names)
+	return true
 }
 
 func opaque(why string) *analysis.Statement {

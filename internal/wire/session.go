@@ -166,10 +166,11 @@ type session struct {
 	// (copyStarted).
 	lastExec       uint64
 	execSinceQuery bool // an Execute was sent after the last Query
-	// unnamedPortal: the client bound the unnamed portal since its last
-	// Query, in a transaction that may still be open: an Exec then runs
-	// under names of Ordo's (exec1), as a Query would drop the portal (a
-	// portal suspended in a block outlives its Sync).
+	// unnamedPortal: the client's unnamed portal may be one it executes
+	// later (suspended by an Execute with a row limit, or bound and not
+	// executed before its Sync), in a transaction that may still be open:
+	// an Exec then runs under names of Ordo's (exec1), as a Query would
+	// drop the portal (a portal suspended in a block outlives its Sync).
 	unnamedPortal bool
 	// Portals of a failed block (portalsAtUnit, deadPortal): after an
 	// error aborts a block, PostgreSQL keeps its portals until the
@@ -180,15 +181,19 @@ type session struct {
 	// 15 and 18, TestExecuteOfADeadPortalIsAnsweredByOrdo). Such an
 	// Execute is answered by Ordo with PostgreSQL's error for it (25P02).
 	// txPortals: the portals bound (and "", after a failed Query) in the
-	// open transaction; unitBinds: those bound in this unit; unitInE: the
-	// unit began in a failed block; livePortals: those bound by a unit
-	// that began in the failed block and did not fail (a COMMIT or
-	// ROLLBACK, which PostgreSQL runs there); queryInUnit: the unit has
-	// a Query of the client's.
-	txPortals, unitBinds, livePortals map[string]bool
-	unitInE, queryInUnit              bool
-	skipping                          bool // a message of this batch was rejected
-	deferredReject                    *deferredReject
+	// open transaction; unitBinds: those bound in this unit, unitCloses
+	// those closed (forgotten once the unit did not fail: PostgreSQL
+	// skips a Close after an error); unitInE: the unit began in a failed
+	// block; livePortals: those bound by a unit that began in the failed
+	// block and did not fail (a COMMIT or ROLLBACK, which PostgreSQL runs
+	// there); queryInUnit: the unit has a Query of the client's. A Query
+	// that did not fail forgets nothing: one without a statement (an
+	// empty one, or a comment, pgx's ping) drops no portal. Stale entries
+	// cost a client only 25P02 where PostgreSQL says 34000.
+	txPortals, unitBinds, unitCloses, livePortals map[string]bool
+	unitInE, queryInUnit                          bool
+	skipping                                      bool // a message of this batch was rejected
+	deferredReject                                *deferredReject
 	// unexecuted: portals bound in this batch and not executed yet.
 	unexecuted     map[string]bool
 	unit           uint64 // units begun (Statement.Unit)
@@ -321,15 +326,21 @@ func (ss *session) portalsAtUnit() {
 	}
 	if ss.queryInUnit && failed {
 		ss.notePortal("", false) // a failed statement's portal, kept
-	} else if ss.queryInUnit {
-		delete(ss.txPortals, "") // dropped by the Query
+	}
+	if !failed {
+		for p := range ss.unitCloses {
+			delete(ss.txPortals, p)
+			delete(ss.livePortals, p)
+		}
 	}
 	ss.queryInUnit = false
 	clear(ss.unitBinds)
+	clear(ss.unitCloses)
 	switch ss.txStatus.Load() {
 	case 'I':
 		clear(ss.txPortals)
 		clear(ss.livePortals)
+		ss.unnamedPortal = false // it ended with its transaction
 	case 'T':
 		clear(ss.livePortals)
 	}
@@ -348,11 +359,23 @@ func (ss *session) notePortal(name string, bound bool) {
 	}
 }
 
+// closedPortal notes a Close of a portal of the client's, which
+// PostgreSQL skips if an error came before it in its batch: the portal
+// is forgotten at the next unit if this one did not fail (portalsAtUnit).
+func (ss *session) closedPortal(name string) {
+	if ss.unitCloses == nil {
+		ss.unitCloses = map[string]bool{}
+	}
+	ss.unitCloses[name] = true
+}
+
 // deadPortal reports whether an Execute of portal, in this unit, would
 // run a portal that the abort of a failed block left behind (see
-// session.txPortals).
+// session.txPortals): one of the client's, or one of Ordo's (an Exec's
+// or an injected BEGIN's, which a failed statement of Ordo's leaves too).
 func (ss *session) deadPortal(portal string) bool {
-	return ss.unitInE && ss.txPortals[portal] && !ss.unitBinds[portal] && !ss.livePortals[portal]
+	return ss.unitInE && (ss.txPortals[portal] || strings.HasPrefix(portal, "ordo_")) &&
+		!ss.unitBinds[portal] && !ss.livePortals[portal]
 }
 
 // deferredReject is a hook's refusal of a Bind, raised at the portal's
@@ -703,7 +726,6 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Query:
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = false
-			ss.unnamedPortal = false // the Query drops it
 			ss.queryInUnit = ss.hooks != nil
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
@@ -783,7 +805,7 @@ func (ss *session) clientLoop() error {
 				ss.unexecuted[m.DestinationPortal] = true
 			}
 			if m.DestinationPortal == "" {
-				ss.unnamedPortal = true
+				ss.unnamedPortal = false // (its Execute, or the Sync, tells)
 			}
 			if ss.hooks != nil {
 				ss.notePortal(m.DestinationPortal, true)
@@ -793,8 +815,9 @@ func (ss *session) clientLoop() error {
 			ss.batchOpen = true
 			if m.ObjectType == 'P' {
 				delete(ss.unexecuted, m.Name)
-				delete(ss.txPortals, m.Name)
-				delete(ss.unitBinds, m.Name)
+				if ss.hooks != nil {
+					ss.closedPortal(m.Name)
+				}
 			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
@@ -805,6 +828,9 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Execute:
 			ss.batchOpen = true
 			delete(ss.unexecuted, m.Portal)
+			if m.Portal == "" && m.MaxRows > 0 {
+				ss.unnamedPortal = true // it may be suspended
+			}
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
 			d := ss.deferredReject
@@ -825,6 +851,9 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Sync:
 			ss.batchOpen, ss.skipping = false, false
 			ss.deferredReject = nil
+			if ss.unexecuted[""] {
+				ss.unnamedPortal = true // bound, to be executed later
+			}
 			clear(ss.unexecuted)
 			if !ss.copying {
 				// PostgreSQL ignores Sync during COPY FROM STDIN.

@@ -254,6 +254,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 	if cc, ok := msg.(*pgproto3.CommandComplete); ok {
 		u.sqlNames(cc.CommandTag)
 	}
+	if r, ok := msg.(*pgproto3.ReadyForQuery); ok && r.TxStatus == 'I' {
+		clear(u.showPortals) // portals end with their transaction
+	}
 	if len(u.queue) == 0 {
 		return false, false, false
 	}
@@ -351,6 +354,7 @@ func (u *unnamedTracker) lost() {
 	u.lastExecute = false
 	u.stmt = nil
 	u.forgetNamed()
+	clear(u.showPortals)
 }
 
 func (u *unnamedTracker) forgetNamed() {
@@ -410,6 +414,10 @@ func (u *unnamedTracker) sqlNames(tag []byte) {
 			u.forgetNamed()
 		}
 		u.namedUnsure = true
+	case "DO", "CALL":
+		// Its dynamic SQL may have run a DEALLOCATE and a PREPARE of
+		// any name, which no tag tells.
+		u.forgetNamed()
 	}
 }
 

@@ -216,3 +216,81 @@ func TestTrackerTellsACopysFate(t *testing.T) {
 	u.reply(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}) // where c's Sync awaits a ReadyForQuery
 	check("d after the tracker lost track", d, true, true)
 }
+
+// TestTrackerShowPortals: every Execute of a portal bound to a statement
+// that answers a SHOW completes with SHOW, in a later unit too; the
+// portals are forgotten when their transaction ends, and a DO block or a
+// CALL leaves every name unknown (its dynamic SQL may prepare any).
+func TestTrackerShowPortals(t *testing.T) {
+	var u unnamedTracker
+	show := "SELECT current_setting('x') || " + ShowMarkerSQL
+	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "sh", Query: show},
+		&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "sh"}, &pgproto3.Execute{Portal: "p", MaxRows: 1},
+		&pgproto3.Bind{DestinationPortal: "q", PreparedStatement: ""}, &pgproto3.Sync{}} {
+		u.sent(m)
+	}
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
+		&pgproto3.DataRow{}, &pgproto3.PortalSuspended{}, &pgproto3.BindComplete{}, &pgproto3.ReadyForQuery{TxStatus: 'T'}} {
+		u.reply(m)
+	}
+	if !u.showPortals["p"] || u.showPortals["q"] {
+		t.Fatalf("show portals %v, want p only", u.showPortals)
+	}
+	u.sent(&pgproto3.Execute{Portal: "p"})
+	u.sent(&pgproto3.Sync{})
+	if _, _, show := u.reply(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")}); !show {
+		t.Fatal("the rest of p is not taken for a SHOW's")
+	}
+	u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if len(u.showPortals) != 0 {
+		t.Fatalf("show portals %v after the transaction ended", u.showPortals)
+	}
+	for _, tag := range []string{"DO", "CALL"} {
+		u.learnNamed(map[string]string{"sh": show})
+		u.sent(&pgproto3.Query{String: tag})
+		u.reply(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
+		u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		if _, _, known := u.namedStatement("other"); known {
+			t.Fatalf("after %s: names known", tag)
+		}
+	}
+}
+
+// TestDeadPortalsOfAFailedBlock: the portals a failed block's abort left
+// behind, which an Execute must not reach (session.txPortals): those
+// bound before the block failed, also when PostgreSQL skipped their
+// Close after an error, and a failed Query's; not those bound in the
+// unit, nor a ROLLBACK bound in an earlier unit of the failed block.
+func TestDeadPortalsOfAFailedBlock(t *testing.T) {
+	ss := &session{}
+	unit := func(status byte, failedBefore bool) {
+		ss.lastFailed.Store(failedBefore)
+		ss.txStatus.Store(uint32(status))
+		ss.portalsAtUnit()
+	}
+	unit('T', false)
+	ss.notePortal("p", true)
+	ss.notePortal("gone", true)
+	ss.closedPortal("gone")
+	unit('T', false)     // (the unit did not fail: "gone" is gone)
+	ss.closedPortal("p") // skipped by PostgreSQL: the unit fails
+	ss.queryInUnit = true
+	unit('E', true)
+	for portal, dead := range map[string]bool{"p": true, "": true, "gone": false, "ordo_exec": true, "never": false} {
+		if ss.deadPortal(portal) != dead {
+			t.Errorf("portal %q dead %v, want %v", portal, !dead, dead)
+		}
+	}
+	ss.notePortal("r", true) // a ROLLBACK bound in the failed block
+	if ss.deadPortal("r") {
+		t.Error("a portal bound in the unit taken for dead")
+	}
+	unit('E', false)
+	if ss.deadPortal("r") || !ss.deadPortal("p") {
+		t.Error("after the unit that bound r without failing: r dead or p alive")
+	}
+	unit('I', false)
+	if ss.deadPortal("p") || len(ss.txPortals) != 0 {
+		t.Error("portals kept after the transaction ended")
+	}
+}

@@ -849,15 +849,22 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 		{&pgproto3.Parse{Name: "s_4", Query: "select 4"}, &pgproto3.Sync{}},
 		{&pgproto3.Query{String: "deallocate s_4; prepare s_4 as update named_sql set n = n + 1 where pk = 1"}},
 		{&pgproto3.Bind{PreparedStatement: "s_4"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
-		// A statement a DO block's (or a function's) EXECUTE prepared:
-		// no PREPARE tag tells the wire layer, which took the name for
-		// one that does not exist, and its update committed unseen.
-		queryMsg("do $$ begin execute 'prepare s_5 as update named_sql set n = n + 1 where pk = 1'; end $$"),
+		// A statement a function's (or a DO block's) EXECUTE prepared: no
+		// PREPARE tag tells the wire layer, which took the name for one
+		// that does not exist, and its update committed unseen.
+		queryMsg("create function named_prep(n text) returns void language plpgsql as " +
+			"$$ begin execute format('prepare %I as update named_sql set n = n + 1 where pk = 1', n); end $$"),
+		queryMsg("select named_prep('s_5')"),
 		{&pgproto3.Bind{PreparedStatement: "s_5"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
-		queryMsg("do $$ begin execute 'prepare s_6 as update named_sql set n = n + 1 where pk = 1'; end $$"),
+		queryMsg("select named_prep('s_6')"),
 		{&pgproto3.Parse{Query: "select 5"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Bind{PreparedStatement: "s_6"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Bind{PreparedStatement: "s_7"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// A name a DO block deallocated and prepared again as an update:
+		// it was taken for the client's select.
+		{&pgproto3.Parse{Name: "s_8", Query: "select 8"}, &pgproto3.Sync{}},
+		queryMsg("do $$ begin execute 'deallocate s_8'; execute 'prepare s_8 as update named_sql set n = n + 1 where pk = 1'; end $$"),
+		{&pgproto3.Bind{PreparedStatement: "s_8"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		// SQL's PREPARE takes a snapshot when it runs: a BEGIN after it
 		// in the batch can no longer set the level (Ordo asked for one:
 		// 25001).
@@ -874,8 +881,49 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 	for i := range sb.c.nodes {
 		var n int
 		require.NoError(t, sb.c.direct(i).QueryRow(context.Background(), "SELECT n FROM named_sql WHERE pk = 1").Scan(&n))
-		require.Equal(t, 5, n, "node %d has the updates", i+1)
+		require.Equal(t, 6, n, "node %d has the updates", i+1)
 		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
+	}
+}
+
+// TestNamedStatementsThatCannotBeRead: a statement a function prepared
+// (no tag tells Ordo), bound by name, for a role that may not read
+// pg_prepared_statements: the session's read of the client's statements
+// fails, and the statement was taken for one that does not exist (its
+// update committed on the origin only). It is taken for one that may do
+// anything.
+func TestNamedStatementsThatCannotBeRead(t *testing.T) {
+	c := startCluster(t, 3, "dbsm")
+	exec := mustExec(t, c.connect(0))
+	exec("create table nr(pk int primary key, n int)")
+	exec("insert into nr values (1, 0)")
+	exec("create role nr_user login password 'nr'")
+	exec("grant all on nr to nr_user")
+	exec("create function nr_prep(n text) returns void language plpgsql as " +
+		"$$ begin execute format('prepare %I as update nr set n = n + 1 where pk = 1', n); end $$")
+	exec("revoke execute on function pg_catalog.pg_prepared_statement() from public")
+	pc, err := pgconn.Connect(context.Background(), strings.Replace(c.dsn(0), "ordo:ordo@", "nr_user:nr@", 1))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	for i, step := range []struct {
+		msgs []pgproto3.FrontendMessage
+		want string
+	}{
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "n1", Query: "select 1"}, &pgproto3.Sync{}}, "Ready I"},
+		{queryMsg("select nr_prep('n2')"), "Ready I"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "n2"}, &pgproto3.Execute{}, &pgproto3.Sync{}}, "UPDATE 1"},
+		{queryMsg("select pg_prepared_statement()"), "42501"},
+	} {
+		require.Contains(t, exchange(t, h, step.msgs), step.want, "step %d", i)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(context.Background(), "select n from nr where pk = 1").Scan(&n))
+		require.Equal(t, 1, n, "node %d has the update", i+1)
+		require.Zero(t, c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
 	}
 }
 
@@ -1137,6 +1185,20 @@ func TestExecuteOfADeadPortalIsAnsweredByOrdo(t *testing.T) {
 		{queryMsg("alter table lp add column if not exists x int; set local work_mem = '1MB'; " +
 			"prepare lp1(int) as update lp set k = k where k = $1; prepare lp2(int) as select k from lp where k = $1"), "25P02"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}}, aborted},
+		// A Query without a statement (pgx's ping) drops no portal.
+		{queryMsg("-- ping"), "Ready E"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}}, aborted},
+		// Ordo's own portals are no client's to run.
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "ordo_exec"}, &pgproto3.Sync{}}, aborted},
+		{queryMsg("rollback"), "Ready I"},
+		// A portal bound with a parameter (its plan is the portal's own),
+		// whose Close PostgreSQL skipped after an error.
+		{queryMsg("begin"), "Ready T"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select generate_series(1, $1::int)"},
+			&pgproto3.Bind{DestinationPortal: "lpc", Parameters: [][]byte{[]byte("5")}}, &pgproto3.Execute{Portal: "lpc", MaxRows: 1}, &pgproto3.Sync{}}, "Ready T"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "selec broken"}, &pgproto3.Close{ObjectType: 'P', Name: "lpc"}, &pgproto3.Sync{}}, "42601"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 3"}, &pgproto3.Sync{}}, "25P02"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "lpc"}, &pgproto3.Sync{}}, aborted},
 		{queryMsg("rollback"), "Ready I"},
 		// A portal suspended in a block, whose statement is parsed again
 		// after an error aborted the block; and a named one.
