@@ -54,6 +54,7 @@ END $$`,
 	exec("BEGIN", "UPDATE acct SET bal = bal + 1 WHERE id = 2", "COMMIT")
 	require.Equal(t, at+2, prepares("with_prepare"))
 	var status, label string
+	c.waitConverged() // (node 2 answers unknown until it has the commit: outcomes.md)
 	require.NoError(t, c.connect(1).QueryRow(ctx, "SELECT _ordo.txn_status('fold-1')").Scan(&status))
 	require.Equal(t, "committed", status)
 	require.NoError(t, a.QueryRow(ctx, "SELECT coalesce(current_setting('ordo.txn_label', true), '')").Scan(&label))
