@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -1225,6 +1227,51 @@ func TestExecuteOfADeadPortalIsAnsweredByOrdo(t *testing.T) {
 	log, err := os.ReadFile(c.pg.Servers[0].LogFile)
 	require.NoError(t, err)
 	require.NotContains(t, string(log), "terminated by signal")
+}
+
+// TestFastPathNullResult: a function called through the fast path that
+// returns NULL (here to_regclass of a table that does not exist). The
+// node's pgproto3 (v5.7.2) reads the result's length -1 as 4294967295
+// and refused the reply as malformed: the node dropped the session's
+// backend. (The client here reads the reply's bytes itself, for the
+// same reason.)
+func TestFastPathNullResult(t *testing.T) {
+	c := startCluster(t, 1, "dbsm")
+	pc, err := pgconn.Connect(context.Background(), c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	const toRegclass = 3495 // to_regclass(text), the same OID in every version
+	for _, inBlock := range []bool{false, true} {
+		if inBlock {
+			require.Contains(t, exchange(t, h, queryMsg("begin")), "Ready T")
+		}
+		h.Frontend.Send(&pgproto3.FunctionCall{Function: toRegclass, ArgFormatCodes: []uint16{0},
+			Arguments: [][]byte{[]byte("no_such_table")}, ResultFormatCode: 0})
+		require.NoError(t, h.Frontend.Flush())
+		_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var got []string
+		for {
+			head := make([]byte, 5)
+			_, err := io.ReadFull(h.Conn, head)
+			require.NoError(t, err, "after %v", got)
+			body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+			_, err = io.ReadFull(h.Conn, body)
+			require.NoError(t, err)
+			got = append(got, fmt.Sprintf("%c %x", head[0], body))
+			if head[0] == 'Z' {
+				break
+			}
+		}
+		want := []string{"V ffffffff", "Z 49"}
+		if inBlock {
+			want[1] = "Z 54"
+		}
+		require.Equal(t, want, got)
+	}
+	require.Contains(t, exchange(t, h, queryMsg("commit")), "Ready I")
+	require.Contains(t, exchange(t, h, queryMsg("select 1")), `Row ["1"]`)
 }
 
 // int4abs is the OID of PostgreSQL's abs(integer), called through the
