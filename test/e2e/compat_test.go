@@ -472,10 +472,7 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)
-	for _, c := range []*pgx.Conn{o, p} {
-		_, err := c.Exec(ctx, "create table ct(x int primary key)")
-		require.NoError(t, err)
-	}
+	execOn(t, "create table ct(x int primary key)", o, p)
 	ho, hp := sb.hijacked(t)
 	start := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "copy ct from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
 	untilCopyIn := func(h *pgconn.HijackedConn) string {
@@ -539,12 +536,8 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 // place of the COPY's error (found by the session fuzzer).
 func TestCompatBatchGoesOnAfterCopyEnds(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
-	ctx := context.Background()
 	o, p := sb.conns(t)
-	for _, c := range []*pgx.Conn{o, p} {
-		_, err := c.Exec(ctx, "create table cb(x int primary key)")
-		require.NoError(t, err)
-	}
+	execOn(t, "create table cb(x int primary key)", o, p)
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
 		{&pgproto3.Parse{Name: "n1", Query: "select 1"}, &pgproto3.Sync{}},
@@ -580,10 +573,7 @@ func TestCompatCopyDataBeforeCopyInResponse(t *testing.T) {
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)
-	for _, c := range []*pgx.Conn{o, p} {
-		_, err := c.Exec(ctx, "create table cd(x int primary key)")
-		require.NoError(t, err)
-	}
+	execOn(t, "create table cd(x int primary key)", o, p)
 	ho, hp := sb.hijacked(t)
 	copyAll := func(table, rows string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{
@@ -797,13 +787,7 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
-	sb.c.waitConverged()
-	for i := range sb.c.nodes {
-		var n int
-		require.NoError(t, sb.c.direct(i).QueryRow(context.Background(), "SELECT n FROM named_st WHERE pk = 1").Scan(&n))
-		require.Equal(t, 2, n, "node %d has both updates", i+1)
-		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
-	}
+	sb.c.requireEverywhere(t, "SELECT n FROM named_st WHERE pk = 1", 2)
 }
 
 // TestCompatNamedStatementsAfterSQLPrepare: after SQL's PREPARE,
@@ -879,13 +863,7 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
-	sb.c.waitConverged()
-	for i := range sb.c.nodes {
-		var n int
-		require.NoError(t, sb.c.direct(i).QueryRow(context.Background(), "SELECT n FROM named_sql WHERE pk = 1").Scan(&n))
-		require.Equal(t, 6, n, "node %d has the updates", i+1)
-		require.Zero(t, sb.c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
-	}
+	sb.c.requireEverywhere(t, "SELECT n FROM named_sql WHERE pk = 1", 6)
 }
 
 // TestNamedStatementsThatCannotBeRead: a statement a function prepared
@@ -920,13 +898,7 @@ func TestNamedStatementsThatCannotBeRead(t *testing.T) {
 	} {
 		require.Contains(t, exchange(t, h, step.msgs), step.want, "step %d", i)
 	}
-	c.waitConverged()
-	for i := range c.nodes {
-		var n int
-		require.NoError(t, c.direct(i).QueryRow(context.Background(), "select n from nr where pk = 1").Scan(&n))
-		require.Equal(t, 1, n, "node %d has the update", i+1)
-		require.Zero(t, c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
-	}
+	c.requireEverywhere(t, "select n from nr where pk = 1", 1)
 }
 
 // TestCompatCommitAndChainOfAFailedBlock: COMMIT AND CHAIN of a failed
@@ -1272,6 +1244,30 @@ func TestFastPathNullResult(t *testing.T) {
 	}
 	require.Contains(t, exchange(t, h, queryMsg("commit")), "Ready I")
 	require.Contains(t, exchange(t, h, queryMsg("select 1")), `Row ["1"]`)
+}
+
+// execOn runs sql on every one of conns (a node's and the plain
+// server's, side by side).
+func execOn(t *testing.T, sql string, conns ...*pgx.Conn) {
+	t.Helper()
+	for _, c := range conns {
+		_, err := c.Exec(context.Background(), sql)
+		require.NoError(t, err, sql)
+	}
+}
+
+// requireEverywhere waits until every node has applied what was ordered,
+// then checks that the one-integer query answers want on every node and
+// that nothing committed on any node without Ordo.
+func (c *cluster) requireEverywhere(t *testing.T, query string, want int) {
+	t.Helper()
+	c.waitConverged()
+	for i := range c.nodes {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(context.Background(), query).Scan(&n), query)
+		require.Equal(t, want, n, "node %d: %s", i+1, query)
+		require.Zero(t, c.unreplicated(i), "node %d: nothing committed without Ordo", i+1)
+	}
 }
 
 // int4abs is the OID of PostgreSQL's abs(integer), called through the
