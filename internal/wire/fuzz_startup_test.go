@@ -133,7 +133,7 @@ func (fb *fakeBackend) serve(c net.Conn) {
 	}
 	_ = be.SetAuthType(pgproto3.AuthTypeOk)
 	if !send(&pgproto3.AuthenticationOk{}, &pgproto3.ParameterStatus{Name: "server_version", Value: "18"},
-		&pgproto3.BackendKeyData{ProcessID: 7, SecretKey: 8}, &pgproto3.ReadyForQuery{TxStatus: 'I'}) {
+		&pgproto3.BackendKeyData{ProcessID: 7, SecretKey: []byte{0, 0, 0, 8}}, &pgproto3.ReadyForQuery{TxStatus: 'I'}) {
 		return
 	}
 	for {

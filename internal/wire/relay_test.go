@@ -288,12 +288,28 @@ func TestCancel(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	r := dialRaw(t, p.addr, "")
-	r.send(&pgproto3.CancelRequest{ProcessID: 12345, SecretKey: 678})
+	r.send(&pgproto3.CancelRequest{ProcessID: 12345, SecretKey: []byte{0, 0, 2, 166}})
 	if !r.closed() {
 		t.Fatal("proxy kept a cancel connection open")
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("unknown-key cancel affected a session: %v", err)
+	}
+
+	// Nor does one whose secret is longer (protocol 3.2's) than the four
+	// bytes Ordo gives, even when it begins with them.
+	go func() {
+		_, err := c2.Exec(context.Background(), "SELECT pg_sleep(0.5)")
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	r = dialRaw(t, p.addr, "")
+	r.send(&pgproto3.CancelRequest{ProcessID: c2.PgConn().PID(), SecretKey: append(c2.PgConn().SecretKey(), make([]byte, 28)...)})
+	if !r.closed() {
+		t.Fatal("proxy kept a cancel connection open")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a cancel with a long secret affected a session: %v", err)
 	}
 }
 

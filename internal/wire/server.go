@@ -329,12 +329,16 @@ func (s *Server) release(ss *session) {
 }
 
 // cancel forwards a client's CancelRequest to the backend of the session
-// that owns the key. An unknown key does nothing, as in PostgreSQL.
-func (s *Server) cancel(pid, secret uint32) {
+// that owns the key. An unknown key does nothing, as in PostgreSQL; so
+// does a secret of any length but the four bytes of the keys Ordo gives.
+func (s *Server) cancel(pid uint32, secret []byte) {
 	s.m.cancels.Inc()
-	s.mu.Lock()
-	ss := s.cancelKey[uint64(pid)<<32|uint64(secret)]
-	s.mu.Unlock()
+	var ss *session
+	if len(secret) == 4 {
+		s.mu.Lock()
+		ss = s.cancelKey[uint64(pid)<<32|uint64(binary.BigEndian.Uint32(secret))]
+		s.mu.Unlock()
+	}
 	if ss == nil {
 		s.log.Debug("cancel request with unknown key", "pid", pid)
 		return

@@ -45,8 +45,9 @@ type session struct {
 	ctx       context.Context
 	cancelCtx context.CancelFunc
 
-	key                       uint64 // our BackendKeyData: pid<<32 | secret
-	backendPID, backendSecret uint32
+	key           uint64 // our BackendKeyData: pid<<32 | secret
+	backendPID    uint32
+	backendSecret []byte
 
 	cbuf []byte     // to the client; backend goroutine (session goroutine during startup)
 	sbuf []byte     // to PostgreSQL; session goroutine
@@ -1421,15 +1422,6 @@ func (ss *session) drainEventsLocked() {
 	ss.inReadyForQuery = false
 }
 
-// nullFunctionResult reports whether err is pgproto3's refusal of a
-// FunctionCallResponse whose result is NULL: v5.7.2 reads its length, -1,
-// as 4294967295 (fixed in pgx v5.12, whose cancel keys of variable
-// length the wire layer would have to follow first). It has read the
-// whole message, and PostgreSQL sends no other malformed one.
-func nullFunctionResult(err error) bool {
-	return strings.HasPrefix(err.Error(), "FunctionCallResponse body is invalid")
-}
-
 // backendLoop relays PostgreSQL's messages to the client. It runs on the
 // backend goroutine.
 func (ss *session) backendLoop() {
@@ -1443,9 +1435,6 @@ func (ss *session) backendLoop() {
 	}()
 	for {
 		msg, err := ss.fe.Receive()
-		if err != nil && nullFunctionResult(err) {
-			msg, err = &pgproto3.FunctionCallResponse{}, nil // Result nil: NULL
-		}
 		if err != nil {
 			ss.backendFailed(err)
 			return

@@ -335,7 +335,7 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 		case *pgproto3.BackendKeyData:
 			ss.backendPID, ss.backendSecret = m.ProcessID, m.SecretKey
 			s.registerKey(ss, m.ProcessID)
-			ss.sendClient(&pgproto3.BackendKeyData{ProcessID: uint32(ss.key >> 32), SecretKey: uint32(ss.key)})
+			ss.sendClient(&pgproto3.BackendKeyData{ProcessID: uint32(ss.key >> 32), SecretKey: binary.BigEndian.AppendUint32(nil, uint32(ss.key))})
 			continue
 		case *pgproto3.ErrorResponse:
 			ss.sendClient(m)
