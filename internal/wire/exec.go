@@ -66,11 +66,11 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 	all := append([]string{sql}, more...)
 	simple := false
 	res, err := ss.runExec(ctx, abortable, func() {
-		if ss.unnamedPortal && ss.txStatus.Load() == 'I' && !ss.batchOpen && ss.outstanding.Load() == 0 {
-			ss.unnamedPortal = false // it ended with its transaction
+		if ss.portals.unnamedLater && ss.txStatus.Load() == 'I' && !ss.batchOpen && ss.outstanding.Load() == 0 {
+			ss.portals.unnamedLater = false // it ended with its transaction
 		}
 		switch p := ss.unnamed.current(); {
-		case !ss.unnamedPortal && (p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == "")):
+		case !ss.portals.unnamedLater && (p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == "")):
 			// No unnamed statement the client may still bind (or it is
 			// replacing it right now), and no unnamed portal it may
 			// still execute (a Query drops both).
@@ -102,7 +102,7 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 		}
 	})
 	if simple && (err != nil || res != nil && res.Err != nil) && ss.txStatus.Load() != 'I' {
-		ss.notePortal("", false) // a failed statement's portal, kept (session.txPortals)
+		ss.portals.failedQuery()
 	}
 	return res, err
 }

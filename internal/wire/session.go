@@ -166,35 +166,10 @@ type session struct {
 	// lastExec: the tracker's number of the client's last Execute
 	// (copyStarted).
 	lastExec       uint64
-	execSinceQuery bool // an Execute was sent after the last Query
-	// unnamedPortal: the client's unnamed portal may be one it executes
-	// later (suspended by an Execute with a row limit, or bound and not
-	// executed before its Sync), in a transaction that may still be open:
-	// an Exec then runs under names of Ordo's (exec1), as a Query would
-	// drop the portal (a portal suspended in a block outlives its Sync).
-	unnamedPortal bool
-	// Portals of a failed block (portalsAtUnit, deadPortal): after an
-	// error aborts a block, PostgreSQL keeps its portals until the
-	// ROLLBACK, but frees what some of them point at (their plans, or
-	// the text of a Query whose statement failed, kept under the unnamed
-	// name), and an Execute of one reads that memory before it finds the
-	// portal failed: a client sending one crashed the server (PostgreSQL
-	// 15 and 18, TestExecuteOfADeadPortalIsAnsweredByOrdo). Such an
-	// Execute is answered by Ordo with PostgreSQL's error for it (25P02).
-	// txPortals: the portals bound (and "", after a failed Query) in the
-	// open transaction; unitBinds: those bound in this unit, unitCloses
-	// those closed (forgotten once the unit did not fail: PostgreSQL
-	// skips a Close after an error); unitInE: the unit began in a failed
-	// block; livePortals: those bound by a unit that began in the failed
-	// block and did not fail (a COMMIT or ROLLBACK, which PostgreSQL runs
-	// there); queryInUnit: the unit has a Query of the client's. A Query
-	// that did not fail forgets nothing: one without a statement (an
-	// empty one, or a comment, pgx's ping) drops no portal. Stale entries
-	// cost a client only 25P02 where PostgreSQL says 34000.
-	txPortals, unitBinds, unitCloses, livePortals map[string]bool
-	unitInE, queryInUnit                          bool
-	skipping                                      bool // a message of this batch was rejected
-	deferredReject                                *deferredReject
+	execSinceQuery bool          // an Execute was sent after the last Query
+	portals        clientPortals // the client's (portals.go)
+	skipping       bool          // a message of this batch was rejected
+	deferredReject *deferredReject
 	// unexecuted: portals bound in this batch and not executed yet.
 	unexecuted     map[string]bool
 	unit           uint64 // units begun (Statement.Unit)
@@ -301,7 +276,7 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		}
 		ss.deliverEvents()
 	}
-	ss.portalsAtUnit()
+	ss.portals.atUnit(ss.lastFailed.Load(), byte(ss.txStatus.Load()))
 	ss.unit++
 	ss.unitRows.Store(false) // every earlier reply has arrived
 	ss.copyInsAtUnit, ss.copyEnds = ss.copyIns.Load(), 0
@@ -309,75 +284,9 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 }
 
 // errAborted is PostgreSQL's error for an Execute of a portal other than
-// a COMMIT's or a ROLLBACK's in a failed block (deadPortal).
+// a COMMIT's or a ROLLBACK's in a failed block (clientPortals.dead).
 var errAborted = &pgconn.PgError{Severity: "ERROR", Code: "25P02",
 	Message: "current transaction is aborted, commands ignored until end of transaction block"}
-
-// portalsAtUnit follows the client's portals at the first message of a
-// unit, every reply to the unit before it received (startUnit).
-func (ss *session) portalsAtUnit() {
-	failed := ss.lastFailed.Load()
-	if ss.unitInE && !failed {
-		for p := range ss.unitBinds {
-			if ss.livePortals == nil {
-				ss.livePortals = map[string]bool{}
-			}
-			ss.livePortals[p] = true
-		}
-	}
-	if ss.queryInUnit && failed {
-		ss.notePortal("", false) // a failed statement's portal, kept
-	}
-	if !failed {
-		for p := range ss.unitCloses {
-			delete(ss.txPortals, p)
-			delete(ss.livePortals, p)
-		}
-	}
-	ss.queryInUnit = false
-	clear(ss.unitBinds)
-	clear(ss.unitCloses)
-	switch ss.txStatus.Load() {
-	case 'I':
-		clear(ss.txPortals)
-		clear(ss.livePortals)
-		ss.unnamedPortal = false // it ended with its transaction
-	case 'T':
-		clear(ss.livePortals)
-	}
-	ss.unitInE = ss.txStatus.Load() == 'E'
-}
-
-// notePortal notes a portal the client bound in this unit (bound), or
-// one a failed Query left.
-func (ss *session) notePortal(name string, bound bool) {
-	if ss.txPortals == nil {
-		ss.txPortals, ss.unitBinds = map[string]bool{}, map[string]bool{}
-	}
-	ss.txPortals[name] = true
-	if bound {
-		ss.unitBinds[name] = true
-	}
-}
-
-// closedPortal notes a Close of a portal of the client's, which
-// PostgreSQL skips if an error came before it in its batch: the portal
-// is forgotten at the next unit if this one did not fail (portalsAtUnit).
-func (ss *session) closedPortal(name string) {
-	if ss.unitCloses == nil {
-		ss.unitCloses = map[string]bool{}
-	}
-	ss.unitCloses[name] = true
-}
-
-// deadPortal reports whether an Execute of portal, in this unit, would
-// run a portal that the abort of a failed block left behind (see
-// session.txPortals): one of the client's, or one of Ordo's (an Exec's
-// or an injected BEGIN's, which a failed statement of Ordo's leaves too).
-func (ss *session) deadPortal(portal string) bool {
-	return ss.unitInE && (ss.txPortals[portal] || strings.HasPrefix(portal, "ordo_")) &&
-		!ss.unitBinds[portal] && !ss.livePortals[portal]
-}
 
 // deferredReject is a hook's refusal of a Bind, raised at the portal's
 // Execute.
@@ -727,7 +636,9 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Query:
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = false
-			ss.queryInUnit = ss.hooks != nil
+			if ss.hooks != nil {
+				ss.portals.query()
+			}
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
 				err := ss.callStatement()
@@ -806,10 +717,10 @@ func (ss *session) clientLoop() error {
 				ss.unexecuted[m.DestinationPortal] = true
 			}
 			if m.DestinationPortal == "" {
-				ss.unnamedPortal = false // (its Execute, or the Sync, tells)
+				ss.portals.unnamedLater = false // (its Execute, or the Sync, tells)
 			}
 			if ss.hooks != nil {
-				ss.notePortal(m.DestinationPortal, true)
+				ss.portals.bound(m.DestinationPortal)
 			}
 			ss.batchOpen = true
 		case *pgproto3.Close:
@@ -817,7 +728,7 @@ func (ss *session) clientLoop() error {
 			if m.ObjectType == 'P' {
 				delete(ss.unexecuted, m.Name)
 				if ss.hooks != nil {
-					ss.closedPortal(m.Name)
+					ss.portals.closed(m.Name)
 				}
 			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
@@ -830,14 +741,14 @@ func (ss *session) clientLoop() error {
 			ss.batchOpen = true
 			delete(ss.unexecuted, m.Portal)
 			if m.Portal == "" && m.MaxRows > 0 {
-				ss.unnamedPortal = true // it may be suspended
+				ss.portals.unnamedLater = true // it may be suspended
 			}
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
 			d := ss.deferredReject
 			if d != nil && d.portal == m.Portal {
 				ss.deferredReject = nil
-			} else if d = nil; ss.deadPortal(m.Portal) {
+			} else if d = nil; ss.portals.dead(m.Portal) {
 				d = &deferredReject{portal: m.Portal, err: errAborted}
 			}
 			if d != nil {
@@ -853,7 +764,7 @@ func (ss *session) clientLoop() error {
 			ss.batchOpen, ss.skipping = false, false
 			ss.deferredReject = nil
 			if ss.unexecuted[""] {
-				ss.unnamedPortal = true // bound, to be executed later
+				ss.portals.unnamedLater = true // bound, to be executed later
 			}
 			clear(ss.unexecuted)
 			if !ss.copying {

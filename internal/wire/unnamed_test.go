@@ -257,40 +257,40 @@ func TestTrackerShowPortals(t *testing.T) {
 }
 
 // TestDeadPortalsOfAFailedBlock: the portals a failed block's abort left
-// behind, which an Execute must not reach (session.txPortals): those
+// behind, which an Execute must not reach (clientPortals): those
 // bound before the block failed, also when PostgreSQL skipped their
-// Close after an error, and a failed Query's; not those bound in the
-// unit, nor a ROLLBACK bound in an earlier unit of the failed block.
+// Close after an error, one closed and bound again, and a failed
+// Query's; not those bound in the unit, nor a ROLLBACK bound in an earlier
+// unit of the failed block.
 func TestDeadPortalsOfAFailedBlock(t *testing.T) {
-	ss := &session{}
-	unit := func(status byte, failedBefore bool) {
-		ss.lastFailed.Store(failedBefore)
-		ss.txStatus.Store(uint32(status))
-		ss.portalsAtUnit()
-	}
+	var p clientPortals
+	unit := func(status byte, failedBefore bool) { p.atUnit(failedBefore, status) }
 	unit('T', false)
-	ss.notePortal("p", true)
-	ss.notePortal("gone", true)
-	ss.closedPortal("gone")
-	unit('T', false)     // (the unit did not fail: "gone" is gone)
-	ss.closedPortal("p") // skipped by PostgreSQL: the unit fails
-	ss.queryInUnit = true
+	p.bound("p")
+	p.bound("gone")
+	p.closed("gone")
+	p.bound("again")
+	p.closed("again")
+	p.bound("again") // closed, then bound anew
+	unit('T', false) // (the unit did not fail: "gone" is gone)
+	p.closed("p")    // skipped by PostgreSQL: the unit fails
+	p.query()
 	unit('E', true)
-	for portal, dead := range map[string]bool{"p": true, "": true, "gone": false, "ordo_exec": true, "never": false} {
-		if ss.deadPortal(portal) != dead {
+	for portal, dead := range map[string]bool{"p": true, "": true, "gone": false, "again": true, "ordo_exec": true, "never": false} {
+		if p.dead(portal) != dead {
 			t.Errorf("portal %q dead %v, want %v", portal, !dead, dead)
 		}
 	}
-	ss.notePortal("r", true) // a ROLLBACK bound in the failed block
-	if ss.deadPortal("r") {
+	p.bound("r") // a ROLLBACK bound in the failed block
+	if p.dead("r") {
 		t.Error("a portal bound in the unit taken for dead")
 	}
 	unit('E', false)
-	if ss.deadPortal("r") || !ss.deadPortal("p") {
+	if p.dead("r") || !p.dead("p") {
 		t.Error("after the unit that bound r without failing: r dead or p alive")
 	}
 	unit('I', false)
-	if ss.deadPortal("p") || len(ss.txPortals) != 0 {
+	if p.dead("p") || len(p.tx) != 0 {
 		t.Error("portals kept after the transaction ended")
 	}
 }

@@ -1192,6 +1192,20 @@ func TestExecuteOfADeadPortalIsAnsweredByOrdo(t *testing.T) {
 			&pgproto3.Bind{DestinationPortal: "lprp", PreparedStatement: "lpr"}, &pgproto3.Sync{}}, "Ready E"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "lprp"}, &pgproto3.Sync{}}, "Ready I"},
 		{queryMsg("select 1"), `Row ["1"]`},
+		// A portal closed and bound again in one unit is the block's
+		// like any other (TestDeadPortalsOfAFailedBlock tells who
+		// answers).
+		{queryMsg("begin"), "Ready T"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select generate_series(1, $1::int)"},
+			&pgproto3.Bind{DestinationPortal: "lpa", Parameters: [][]byte{[]byte("5")}}, &pgproto3.Execute{Portal: "lpa", MaxRows: 1},
+			&pgproto3.Close{ObjectType: 'P', Name: "lpa"},
+			&pgproto3.Bind{DestinationPortal: "lpa", Parameters: [][]byte{[]byte("6")}}, &pgproto3.Execute{Portal: "lpa", MaxRows: 1},
+			&pgproto3.Sync{}}, "Ready T"},
+		{queryMsg("select 1/0"), "22012"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Sync{}}, "25P02"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "lpa"}, &pgproto3.Sync{}}, aborted},
+		{queryMsg("rollback"), "Ready I"},
+		{queryMsg("select 1"), `Row ["1"]`},
 	} {
 		require.Contains(t, exchange(t, h, step.msgs), step.want, "step %d", i)
 	}
