@@ -18,6 +18,8 @@
 //
 //	RESULT ordo_direct_ratio=<select-only simple> ordo_pgbouncer_ratio=<worst mode> rss_per_idle_kib=<n> node_direct_ratio=<select-only simple> node_pgbouncer_ratio=<select-only simple> node_direct_ratio_prepared=<select-only prepared> node_pgbouncer_ratio_prepared=<…>
 //
+// -relays adds two byte relays, one per design (relays.go), as bounds.
+//
 // Run with `make bench-proxy` (go run ./test/bench/proxy). Not part of
 // `go test`.
 package main
@@ -63,6 +65,10 @@ func main() {
 		}
 		return
 	}
+	if kind, backend, ok := strings.Cut(os.Getenv("ORDO_BENCH_RELAY"), " "); ok {
+		fmt.Fprintln(os.Stderr, "relay:", runRelay(kind, backend)) // it returns on failure only
+		os.Exit(1)
+	}
 	if addr := os.Getenv("ORDO_BENCH_PROXY"); addr != "" {
 		if err := runProxy(addr); err != nil {
 			fmt.Fprintln(os.Stderr, "proxy:", err)
@@ -78,6 +84,7 @@ func main() {
 	procs := flag.Int("proxy-gomaxprocs", 0, "GOMAXPROCS of the proxy process (0 = Go's default)")
 	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the node's process to this file")
+	relays := flag.Bool("relays", false, "also measure two byte relays, one per design (goroutines, epoll), that bound what a relay can reach (relays.go)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		abs, err := filepath.Abs(*cpuprofile)
@@ -90,7 +97,7 @@ func main() {
 	if *procs > 0 {
 		os.Setenv("ORDO_BENCH_PROXY_GOMAXPROCS", strconv.Itoa(*procs))
 	}
-	if err := run(*duration, *runs, *clients, *scale, *idle, *only); err != nil {
+	if err := run(*duration, *runs, *clients, *scale, *idle, *only, *relays); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
 		os.Exit(1)
 	}
@@ -239,7 +246,7 @@ type endpoint struct {
 
 type sample struct{ tps, latMs, cpuUsPerTx float64 }
 
-func run(duration time.Duration, runs, clients, scale, idle int, only string) error {
+func run(duration time.Duration, runs, clients, scale, idle int, only string, relays bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	proxyProcs := os.Getenv("ORDO_BENCH_PROXY_GOMAXPROCS")
@@ -327,6 +334,27 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 		return fmt.Errorf("no mode matches -only %q", only)
 	}
 	targets := []endpoint{direct, ordo, nodeEP, bouncer}
+	pids := map[string]int{"ordo": child.Process.Pid, "node": nodeChild.Process.Pid, "pgbouncer": bouncerPID}
+	var relayNames []string
+	if relays {
+		for _, kind := range []string{"go", "epoll"} {
+			rl, rc, err := startChild(self, "ORDO_BENCH_RELAY="+kind+" "+pg.Addr())
+			if err != nil {
+				return err
+			}
+			defer stopChild(rc)
+			if !rl.Scan() {
+				return fmt.Errorf("%s relay printed no address", kind)
+			}
+			ep, err := toEndpoint(kind+"-relay", rl.Text())
+			if err != nil {
+				return err
+			}
+			targets = append(targets, ep)
+			pids[ep.name] = rc.Process.Pid
+			relayNames = append(relayNames, ep.name)
+		}
+	}
 	results := map[mode]map[string][]sample{}
 	for _, m := range modes {
 		results[m] = map[string][]sample{}
@@ -343,7 +371,7 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 				if m.workload == "select-only" {
 					args = append(args, "-S")
 				}
-				pid := map[string]int{"ordo": child.Process.Pid, "node": nodeChild.Process.Pid, "pgbouncer": bouncerPID}[tg.name]
+				pid := pids[tg.name]
 				before := ""
 				if tg.name == "node" {
 					before = analyzed()
@@ -397,6 +425,19 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string) er
 		}
 		if i == 0 || rb < worstBouncer {
 			worstBouncer = rb
+		}
+	}
+
+	if len(relayNames) > 0 {
+		fmt.Println()
+		fmt.Println("byte relays (relays.go): what a relay of each design reaches, reading nothing")
+		for _, m := range modes {
+			b := median(results[m]["pgbouncer"])
+			for _, name := range relayNames {
+				r := median(results[m][name])
+				fmt.Printf("%-11s %-8s %-11s tps %9.1f  ÷ pgbouncer %5.3f  CPU %5.1f µs/tx (pgbouncer %5.1f)\n",
+					m.workload, m.protocol, name, r.tps, r.tps/b.tps, r.cpuUsPerTx, b.cpuUsPerTx)
+			}
 		}
 	}
 
