@@ -90,8 +90,8 @@ func pgError(m *pgproto3.ErrorResponse) *pgconn.PgError {
 	}
 }
 
-// negotiateProtocolVersion is the NegotiateProtocolVersion ('v') message,
-// which pgproto3 v5.7 does not define.
+// negotiateProtocolVersion is the NegotiateProtocolVersion ('v') message
+// as the wire layer sends it (pgproto3 defined none before v5.9).
 type negotiateProtocolVersion struct {
 	newest  uint32 // the newest version the server speaks: major<<16 | minor
 	unknown []string

@@ -26,12 +26,13 @@ import "strings"
 type clientPortals struct {
 	unnamedLater bool
 	// unit: the client's Binds and Closes of portals in this unit, in
-	// order, taken into tx at the next unit (atUnit): the common unit, an
-	// autocommit statement, touches no map. tx: the portals bound (and
-	// "", after a failed Query) in the open transaction, as of the unit's
-	// start. live: those bound by a unit that began in the failed block
-	// and did not fail (a COMMIT or ROLLBACK, which PostgreSQL runs
-	// there).
+	// order (those of one name in a row as one event), taken into tx at
+	// the next unit (atUnit): the common unit, an autocommit statement,
+	// touches no map, and a pipeline of statements on the unnamed portal
+	// keeps one event. tx: the portals bound (and "", after a failed
+	// Query) in the open transaction, as of the unit's start. live: those
+	// bound by a unit that began in the failed block and did not fail (a
+	// COMMIT or ROLLBACK, which PostgreSQL runs there).
 	unit     []portalEvent
 	tx, live map[string]bool
 	// unitInE: the unit began in a failed block. queryInUnit: the unit has
@@ -41,11 +42,17 @@ type clientPortals struct {
 	unitInE, queryInUnit bool
 }
 
-// portalEvent is a Bind (closed false) or a Close of the client's.
+// portalEvent is the client's Binds and Closes of one portal, one after
+// another in a unit: whether one was a Bind, and whether the last was a
+// Close. In a unit that did not fail only the last counts; in one that
+// failed, PostgreSQL may have skipped any of them (atUnit).
 type portalEvent struct {
-	name   string
-	closed bool
+	name          string
+	bound, closed bool
 }
+
+// keepEvents is the most events a unit's slice keeps room for after it.
+const keepEvents = 256
 
 // atUnit is called at the first message of a unit, every reply to the
 // unit before it received: failed tells whether that unit failed, status
@@ -61,17 +68,21 @@ func (p *clientPortals) atUnit(failed bool, status byte) {
 	} else {
 		for _, e := range p.unit {
 			switch {
-			case !e.closed:
+			case failed:
+				if e.bound {
+					p.note(e.name)
+				}
+			case e.closed:
+				delete(p.tx, e.name)
+				delete(p.live, e.name)
+			default:
 				p.note(e.name)
-				if p.unitInE && !failed {
+				if p.unitInE {
 					if p.live == nil {
 						p.live = map[string]bool{}
 					}
 					p.live[e.name] = true
 				}
-			case !failed:
-				delete(p.tx, e.name)
-				delete(p.live, e.name)
 			}
 		}
 		if p.queryInUnit && failed {
@@ -82,8 +93,12 @@ func (p *clientPortals) atUnit(failed bool, status byte) {
 		}
 	}
 	p.queryInUnit = false
-	clear(p.unit) // (no names kept alive)
-	p.unit = p.unit[:0]
+	if cap(p.unit) > keepEvents {
+		p.unit = nil
+	} else {
+		clear(p.unit) // (no names kept alive)
+		p.unit = p.unit[:0]
+	}
 	p.unitInE = status == 'E'
 }
 
@@ -91,13 +106,18 @@ func (p *clientPortals) atUnit(failed bool, status byte) {
 func (p *clientPortals) query() { p.queryInUnit = true }
 
 // bound notes a portal the client bound in this unit.
-func (p *clientPortals) bound(name string) {
-	p.unit = append(p.unit, portalEvent{name: name})
-}
+func (p *clientPortals) bound(name string) { p.event(name, false) }
 
 // closed notes a Close of a portal of the client's.
-func (p *clientPortals) closed(name string) {
-	p.unit = append(p.unit, portalEvent{name: name, closed: true})
+func (p *clientPortals) closed(name string) { p.event(name, true) }
+
+func (p *clientPortals) event(name string, closed bool) {
+	if n := len(p.unit); n > 0 && p.unit[n-1].name == name {
+		e := &p.unit[n-1]
+		e.bound, e.closed = e.bound || !closed, closed
+		return
+	}
+	p.unit = append(p.unit, portalEvent{name: name, bound: !closed, closed: closed})
 }
 
 // failedQuery notes the unnamed portal a failed Query (the client's or
@@ -120,8 +140,8 @@ func (p *clientPortals) dead(portal string) bool {
 	if !p.unitInE || !p.tx[portal] && !strings.HasPrefix(portal, "ordo_") || p.live[portal] {
 		return false
 	}
-	for _, e := range p.unit {
-		if e.name == portal && !e.closed {
+	for i := len(p.unit) - 1; i >= 0; i-- {
+		if e := p.unit[i]; e.name == portal && e.bound {
 			return false
 		}
 	}

@@ -748,7 +748,7 @@ func (ss *session) clientLoop() error {
 			d := ss.deferredReject
 			if d != nil && d.portal == m.Portal {
 				ss.deferredReject = nil
-			} else if d = nil; ss.portals.dead(m.Portal) {
+			} else if d = nil; !ss.skipping && ss.portals.dead(m.Portal) {
 				d = &deferredReject{portal: m.Portal, err: errAborted}
 			}
 			if d != nil {
@@ -1621,6 +1621,10 @@ func (ss *session) backendFailed(err error) {
 
 // cancelBackend sends a CancelRequest for this session's backend.
 func (ss *session) cancelBackend() error {
+	b, err := (&pgproto3.CancelRequest{ProcessID: ss.backendPID, SecretKey: ss.backendSecret}).Encode(nil)
+	if err != nil || len(ss.backendSecret) == 0 {
+		return fmt.Errorf("no cancel key of PostgreSQL's for this session (%d bytes): %v", len(ss.backendSecret), err)
+	}
 	d := net.Dialer{Timeout: ss.srv.cfg.DialTimeout}
 	c, err := d.Dial(ss.srv.cfg.BackendNetwork, ss.srv.cfg.BackendAddr)
 	if err != nil {
@@ -1628,7 +1632,6 @@ func (ss *session) cancelBackend() error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(ss.srv.cfg.DialTimeout))
-	b, _ := (&pgproto3.CancelRequest{ProcessID: ss.backendPID, SecretKey: ss.backendSecret}).Encode(nil)
 	if _, err := c.Write(b); err != nil {
 		return fmt.Errorf("send cancel: %w", err)
 	}

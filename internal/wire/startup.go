@@ -107,8 +107,9 @@ func (s *Server) startup(raw net.Conn) (*session, error) {
 		}
 		var minor uint32
 		if code>>16 == 3 && code&0xffff != 0 {
-			// Protocol 3.x, x > 0: we speak 3.0 (pgproto3 decodes only
-			// 3.0) and answer NegotiateProtocolVersion below.
+			// Protocol 3.x, x > 0: we speak 3.0 (Ordo's cancel keys are
+			// 3.0's four bytes, and PostgreSQL is asked for 3.0) and
+			// answer NegotiateProtocolVersion below.
 			minor = code & 0xffff
 			binary.BigEndian.PutUint32(hdr[4:8], pgproto3.ProtocolVersionNumber)
 		}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -292,5 +293,21 @@ func TestDeadPortalsOfAFailedBlock(t *testing.T) {
 	unit('I', false)
 	if p.dead("p") || len(p.tx) != 0 {
 		t.Error("portals kept after the transaction ended")
+	}
+
+	// A pipeline on the unnamed portal (pgx's batches) keeps one event;
+	// many names, once over, leave no room kept.
+	for range 10000 {
+		p.bound("")
+	}
+	if len(p.unit) != 1 {
+		t.Errorf("%d events for one portal bound again and again", len(p.unit))
+	}
+	for i := range 10000 {
+		p.bound("c" + strconv.Itoa(i))
+	}
+	unit('I', false)
+	if cap(p.unit) > keepEvents {
+		t.Errorf("room for %d events kept after the unit", cap(p.unit))
 	}
 }
