@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordo-db/ordo/internal/apply"
@@ -432,12 +433,30 @@ func (r *Replica) fail(err error) {
 		// Its database is as the order left it (a disk full, PostgreSQL
 		// restarted, the order stopped): a restart replays the rest. It
 		// said it was inconsistent.
-		err = fmt.Errorf("%w: %w", termination.ErrStopped, err)
+		err = fmt.Errorf("%w: %w%s", termination.ErrStopped, err, resourceHint(err))
 	}
 	if r.failed.CompareAndSwap(nil, &err) {
 		r.log.Error("node stops accepting updates", "err", err)
 	}
 	r.stopWaiting()
+}
+
+// resourceHint says what to do when PostgreSQL stopped the order for want
+// of a resource (SQLSTATE class 53). PostgreSQL's own message does not
+// always say: a short write of a full disk reads "could not extend file
+// …: wrote only 4096 of 8192 bytes", with no "No space left on device".
+func resourceHint(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	switch pe.Code {
+	case "53100":
+		return " (PostgreSQL's disk is full: make room, then restart the node, which replays the rest of the order)"
+	case "53200":
+		return " (PostgreSQL is out of memory: restart the node once it has memory, and it replays the rest of the order)"
+	}
+	return ""
 }
 
 // stopWaiting wakes every session waiting for an outcome the loop will no

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
@@ -159,4 +161,14 @@ func mustVote(t *testing.T, d totalorder.Delivery) *ordov1.VoteEntry {
 
 func verdictName(r *Replica, seqno uint64) string {
 	return [...]string{"Undecided", "Applied", "Skipped"}[r.votes.Verdict(seqno)]
+}
+
+// TestResourceHint: a node stopped by a full disk says so, whatever
+// PostgreSQL's message (a short write names no cause).
+func TestResourceHint(t *testing.T) {
+	short := &pgconn.PgError{Code: "53100", Message: `could not extend file "base/5/16440": wrote only 4096 of 8192 bytes at block 755`}
+	require.Contains(t, resourceHint(fmt.Errorf("apply: %w", short)), "disk is full")
+	require.Contains(t, resourceHint(&pgconn.PgError{Code: "53200"}), "out of memory")
+	require.Empty(t, resourceHint(&pgconn.PgError{Code: "57P01"}))
+	require.Empty(t, resourceHint(errors.New("connection reset")))
 }
