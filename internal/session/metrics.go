@@ -26,6 +26,7 @@ type metrics struct {
 	stages    *prometheus.HistogramVec
 	prepares  *prometheus.CounterVec
 	retries   prometheus.Counter
+	unretried *prometheus.CounterVec // reason (retry.go)
 	syncReads prometheus.Counter
 }
 
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_session_autocommit_retries_total",
 			Help: "Autocommit statements run again after a replication conflict aborted them (autocommit_retries).",
 		}),
+		unretried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_session_autocommit_conflicts_unretried_total",
+			Help: "Conflicts of autocommit statements that could have been run again (autocommit_retries) and reached the client, by reason: rows_sent (the client read some of an attempt), not_idle, statement_changed, result_changed, recorded, exhausted (every attempt aborted), disabled (autocommit_retries 0).",
+		}, []string{"reason"}),
 		syncReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_session_sync_reads_total",
 			Help: "Transactions that waited for the cluster's latest commits before their snapshot (ordo.read_consistency = 'sync').",
@@ -55,8 +60,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, how := range []string{probedWithPrepare, probedApart, probedFellBack} {
 		m.prepares.WithLabelValues(how)
 	}
+	for _, reason := range []string{unretriedRowsSent, unretriedNotIdle, unretriedChanged, unretriedResult, unretriedRecorded, unretriedExhausted, unretriedDisabled} {
+		m.unretried.WithLabelValues(reason)
+	}
 	if reg != nil {
-		reg.MustRegister(m.stages, m.prepares, m.retries, m.syncReads)
+		reg.MustRegister(m.stages, m.prepares, m.retries, m.unretried, m.syncReads)
 	}
 	return m
 }

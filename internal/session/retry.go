@@ -149,16 +149,35 @@ func conflict(err error) bool {
 // retry runs r again while a conflict aborts it, up to
 // Config.AutocommitRetries times; err is the first attempt's conflict.
 func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
-	if s.be.UnitSentRows() || !conflict(err) || !s.toIdle(ctx) {
+	if !conflict(err) {
+		return err
+	}
+	if s.be.UnitSentRows() {
+		s.unretried(unretriedRowsSent)
 		return err // the client has read some of the first attempt
+	}
+	if !s.toIdle(ctx) {
+		s.unretried(unretriedNotIdle)
+		return err
 	}
 	label := s.label // "" once the first attempt's termination used it
 	retries := s.autocommitRetries(ctx)
-	for n := 0; n < retries && conflict(err); n++ {
+	again := true
+	n := 0
+	for ; again && n < retries && conflict(err); n++ {
 		if r.label != "" && errors.As(err, new(recorded)) {
+			s.unretried(unretriedRecorded)
+			again = false
 			break
 		}
-		err = s.retryStatement(ctx, r, n+1, err)
+		again, err = s.retryStatement(ctx, r, n+1, err)
+	}
+	if again && n == retries && conflict(err) {
+		if retries == 0 {
+			s.unretried(unretriedDisabled)
+		} else {
+			s.unretried(unretriedExhausted)
+		}
 	}
 	if err != nil {
 		// An attempt that failed before its termination left the label
@@ -179,35 +198,54 @@ func (s *session) toIdle(ctx context.Context) bool {
 	return s.be.TxStatus() == 'I'
 }
 
+// Why a conflict of an autocommit statement that could have been run
+// again reached its client (ordo_session_autocommit_conflicts_unretried_total;
+// the wire layer counts those it relayed at once,
+// ordo_wire_conflicts_relayed_unheld_total).
+const (
+	unretriedRowsSent  = "rows_sent"         // the client read some of an attempt
+	unretriedNotIdle   = "not_idle"          // what the attempt left open could not be rolled back
+	unretriedChanged   = "statement_changed" // no longer one statement that may run again, or PostgreSQL no longer holds it
+	unretriedResult    = "result_changed"    // an attempt ended otherwise than with one statement's completion
+	unretriedRecorded  = "recorded"          // the order recorded a labelled attempt's abort
+	unretriedExhausted = "exhausted"         // autocommit_retries attempts, each aborted
+	unretriedDisabled  = "disabled"          // autocommit_retries 0
+)
+
+func (s *session) unretried(reason string) { s.h.m.unretried.WithLabelValues(reason).Inc() }
+
 // retryStatement runs r again in a new wrapped transaction and ends it
 // (finishWrapped), after attempt attempts were aborted, the last with
-// last. It returns last, untouched, if the transaction could not be
-// started again.
-func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int, last error) error {
+// last. It returns again false and last, untouched, if the statement
+// cannot be run again (the transaction could not be started again, the
+// statement is not the one it was); again is false too for an error
+// that is not a conflict.
+func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int, last error) (again bool, err error) {
 	if !s.toIdle(ctx) {
-		return last
+		s.unretried(unretriedNotIdle)
+		return false, last
 	}
 	// A new transaction: an abort was the last attempt's.
 	s.aborted.Store(false)
 	s.h.m.retries.Inc()
 	s.h.cfg.Logger.Debug("session: an autocommit statement aborted by a replication conflict runs again", "attempt", attempt+1, "conflict", last)
 	if err := s.beginWrapped(ctx); err != nil {
-		return err
+		return false, err
 	}
 	if err := s.beforeSnapshot(ctx, true); err != nil {
 		s.rollback(ctx)
-		return err
+		return false, err
 	}
 	// Analyzed again: a conflict with a schema change may have changed
 	// what the statement's keys are.
 	stmts := s.analyze(r.sql)
 	if !retryKind(stmts) || r.extended && !s.holdsPrepared(r.name, r.sql) {
 		s.rollback(ctx)
-		return last
+		s.unretried(unretriedChanged)
+		return false, last
 	}
 	s.be.ReplaceHeld(nil) // the last attempt's result is not the client's
 	var res *wire.Result
-	var err error
 	if r.extended {
 		s.track(stmts[0], boundParams(r.params, r.formats), at{kind: wire.KindBind, first: true, sent: r.sql})
 		res, err = s.be.ExecBound(ctx, r.name, r.formats, r.params, r.results)
@@ -216,7 +254,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		res, err = s.be.ExecAbortable(ctx, r.sql)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if res.Err != nil || res.TxStatus != 'T' || len(res.Tags) != 1 || res.RowsOver {
 		// It fails now (a row it inserts exists by now, say): that is
@@ -225,18 +263,19 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		s.rollback(ctx)
 		if res.Err != nil {
 			if s.bruteForced(res) {
-				return errBruteForce
+				return true, errBruteForce
 			}
-			return res.Err
+			return true, res.Err
 		}
-		return last
+		s.unretried(unretriedResult)
+		return false, last
 	}
 	s.be.ReplaceHeld(res)
 	// The attempts are one labelled operation: the label the first
 	// attempt's PREPARE took out of PostgreSQL (resetLabel) is still its.
 	s.label, s.labelPinned = r.label, true
 	defer func() { s.labelPinned = false }()
-	return s.finishWrapped(ctx)
+	return true, s.finishWrapped(ctx)
 }
 
 // holdsPrepared reports whether PostgreSQL holds sql as the client's

@@ -116,6 +116,7 @@ func (ss *session) sendError(e *pgproto3.ErrorResponse) {
 		switch {
 		case !ss.tagNeedsSync.Load():
 		case ss.outstanding.Load() == 0:
+			ss.srv.m.unheld.WithLabelValues("before_sync").Inc()
 			ss.releaseRows()
 			ss.noteRows() // relayed: no Sync yet
 			ss.sendClient(e)
@@ -124,6 +125,7 @@ func (ss *session) sendError(e *pgproto3.ErrorResponse) {
 			// It answers the Bind, or PostgreSQL skipped messages after
 			// the Execute: run again, the client would miss their
 			// replies.
+			ss.srv.m.unheld.WithLabelValues("not_last").Inc()
 			ss.releaseRows()
 			ss.sendClient(e)
 			return

@@ -14,6 +14,9 @@ type metrics struct {
 	messagesOut   prometheus.Counter     // messages to clients
 	errors        *prometheus.CounterVec // kind: protocol, backend, auth, hook
 	cancels       prometheus.Counter
+	// unheld: conflicts a session asked to hold back (HoldConflicts)
+	// relayed at once; reason: before_sync, not_last.
+	unheld *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,6 +41,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ordo_wire_errors_total", Help: "Sessions ended or statements refused by an error, by kind."}, []string{"kind"}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_wire_cancel_requests_total", Help: "CancelRequests received."}),
+		unheld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ordo_wire_conflicts_relayed_unheld_total",
+			Help: "Conflicts (40001, 40P01) of an autocommit statement that could have been run again, relayed to the client at once, by reason: before_sync (PostgreSQL's error came before the client's Sync was read), not_last (messages followed the failed Execute)."}, []string{"reason"}),
 	}
 	// Every label value starts at 0, so rates and alerts see each series
 	// from the start rather than once the first event happens.
@@ -48,9 +54,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, kind := range []string{"protocol", "backend", "auth", "hook"} {
 		m.errors.WithLabelValues(kind)
 	}
+	for _, reason := range []string{"before_sync", "not_last"} {
+		m.unheld.WithLabelValues(reason)
+	}
 	if reg != nil {
 		reg.MustRegister(m.connsActive, m.unauthed, m.connsTotal, m.connsRejected, m.bytesIn, m.bytesOut,
-			m.messagesIn, m.messagesOut, m.errors, m.cancels)
+			m.messagesIn, m.messagesOut, m.errors, m.cancels, m.unheld)
 	}
 	return m
 }

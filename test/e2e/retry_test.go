@@ -125,7 +125,26 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	}
 	require.NotEmpty(t, returned)
 	require.Positive(t, 3*perClient-ok[false], "the clients that do not retry saw conflicts (else the test shows nothing)")
+	// Why a conflict reached a retrying client, should one have.
+	why := map[string]float64{}
+	for i := range 2 {
+		for _, reason := range []string{"rows_sent", "not_idle", "statement_changed", "result_changed", "recorded", "exhausted", "disabled"} {
+			if v := c.counter(i, "ordo_session_autocommit_conflicts_unretried_total", map[string]string{"reason": reason}); v > 0 {
+				why[fmt.Sprintf("node %d %s", i+1, reason)] = v
+			}
+		}
+		for _, reason := range []string{"before_sync", "not_last"} {
+			if v := c.counter(i, "ordo_wire_conflicts_relayed_unheld_total", map[string]string{"reason": reason}); v > 0 {
+				why[fmt.Sprintf("node %d relayed %s", i+1, reason)] = v
+			}
+		}
+		why[fmt.Sprintf("node %d retries", i+1)] = c.counter(i, "ordo_session_autocommit_retries_total", nil)
+	}
+	t.Logf("conflicts not run again, and why: %v", why)
 	require.Empty(t, failed[true], "the others' conflicts were run again")
+	require.Positive(t, why["node 2 retries"])
+	require.Equal(t, float64(3*perClient-ok[false]), why["node 1 disabled"]+why["node 2 disabled"],
+		"every conflict of a client that does not retry is counted as such")
 	require.Equal(t, 5*perClient, ok[true])
 
 	// A value it could not use is refused.
