@@ -119,28 +119,11 @@ func epollRelay(ln *net.TCPListener, backend string) error {
 		if err != nil {
 			return err
 		}
+		accept := false
 		for _, ev := range events[:n] {
 			fd := int(ev.Fd)
 			if fd == lfd {
-				c, _, err := syscall.Accept4(lfd, syscall.SOCK_CLOEXEC)
-				if err != nil {
-					continue
-				}
-				b, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-				if err == nil {
-					err = syscall.Connect(b, &sa)
-				}
-				if err != nil {
-					_ = syscall.Close(c)
-					continue
-				}
-				for _, f := range []int{c, b} {
-					_ = syscall.SetsockoptInt(f, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
-				}
-				peer[c], peer[b] = b, c
-				if add(c) != nil || add(b) != nil {
-					closePair(c)
-				}
+				accept = true // after the batch: a closed fd's number is not reused under a stale event
 				continue
 			}
 			p, ok := peer[fd]
@@ -148,12 +131,40 @@ func epollRelay(ln *net.TCPListener, backend string) error {
 				continue // closed earlier in this batch
 			}
 			r, err := syscall.Read(fd, buf)
+			for errors.Is(err, syscall.EINTR) {
+				r, err = syscall.Read(fd, buf)
+			}
 			if r <= 0 || err != nil {
 				closePair(fd)
 				continue
 			}
 			if writeAll(p, buf[:r]) != nil {
 				closePair(fd)
+			}
+		}
+		if accept {
+			c, _, err := syscall.Accept4(lfd, syscall.SOCK_CLOEXEC)
+			if err != nil {
+				continue
+			}
+			b, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if err == nil {
+				err = syscall.Connect(b, &sa)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "epoll relay: connect:", err)
+				if b >= 0 {
+					_ = syscall.Close(b)
+				}
+				_ = syscall.Close(c)
+				continue
+			}
+			for _, f := range []int{c, b} {
+				_ = syscall.SetsockoptInt(f, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+			}
+			peer[c], peer[b] = b, c
+			if add(c) != nil || add(b) != nil {
+				closePair(c)
 			}
 		}
 	}
