@@ -161,31 +161,40 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 		return err
 	}
 	label := s.label // "" once the first attempt's termination used it
-	retries := s.autocommitRetries(ctx)
-	again := true
-	n := 0
-	for ; again && n < retries && conflict(err); n++ {
-		if r.label != "" && errors.As(err, new(recorded)) {
-			s.unretried(unretriedRecorded)
-			again = false
-			break
-		}
-		again, err = s.retryStatement(ctx, r, n+1, err)
-	}
-	if again && n == retries && conflict(err) {
-		if retries == 0 {
-			s.unretried(unretriedDisabled)
-		} else {
-			s.unretried(unretriedExhausted)
-		}
-	}
-	if err != nil {
+	if err = s.attempts(ctx, r, s.autocommitRetries(ctx), err); err != nil {
 		// An attempt that failed before its termination left the label
 		// set: as it was before the retries, for labelFailed to judge
 		// (a label the first attempt's termination used is gone).
 		s.label = label
 	}
 	return err
+}
+
+// attempts runs r again, up to retries times, while a conflict aborts it;
+// err is the last attempt's conflict. It returns the outcome the client
+// gets: nil once an attempt committed, or the error of the last.
+func (s *session) attempts(ctx context.Context, r *retryStmt, retries int, err error) error {
+	for n := 0; ; n++ {
+		switch {
+		case !conflict(err):
+			return err // committed, or failed otherwise
+		case n >= retries:
+			if retries <= 0 {
+				s.unretried(unretriedDisabled)
+			} else {
+				s.unretried(unretriedExhausted)
+			}
+			return err
+		case r.label != "" && errors.As(err, new(recorded)):
+			s.unretried(unretriedRecorded)
+			return err
+		}
+		again, next := s.retryStatement(ctx, r, n+1, err)
+		if !again {
+			return next // it cannot run again (retryStatement counted why) or failed before its end
+		}
+		err = next
+	}
 }
 
 // toIdle rolls back what an aborted attempt left open; it reports whether

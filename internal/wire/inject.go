@@ -220,10 +220,12 @@ func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 		// nothing else can be outstanding.
 		return false, ErrNotAtBoundary
 	}
-	for p := range ss.unexecuted {
-		if p != ss.stmt.Portal || ss.stmt.Kind != KindBind {
-			return false, ErrNotAtBoundary
-		}
+	but := "\x00" // (no portal's name: any pending one counts)
+	if ss.stmt.Kind == KindBind {
+		but = ss.stmt.Portal // which this Bind replaces
+	}
+	if ss.portals.pendingBut(but) {
+		return false, ErrNotAtBoundary
 	}
 	if ss.deferredReject != nil {
 		return false, ErrNotAtBoundary

@@ -22,11 +22,15 @@ import "strings"
 // (errAborted, 25P02). Stale entries cost a client only 25P02 where
 // PostgreSQL says 34000.
 //
+// 3. Which portals of the batch so far are bound and not executed yet
+// (pending, pendingBut): a Sync of Ordo's in the middle of the batch
+// (SyncHere) would end their transaction under them.
+//
 // It is used on the session goroutine only.
 type clientPortals struct {
 	unnamedLater bool
-	// unit: the client's Binds and Closes of portals in this unit, in
-	// order (those of one name in a row as one event), taken into tx at
+	// unit: the client's Binds, Executes and Closes of portals in this
+	// unit, in order (those of one name in a row as one event), taken into tx at
 	// the next unit (atUnit): the common unit, an autocommit statement,
 	// touches no map, and a pipeline of statements on the unnamed portal
 	// keeps one event. tx: the portals bound (and "", after a failed
@@ -42,14 +46,25 @@ type clientPortals struct {
 	unitInE, queryInUnit bool
 }
 
-// portalEvent is the client's Binds and Closes of one portal, one after
-// another in a unit: whether one was a Bind, and whether the last was a
-// Close. In a unit that did not fail only the last counts; in one that
-// failed, PostgreSQL may have skipped any of them (atUnit).
+// portalEvent is the client's Binds, Executes and Closes of one portal,
+// one after another in a unit: whether one was a Bind, whether the last
+// Bind or Close was a Close, and whether the portal is bound and not
+// executed since (pending). In a unit that did not fail only the last
+// Bind or Close counts; in one that failed, PostgreSQL may have skipped
+// any of them (atUnit). An Execute alone binds nothing.
 type portalEvent struct {
-	name          string
-	bound, closed bool
+	name                   string
+	bound, closed, pending bool
 }
+
+// What the client did to a portal (clientPortals.event).
+type portalOp uint8
+
+const (
+	opBind portalOp = iota
+	opExecute
+	opClose
+)
 
 // keepEvents is the most events a unit's slice keeps room for after it.
 const keepEvents = 256
@@ -75,7 +90,7 @@ func (p *clientPortals) atUnit(failed bool, status byte) {
 			case e.closed:
 				delete(p.tx, e.name)
 				delete(p.live, e.name)
-			default:
+			case e.bound:
 				p.note(e.name)
 				if p.unitInE {
 					if p.live == nil {
@@ -106,18 +121,61 @@ func (p *clientPortals) atUnit(failed bool, status byte) {
 func (p *clientPortals) query() { p.queryInUnit = true }
 
 // bound notes a portal the client bound in this unit.
-func (p *clientPortals) bound(name string) { p.event(name, false) }
+func (p *clientPortals) bound(name string) { p.event(name, opBind) }
+
+// executed notes an Execute of a portal of the client's.
+func (p *clientPortals) executed(name string) { p.event(name, opExecute) }
 
 // closed notes a Close of a portal of the client's.
-func (p *clientPortals) closed(name string) { p.event(name, true) }
+func (p *clientPortals) closed(name string) { p.event(name, opClose) }
 
-func (p *clientPortals) event(name string, closed bool) {
-	if n := len(p.unit); n > 0 && p.unit[n-1].name == name {
-		e := &p.unit[n-1]
-		e.bound, e.closed = e.bound || !closed, closed
-		return
+func (p *clientPortals) event(name string, op portalOp) {
+	n := len(p.unit)
+	if n == 0 || p.unit[n-1].name != name {
+		p.unit = append(p.unit, portalEvent{name: name})
+		n++
 	}
-	p.unit = append(p.unit, portalEvent{name: name, bound: !closed, closed: closed})
+	e := &p.unit[n-1]
+	switch op {
+	case opBind:
+		e.bound, e.closed, e.pending = true, false, true
+	case opExecute:
+		e.pending = false
+	case opClose:
+		e.closed, e.pending = true, false
+	}
+}
+
+// pending reports whether portal was bound in this unit and not executed
+// or closed since.
+func (p *clientPortals) pending(portal string) bool {
+	for i := len(p.unit) - 1; i >= 0; i-- {
+		if e := p.unit[i]; e.name == portal {
+			return e.pending
+		}
+	}
+	return false
+}
+
+// pendingBut reports whether a portal other than but was bound in this
+// unit and not executed or closed since. It is for a Sync of Ordo's in
+// the middle of a batch (rare): it allocates.
+func (p *clientPortals) pendingBut(but string) bool {
+	var seen map[string]bool
+	for i := len(p.unit) - 1; i >= 0; i-- {
+		e := p.unit[i]
+		if seen[e.name] {
+			continue // an earlier event of a portal whose last one counts
+		}
+		if e.pending && e.name != but {
+			return true
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[e.name] = true
+	}
+	return false
 }
 
 // failedQuery notes the unnamed portal a failed Query (the client's or

@@ -170,8 +170,6 @@ type session struct {
 	portals        clientPortals // the client's (portals.go)
 	skipping       bool          // a message of this batch was rejected
 	deferredReject *deferredReject
-	// unexecuted: portals bound in this batch and not executed yet.
-	unexecuted     map[string]bool
 	unit           uint64 // units begun (Statement.Unit)
 	syncsSinceExec int
 	rejectSeq      uint64
@@ -710,12 +708,6 @@ func (ss *session) clientLoop() error {
 					ss.deferredReject = &deferredReject{portal: m.DestinationPortal, err: err}
 				}
 			}
-			if ss.hooks != nil {
-				if ss.unexecuted == nil {
-					ss.unexecuted = make(map[string]bool)
-				}
-				ss.unexecuted[m.DestinationPortal] = true
-			}
 			if m.DestinationPortal == "" {
 				ss.portals.unnamedLater = false // (its Execute, or the Sync, tells)
 			}
@@ -726,7 +718,6 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Close:
 			ss.batchOpen = true
 			if m.ObjectType == 'P' {
-				delete(ss.unexecuted, m.Name)
 				if ss.hooks != nil {
 					ss.portals.closed(m.Name)
 				}
@@ -739,7 +730,9 @@ func (ss *session) clientLoop() error {
 			}
 		case *pgproto3.Execute:
 			ss.batchOpen = true
-			delete(ss.unexecuted, m.Portal)
+			if ss.hooks != nil {
+				ss.portals.executed(m.Portal)
+			}
 			if m.Portal == "" && m.MaxRows > 0 {
 				ss.portals.unnamedLater = true // it may be suspended
 			}
@@ -763,10 +756,9 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Sync:
 			ss.batchOpen, ss.skipping = false, false
 			ss.deferredReject = nil
-			if ss.unexecuted[""] {
+			if ss.hooks != nil && ss.portals.pending("") {
 				ss.portals.unnamedLater = true // bound, to be executed later
 			}
-			clear(ss.unexecuted)
 			if !ss.copying {
 				// PostgreSQL ignores Sync during COPY FROM STDIN.
 				ss.outstanding.Add(1)

@@ -311,3 +311,39 @@ func TestDeadPortalsOfAFailedBlock(t *testing.T) {
 		t.Errorf("room for %d events kept after the unit", cap(p.unit))
 	}
 }
+
+// TestPendingPortals: the portals of the batch so far that are bound and
+// not executed (clientPortals.pending, pendingBut), which a Sync of
+// Ordo's mid-batch would end their transaction under; an Execute alone
+// binds nothing.
+func TestPendingPortals(t *testing.T) {
+	var p clientPortals
+	p.atUnit(false, 'T')
+	p.bound("a")
+	p.bound("b")
+	p.executed("a") // not next to a's Bind
+	if p.pending("a") || !p.pending("b") || p.pending("never") {
+		t.Errorf("pending a %v b %v never %v, want false true false", p.pending("a"), p.pending("b"), p.pending("never"))
+	}
+	if p.pendingBut("b") || !p.pendingBut("a") || !p.pendingBut("\x00") {
+		t.Error("pendingBut: only b is pending")
+	}
+	p.closed("b")
+	if p.pendingBut("\x00") {
+		t.Error("a closed portal taken for pending")
+	}
+	p.bound("")
+	p.executed("")
+	p.bound("") // a pipeline on the unnamed portal: bound again
+	if !p.pending("") || len(p.unit) != 5 {
+		t.Errorf("unnamed pending %v, %d events", p.pending(""), len(p.unit))
+	}
+	p.executed("x") // a portal of an earlier unit
+	p.atUnit(false, 'T')
+	if !p.tx["a"] || p.tx["b"] || !p.tx[""] || p.tx["x"] {
+		t.Errorf("portals of the transaction %v, want a and the unnamed one", p.tx)
+	}
+	if p.pending("") || p.pendingBut("\x00") {
+		t.Error("pending portals kept after their unit")
+	}
+}
