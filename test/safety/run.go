@@ -233,6 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.finalChecks(ctx)
 	r.resolved = r.resolve(ctx)
 	r.knownBugs()
+	r.failureEvidence()
 	rep := r.report()
 	if err := os.WriteFile(filepath.Join(cfg.Dir, "report.txt"), []byte(rep.Text), 0o644); err != nil {
 		return rep, err
@@ -482,6 +483,68 @@ func (r *run) knownBugs() {
 			r.problem("REGRESSION of a fixed bug (issue 14, item 3: a prepared transaction nobody owned blocked the replay): node %d's apply was blocked by a leftover prepared transaction of its own until it gave up (\"too many failed attempts\") and stopped; see cluster/node%d.log", i+1, i+1)
 		}
 	}
+}
+
+// failureEvidence, after a run with problems, keeps what tells a stall
+// from a wrong answer: each node's PostgreSQL sessions that are not idle,
+// the locks they wait for and its prepared transactions
+// (cluster/nodeN.pg.txt), then each ordo process's goroutines, written to
+// its log by the Go runtime as SIGQUIT ends it.
+func (r *run) failureEvidence() {
+	r.mu.Lock()
+	failed := len(r.problems) > 0
+	r.mu.Unlock()
+	if !failed {
+		return
+	}
+	for i := 0; i < r.cluster.N(); i++ {
+		file := strings.TrimSuffix(r.cluster.LogFile(i), ".log") + ".pg.txt"
+		_ = os.WriteFile(file, []byte(r.pgState(i)), 0o644)
+	}
+	for i := 0; i < r.cluster.N(); i++ {
+		if r.cluster.DumpStacks(i, 10*time.Second) {
+			r.note("node %d's goroutines are in cluster/node%d.log (SIGQUIT), its PostgreSQL's sessions in cluster/node%d.pg.txt", i+1, i+1, i+1)
+		}
+	}
+}
+
+// pgState is node i's PostgreSQL as failureEvidence keeps it.
+func (r *run) pgState(i int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := pgx.Connect(ctx, r.cluster.PGDSN(i))
+	if err != nil {
+		return fmt.Sprintf("connect: %v\n", err)
+	}
+	defer d.Close(ctx)
+	var b strings.Builder
+	for _, q := range []struct{ title, sql string }{
+		{"sessions not idle", `SELECT pid, application_name, state, wait_event_type, wait_event, now() - xact_start, now() - state_change, left(query, 300)
+			FROM pg_stat_activity WHERE state IS DISTINCT FROM 'idle' AND pid <> pg_backend_pid() ORDER BY pid`},
+		{"locks waited for", `SELECT l.pid, l.locktype, l.mode, l.relation::regclass, l.transactionid, l.virtualtransaction, pg_blocking_pids(l.pid)
+			FROM pg_locks l WHERE NOT l.granted ORDER BY l.pid`},
+		{"prepared transactions", `SELECT gid, prepared, transaction FROM pg_prepared_xacts ORDER BY prepared`},
+	} {
+		fmt.Fprintf(&b, "== %s\n", q.title)
+		rows, err := d.Query(ctx, q.sql)
+		if err != nil {
+			fmt.Fprintf(&b, "error: %v\n", err)
+			continue
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "error: %v\n", err)
+				break
+			}
+			fmt.Fprintln(&b, vals...)
+		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, "error: %v\n", err)
+		}
+		rows.Close()
+	}
+	return b.String()
 }
 
 // oldPrepared lists node i's prepared transactions older than 30 s.

@@ -358,6 +358,36 @@ func (c *Cluster) Kill(i int) {
 	}
 }
 
+// DumpStacks ends node i's process (if running) with SIGQUIT, on which
+// the Go runtime writes every goroutine's stack to LogFile(i) before it
+// exits, and reaps it; it reports whether the process was running and
+// exited within wait (a paused one is resumed first). For evidence of a
+// stall: the node does not run after it.
+func (c *Cluster) DumpStacks(i int, wait time.Duration) bool {
+	c.mu.Lock()
+	p := c.procs[i]
+	c.procs[i] = nil
+	c.mu.Unlock()
+	if p == nil || p.Process == nil {
+		return false
+	}
+	_ = p.Process.Signal(syscall.SIGQUIT)
+	_ = p.Process.Signal(syscall.SIGCONT)
+	exited := make(chan struct{})
+	go func() {
+		_ = p.Wait()
+		close(exited)
+	}()
+	select {
+	case <-exited:
+		return true
+	case <-time.After(wait):
+		_ = p.Process.Signal(syscall.SIGKILL)
+		<-exited
+		return false
+	}
+}
+
 // Pause stops node i's process with SIGSTOP: it keeps its sockets, its
 // PostgreSQL sessions and its memory but runs nothing until Resume (peers
 // and clients see it hang, not close). A paused process is not Exited.

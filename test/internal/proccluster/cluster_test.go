@@ -72,3 +72,33 @@ func TestPauseResumeKill(t *testing.T) {
 	c.Resume(0) // nothing left to resume
 	require.ErrorIs(t, cmd.Process.Signal(syscall.Signal(0)), os.ErrProcessDone, "reaped")
 }
+
+// TestDumpStacks: a Go process ended by DumpStacks writes its goroutines'
+// stacks to its log, and is reaped.
+func TestDumpStacks(t *testing.T) {
+	dir := t.TempDir()
+	src := dir + "/main.go"
+	require.NoError(t, os.WriteFile(src, []byte("package main\n\nimport \"time\"\n\nfunc stuckHere() { time.Sleep(time.Hour) }\n\nfunc main() { println(\"ready\"); stuckHere() }\n"), 0o644))
+	bin := dir + "/stuck"
+	out, err := exec.Command("go", "build", "-o", bin, src).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	c := &Cluster{procs: make([]*exec.Cmd, 1)}
+	require.False(t, c.DumpStacks(0, time.Second), "nothing running")
+	log, err := os.Create(dir + "/log")
+	require.NoError(t, err)
+	defer log.Close()
+	cmd := exec.Command(bin)
+	cmd.Stderr = log
+	require.NoError(t, cmd.Start())
+	c.procs[0] = cmd
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(dir + "/log")
+		return strings.Contains(string(b), "ready")
+	}, 10*time.Second, 10*time.Millisecond)
+	require.True(t, c.DumpStacks(0, 10*time.Second))
+	require.True(t, c.Exited(0))
+	b, err := os.ReadFile(dir + "/log")
+	require.NoError(t, err)
+	require.Contains(t, string(b), "SIGQUIT")
+	require.Contains(t, string(b), "main.stuckHere", "the goroutine's stack")
+}
