@@ -965,6 +965,25 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 		batchMsgs("rollback", "discard all", "update lk set v = 12", "discard all"),
 		queryMsg("update lk set v = 13; discard all"),
 		queryMsg("select v from lk"),
+		// A COMMIT (or ROLLBACK) that ends a block first in its batch:
+		// the statements after it are an implicit transaction again.
+		queryMsg("begin"),
+		batchMsgs("commit", "declare c cursor for select 1"),
+		queryMsg("begin"),
+		queryMsg("select 1/0"),
+		batchMsgs("commit", "declare c cursor for select 1"),
+		queryMsg("begin"),
+		queryMsg("select 1/0"),
+		batchMsgs("rollback", "lock table lk in share mode"),
+		queryMsg("begin"),
+		batchMsgs("update lk set v = 14", "commit", "declare c cursor for select 1"),
+		{&pgproto3.Parse{Name: "dc", Query: "declare c cursor for select 1"}, &pgproto3.Sync{}},
+		queryMsg("begin"),
+		queryMsg("select 1/0"),
+		{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Close{ObjectType: 'S', Name: "dc"}, &pgproto3.Sync{}},
+		queryMsg("select v from lk"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
