@@ -269,9 +269,15 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			u.stmt = nil
 		}
 	case front.kind == trackedSync:
-		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+		switch msg.(type) {
+		case *pgproto3.ReadyForQuery:
 			u.queue = u.queue[1:]
-		} else {
+		case *pgproto3.ErrorResponse:
+			// It answers the Sync or FunctionCall itself: a function
+			// call that failed (any, in a failed block), or the commit
+			// of the implicit transaction a Sync ends (a deferred
+			// constraint). Its ReadyForQuery follows.
+		default:
 			u.lost()
 		}
 	case final:

@@ -104,6 +104,31 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	reply(tag("PREPARE"), rfq)
 	want("kept after a PREPARE", "f", "prepare f as delete from t", true, true)
 	want("unknown after a PREPARE", "g", "", false, false)
+
+	// A FunctionCall or a Sync answered with an error of its own (a
+	// call in a failed block; an implicit transaction's commit failing
+	// at its Sync) is no lost reply: every name stays known, the
+	// unnamed statement too (the session fuzzer found a DECLARE CURSOR
+	// taken for a statement that may write after such a call, and run
+	// in a block of Ordo's).
+	u.learnNamed(map[string]string{"h": "select 8"})
+	send(&pgproto3.Parse{Query: "select 9"}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	send(&pgproto3.FunctionCall{Function: 1397})
+	reply(&pgproto3.ErrorResponse{Code: "25P02"}, &pgproto3.ReadyForQuery{TxStatus: 'E'})
+	send(&pgproto3.Parse{Name: "i", Query: "insert into t values (1)"}, &pgproto3.Bind{PreparedStatement: "i"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, tag("INSERT 0 1"), &pgproto3.ErrorResponse{Code: "23505"}, rfq)
+	if !u.namedKnown() {
+		t.Fatal("names unknown after a FunctionCall's or a Sync's error")
+	}
+	want("after a FunctionCall's and a Sync's error", "h", "select 8", true, true)
+	want("parsed before a Sync's error", "i", "insert into t values (1)", true, true)
+	if u.stmt == nil || u.stmt.Query != "select 9" {
+		t.Fatalf("unnamed statement %v after a FunctionCall's and a Sync's error", u.stmt)
+	}
+	send(&pgproto3.Parse{Name: "j", Query: "select 10"}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	want("the replies after them", "j", "select 10", true, true)
 }
 
 // TestTrackerDropsInjectedBeginAfterCopy: the seven replies of an

@@ -983,6 +983,27 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 		{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Bind{PreparedStatement: "dc"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
 			&pgproto3.Close{ObjectType: 'S', Name: "dc"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "dc", Query: "declare c cursor for select 1"}, &pgproto3.Sync{}},
+		queryMsg("begin"),
+		queryMsg("select 1/0"),
+		{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Close{ObjectType: 'S', Name: "dc"}, &pgproto3.Flush{}, &pgproto3.Sync{}},
+		queryMsg("begin"),
+		{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "declare c cursor for select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{}, &pgproto3.Sync{}},
+		// A fast-path call failing in the failed block (PostgreSQL's
+		// error answers the call itself): Ordo still knows the
+		// statements PostgreSQL holds, and the DECLARE after the COMMIT
+		// is the read it is, not a statement that may write, wrapped in
+		// a block of Ordo's (found by the session fuzzer).
+		{&pgproto3.Parse{Name: "dc", Query: "declare c cursor for select 1"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Parse{Query: "insert into lk values ($1, 1)"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "p0"}, &pgproto3.Sync{}},
+		{&pgproto3.FunctionCall{Function: 1397, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("4")}}},
+		{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Close{ObjectType: 'S', Name: "dc"}, &pgproto3.Flush{}, &pgproto3.Sync{}},
 		queryMsg("select v from lk"),
 	} {
 		want := exchange(t, hp, msgs)
