@@ -304,7 +304,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		// such as pgbench prepare lazily, mid-transaction). End it so the
 		// Parse succeeds; the next statement fails instead.
 		s.rollback(ctx)
-		s.tx = txState{}
+		s.endTx()
 		s.rejectNext = true
 	}
 	switch st.Kind {
@@ -1708,7 +1708,9 @@ func (s *session) beginAhead(ctx context.Context) error {
 		}
 	}
 	if err != nil {
-		s.tx = txState{}
+		// (Under cons the block's classes may be granted by now: released
+		// with it, or nothing would ever release them.)
+		s.endTx()
 		s.unitStatus = 0
 		s.inTxn.Store(false)
 		return err
