@@ -99,6 +99,12 @@ func (r *Replica) End(gid txn.GID) {
 	if !ok {
 		return
 	}
+	r.releaseClasses(gid)
+}
+
+// releaseClasses proposes an AbortEntry of gid, which releases its
+// classes on every node.
+func (r *Replica) releaseClasses(gid txn.GID) {
 	payload, err := encodeAbort(gid, "")
 	if err != nil {
 		return
@@ -106,6 +112,19 @@ func (r *Replica) End(gid txn.GID) {
 	r.proposeInBackground(payload, 1000, func(err error) {
 		r.log.Error("could not release a transaction's conflict classes; they are released once the cluster takes this node for gone", "gid", gid, "err", err)
 	})
+}
+
+// releaseUnproposed releases the classes of a cons transaction whose
+// TxnEntry could not be proposed at all (its encoding failed: a value
+// that is not UTF-8, from a database in another encoding; or the order
+// refused it as too large). beginSeqno forgot it, so the session's End
+// no longer can, and the decider releases classes only at a TxnEntry or
+// an AbortEntry: every conflicting transaction in the cluster would wait
+// for good.
+func (r *Replica) releaseUnproposed(t *Txn) {
+	if t.BeginSeqno != 0 {
+		r.releaseClasses(t.GID)
+	}
 }
 
 // beginSeqno returns the seqno of gid's BeginEntry and forgets gid (its

@@ -547,6 +547,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		} else {
 			r.forgetRolledBack(t.GID) // never proposed: nothing will finish it
 			r.forgetLocal(t.GID)
+			r.releaseUnproposed(t)
 		}
 		switch {
 		case fragErr == nil:
@@ -568,6 +569,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 			} else {
 				r.forgetRolledBack(t.GID)
 				r.forgetLocal(t.GID)
+				r.releaseUnproposed(t)
 			}
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrTooLarge, err)
 		}

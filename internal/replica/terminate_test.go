@@ -201,3 +201,31 @@ func TestTerminateWaitsForEntryOrAbort(t *testing.T) {
 	require.ErrorIs(t, err, termination.ErrUnknownOutcome)
 	r.bg.Wait()
 }
+
+// TestConsClassesReleasedWhenNothingIsProposed: a cons transaction whose
+// TxnEntry cannot be encoded (a text value that is not UTF-8, as a
+// database in another encoding gives them) is not replicated, and its
+// classes are released through the order: the session can no longer
+// release them (its End comes after Terminate forgot the gid), and every
+// conflicting transaction in the cluster would wait for them for good.
+func TestConsClassesReleasedWhenNothingIsProposed(t *testing.T) {
+	order := &failingOrder{}
+	r, err := New(Config{NodeID: 1, Protocol: CONS, Order: order})
+	require.NoError(t, err)
+	gid := txn.GID("ordo_1_11")
+	r.mu.Lock()
+	r.cons[gid] = &consTxn{granted: make(chan struct{}), begin: 4} // granted (Begin)
+	r.mu.Unlock()
+	tbl := &capture.Table{Schema: "public", Name: "t",
+		Columns: []capture.Column{{Name: "id", TypeOID: 23, Key: true}, {Name: "name", TypeOID: 25}}, KeyColumns: []int{0}}
+	ws := &capture.WriteSet{GID: gid, Rows: []capture.Row{{Op: capture.OpInsert, Table: tbl, Key: txn.RowKey("public", "t", "1"),
+		Values: []capture.Value{{Kind: capture.Text, Text: "1"}, {Kind: capture.Text, Text: "caf\xe9"}}}}}
+	_, err = r.Terminate(context.Background(), &Txn{GID: gid, Origin: 1, WriteSet: ws, Keys: ws.Keys().Sorted()})
+	require.ErrorIs(t, err, termination.ErrNotReplicated)
+	r.End(gid) // the session's, after the failure
+	r.bg.Wait()
+	require.Len(t, order.accepted, 1, "the release of its classes, once")
+	a := order.accepted[0].GetAbort()
+	require.NotNil(t, a, "%v", order.accepted[0])
+	require.Equal(t, string(gid), a.Gid)
+}

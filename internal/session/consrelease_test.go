@@ -54,3 +54,33 @@ func TestBeginAheadThatFailsReleasesClasses(t *testing.T) {
 		t.Fatalf("transaction kept: %+v", s.tx)
 	}
 }
+
+// beginBackend is a client backend whose BEGIN succeeds.
+type beginBackend struct{ wire.Backend }
+
+func (beginBackend) Exec(context.Context, string, ...string) (*wire.Result, error) {
+	return &wire.Result{Tags: []string{"BEGIN"}, TxStatus: 'T'}, nil
+}
+func (beginBackend) Begins() int64 { return 1 }
+
+// TestRetryAttemptReleasesClasses: the block of an autocommit statement's
+// next attempt (beginWrapped, for a retry) replaces the last attempt's,
+// whose classes, if it took any (the cluster switched to cons under it),
+// are released rather than forgotten.
+func TestRetryAttemptReleasesClasses(t *testing.T) {
+	rec := &endRecorder{}
+	s := &session{
+		h:  &Hooks{cfg: Config{Replica: rec, Classes: func() classes.Set { return classes.Set{} }}},
+		be: beginBackend{},
+	}
+	s.tx.cons.gid, s.tx.cons.held = "ordo_1_8", true
+	if err := s.beginWrapped(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.ended) != 1 || rec.ended[0] != "ordo_1_8" {
+		t.Fatalf("classes released for %v, want ordo_1_8", rec.ended)
+	}
+	if !s.tx.active || s.tx.cons.gid != "" {
+		t.Fatalf("the new attempt's block: %+v", s.tx)
+	}
+}

@@ -1770,6 +1770,9 @@ func (s *session) beginWrapped(ctx context.Context) error {
 		}
 		return res.Err
 	}
+	// A transaction before it (a retried attempt's) is over: classes it
+	// took under cons are released (nothing if its TxnEntry was proposed).
+	s.consEnd()
 	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins()}
 	return nil
 }
