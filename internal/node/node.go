@@ -868,5 +868,9 @@ func checkPostgres(ctx context.Context, conn *pgx.Conn, cfg *config.Node, log *s
 	if prepared < clients {
 		log.Warn("PostgreSQL's max_prepared_transactions is below the client sessions this node admits: commits beyond it at once fail with 53400; raise it to max_connections", "max_prepared_transactions", prepared, "client_sessions", clients)
 	}
+	var encoding string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&encoding); err == nil && encoding == "SQL_ASCII" {
+		log.Warn("the replicated database's encoding is SQL_ASCII, which stores any bytes: Ordo replicates text as UTF-8, and refuses a transaction holding text that is not (22021)", "database", conn.Config().Database)
+	}
 	return clients, nil
 }

@@ -3,6 +3,7 @@ package replica
 import (
 	"fmt"
 	"math"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -634,4 +635,81 @@ func decodeRowsBefore(e *ordov1.TxnEntry, rows int) ([]int, error) {
 		out[i] = int(n)
 	}
 	return out, nil
+}
+
+// notUTF8 names the first text of t that is not valid UTF-8, or says "":
+// the order's entries carry text as protobuf strings, which must be (a
+// database whose encoding is SQL_ASCII stores any bytes). Only asked once
+// an encoding failed, so the common path pays nothing.
+func notUTF8(t *Txn) string {
+	valid := utf8.ValidString
+	for i, d := range t.DDL {
+		if !valid(d) {
+			return fmt.Sprintf("its schema change %d", i+1)
+		}
+		if i < len(t.DDLSettings) {
+			for _, st := range t.DDLSettings[i] {
+				if !valid(st.Name) || !valid(st.Value) {
+					return fmt.Sprintf("a setting of its schema change %d", i+1)
+				}
+			}
+		}
+	}
+	switch {
+	case !valid(t.SearchPath):
+		return "its search_path"
+	case !valid(t.Label):
+		return "its label (ordo.txn_label)"
+	}
+	for _, km := range t.Keys {
+		if !valid(km.Key.Schema) || !valid(km.Key.Table) || !valid(km.Key.Column) || !valid(km.Key.Value) {
+			return fmt.Sprintf("a key of %q.%q", km.Key.Schema, km.Key.Table)
+		}
+	}
+	ws := t.WriteSet
+	if ws == nil {
+		return ""
+	}
+	for _, r := range ws.Rows {
+		tbl := r.Table
+		if tbl == nil {
+			continue
+		}
+		where := fmt.Sprintf("%q.%q", tbl.Schema, tbl.Name)
+		if !valid(tbl.Schema) || !valid(tbl.Name) {
+			return "the name of table " + where
+		}
+		for _, c := range tbl.Columns {
+			if !valid(c.Name) {
+				return fmt.Sprintf("a column name of table %s", where)
+			}
+		}
+		for _, vals := range [][]capture.Value{r.Values, r.OldRow} {
+			for i, v := range vals {
+				if v.Kind == capture.Text && !valid(v.Text) {
+					col := ""
+					if i < len(tbl.Columns) {
+						col = tbl.Columns[i].Name
+					}
+					return fmt.Sprintf("a value of column %q of table %s", col, where)
+				}
+			}
+		}
+		for _, v := range r.OldValues {
+			if !valid(v) {
+				return fmt.Sprintf("a key value of a row of table %s", where)
+			}
+		}
+	}
+	for _, n := range ws.Notify {
+		if !valid(n.Channel) || !valid(n.Payload) {
+			return "a notification it sent"
+		}
+	}
+	for _, lo := range ws.LargeObjects {
+		if !valid(lo.Owner) || !valid(lo.ACL) || !valid(lo.Comment) {
+			return fmt.Sprintf("the owner, privileges or comment of large object %d", lo.OID)
+		}
+	}
+	return ""
 }

@@ -553,6 +553,9 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 		case fragErr == nil:
 			// Nothing decides a transaction that was never proposed whole:
 			// the session rolls it back.
+			if where := notUTF8(t); where != "" {
+				return Outcome{}, fmt.Errorf("%w: %s", termination.ErrNotUTF8, where)
+			}
 			return Outcome{}, fmt.Errorf("%w: encode %s: %w", termination.ErrNotReplicated, t.GID, err)
 		case errors.Is(err, totalorder.ErrTooLarge):
 			return Outcome{}, fmt.Errorf("%w: %w", termination.ErrTooLarge, err)

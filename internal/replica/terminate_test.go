@@ -221,7 +221,8 @@ func TestConsClassesReleasedWhenNothingIsProposed(t *testing.T) {
 	ws := &capture.WriteSet{GID: gid, Rows: []capture.Row{{Op: capture.OpInsert, Table: tbl, Key: txn.RowKey("public", "t", "1"),
 		Values: []capture.Value{{Kind: capture.Text, Text: "1"}, {Kind: capture.Text, Text: "caf\xe9"}}}}}
 	_, err = r.Terminate(context.Background(), &Txn{GID: gid, Origin: 1, WriteSet: ws, Keys: ws.Keys().Sorted()})
-	require.ErrorIs(t, err, termination.ErrNotReplicated)
+	require.ErrorIs(t, err, termination.ErrNotUTF8)
+	require.Contains(t, err.Error(), `a value of column "name" of table "public"."t"`)
 	r.End(gid) // the session's, after the failure
 	r.bg.Wait()
 	require.Len(t, order.accepted, 1, "the release of its classes, once")

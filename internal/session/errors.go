@@ -11,16 +11,17 @@ import (
 
 // SQLSTATEs the session uses.
 const (
-	codeSerializationFailure  = "40001"
-	codeDeadlock              = "40P01"
-	codeResolutionUnknown     = "08007"
-	codeFeatureNotSupported   = "0A000"
-	codeReadOnly              = "25006"
-	codeInternal              = "XX000"
-	codeProgramLimitExceeded  = "54000"
-	codeInFailedTransaction   = "25P02"
-	codeInvalidParameterValue = "22023"
-	codeProtocolViolation     = "08P01"
+	codeSerializationFailure     = "40001"
+	codeDeadlock                 = "40P01"
+	codeResolutionUnknown        = "08007"
+	codeFeatureNotSupported      = "0A000"
+	codeReadOnly                 = "25006"
+	codeInternal                 = "XX000"
+	codeProgramLimitExceeded     = "54000"
+	codeInFailedTransaction      = "25P02"
+	codeInvalidParameterValue    = "22023"
+	codeProtocolViolation        = "08P01"
+	codeCharacterNotInRepertoire = "22021"
 )
 
 // canceled reports a statement canceled by a CancelRequest (57014). On

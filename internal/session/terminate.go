@@ -763,6 +763,10 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 			s.abandon(gid)
 			return pgErr(codeReadOnly, "ordo: %v", err)
 		}
+		if errors.Is(err, termination.ErrNotUTF8) {
+			s.abandon(gid)
+			return pgErr(codeCharacterNotInRepertoire, "ordo: %v; Ordo replicates text as UTF-8, so the transaction was rolled back (the database's encoding stores any bytes: store such values as bytea, or use a UTF8 database)", err)
+		}
 		if errors.Is(err, termination.ErrTooLarge) {
 			s.abandon(gid)
 			return pgErr(codeProgramLimitExceeded, "ordo: %v; the transaction was rolled back (split it, or raise max_entry_bytes on every node)", err)

@@ -12,6 +12,12 @@ var ErrUnknownOutcome = errors.New("replica: commit outcome unknown")
 // entry exceeds what the total order accepts; it was not proposed.
 var ErrTooLarge = errors.New("replica: transaction too large to replicate")
 
+// ErrNotUTF8 is returned by Protocol.Terminate when the transaction holds
+// text that is not valid UTF-8 (a database whose encoding is SQL_ASCII
+// stores any bytes): the order carries text as UTF-8, so it was not
+// proposed, and it cannot be, however often it is retried.
+var ErrNotUTF8 = errors.New("the transaction holds text that is not valid UTF-8")
+
 // ErrNotReplicated is returned by Protocol.Terminate when a fragment of a
 // transaction too large for one entry could not be proposed: the
 // transaction cannot commit, and its abort is being ordered.
