@@ -117,6 +117,15 @@ func fuzzSessions(t *testing.T, protocol string) {
 		}
 		want := ex(t, plain, withOID(msgs, plainBump))
 		got := ex(t, ordo, withOID(msgs, ordoBump))
+		if e, ok := msgs[0].(*pgproto3.Execute); ok && e.Portal == "" {
+			// An unnamed portal that ran to its end in a block is gone
+			// once Ordo ran a statement of its own there
+			// (compatibility.md): its Execute is answered 34000 where
+			// PostgreSQL says 55000.
+			gone := `Error ERROR 34000 portal "" does not exist`
+			want = strings.Replace(want, `Error ERROR 55000 portal "" cannot be run`, gone, 1)
+			got = strings.Replace(got, `Error ERROR 55000 portal "" cannot be run`, gone, 1)
+		}
 		if want != got {
 			keepLog()
 		}
