@@ -463,14 +463,18 @@ func (r *run) preparedGids(ctx context.Context, i int) string {
 	return gids
 }
 
+// failed reports whether the run found a problem.
+func (r *run) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.problems) > 0
+}
+
 // knownBugs names, among the problems, the signatures of Ordo bugs this
 // suite found before (fixed since: seeing one again is a regression),
 // found in the nodes' logs, so a failure says what it is.
 func (r *run) knownBugs() {
-	r.mu.Lock()
-	failed := len(r.problems) > 0
-	r.mu.Unlock()
-	if !failed {
+	if !r.failed() {
 		return
 	}
 	for i := 0; i < r.cluster.N(); i++ {
@@ -491,10 +495,7 @@ func (r *run) knownBugs() {
 // (cluster/nodeN.pg.txt), then each ordo process's goroutines, written to
 // its log by the Go runtime as SIGQUIT ends it.
 func (r *run) failureEvidence() {
-	r.mu.Lock()
-	failed := len(r.problems) > 0
-	r.mu.Unlock()
-	if !failed {
+	if !r.failed() {
 		return
 	}
 	for i := 0; i < r.cluster.N(); i++ {
