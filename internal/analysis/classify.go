@@ -126,7 +126,7 @@ func (w *walker) top(n *pg.Node) {
 			reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
 		iw.top(x.PrepareStmt.Query)
 		iw.finish()
-		st.Prepared = inner
+		st.Prepared, st.PreparedName = inner, x.PrepareStmt.Name
 	case *pg.Node_ExecuteStmt:
 		st.Kind = KindOpaque
 		st.Reason = "EXECUTE runs a statement prepared with SQL PREPARE " + x.ExecuteStmt.Name + "; use that statement's analysis"

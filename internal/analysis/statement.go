@@ -173,8 +173,10 @@ type Statement struct {
 	// without ANALYZE (which runs nothing).
 	Explain  bool
 	Executes bool
-	// Prepared is the analysis of the query of a SQL-level PREPARE.
-	Prepared *Statement
+	// Prepared is the analysis of the query of a SQL-level PREPARE, and
+	// PreparedName the name it prepares it under.
+	Prepared     *Statement
+	PreparedName string
 	// Reads, Writes and Locks are the tables read, possibly written and
 	// row-locked (sorted, deduplicated). Writes includes INSERT … ON CONFLICT
 	// targets, data-modifying CTEs, COPY FROM and TRUNCATE targets, and the

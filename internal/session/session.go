@@ -59,8 +59,10 @@ type session struct {
 	unitNames map[string]bool
 	// unitSQLNames: a statement of the unit may run SQL's PREPARE,
 	// DEALLOCATE or DISCARD, whose effect on the names the wire layer
-	// learns only when PostgreSQL answers it, after the unit is sent.
-	unitSQLNames bool
+	// learns only when PostgreSQL answers it, after the unit is sent;
+	// unitSQLPrepared: the names SQL's PREPAREs of the unit prepare.
+	unitSQLNames    bool
+	unitSQLPrepared map[string]bool
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -217,6 +219,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		s.unit = st.Unit
 		clear(s.unitNames)
 		s.unitSQLNames = false
+		clear(s.unitSQLPrepared)
 		if !(st.Kind == wire.KindParse && st.Name == "") {
 			// What PostgreSQL holds as the unnamed statement, which is
 			// not the last Parse this session saw if that one failed or
@@ -412,9 +415,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			sql, exists, known := s.be.Named(st.Name)
 			prepared, ok := s.fromSQL[st.Name]
 			switch {
-			case s.unitSQLNames && s.txStatus() != 'E':
+			case s.unitSQLNames && s.txStatus() != 'E' && (!known || !exists || s.unitSQLPrepared[st.Name]):
 				// What a PREPARE, DEALLOCATE or DISCARD earlier in the
-				// unit does to the name is still to come.
+				// unit does to the name is still to come. A name
+				// PostgreSQL held at the unit's start keeps its
+				// statement unless a PREPARE of the unit names it (after
+				// a DEALLOCATE or DISCARD of it): a PREPARE cannot
+				// replace a name, and one freed is refused at Bind.
 				stmts = []*analysis.Statement{opaque("a statement named after SQL's PREPARE, DEALLOCATE or DISCARD in the same batch")}
 			case known && !exists:
 				// Unless a DO block or a function prepared it (its
@@ -973,6 +980,12 @@ func (s *session) noteSQLNames(stmts []*analysis.Statement) {
 		switch a.Tag {
 		case "PrepareStmt", "DeallocateStmt", "DiscardStmt":
 			s.unitSQLNames = true
+		}
+		if a.Prepared != nil {
+			if s.unitSQLPrepared == nil {
+				s.unitSQLPrepared = map[string]bool{}
+			}
+			s.unitSQLPrepared[a.PreparedName] = true
 		}
 	}
 }

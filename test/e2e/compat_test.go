@@ -1004,6 +1004,21 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 		{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Bind{PreparedStatement: "dc"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
 			&pgproto3.Close{ObjectType: 'S', Name: "dc"}, &pgproto3.Flush{}, &pgproto3.Sync{}},
+		// A name PostgreSQL holds is still its statement after SQL's
+		// PREPARE of another name, or DEALLOCATE of another, in the same
+		// batch: LOCK TABLE refused there as PostgreSQL refuses it, not
+		// taken for a statement that may write and run in a block of
+		// Ordo's (session fuzzer, seeds 474 and 482)…
+		{&pgproto3.Parse{Name: "lk1", Query: "lock table lk in share mode"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "prepare pz as select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "lk1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "deallocate pz"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "lk1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// … but one deallocated and prepared again in the batch may be
+		// anything: this update is replicated (the checksums below).
+		{&pgproto3.Parse{Query: "deallocate lk1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "prepare lk1 as update lk set v = 20"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "lk1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		queryMsg("select v from lk"),
 	} {
 		want := exchange(t, hp, msgs)
