@@ -109,7 +109,7 @@ func (r *Replica) releaseClasses(gid txn.GID) {
 	if err != nil {
 		return
 	}
-	r.proposeInBackground(payload, 1000, func(err error) {
+	r.proposeInBackground(payload, untilTaken, "the release of the conflict classes of "+string(gid), func(err error) {
 		r.log.Error("could not release a transaction's conflict classes; they are released once the cluster takes this node for gone", "gid", gid, "err", err)
 	})
 }
@@ -203,7 +203,7 @@ func (r *Replica) abortLeftoverBegun() {
 		if err != nil {
 			continue
 		}
-		r.proposeInBackground(payload, 1000, func(err error) {
+		r.proposeInBackground(payload, untilTaken, "the release of the conflict classes of "+string(gid), func(err error) {
 			r.log.Error("could not propose the release of a leftover transaction's conflict classes", "gid", gid, "err", err)
 		})
 	}
@@ -223,7 +223,7 @@ func (r *Replica) abortGoneBegun(now time.Time) {
 		if err != nil {
 			continue
 		}
-		r.proposeInBackground(payload, 1000, func(err error) {
+		r.proposeInBackground(payload, untilTaken, "the release of the conflict classes of "+string(gid), func(err error) {
 			r.log.Error("could not propose the release of a gone origin's conflict classes", "gid", gid, "err", err)
 		})
 	}

@@ -225,7 +225,7 @@ func (r *Replica) proposeData(e *ordov1.DataEntry) {
 		r.log.Warn("data check", "err", err)
 		return
 	}
-	r.proposeInBackground(payload, 10, func(err error) {
+	r.proposeInBackground(payload, 10, "data check checksums", func(err error) {
 		r.log.Warn("data check: checksums not sent; not compared", "seqno", e.AtSeqno, "tables", len(e.Tables), "err", err)
 	})
 }

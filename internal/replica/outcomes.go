@@ -77,7 +77,7 @@ func (r *Replica) proposeOutcome(p termination.Proposal) {
 		r.log.Error("encode outcome", "gid", p.GID, "err", err)
 		return
 	}
-	r.proposeInBackground(payload, 1000, func(err error) {
+	r.proposeInBackground(payload, untilTaken, "the outcome of "+string(p.GID), func(err error) {
 		r.log.Error("could not propose the outcome of a transaction; the cluster decides it once its origin is taken for gone", "gid", p.GID, "err", err)
 	})
 }

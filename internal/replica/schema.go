@@ -207,7 +207,7 @@ func (r *Replica) takeFingerprint(ctx context.Context, seqno uint64) {
 		r.log.Warn("schema fingerprint", "err", err)
 		return
 	}
-	r.proposeInBackground(payload, 10, func(err error) {
+	r.proposeInBackground(payload, 10, "a schema fingerprint", func(err error) {
 		r.log.Warn("schema fingerprint not sent; not compared", "seqno", seqno, "objects", len(e.Objects), "err", err)
 	})
 }

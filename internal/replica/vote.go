@@ -272,7 +272,7 @@ func (r *Replica) proposeVote(seqno uint64, origin uint32, ok bool, reason strin
 		r.log.Error("encode vote", "err", err)
 		return
 	}
-	r.proposeInBackground(payload, 1000, func(err error) {
+	r.proposeInBackground(payload, untilTaken, fmt.Sprintf("a vote on entry %d", seqno), func(err error) {
 		r.log.Error("could not send this node's vote", "seqno", seqno, "err", err)
 	})
 }

@@ -1,0 +1,93 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/internal/totalorder"
+	"github.com/ordo-db/ordo/internal/txn"
+)
+
+// unavailableOrder fails every proposal with ErrNoQuorum until down
+// proposals have failed, then takes them. A fake is enough: the test is of
+// the retry's own logic, not of the total order.
+type unavailableOrder struct {
+	mu       sync.Mutex
+	down     int
+	failed   int
+	accepted int
+}
+
+func (o *unavailableOrder) Propose(ctx context.Context, payload []byte) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failed < o.down {
+		o.failed++
+		return 0, totalorder.ErrNoQuorum
+	}
+	o.accepted++
+	return uint64(o.failed + o.accepted), nil
+}
+func (o *unavailableOrder) Deliveries() <-chan totalorder.Delivery        { return nil }
+func (o *unavailableOrder) MarkApplied(uint64)                            {}
+func (o *unavailableOrder) ReadIndex(ctx context.Context) (uint64, error) { return 0, nil }
+
+func (o *unavailableOrder) counts() (failed, accepted int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.failed, o.accepted
+}
+
+// TestAbortsAreProposedUntilTheOrderTakesThem: the abort of a prepared
+// transaction, and the release of conflict classes, must reach the order
+// however long it is unavailable. With a bound on the attempts (there was
+// one: 1000, about three hours), a longer partition left the transaction
+// prepared, holding its locks, and the classes granted, after it healed:
+// nothing else proposes them again.
+func TestAbortsAreProposedUntilTheOrderTakesThem(t *testing.T) {
+	defer func(p func(int) time.Duration) { proposePause = p }(proposePause)
+	proposePause = func(int) time.Duration { return 0 }
+	order := &unavailableOrder{down: 5000}
+	r, err := New(Config{NodeID: 1, Protocol: CONS, Order: order})
+	require.NoError(t, err)
+	r.abortInBackground(txn.GID("ordo_1_7"), "")
+	r.releaseClasses(txn.GID("ordo_1_8"))
+	r.bg.Wait()
+	failed, accepted := order.counts()
+	require.Equal(t, 5000, failed)
+	require.Equal(t, 2, accepted, "the abort and the release, once the order took proposals again")
+}
+
+// TestBackgroundProposalsStopWithTheNode: Run waits for the background
+// proposals before it returns, so one that keeps failing stops when the
+// node stops carrying out the order (its restart resolves the rest).
+func TestBackgroundProposalsStopWithTheNode(t *testing.T) {
+	defer func(p func(int) time.Duration) { proposePause = p }(proposePause)
+	proposePause = func(int) time.Duration { return time.Hour }
+	order := &unavailableOrder{down: 1 << 30}
+	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order})
+	require.NoError(t, err)
+	gaveUp := make(chan error, 1)
+	r.proposeInBackground([]byte{}, untilTaken, "a test's entry", func(err error) { gaveUp <- err })
+	require.Eventually(t, func() bool { f, _ := order.counts(); return f == 1 }, 5*time.Second, time.Millisecond)
+	r.stopWaiting()
+	done := make(chan struct{})
+	go func() { r.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failing background proposal kept the node from stopping")
+	}
+	require.True(t, errors.Is(<-gaveUp, totalorder.ErrNoQuorum), "gaveUp says why")
+}
+
+func TestIsPowerOfTen(t *testing.T) {
+	for n, want := range map[int]bool{1: true, 10: true, 100: true, 1000: true, 0: false, 2: false, 20: false, 110: false, 1001: false} {
+		require.Equal(t, want, isPowerOfTen(n), n)
+	}
+}
