@@ -35,6 +35,10 @@ import (
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
+	// spare is the largest array queue has had: an empty queue starts
+	// again at its beginning (replies pop the queue from its front, so
+	// without it every unit reallocated it as it grew).
+	spare []trackedMsg
 	// stmt is the client's unnamed statement as PostgreSQL holds it, nil
 	// if there is none, or if what became of it is unknown.
 	stmt *pgproto3.Parse
@@ -194,10 +198,17 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
 
 // push queues messages, numbering them. u.mu is held.
 func (u *unnamedTracker) push(msgs ...trackedMsg) {
+	if len(u.queue) == 0 && u.spare != nil {
+		clear(u.spare[:cap(u.spare)]) // (drop what the popped ones pointed to)
+		u.queue = u.spare[:0]
+	}
 	for _, m := range msgs {
 		u.seq++
 		m.seq = u.seq
 		u.queue = append(u.queue, m)
+	}
+	if cap(u.queue) > cap(u.spare) {
+		u.spare = u.queue[:0] // (a new array: queue starts at its beginning)
 	}
 }
 
