@@ -11,7 +11,7 @@
 // The proxy and the node each run in a child process (this binary
 // re-executed with ORDO_BENCH_PROXY or ORDO_BENCH_NODE set) so their CPU
 // and RSS are measured alone; -cpuprofile F writes a CPU profile of the
-// node's process to F. PgBouncer runs as the OS user "postgres", since it
+// node's process to F, -memprofile F its allocations. PgBouncer runs as the OS user "postgres", since it
 // refuses to run as root.
 //
 // The last line is machine-readable:
@@ -84,6 +84,7 @@ func main() {
 	procs := flag.Int("proxy-gomaxprocs", 0, "GOMAXPROCS of the proxy process (0 = Go's default)")
 	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the node's process to this file")
+	memprofile := flag.String("memprofile", "", "write a heap profile of the node's process (allocations included) to this file when it stops")
 	relays := flag.Bool("relays", false, "also measure two byte relays, one per design (goroutines, epoll), that bound what a relay can reach (relays.go)")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -93,6 +94,14 @@ func main() {
 			os.Exit(1)
 		}
 		os.Setenv("ORDO_BENCH_NODE_CPUPROFILE", abs)
+	}
+	if *memprofile != "" {
+		abs, err := filepath.Abs(*memprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-proxy:", err)
+			os.Exit(1)
+		}
+		os.Setenv("ORDO_BENCH_NODE_MEMPROFILE", abs)
 	}
 	if *procs > 0 {
 		os.Setenv("ORDO_BENCH_PROXY_GOMAXPROCS", strconv.Itoa(*procs))
@@ -197,6 +206,14 @@ func runNode(dsn string) error {
 			return err
 		}
 		defer func() { pprof.StopCPUProfile(); fh.Close() }()
+	}
+	if f := os.Getenv("ORDO_BENCH_NODE_MEMPROFILE"); f != "" {
+		defer func() {
+			if fh, err := os.Create(f); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(fh, 0)
+				fh.Close()
+			}
+		}()
 	}
 	fmt.Println(n.ClientAddr())
 	fmt.Println(metrics)
