@@ -35,9 +35,10 @@ import (
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
-	// spare is the largest array queue has had: an empty queue starts
-	// again at its beginning (replies pop the queue from its front, so
-	// without it every unit reallocated it as it grew).
+	// spare is the array queue last grew into, up to spareMax entries:
+	// an empty queue starts again at its beginning (replies pop the queue
+	// from its front, so without it every unit reallocated it as it
+	// grew). Popped entries are zeroed (popFront), so it holds nothing.
 	spare []trackedMsg
 	// stmt is the client's unnamed statement as PostgreSQL holds it, nil
 	// if there is none, or if what became of it is unknown.
@@ -143,6 +144,7 @@ func (u *unnamedTracker) ignoredSyncs(n int) {
 	for i := len(u.queue) - 1; i >= 0 && n > 0; i-- {
 		if u.queue[i].kind == trackedSync {
 			u.queue = append(u.queue[:i], u.queue[i+1:]...)
+			u.queue[:len(u.queue)+1][len(u.queue)] = trackedMsg{} // (the last one's copy)
 			n--
 		}
 	}
@@ -199,17 +201,41 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
 // push queues messages, numbering them. u.mu is held.
 func (u *unnamedTracker) push(msgs ...trackedMsg) {
 	if len(u.queue) == 0 && u.spare != nil {
-		clear(u.spare[:cap(u.spare)]) // (drop what the popped ones pointed to)
 		u.queue = u.spare[:0]
 	}
+	onSpare, c := u.onSpare(), cap(u.queue)
 	for _, m := range msgs {
 		u.seq++
 		m.seq = u.seq
 		u.queue = append(u.queue, m)
 	}
-	if cap(u.queue) > cap(u.spare) {
-		u.spare = u.queue[:0] // (a new array: queue starts at its beginning)
+	if cap(u.queue) != c {
+		// append moved the queue to a new array: copies of its live
+		// messages stay behind in the old one.
+		if onSpare {
+			clear(u.spare[:cap(u.spare)])
+		}
+		if cap(u.queue) > cap(u.spare) && cap(u.queue) <= spareMax {
+			u.spare = u.queue[:0] // (a new array: queue starts at its beginning)
+		}
 	}
+}
+
+// onSpare reports whether queue lies in spare's array. u.mu is held.
+func (u *unnamedTracker) onSpare() bool {
+	q, sp := u.queue[:cap(u.queue)], u.spare[:cap(u.spare)]
+	return len(q) > 0 && len(sp) > 0 && &q[len(q)-1] == &sp[len(sp)-1]
+}
+
+// spareMax bounds the array an empty queue starts from again: one
+// deep pipeline must not keep a large array for the connection's life.
+const spareMax = 64
+
+// popFront drops the first n queued messages, zeroed first so the array
+// keeps nothing they pointed to. u.mu is held.
+func (u *unnamedTracker) popFront(n int) {
+	clear(u.queue[:n])
+	u.queue = u.queue[n:]
 }
 
 // copyFate tells what became of the Execute numbered seq: decided once
@@ -276,13 +302,13 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 	case front.kind == trackedQuery:
 		// A simple Query's replies end with its ReadyForQuery.
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
-			u.queue = u.queue[1:]
+			u.popFront(1)
 			u.stmt = nil
 		}
 	case front.kind == trackedSync:
 		switch msg.(type) {
 		case *pgproto3.ReadyForQuery:
-			u.queue = u.queue[1:]
+			u.popFront(1)
 		case *pgproto3.ErrorResponse:
 			// It answers the Sync or FunctionCall itself: a function
 			// call that failed (any, in a failed block), or the commit
@@ -292,7 +318,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			u.lost()
 		}
 	case final:
-		u.queue = u.queue[1:]
+		u.popFront(1)
 		if front.kind == trackedCloseUnnamed {
 			u.stmt = nil // the client's, or Ordo's Close of it for a refused Query
 		}
@@ -330,7 +356,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 					break
 				}
 				if m.kind == trackedSync {
-					u.queue = u.queue[i+1:]
+					u.popFront(i + 1)
 					return false, false, false
 				}
 			}
@@ -344,10 +370,10 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 		if front.kind == trackedParse && front.parse.Name == "" {
 			u.stmt = nil
 		}
-		u.queue = u.queue[1:]
+		u.popFront(1)
 		u.lastExecute = front.kind == trackedExecute && len(u.queue) > 0 && u.queue[0].kind == trackedSync
 		for len(u.queue) > 0 && u.queue[0].kind != trackedSync && u.queue[0].kind != trackedQuery {
-			u.queue = u.queue[1:]
+			u.popFront(1)
 		}
 		if front.quiet {
 			return true, false, false
@@ -367,6 +393,7 @@ func (u *unnamedTracker) failedExecuteLast() bool {
 // lost forgets what is known: the replies did not match the messages.
 func (u *unnamedTracker) lost() {
 	u.unsure = u.seq
+	clear(u.queue)
 	u.queue = u.queue[:0]
 	u.lastExecute = false
 	u.stmt = nil
