@@ -3,6 +3,8 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -90,4 +92,33 @@ func TestIsPowerOfTen(t *testing.T) {
 	for n, want := range map[int]bool{1: true, 10: true, 100: true, 1000: true, 0: false, 2: false, 20: false, 110: false, 1001: false} {
 		require.Equal(t, want, isPowerOfTen(n), n)
 	}
+}
+
+// TestFailedProposalsWaitInOneQueue: a node cut off from the majority for
+// hours orders the abort of every commit that failed meanwhile; those
+// wait in one retry queue, not in a goroutine each, and all reach the
+// order once it takes proposals again.
+func TestFailedProposalsWaitInOneQueue(t *testing.T) {
+	defer func(p func(int) time.Duration) { proposePause = p }(proposePause)
+	proposePause = func(int) time.Duration { return 10 * time.Millisecond }
+	order := &unavailableOrder{down: 1 << 30}
+	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order})
+	require.NoError(t, err)
+	before := runtime.NumGoroutine()
+	const n = 2000
+	for i := range n {
+		r.abortInBackground(txn.GID(fmt.Sprintf("ordo_1_%d", i+1)), "")
+	}
+	require.Eventually(t, func() bool {
+		r.retryMu.Lock()
+		defer r.retryMu.Unlock()
+		return len(r.retrying) >= n-retryBatch
+	}, 10*time.Second, time.Millisecond, "every failed first attempt is queued")
+	require.Less(t, runtime.NumGoroutine()-before, 100, "goroutines while %d proposals wait", n)
+	order.mu.Lock()
+	order.down = 0 // the partition heals
+	order.mu.Unlock()
+	r.bg.Wait()
+	_, accepted := order.counts()
+	require.Equal(t, n, accepted)
 }

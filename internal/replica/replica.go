@@ -243,6 +243,11 @@ type Replica struct {
 	downOnce sync.Once
 
 	bg sync.WaitGroup
+	// retrying holds the background proposals whose first attempt failed
+	// (background.go); retrier: its goroutine is running.
+	retryMu  sync.Mutex
+	retrying []*retryItem
+	retrier  bool
 }
 
 // New returns a Replica; Run starts its delivery loop.
@@ -671,65 +676,6 @@ func (r *Replica) abortInBackground(gid txn.GID, label string) {
 	r.proposeInBackground(payload, untilTaken, "the abort of "+string(gid), func(err error) {
 		r.log.Error("could not propose the abort of a prepared transaction; it stays prepared until this node starts again, which aborts it", "gid", gid, "err", err)
 	})
-}
-
-// untilTaken, as proposeInBackground's attempts: what must reach the
-// order is proposed until it does. A bound (it was 1000 attempts) let a
-// partition of a few hours leave a transaction prepared, or conflict
-// classes held, for good once it healed: nothing else would propose them.
-const untilTaken = 0
-
-// proposeInBackground proposes payload from a tracked goroutine until the
-// order takes it, up to attempts times (untilTaken: without a bound),
-// with pauses of proposePause between them. It stops early when the order
-// stops or removed this node, when the order refuses the payload as too
-// large, and when this node stops carrying out the order (r.down: Run
-// waits for these goroutines; a restart resolves what is left,
-// ResolveLeftovers). gaveUp, if the order never took it, says so; while
-// an unbounded proposal keeps failing, what it is for is logged at its
-// 10th, 100th, 1000th… attempt.
-func (r *Replica) proposeInBackground(payload []byte, attempts int, what string, gaveUp func(error)) {
-	r.bg.Add(1)
-	go func() {
-		defer r.bg.Done()
-		var err error
-		for attempt := 1; attempts == untilTaken || attempt <= attempts; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err = r.cfg.Order.Propose(ctx, payload)
-			cancel()
-			if err == nil || errors.Is(err, totalorder.ErrStopped) || errors.Is(err, totalorder.ErrRemoved) {
-				return
-			}
-			if errors.Is(err, totalorder.ErrTooLarge) {
-				break
-			}
-			if attempts == untilTaken && isPowerOfTen(attempt) && attempt >= 10 {
-				r.log.Warn("still not in the order; proposed again until it is", "what", what, "attempts", attempt, "err", err)
-			}
-			select {
-			case <-time.After(proposePause(attempt)):
-			case <-r.down:
-				gaveUp(fmt.Errorf("this node stopped carrying out the order: %w", err))
-				return
-			}
-		}
-		gaveUp(err)
-	}()
-}
-
-// proposePause is the pause after a failed background proposal: a
-// second, growing to ten (a proposal that failed waited up to its own
-// ten-second timeout already). Tests shorten it.
-var proposePause = func(attempt int) time.Duration {
-	return min(time.Duration(attempt)*time.Second, 10*time.Second)
-}
-
-// isPowerOfTen reports whether n is 1, 10, 100, …
-func isPowerOfTen(n int) bool {
-	for n >= 10 && n%10 == 0 {
-		n /= 10
-	}
-	return n == 1
 }
 
 // AbortLabelled implements termination.LabelAborter: an AbortEntry for
