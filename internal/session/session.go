@@ -485,6 +485,17 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			stmts = []*analysis.Statement{opaque("a statement this session did not see prepared")}
 		}
 		params := boundParams(st.Params, st.ParamFormats)
+		if !first && !s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
+			// The block is Ordo's, opened for an update the batch only
+			// parsed: nothing of the batch ran yet, and PostgreSQL runs
+			// this statement (DISCARD ALL, VACUUM…) outside any block.
+			// End the empty block first (session fuzzer, seed 491).
+			left, skipped, err := s.leaveEmptyBlock(ctx)
+			if err != nil || skipped {
+				return err
+			}
+			first = left
+		}
 		err := s.inImplicit(stmts, true)
 		s.unitBound = true
 		if err != nil {
@@ -524,6 +535,34 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		delete(s.sent, st.Name)
 	}
 	return nil
+}
+
+// leaveEmptyBlock ends the block Ordo opened for the current batch, in
+// which nothing ran yet (an update only parsed), before a Bind that must
+// run outside any block: the batch so far ends with a Sync of Ordo's,
+// which ends nothing inside the block, and the block is rolled back
+// (statements parsed in it stay prepared: PostgreSQL's prepared
+// statements are not transactional). left: the Bind is now at a boundary,
+// outside any block. skipped: PostgreSQL skips it, after an earlier error
+// of the batch. Neither if the batch cannot end here (a portal bound and
+// not executed, a refusal pending): the statement runs in the block, and
+// PostgreSQL refuses it there.
+func (s *session) leaveEmptyBlock(ctx context.Context) (left, skipped bool, err error) {
+	failed, err := s.be.SyncHere(ctx)
+	switch {
+	case errors.Is(err, wire.ErrNotAtBoundary):
+		return false, false, nil
+	case err != nil || failed:
+		return false, failed, err
+	}
+	s.rollback(ctx)
+	if s.be.TxStatus() != 'I' {
+		return false, false, pgErr(codeInternal, "ordo: could not end the empty transaction opened for this batch")
+	}
+	s.endTx()
+	s.unitStatus = 'I'
+	s.unitFresh = true
+	return true, false, nil
 }
 
 // noteName notes a named statement parsed or closed in the current unit.

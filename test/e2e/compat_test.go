@@ -1020,6 +1020,20 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 			&pgproto3.Parse{Query: "prepare lk1 as update lk set v = 20"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Bind{PreparedStatement: "lk1"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		queryMsg("select v from lk"),
+		// A named statement that writes, only parsed, before the
+		// unnamed DISCARD ALL bound twice: nothing writes, so nothing
+		// runs in a block of Ordo's, where DISCARD ALL is refused
+		// (session fuzzer, seed 491).
+		{&pgproto3.Parse{Query: "discard all"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "ins1", Query: "insert into lk values ($1, 1)"},
+			&pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// The same after an unnamed update parsed first, and an update
+		// bound after the DISCARD ALL: replicated (the checksums below).
+		{&pgproto3.Parse{Query: "update lk set v = 30"}, &pgproto3.Parse{Query: "discard all"},
+			&pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "update lk set v = 31"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("select v from lk"),
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)

@@ -75,7 +75,8 @@ func fuzzSessions(t *testing.T, protocol string) {
 	}
 	ordoBump, plainBump := bumpOID(o.PgConn()), bumpOID(p.PgConn())
 	ordo, plain := sb.hijacked(t)
-	// ORDO_SESSION_FUZZ_TRACE prints each round with the time it ended;
+	// ORDO_SESSION_FUZZ_TRACE prints each round with the time it ended
+	// and PostgreSQL's replies;
 	// ORDO_SESSION_FUZZ_PGLOG=file (with ORDO_TEST_PG_LOG_STATEMENTS=1)
 	// keeps node 1's PostgreSQL log there when a round fails.
 	trace := os.Getenv("ORDO_SESSION_FUZZ_TRACE") != ""
@@ -133,7 +134,7 @@ func fuzzSessions(t *testing.T, protocol string) {
 		failed = strings.HasSuffix(want, "Ready E\n")
 		recent = append(recent, fmt.Sprintf("round %d: %s", r, text))
 		if trace {
-			fmt.Fprintf(os.Stderr, "FZ %s round %d: %s\n", time.Now().Format("15:04:05.000"), r, text)
+			fmt.Fprintf(os.Stderr, "FZ %s round %d: %s\n%s", time.Now().Format("15:04:05.000"), r, text, indent(want))
 		}
 		if len(recent) > 8 {
 			recent = recent[1:]
@@ -279,11 +280,6 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 			if cons && (strings.HasPrefix(s.sql, "execute") || strings.HasPrefix(s.sql, "do ")) {
 				// EXECUTE may touch every class: cons refuses it in a
 				// transaction that declared fewer (compatibility.md).
-				continue
-			}
-			if s.sql == "discard all" && picked > 0 {
-				// After a Parse of an update that starts the unit, Ordo
-				// has opened its block (compatibility.md).
 				continue
 			}
 			picked++
@@ -569,4 +565,9 @@ func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMess
 			fmt.Fprintf(&b, "%T\n", msg)
 		}
 	}
+}
+
+// indent indents each line of s (the fuzzer's trace of replies).
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n    ") + "\n"
 }
