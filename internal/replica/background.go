@@ -46,7 +46,14 @@ const retryBatch = 32
 // small payloads, not a goroutine each.
 func (r *Replica) proposeInBackground(payload []byte, attempts int, what string, gaveUp func(error)) {
 	it := &retryItem{payload: payload, limit: attempts, what: what, gaveUp: gaveUp}
+	r.retryMu.Lock()
+	if r.bgClosed {
+		r.retryMu.Unlock()
+		gaveUp(errors.New("this node stopped carrying out the order"))
+		return
+	}
 	r.bg.Add(1)
+	r.retryMu.Unlock()
 	go func() {
 		defer r.bg.Done()
 		if r.attempt(it) {
@@ -155,6 +162,16 @@ func (r *Replica) retryLoop() {
 		}
 		r.retryMu.Unlock()
 	}
+}
+
+// waitBackground waits for the goroutines of bg when Run ends; a
+// background proposal asked for from then on is not made (its gaveUp
+// says so).
+func (r *Replica) waitBackground() {
+	r.retryMu.Lock()
+	r.bgClosed = true
+	r.retryMu.Unlock()
+	r.bg.Wait()
 }
 
 // proposePause is the pause before a round of the retry queue: a second,

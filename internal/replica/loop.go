@@ -29,7 +29,7 @@ const maxBatch = 64
 // moves past an entry only once it and every entry before it are decided
 // and carried out.
 func (r *Replica) Run(parent context.Context) error {
-	defer r.bg.Wait()
+	defer r.waitBackground()
 	defer r.stopWaiting()
 	// watchPostgres stops the loop with its cause when PostgreSQL lost
 	// acknowledged commits; the parent's end is a normal stop.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +122,42 @@ func TestFailedProposalsWaitInOneQueue(t *testing.T) {
 	r.bg.Wait()
 	_, accepted := order.counts()
 	require.Equal(t, n, accepted)
+}
+
+// TestNoBackgroundProposalAfterTheLoopEnds: once Run waits for its
+// background goroutines, a proposal asked for by a session is not made
+// (gaveUp says so) rather than joining the wait group from zero while it
+// is waited for, which the WaitGroup may panic on.
+func TestNoBackgroundProposalAfterTheLoopEnds(t *testing.T) {
+	order := &unavailableOrder{}
+	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var gaveUp atomic.Int64
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 2000 {
+				r.proposeInBackground([]byte{byte(i), byte(j)}, untilTaken, "a test's entry", func(error) { gaveUp.Add(1) })
+			}
+		})
+	}
+	r.stopWaiting()
+	r.waitBackground()
+	wg.Wait()
+	r.bg.Wait()
+	_, accepted := order.counts()
+	require.Equal(t, 8*2000, accepted+int(gaveUp.Load()), "each proposal made, or said not to be")
+	// After the wait, a proposal asked for is said not to be made, at
+	// once, and the order never sees it.
+	said := make(chan error, 1)
+	r.proposeInBackground([]byte{1}, untilTaken, "a test's entry", func(err error) { said <- err })
+	select {
+	case err := <-said:
+		require.ErrorContains(t, err, "stopped")
+	case <-time.After(time.Second):
+		t.Fatal("a background proposal was started after Run's wait for them")
+	}
+	r.bg.Wait()
+	_, after := order.counts()
+	require.Equal(t, accepted, after)
 }

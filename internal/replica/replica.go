@@ -248,6 +248,10 @@ type Replica struct {
 	retryMu  sync.Mutex
 	retrying []*retryItem
 	retrier  bool
+	// bgClosed: Run is waiting for bg, and no goroutine from outside the
+	// loop may join it (an Add from zero concurrent with Wait is a
+	// misuse the WaitGroup may panic on). Under retryMu.
+	bgClosed bool
 }
 
 // New returns a Replica; Run starts its delivery loop.
