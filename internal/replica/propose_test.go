@@ -60,7 +60,7 @@ func TestAbortsAreProposedUntilTheOrderTakesThem(t *testing.T) {
 	require.NoError(t, err)
 	r.abortInBackground(txn.GID("ordo_1_7"), "")
 	r.releaseClasses(txn.GID("ordo_1_8"))
-	r.bg.Wait()
+	waitBG(t, r)
 	failed, accepted := order.counts()
 	require.Equal(t, 5000, failed)
 	require.Equal(t, 2, accepted, "the abort and the release, once the order took proposals again")
@@ -119,7 +119,7 @@ func TestFailedProposalsWaitInOneQueue(t *testing.T) {
 	order.mu.Lock()
 	order.down = 0 // the partition heals
 	order.mu.Unlock()
-	r.bg.Wait()
+	waitBG(t, r)
 	_, accepted := order.counts()
 	require.Equal(t, n, accepted)
 }
@@ -160,4 +160,17 @@ func TestNoBackgroundProposalAfterTheLoopEnds(t *testing.T) {
 	r.bg.Wait()
 	_, after := order.counts()
 	require.Equal(t, accepted, after)
+}
+
+// waitBG waits for r's background goroutines, failing the test if they
+// do not end within a minute.
+func waitBG(t *testing.T, r *Replica) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { r.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("background proposals still running after a minute")
+	}
 }
