@@ -87,21 +87,18 @@ func main() {
 	memprofile := flag.String("memprofile", "", "write a heap profile of the node's process (allocations included) to this file when it stops")
 	relays := flag.Bool("relays", false, "also measure two byte relays, one per design (goroutines, epoll), that bound what a relay can reach (relays.go)")
 	flag.Parse()
-	if *cpuprofile != "" {
-		abs, err := filepath.Abs(*cpuprofile)
+	// The node's child process writes the profiles: it is told where by
+	// environment variables, as absolute paths.
+	for env, file := range map[string]string{"ORDO_BENCH_NODE_CPUPROFILE": *cpuprofile, "ORDO_BENCH_NODE_MEMPROFILE": *memprofile} {
+		if file == "" {
+			continue
+		}
+		abs, err := filepath.Abs(file)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench-proxy:", err)
 			os.Exit(1)
 		}
-		os.Setenv("ORDO_BENCH_NODE_CPUPROFILE", abs)
-	}
-	if *memprofile != "" {
-		abs, err := filepath.Abs(*memprofile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench-proxy:", err)
-			os.Exit(1)
-		}
-		os.Setenv("ORDO_BENCH_NODE_MEMPROFILE", abs)
+		os.Setenv(env, abs)
 	}
 	if *procs > 0 {
 		os.Setenv("ORDO_BENCH_PROXY_GOMAXPROCS", strconv.Itoa(*procs))
