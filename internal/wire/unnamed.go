@@ -35,10 +35,11 @@ import (
 type unnamedTracker struct {
 	mu    sync.Mutex
 	queue []trackedMsg
-	// spare is the array queue last grew into, up to spareMax entries:
-	// an empty queue starts again at its beginning (replies pop the queue
-	// from its front, so without it every unit reallocated it as it
-	// grew). Popped entries are zeroed (popFront), so it holds nothing.
+	// spare is the array queue last grew into, if it holds at most
+	// spareMax entries: an empty queue starts again at its beginning
+	// (replies pop the queue from its front, so without it every unit
+	// reallocated it as it grew). Popped entries are zeroed (popFront),
+	// so it holds nothing.
 	spare []trackedMsg
 	// stmt is the client's unnamed statement as PostgreSQL holds it, nil
 	// if there is none, or if what became of it is unknown.
@@ -200,31 +201,23 @@ func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
 
 // push queues messages, numbering them. u.mu is held.
 func (u *unnamedTracker) push(msgs ...trackedMsg) {
-	if len(u.queue) == 0 && u.spare != nil {
-		u.queue = u.spare[:0]
+	if len(u.queue) == 0 {
+		u.queue = u.spare[:0] // (nil after a queue larger than spareMax)
 	}
-	onSpare, c := u.onSpare(), cap(u.queue)
+	c := cap(u.queue)
 	for _, m := range msgs {
 		u.seq++
 		m.seq = u.seq
 		u.queue = append(u.queue, m)
 	}
 	if cap(u.queue) != c {
-		// append moved the queue to a new array: copies of its live
-		// messages stay behind in the old one.
-		if onSpare {
-			clear(u.spare[:cap(u.spare)])
-		}
-		if cap(u.queue) > cap(u.spare) && cap(u.queue) <= spareMax {
-			u.spare = u.queue[:0] // (a new array: queue starts at its beginning)
+		// A new array, queue at its beginning: the old one, with the
+		// copies of the live messages it keeps, is dropped.
+		u.spare = nil
+		if cap(u.queue) <= spareMax {
+			u.spare = u.queue[:0]
 		}
 	}
-}
-
-// onSpare reports whether queue lies in spare's array. u.mu is held.
-func (u *unnamedTracker) onSpare() bool {
-	q, sp := u.queue[:cap(u.queue)], u.spare[:cap(u.spare)]
-	return len(q) > 0 && len(sp) > 0 && &q[len(q)-1] == &sp[len(sp)-1]
 }
 
 // spareMax bounds the array an empty queue starts from again: one
