@@ -46,13 +46,13 @@ func (o *unavailableOrder) counts() (failed, accepted int) {
 	return o.failed, o.accepted
 }
 
-// TestAbortsAreProposedUntilTheOrderTakesThem: the abort of a prepared
+// TestRetryProposesUntilTheOrderTakesIt: the abort of a prepared
 // transaction, and the release of conflict classes, must reach the order
 // however long it is unavailable. With a bound on the attempts (there was
 // one: 1000, about three hours), a longer partition left the transaction
 // prepared, holding its locks, and the classes granted, after it healed:
 // nothing else proposes them again.
-func TestAbortsAreProposedUntilTheOrderTakesThem(t *testing.T) {
+func TestRetryProposesUntilTheOrderTakesIt(t *testing.T) {
 	defer func(p func(int) time.Duration) { proposePause = p }(proposePause)
 	proposePause = func(int) time.Duration { return 0 }
 	order := &unavailableOrder{down: 5000}
@@ -66,10 +66,10 @@ func TestAbortsAreProposedUntilTheOrderTakesThem(t *testing.T) {
 	require.Equal(t, 2, accepted, "the abort and the release, once the order took proposals again")
 }
 
-// TestBackgroundProposalsStopWithTheNode: Run waits for the background
+// TestRetryStopsWithTheNode: Run waits for the background
 // proposals before it returns, so one that keeps failing stops when the
 // node stops carrying out the order (its restart resolves the rest).
-func TestBackgroundProposalsStopWithTheNode(t *testing.T) {
+func TestRetryStopsWithTheNode(t *testing.T) {
 	defer func(p func(int) time.Duration) { proposePause = p }(proposePause)
 	proposePause = func(int) time.Duration { return time.Hour }
 	order := &unavailableOrder{down: 1 << 30}
@@ -95,11 +95,11 @@ func TestIsPowerOfTen(t *testing.T) {
 	}
 }
 
-// TestFailedProposalsWaitInOneQueue: a node cut off from the majority for
+// TestRetryQueueHoldsFailedProposals: a node cut off from the majority for
 // hours orders the abort of every commit that failed meanwhile; those
 // wait in one retry queue, not in a goroutine each, and all reach the
 // order once it takes proposals again.
-func TestFailedProposalsWaitInOneQueue(t *testing.T) {
+func TestRetryQueueHoldsFailedProposals(t *testing.T) {
 	defer func(p func(int) time.Duration) { proposePause = p }(proposePause)
 	proposePause = func(int) time.Duration { return 10 * time.Millisecond }
 	order := &unavailableOrder{down: 1 << 30}
@@ -124,11 +124,11 @@ func TestFailedProposalsWaitInOneQueue(t *testing.T) {
 	require.Equal(t, n, accepted)
 }
 
-// TestNoBackgroundProposalAfterTheLoopEnds: once Run waits for its
+// TestRetryNotStartedAfterTheLoopEnds: once Run waits for its
 // background goroutines, a proposal asked for by a session is not made
 // (gaveUp says so) rather than joining the wait group from zero while it
 // is waited for, which the WaitGroup may panic on.
-func TestNoBackgroundProposalAfterTheLoopEnds(t *testing.T) {
+func TestRetryNotStartedAfterTheLoopEnds(t *testing.T) {
 	order := &unavailableOrder{}
 	r, err := New(Config{NodeID: 1, Protocol: DBSMSI, Order: order})
 	require.NoError(t, err)
