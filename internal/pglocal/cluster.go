@@ -91,11 +91,25 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: o.Dir, BinDir: binDir, Version: version}
+	var templateRoot string
 	if c.Dir == "" {
-		if c.Dir, err = os.MkdirTemp("", "ordo-pg-"); err != nil {
+		root, ram := os.TempDir(), false
+		if !o.Fsync {
+			if root, ram, err = dataRoot(); err != nil {
+				return nil, err
+			}
+		}
+		if c.Dir, err = os.MkdirTemp(root, "ordo-pg-"); err != nil {
 			return nil, fmt.Errorf("pglocal: %w", err)
 		}
 		c.removeDir = true
+		if ram {
+			templateRoot = root
+			if err := markOwner(root, c.Dir); err != nil {
+				c.Stop()
+				return nil, err
+			}
+		}
 	} else if c.Dir, err = filepath.Abs(c.Dir); err != nil {
 		return nil, fmt.Errorf("pglocal: %w", err)
 	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
@@ -122,6 +136,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			Password: o.Password,
 			binDir:   binDir,
 			as:       as,
+
+			templateRoot: templateRoot,
 		}
 		for _, e := range o.Env {
 			c.Servers[i].env = append(c.Servers[i].env, strings.ReplaceAll(e, "@NAME@", name))

@@ -35,13 +35,17 @@ type Server struct {
 	User     string
 	Password string
 
-	binDir  string
-	env     []string // added to the postmaster's environment (Options.Env)
-	as      *runAs
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when the postmaster has exited
-	mu      sync.Mutex
-	waitErr error
+	binDir string
+	env    []string // added to the postmaster's environment (Options.Env)
+	// templateRoot holds the template data directory this server's is
+	// copied from: the data root of a cluster on a RAM filesystem, so that
+	// the copy stays there; empty for os.TempDir().
+	templateRoot string
+	as           *runAs
+	cmd          *exec.Cmd
+	exited       chan struct{} // closed when the postmaster has exited
+	mu           sync.Mutex
+	waitErr      error
 }
 
 // DSN returns a connection URL for database db as the superuser.
@@ -85,7 +89,7 @@ func (s *Server) initDataDir(ctx context.Context, o *Options) error {
 	if _, err := os.Stat(filepath.Join(s.DataDir, "PG_VERSION")); err == nil {
 		return nil
 	}
-	tmpl, err := template(ctx, s.binDir, s.as, o)
+	tmpl, err := template(ctx, s.templateRoot, s.binDir, s.as, o)
 	if err != nil {
 		return err
 	}
@@ -105,16 +109,20 @@ var templateMu sync.Mutex
 
 // template returns a data directory made once by initdb for these binaries
 // and this password, copied for every new server: initdb costs seconds, a
-// copy tens of milliseconds.
-func template(ctx context.Context, binDir string, as *runAs, o *Options) (string, error) {
+// copy tens of milliseconds. It is kept in root (os.TempDir() if empty):
+// the data root of the clusters copied from it (dataRoot).
+func template(ctx context.Context, root, binDir string, as *runAs, o *Options) (string, error) {
 	templateMu.Lock()
 	defer templateMu.Unlock()
+	if root == "" {
+		root = os.TempDir()
+	}
 	h := sha256.Sum256([]byte(binDir + "\x00" + o.Password + "\x00" + fmt.Sprint(as) + "\x00v1"))
-	dir := filepath.Join(os.TempDir(), "ordo-pg-template-"+hex.EncodeToString(h[:6]))
+	dir := filepath.Join(root, "ordo-pg-template-"+hex.EncodeToString(h[:6]))
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
 		return dir, nil
 	}
-	work, err := os.MkdirTemp(os.TempDir(), "ordo-pg-initdb-")
+	work, err := os.MkdirTemp(root, "ordo-pg-initdb-")
 	if err != nil {
 		return "", fmt.Errorf("pglocal: %w", err)
 	}
