@@ -23,6 +23,7 @@ import (
 // one outside a transaction until a ReadyForQuery said otherwise, and
 // Abort did nothing: the apply waited as long as the other lock was held.)
 func TestApplyAbortsAWrappedStatementBeforeItsSync(t *testing.T) {
+	t.Parallel()
 	for _, afterRead := range []bool{false, true} {
 		name := "first"
 		if afterRead {

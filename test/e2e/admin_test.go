@@ -68,6 +68,7 @@ type ctlStatus struct {
 // JSON (and YAML) output parsed; a wrong token, and another node's token,
 // refused with exit code 3; usage errors exit 2.
 func TestOrdoctlAgainstACluster(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	octl := buildOrdoctl(t)
 	ctx := context.Background()
@@ -275,6 +276,7 @@ func TestOrdoctlAgainstACluster(t *testing.T) {
 // others are back it is ready again. The metrics address serves nothing of
 // the admin API.
 func TestReadyzMinority(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "dbsm")
 	octl := buildOrdoctl(t)
 	readyz := func(i int) (int, admin.Ready) {

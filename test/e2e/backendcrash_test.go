@@ -39,6 +39,7 @@ func (c *procCluster) exited(i int) bool {
 // replays once restarted (as a supervisor would). In the end every node
 // has the same rows.
 func TestBackendCrashLosesNothing(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.dsn(0))

@@ -21,6 +21,7 @@ import (
 // objects restores the data too, and its attempts to write Ordo's
 // bookkeeping are refused by Ordo, not left to a duplicate key.
 func TestDumpAndRestoreThroughNodes(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

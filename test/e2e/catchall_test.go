@@ -22,6 +22,7 @@ import (
 // transaction that strays outside the catch-all is refused naming the
 // class; ordoctl shows the catch-all, and "*" restores the default.
 func TestConsConfigurableCatchAll(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "cons")
 	ctx := context.Background()
 	for _, sql := range []string{
@@ -105,6 +106,7 @@ func TestConsConfigurableCatchAll(t *testing.T) {
 // child's rows: the commit is refused with 55000 and nothing of it
 // reaches any node.
 func TestConsCascadeOutsideTheClassesIsRolledBack(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "cons")
 	ctx := context.Background()
 	for _, sql := range []string{

@@ -31,6 +31,7 @@ type classesList struct {
 // long after the change (it replays only a small certification window)
 // has it from its database.
 func TestClassesThroughTheOrder(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "pgr", func(cfg *config.Node) { cfg.CertificationWindow = 20 })
 	octl := buildOrdoctl(t)
 	var dirs []string

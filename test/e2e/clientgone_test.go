@@ -16,6 +16,7 @@ import (
 // after its client left holds its locks and, one at a time, uses up
 // PostgreSQL's max_connections (docs/compatibility.md, cause 16).
 func TestBackendEndsWithItsClient(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	setup := c.connect(0)

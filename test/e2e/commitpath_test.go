@@ -17,6 +17,7 @@ import (
 // temporary table and a replicated one (refused as before). Labels are
 // read from PostgreSQL and reset there either way.
 func TestProbeFoldedIntoPrepare(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a := c.connect(0)

@@ -101,6 +101,7 @@ func same(t *testing.T, ordo, plain *pgx.Conn, scripts ...string) {
 }
 
 func TestCompatCommitErrorsReachTheClient(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)
@@ -133,6 +134,7 @@ func TestCompatCommitErrorsReachTheClient(t *testing.T) {
 }
 
 func TestCompatTemporaryTables(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	o, p := sb.conns(t)
 	same(t, o, p,
@@ -160,6 +162,7 @@ func TestCompatTemporaryTables(t *testing.T) {
 }
 
 func TestCompatBatchesAndMultiStatementStrings(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)
@@ -212,6 +215,7 @@ func TestCompatBatchesAndMultiStatementStrings(t *testing.T) {
 }
 
 func TestCompatUnnamedStatementSurvives(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a := c.connect(0)
@@ -232,6 +236,7 @@ func TestCompatUnnamedStatementSurvives(t *testing.T) {
 }
 
 func TestCompatBackendPIDIsTheBackends(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(0)
@@ -254,6 +259,7 @@ func TestCompatBackendPIDIsTheBackends(t *testing.T) {
 // PostgreSQL does, unless the cluster gives less: SERIALIZABLE under
 // snapshot isolation is reported as REPEATABLE READ.
 func TestCompatIsolationLevels(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "dbsm-si"} {
 		t.Run(protocol, func(t *testing.T) {
 			c := startCluster(t, 3, protocol)
@@ -331,6 +337,7 @@ func TestCompatIsolationLevels(t *testing.T) {
 // the transaction (psycopg, pgx): the only error either may see is 40001,
 // and the invariant holds.
 func TestCompatSerializableRetryLoop(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	setup := c.connect(0)
@@ -385,6 +392,7 @@ func TestCompatSerializableRetryLoop(t *testing.T) {
 // refused; never committed on one node alone. So is a Close that begins a
 // batch before a Parse of a write, and a FunctionCall.
 func TestCompatPipelinedUnitsAreReplicated(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	setup := c.connect(0)
@@ -469,6 +477,7 @@ func TestCompatPipelinedUnitsAreReplicated(t *testing.T) {
 // PostgreSQL ends it: the rows are replicated, or nothing is, and the
 // client gets its replies (a CopyFail hung the client).
 func TestCompatExtendedCopyFromStdin(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)
@@ -535,6 +544,7 @@ func TestCompatExtendedCopyFromStdin(t *testing.T) {
 // PostgreSQL's skipping: the client got 25P02 for its next statement in
 // place of the COPY's error (found by the session fuzzer).
 func TestCompatBatchGoesOnAfterCopyEnds(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	o, p := sb.conns(t)
 	execOn(t, "create table cb(x int primary key)", o, p)
@@ -570,6 +580,7 @@ func TestCompatBatchGoesOnAfterCopyEnds(t *testing.T) {
 // that failed it expected one ReadyForQuery fewer than PostgreSQL sent,
 // and the batch after it, whose update Ordo makes a block, went wrong.
 func TestCompatCopyDataBeforeCopyInResponse(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)
@@ -671,6 +682,7 @@ func TestCompatCopyDataBeforeCopyInResponse(t *testing.T) {
 // another role's sequences (Ordo's sequence normalization after DDL read
 // every sequence as the client's role: driver suites, cause 19).
 func TestCompatDDLBesideAnotherRolesSequence(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a := c.connect(0)
@@ -694,6 +706,7 @@ func TestCompatDDLBesideAnotherRolesSequence(t *testing.T) {
 // whether it succeeds or fails, it ends the transaction block: its writes
 // are rolled back and the next BEGIN starts a fresh block.
 func TestCompatClientTwoPhaseCommitRefused(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	o := c.connect(0)
@@ -735,6 +748,7 @@ func TestCompatClientTwoPhaseCommitRefused(t *testing.T) {
 // (pgjdbc's BatchExecuteTest.testSelectInBatch[3,4], in its tearDown),
 // and a replicated transaction's COMMIT said ROLLBACK.
 func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -765,6 +779,7 @@ func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
 // statement, and a Close skipped after an error keeps it too. An update
 // bound under such a name is replicated like any other.
 func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -799,6 +814,7 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 // (found by the session fuzzer). A statement SQL's PREPARE created, bound
 // by name, is replicated like any other.
 func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -873,6 +889,7 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 // update committed on the origin only). It is taken for one that may do
 // anything.
 func TestNamedStatementsThatCannotBeRead(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	exec := mustExec(t, c.connect(0))
 	exec("create table nr(pk int primary key, n int)")
@@ -907,6 +924,7 @@ func TestNamedStatementsThatCannotBeRead(t *testing.T) {
 // to commit or roll back. Ordo took the batch for an implicit transaction
 // and committed the update at its Sync (found by the session fuzzer).
 func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -937,6 +955,7 @@ func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 // for one once a statement of it ran). Ordo runs a batch that writes in a
 // block of its own, where both ran (found by the session fuzzer).
 func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -1048,6 +1067,7 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 // what to do, PostgreSQL's own kept as the detail. Inside the client's
 // block PostgreSQL refuses it itself, and says so. Nothing commits.
 func TestCompatProceduresThatCommit(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	o := c.connect(0)
@@ -1104,6 +1124,7 @@ func batchMsgs(sqls ...string) []pgproto3.FrontendMessage {
 // it suspended after its row (Execute with a row limit) leaves the tags of
 // the statements after it alone (the tag of a SELECT after it said SHOW).
 func TestCompatShowInPortals(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -1136,6 +1157,7 @@ func TestCompatShowInPortals(t *testing.T) {
 // called in a subtransaction", which failed the client's block), so the
 // block keeps the level it began at (found by the session fuzzer, pgr).
 func TestCompatNamedBeginThenSavepoint(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -1180,6 +1202,7 @@ func TestCompatNamedBeginThenSavepoint(t *testing.T) {
 // prepared statements after SQL's PREPARE) must not destroy the
 // client's suspended unnamed portal, as a simple Query does.
 func TestCompatOrdosReadsKeepTheClientsUnnamedPortal(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -1210,6 +1233,7 @@ func TestCompatOrdosReadsKeepTheClientsUnnamedPortal(t *testing.T) {
 // answered with PostgreSQL's error for it, and the server stays up; a
 // COMMIT or ROLLBACK bound in the failed block still runs.
 func TestExecuteOfADeadPortalIsAnsweredByOrdo(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, "dbsm")
 	mustExec(t, c.connect(0))("create table lp(k int primary key)")
 	pc, err := pgconn.Connect(context.Background(), c.dsn(0))
@@ -1314,6 +1338,7 @@ func TestExecuteOfADeadPortalIsAnsweredByOrdo(t *testing.T) {
 // (The client here reads the reply's bytes itself, so that what it sees
 // does not depend on the library either.)
 func TestFastPathNullResult(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, "dbsm")
 	pc, err := pgconn.Connect(context.Background(), c.dsn(0))
 	require.NoError(t, err)

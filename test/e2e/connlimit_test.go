@@ -27,6 +27,7 @@ import (
 // node 1 changes: node 2 ends it (from a connection of its own) and
 // applies the update while its clients hold every session it admits.
 func TestClientsLeaveTheNodeItsConnections(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE slots (id int PRIMARY KEY, v int); INSERT INTO slots VALUES (1, 0)")
@@ -74,6 +75,7 @@ func TestClientsLeaveTheNodeItsConnections(t *testing.T) {
 // default max_prepared_transactions is 0, and Ordo prepares every update
 // transaction. The node started, and then failed every update commit.
 func TestNodeRefusesPostgresWithoutPreparedTransactions(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pg, err := pglocal.Start(ctx, pglocal.Options{N: 1, Settings: map[string]string{"max_prepared_transactions": "0"}})
@@ -100,6 +102,7 @@ func TestNodeRefusesPostgresWithoutPreparedTransactions(t *testing.T) {
 // each says it is Ordo's (application_name), so a DBA can tell them from
 // the clients' sessions in pg_stat_activity.
 func TestNodeConnectionsStayWithinItsShare(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE share (id int PRIMARY KEY, v int); INSERT INTO share SELECT g, 0 FROM generate_series(1, 8) g")

@@ -25,6 +25,7 @@ import (
 // loses its session after class_idle_timeout; an undeclared autocommit statement gets its
 // classes from the analyzer, an undeclared transaction the catch-all.
 func TestConsHotRowWithoutAborts(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "cons", func(cfg *config.Node) { cfg.ClassIdleTimeout = 2 * time.Second })
 	ctx := context.Background()
 	setup := c.connect(0)
@@ -219,6 +220,7 @@ func TestConsHotRowWithoutAborts(t *testing.T) {
 // of its transactions holds a class does not block the others beyond the
 // failure detection: the cluster takes it for gone and orders the release.
 func TestConsDeadOriginReleasesItsClasses(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "cons")
 	ctx := context.Background()
 	connect := func(i int) *pgx.Conn {
@@ -285,6 +287,7 @@ func TestConsDeadOriginReleasesItsClasses(t *testing.T) {
 // a statement PostgreSQL does not run (a Bind it refuses) is not held
 // against the transaction's classes.
 func TestConsBatchesAndQueryStrings(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "cons")
 	ho, hp := sb.hijacked(t)
 	for i, msgs := range [][]pgproto3.FrontendMessage{
@@ -361,6 +364,7 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 // too: a Bind of it then fails (26000), as without Ordo, instead of
 // running a statement the client no longer holds.
 func TestConsRefusedQueryDropsTheUnnamedStatement(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "cons")
 	ho, hp := sb.hijacked(t)
 	bindUnnamed := []pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}

@@ -19,6 +19,7 @@ import (
 // could no longer come (found by the safety suite's partition-ring
 // nemesis).
 func TestConsWaiterOfANodeTakenForGone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "cons", Dir: t.TempDir(), Bin: buildOrdo(t)})
 	require.NoError(t, err)

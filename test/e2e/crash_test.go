@@ -212,6 +212,7 @@ func (c *procCluster) metric(i int, name string) float64 {
 // node ends with identical data: each transaction committed everywhere or
 // nowhere.
 func TestKillNodeMidCommitAndRestart(t *testing.T) {
+	t.Parallel()
 	// Under dbsm-rc every transaction reads _ordo.applied: a prepared one
 	// left by the kill held its lock, and the restart waited for good on
 	// its own bootstrap.
@@ -296,6 +297,7 @@ func killNodeMidCommitAndRestart(t *testing.T, protocol string) {
 // commits with a clear error within the propose timeout, never commits
 // locally, and converges once the majority is back.
 func TestMinorityCannotCommit(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "pgr", "cons"} {
 		t.Run(protocol, func(t *testing.T) {
 			t.Parallel() // separate clusters; most of each is waiting for timeouts

@@ -17,6 +17,7 @@ import (
 // consistent; a row changed behind Ordo's back on one node is reported
 // with its table and the keys of its bucket.
 func TestDataCheckNamesTheDifference(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -81,6 +82,7 @@ func TestDataCheckNamesTheDifference(t *testing.T) {
 // its data by itself, once per interval (the leader asks), and a row
 // changed behind Ordo's back is reported without anyone asking.
 func TestScheduledDataCheck(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) { cfg.DataCheckInterval = 2 * time.Second })
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE sdc (id int PRIMARY KEY, v text)")

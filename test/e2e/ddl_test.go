@@ -43,6 +43,7 @@ func (c *cluster) schemaFingerprint(i int) string {
 // different node and checks the schema fingerprints of all nodes are equal
 // after each, under dbsm, pgr and cons.
 func TestEveryDDLKindReplicates(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "pgr", "cons"} {
 		t.Run(protocol, func(t *testing.T) {
 			t.Parallel() // separate clusters; most of each is waiting for replays
@@ -135,6 +136,7 @@ func everyDDLKindReplicates(t *testing.T, protocol string) {
 // snapshot predates an ALTER TABLE committed on another node, and that
 // writes that table, fails certification; one that starts after succeeds.
 func TestWriteConcurrentWithAlterTableFailsCertification(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -180,6 +182,7 @@ func TestWriteConcurrentWithAlterTableFailsCertification(t *testing.T) {
 // extended protocol (pgjdbc; pgbench -M prepared parses it in a unit of its
 // own) get the certification outcome when the COMMIT executes.
 func TestExtendedProtocolCommitOutcome(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	setup := c.connect(0)
@@ -228,6 +231,7 @@ func TestExtendedProtocolCommitOutcome(t *testing.T) {
 // TestOnlyTheReplicatedDatabaseIsServed: a connection to another database
 // is refused with a clear error, unless it is listed as local.
 func TestOnlyTheReplicatedDatabaseIsServed(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) { cfg.LocalDatabases = []string{"scratch"} })
 	ctx := context.Background()
 	for _, db := range []string{"elsewhere", "scratch"} {
@@ -252,6 +256,7 @@ func TestOnlyTheReplicatedDatabaseIsServed(t *testing.T) {
 // a schema change made behind Ordo's back on one node is reported by an
 // on-demand check, naming the object that differs.
 func TestSchemaFingerprintsAreCompared(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE fp (id int PRIMARY KEY, v text)")
@@ -293,6 +298,7 @@ func TestSchemaFingerprintsAreCompared(t *testing.T) {
 // every node's fingerprint at each DDL entry matches every other's, and
 // none is missing when another node's arrives.
 func TestSchemaFingerprintsOfDDLInQuickSuccession(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	const perNode = 12
@@ -338,6 +344,7 @@ func TestSchemaFingerprintsOfDDLInQuickSuccession(t *testing.T) {
 // A column whose type changes (int to text here, the other way round next)
 // must not be written with the old types by a remote node's applier.
 func TestAppliesFollowColumnTypeChanges(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a := c.connect(0)
@@ -373,6 +380,7 @@ func TestAppliesFollowColumnTypeChanges(t *testing.T) {
 // own (a volatile default, an identity, USING random() or now()) is
 // refused with an ordo: error.
 func TestAlterTableFillsRowsAlikeOnEveryNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE f (k int PRIMARY KEY, v int)")
@@ -435,6 +443,7 @@ func TestAlterTableFillsRowsAlikeOnEveryNode(t *testing.T) {
 // rows (before 2026-11-28 they differed after a few seconds of this):
 // such a REFRESH now fails certification (40001) instead.
 func TestMaterializedViewsAgreeUnderWrites(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE base (id serial PRIMARY KEY, v int); CREATE VIEW base_v AS SELECT v FROM base")
@@ -486,6 +495,7 @@ func TestMaterializedViewsAgreeUnderWrites(t *testing.T) {
 // dropped or renamed, no other node could apply the transaction, and the
 // cluster voted its origin out.
 func TestRowsAndDDLInterleavedInOneTransaction(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a := c.connect(0)

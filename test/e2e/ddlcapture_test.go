@@ -15,6 +15,7 @@ import (
 // other nodes (they used to replay the failed ALTER, fail, and stop for
 // good), and a DROP rolled back to a savepoint drops nothing anywhere.
 func TestRolledBackDDLIsNotReplicated(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -62,6 +63,7 @@ func TestRolledBackDDLIsNotReplicated(t *testing.T) {
 // replay a CREATE ROLE that failed on the origin, and fail), while one
 // kept by RELEASE is.
 func TestRolledBackRoleStatementsAreNotReplicated(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -101,6 +103,7 @@ func TestRolledBackRoleStatementsAreNotReplicated(t *testing.T) {
 // it does (replaying the block and applying its rows would do the writes
 // twice).
 func TestDDLInBlocksAndFunctions(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	conn := c.connect(1)
@@ -153,6 +156,7 @@ func TestDDLInBlocksAndFunctions(t *testing.T) {
 // decoded rows were applied too: 10 rows on the origin, 20 elsewhere),
 // even from a volatile query.
 func TestCreateTableAsCopiesRowsOnce(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -181,6 +185,7 @@ func TestCreateTableAsCopiesRowsOnce(t *testing.T) {
 // schema the origin's search_path named, however it was set (set_config
 // is invisible to the proxy).
 func TestDDLReplaysUnderTheOriginsSettings(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -216,6 +221,7 @@ func TestDDLReplaysUnderTheOriginsSettings(t *testing.T) {
 // node that replays the rewrite; it is refused at the origin with a hint,
 // and a constant default (no rewrite) still works.
 func TestVolatileRewritesAreRefused(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -253,6 +259,7 @@ func TestVolatileRewritesAreRefused(t *testing.T) {
 // statement refused), and so are ALTER EXTENSION … UPDATE and a DROP in
 // the same query string.
 func TestExtensionsWithUpdateScripts(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	o := c.connect(0)

@@ -17,6 +17,7 @@ import (
 // a renamed metric would otherwise leave an empty panel or an alert that
 // can never fire.
 func TestDeploymentsUseRealMetrics(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.dsn(0))

@@ -24,6 +24,7 @@ import (
 // committing, and once there is room again node 3 starts and catches up
 // with identical data.
 func TestRaftLogDiskFull(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("mounts a small tmpfs for node 3's data directory: needs root (CI runs as root)")
 	}
@@ -81,6 +82,7 @@ func TestRaftLogDiskFull(t *testing.T) {
 // itself are started again, as a supervisor would) it catches up with
 // identical data.
 func TestPostgresDiskFull(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("mounts a small tmpfs for node 3's PostgreSQL: needs root (CI runs as root)")
 	}

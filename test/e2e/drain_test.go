@@ -22,6 +22,7 @@ import (
 // and commits (the drain's timeout passes, exit 1, one left); a second
 // drain ends it; --undo takes clients again.
 func TestDrainANode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE dr (id int PRIMARY KEY, v int)")
@@ -83,6 +84,7 @@ func TestDrainANode(t *testing.T) {
 // the middle of commits (it would end with 08007 had the node been removed
 // under it), the idle session is ended, and the node is then removed.
 func TestRemoveDrainsTheNodeFirst(t *testing.T) {
+	t.Parallel()
 	const token = "shared-admin-token-for-the-test"
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) { cfg.AdminToken = token })
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 // the others kept hearing an older applied index until something else
 // was written.
 func TestAppliedReachesTheOrderWhenIdle(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 // 40001 to retry, which could never succeed), and nothing of it
 // commits anywhere; other text is replicated.
 func TestDatabaseEncodings(t *testing.T) {
+	t.Parallel()
 	for _, enc := range []string{"LATIN1", "SQL_ASCII"} {
 		t.Run(enc, func(t *testing.T) {
 			db := strings.ToLower(enc)

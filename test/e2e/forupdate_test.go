@@ -19,6 +19,7 @@ import (
 // under every certifying protocol and whatever else they write; locks on
 // different rows do not conflict.
 func TestRowLocksHoldAcrossNodes(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "dbsm-si", "dbsm-rc", "pgr"} {
 		t.Run(protocol, func(t *testing.T) {
 			c := startCluster(t, 3, protocol)
@@ -72,6 +73,7 @@ func TestRowLocksHoldAcrossNodes(t *testing.T) {
 // be sent by no decoder: the commit waited 10 s for a write set, then
 // failed.
 func TestTransactionsThatOnlyLockCommit(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(0)

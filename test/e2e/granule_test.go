@@ -21,6 +21,7 @@ import (
 // whose snapshot predates the change of the classes aborts rather than mix
 // two configurations.
 func TestGranulesOfSplitClasses(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "pgr"} {
 		t.Run(protocol, func(t *testing.T) {
 			t.Parallel() // separate clusters

@@ -267,6 +267,7 @@ func (c *cluster) requireIdentical() {
 // the new node serves reads and writes (its sequence values in its own
 // residue class).
 func TestJoinUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	b := newBank(c, 20)
@@ -391,6 +392,7 @@ func readFile(path string) (string, error) {
 // its sessions and refuses new clients with an error that says it was
 // removed, and its data directory never starts again.
 func TestRemoveNodeUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	octl := buildOrdoctl(t)
@@ -469,6 +471,7 @@ func TestRemoveNodeUnderLoad(t *testing.T) {
 // copies nothing and catches up; it ends identical, while clients run
 // transfers through the original three.
 func TestJoinKilledAndRestarted(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	b := newBank(c, 20)
@@ -588,6 +591,7 @@ func (c *cluster) requireSame(i, k int, tables []string) {
 // cluster keeps committing with the new voter down (three of four); it is
 // then removed again.
 func TestPromoteALearner(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	octl := buildOrdoctl(t)
@@ -659,6 +663,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // copy over and completes it, and once the donor is back every node is
 // identical.
 func TestJoinDonorKilledDuringTheTransfer(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE filler (id int PRIMARY KEY, note text NOT NULL); INSERT INTO filler SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 20000) g")
@@ -709,6 +714,7 @@ func TestJoinDonorKilledDuringTheTransfer(t *testing.T) {
 // certification window before the copy. Afterwards the three databases
 // are identical, with every acknowledged transfer, and it serves writes.
 func TestRejoinAfterTheLogMovedOn(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm", func(cfg *config.Node) {
 		cfg.CertificationWindow = 100
 		cfg.LogRetentionEntries = 1000

@@ -22,6 +22,7 @@ import (
 // fragments of the loser are forgotten, and no node holds any fragment
 // afterwards.
 func TestLargeTransactionsTravelInFragments(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm-si", func(n *config.Node) {
 		n.MaxEntryBytes = 64 << 10
 		n.KeyEscalationRows = 1000
@@ -81,6 +82,7 @@ func TestLargeTransactionsTravelInFragments(t *testing.T) {
 // table on another node then aborts it, while one that read few rows
 // commits beside the same write.
 func TestReadSetsEscalateToTables(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm", func(n *config.Node) { n.KeyEscalationRows = 3 })
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -130,6 +132,7 @@ func TestReadSetsEscalateToTables(t *testing.T) {
 // leftover prepared transaction, and no node applies any of it or holds
 // its fragments. Every node ends identical with nothing prepared.
 func TestKillDuringFragments(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "dbsm-si", "max_entry_bytes: 65536")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.dsn(0))

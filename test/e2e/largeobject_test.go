@@ -56,6 +56,7 @@ func (c *cluster) requireSameLargeObject(t *testing.T, oid uint32) string {
 // transaction that created the object, an object written by a function,
 // and one larger than an entry of the order.
 func TestLargeObjectsAreReplicated(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm", func(n *config.Node) { n.MaxEntryBytes = 1 << 20 })
 	ctx := context.Background()
 	conn := c.connect(0)
@@ -220,6 +221,7 @@ func md5hex(s string) string {
 // large object through two nodes conflict in certification: one commits,
 // the other aborts with 40001, and every node keeps the winner's content.
 func TestLargeObjectConflictsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm-si", "dbsm"} {
 		t.Run(protocol, func(t *testing.T) {
 			c := startCluster(t, 3, protocol)
@@ -262,6 +264,7 @@ func TestLargeObjectConflictsAcrossNodes(t *testing.T) {
 // transaction block and in autocommit, and what they write is replicated:
 // psql's \lo_import (libpq), and the messages pgjdbc sends.
 func TestLargeObjectsThroughTheFastPath(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	setup := c.connect(0)

@@ -18,6 +18,7 @@ import (
 // the update applied, and the leftover's abort ordered, so every node ends
 // with the majority's value and no prepared transaction.
 func TestLeftoverPreparedDoesNotBlockReplay(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.dsn(0))

@@ -20,6 +20,7 @@ import (
 // a cluster that orders again: it used to hear 08007 ("outcome unknown").
 // The transaction is nowhere.
 func TestCommitLostOnItsWayToTheLeader(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "dbsm", Dir: t.TempDir(), Bin: buildOrdo(t),
 		Extra: []string{"leader_follows_writes: false"}})

@@ -22,6 +22,7 @@ import (
 // transaction mixing DDL and rows), then one that fails halfway: it is
 // rolled back everywhere and every node's schema is the same after each.
 func TestGooseMigrationsThroughOneNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	db, err := sql.Open("pgx", c.dsn(0))
@@ -108,6 +109,7 @@ func alembicPath(t *testing.T) string {
 // (SQLAlchemy over psycopg 3), which runs the whole history in one
 // transaction.
 func TestAlembicMigrationsThroughOneNode(t *testing.T) {
+	t.Parallel()
 	path := alembicPath(t)
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
@@ -144,6 +146,7 @@ func TestAlembicMigrationsThroughOneNode(t *testing.T) {
 // (autocommit, transaction, pipeline mode, COPY) and reads the rows on the
 // other nodes.
 func TestPsycopgThroughTheCluster(t *testing.T) {
+	t.Parallel()
 	path := alembicPath(t) // carries psycopg 3
 	c := startCluster(t, 3, "dbsm-si")
 	cmd := exec.Command("python3", filepath.Join("testdata", "psycopg_cluster.py"), c.dsn(0))

@@ -20,6 +20,7 @@ import (
 // PostgreSQL's statement log shows where the BEGIN went: `execute
 // ordo_begin` is the one sent in the client's unit.
 func TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	conn := c.connect(0)

@@ -17,6 +17,7 @@ import (
 // PostgreSQL logs the whole old row, which keys the row for certification
 // and finds it on the other nodes.
 func TestTablesWithoutPrimaryKey(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	n1, n2 := c.connect(0), c.connect(1)
@@ -107,6 +108,7 @@ func TestTablesWithoutPrimaryKey(t *testing.T) {
 // differ between nodes (compatibility.md, cause 8). ALTER TABLE … SET
 // UNLOGGED keeps the table logged.
 func TestUnloggedTablesAreCreatedLogged(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(c.dsn(0))

@@ -20,6 +20,7 @@ import (
 // on 40001, and a delete that cascades. Every step's result is checked,
 // and every node ends with the same rows.
 func TestSQLAlchemyORMWorkload(t *testing.T) {
+	t.Parallel()
 	path := alembicPath(t) // SQLAlchemy and psycopg 3, pinned beside Alembic
 	for _, protocol := range []string{"dbsm-rc", "dbsm-si"} {
 		t.Run(protocol, func(t *testing.T) {

@@ -29,6 +29,7 @@ func txnStatus(t *testing.T, dsn, label string) string {
 // ordo.txn_label, or SET for the next autocommit statement) and any node
 // answers committed or aborted for it, from what the order decided.
 func TestOutcomeChecks(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -204,6 +205,7 @@ func TestOutcomeChecks(t *testing.T) {
 // answers 08007 (its outcome is unknown); once the cluster is whole again,
 // every node gives the same answer for its label, and the data agree.
 func TestUnknownOutcomeIsResolvable(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.dsn(0))
@@ -240,6 +242,7 @@ func TestUnknownOutcomeIsResolvable(t *testing.T) {
 // by an ordinary role through any node, nor can the schema get objects of
 // its own; the outcome check is open to everyone.
 func TestOrdinaryRolesCannotWriteOrdoTables(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE ROLE app LOGIN PASSWORD 'app'")

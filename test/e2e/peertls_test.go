@@ -35,6 +35,7 @@ import (
 // (the node's certificate made by `ordo cert create-server`); SIGHUP
 // reloads both the peer and the client certificate.
 func TestPeerTLSRefusesImpostors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	_, err := certs.CreateCA(certs.Options{Dir: dir})
 	require.NoError(t, err)

@@ -23,6 +23,7 @@ import (
 // go on committing; after a restart node 1 replays, rolls its prepared
 // transaction back, and every node ends identical with nothing prepared.
 func TestPgrOriginKilledBeforeItsOutcome(t *testing.T) {
+	t.Parallel()
 	c := startProcCluster(t, 3, "pgr")
 	ctx := context.Background()
 	run := func(node int, sql string, args ...any) error {

@@ -20,6 +20,7 @@ import (
 // server's. (Also: a BEGIN that is parsed but not executed begins
 // nothing; an update after it was committed on one node only.)
 func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
+	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ctx := context.Background()
 	o, p := sb.conns(t)

@@ -14,6 +14,7 @@ import (
 // node, and a block that checks its privileges takes the same branch
 // everywhere (it used to run as superuser on the other nodes).
 func TestReplayedDDLKeepsItsPrivileges(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	admin := c.connect(0)

@@ -28,6 +28,7 @@ func ctrValue(t *testing.T, conn *pgx.Conn, k int) int {
 }
 
 func TestReadCommittedLocalSessionsWaitAndBothCommit(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-rc")
 	rcCounter(t, c)
 	ctx := context.Background()
@@ -57,6 +58,7 @@ func TestReadCommittedLocalSessionsWaitAndBothCommit(t *testing.T) {
 }
 
 func TestReadCommittedNoLostUpdatesAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-rc")
 	rcCounter(t, c)
 	ctx := context.Background()
@@ -94,6 +96,7 @@ func TestReadCommittedNoLostUpdatesAcrossNodes(t *testing.T) {
 // its lock); on a row it writes next, the next statement works on the
 // applied version and the transaction commits.
 func TestReadCommittedApplyBetweenWritingStatements(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-rc")
 	rcCounter(t, c)
 	ctx := context.Background()

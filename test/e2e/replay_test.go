@@ -19,6 +19,7 @@ import (
 // find T1 too old, forget its keys, commit U on the restarted node alone,
 // and diverge.
 func TestRestartedNodeCertifiesLikeTheOthers(t *testing.T) {
+	t.Parallel()
 	const window = 40
 	c := startClusterWith(t, 3, "dbsm", func(n *config.Node) { n.CertificationWindow = window })
 	ctx := context.Background()
@@ -79,6 +80,7 @@ func TestRestartedNodeCertifiesLikeTheOthers(t *testing.T) {
 // commits PostgreSQL acknowledged without flushing may be gone): it stops
 // with an error that says so, and once restarted it replays and converges.
 func TestPostgresRestartUnderANodeStopsIt(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a := c.connect(0)

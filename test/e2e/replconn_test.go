@@ -19,6 +19,7 @@ import (
 // stopped (compatibility.md, cause 11: Ordo wrapped its commands as SQL
 // and PostgreSQL refused them inside a transaction).
 func TestReplicationConnectionsAreRelayed(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -78,6 +78,7 @@ func (c *cluster) unreplicated(i int) float64 {
 }
 
 func TestWriteThroughOneNodeIsVisibleEverywhere(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a := c.connect(0)
@@ -121,6 +122,7 @@ func TestWriteThroughOneNodeIsVisibleEverywhere(t *testing.T) {
 // gets 40001, replicas end identical. Under pgr the loser is found by its
 // origin alone, which orders the abort.
 func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr"} {
 		t.Run(protocol, func(t *testing.T) {
 			c := startCluster(t, 3, protocol)
@@ -163,6 +165,7 @@ func TestConcurrentUpdatesOfOneRowOneWins(t *testing.T) {
 // dbsm-si (snapshot isolation) lets both commit. This proves read sets are
 // certified (under pgr, by the origin alone).
 func TestWriteSkew(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		protocol   string
 		bothCommit bool
@@ -212,6 +215,7 @@ func TestWriteSkew(t *testing.T) {
 // query's, and a read of a row another node changed between the two was
 // certified as current (a stale read committed under dbsm).
 func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -255,6 +259,7 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 // row another node changed aborts the transaction, a read of another row
 // of the same table does not.
 func TestReadSetsOfTextsThatDifferOnlyInLiterals(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -308,6 +313,7 @@ func TestReadSetsOfTextsThatDifferOnlyInLiterals(t *testing.T) {
 // over 3 nodes; every read sums to the total, replicas end identical,
 // nothing commits unreplicated, and certification aborts happen.
 func TestBank(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons"} {
 		t.Run(protocol, func(t *testing.T) {
 			t.Parallel() // separate clusters, each running its workload for a fixed time
@@ -410,6 +416,7 @@ func TestBank(t *testing.T) {
 // TestSerializableUnderSnapshotIsolationGetsANotice: under dbsm-si a client
 // asking for SERIALIZABLE is told what it gets.
 func TestSerializableUnderSnapshotIsolationGetsANotice(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	cfg, err := pgconn.ParseConfig(c.dsn(0))
 	require.NoError(t, err)
@@ -430,6 +437,7 @@ func TestSerializableUnderSnapshotIsolationGetsANotice(t *testing.T) {
 // write as Parse/Bind/Execute/Sync in one unit (pgjdbc, psycopg, libpq's
 // PQexecParams) are replicated, not refused and not committed locally.
 func TestAutocommitWriteInOneExtendedUnit(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE unit (id int PRIMARY KEY, v text)")
@@ -457,6 +465,7 @@ func TestAutocommitWriteInOneExtendedUnit(t *testing.T) {
 // the listeners of every node: the others send them when they apply the
 // transaction.
 func TestNotifyInsideAWritingTransaction(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	listener := c.connect(0)
@@ -532,6 +541,7 @@ func TestNotifyInsideAWritingTransaction(t *testing.T) {
 // cluster's commits, after the writes ordered before it are visible; one
 // in a transaction rolled back reaches nobody.
 func TestNotifyOnItsOwnReachesEveryNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	listen := func(i int) *pgx.Conn {
@@ -597,6 +607,7 @@ func TestNotifyOnItsOwnReachesEveryNode(t *testing.T) {
 // the commit, in commit order; the client gets pg_notify's own result and
 // errors.
 func TestPgNotifyCallsReachEveryNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	listen := func(i int) *pgx.Conn {
@@ -685,6 +696,7 @@ func TestPgNotifyCallsReachEveryNode(t *testing.T) {
 // different concrete types (a driver's *pgconn.PgError, a wrapped one); an
 // atomic.Value panicked on the second (seen in CI in TestRemoveNodeUnderLoad).
 func TestErrorSlotTakesErrorsOfAnyType(t *testing.T) {
+	t.Parallel()
 	var s errorSlot
 	require.NoError(t, s.Load())
 	s.Store(&pgconn.PgError{Code: "57P01"})
@@ -699,6 +711,7 @@ func TestErrorSlotTakesErrorsOfAnyType(t *testing.T) {
 // Here node 2's apply of the update waits behind a row lock taken directly
 // in its PostgreSQL (until the node aborts that blocker).
 func TestSyncReadSetInTheSameQueryString(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t, 3, "dbsm-si")
 	a := c.connect(0)

@@ -28,6 +28,7 @@ import (
 // of is in the row exactly once, none other, and the values returned are
 // those of the attempts that committed (no two alike).
 func TestAutocommitConflictsAreRetried(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) {
 		retries := 0
 		if cfg.ID == 2 {
@@ -229,6 +230,7 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 // once, by the worker that was told it took it, and no worker hears of a
 // conflict.
 func TestJobQueueAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm-si", func(cfg *config.Node) {
 		retries := 100
 		cfg.AutocommitRetries = &retries

@@ -17,6 +17,7 @@ import (
 // VACUUM, ALTER TABLE … ADD PRIMARY KEY), then pgbench through nodes 2 and
 // 3 at once; tables, indexes and contents end identical everywhere.
 func TestPgbenchThroughTheCluster(t *testing.T) {
+	t.Parallel()
 	pgbench, err := exec.LookPath("pgbench")
 	require.NoError(t, err, "pgbench is needed (make test installs postgresql-client)")
 	c := startCluster(t, 3, "dbsm-si")
@@ -83,6 +84,7 @@ func lastLines(s string, n int) string {
 // table at once; no id is handed out twice and every node ends with the
 // same rows; under dbsm-si, pgr and cons.
 func TestSequencesNeverCollide(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"dbsm-si", "pgr", "cons"} {
 		t.Run(protocol, func(t *testing.T) { sequencesNeverCollide(t, protocol) })
 	}
@@ -138,6 +140,7 @@ func sequencesNeverCollide(t *testing.T, protocol string) {
 // loaded rows; setval to a lower value is carried too; each node stays in
 // its own residue class.
 func TestSetvalMovesEveryNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a := c.connect(0)
@@ -213,6 +216,7 @@ func TestSetvalMovesEveryNode(t *testing.T) {
 // of its own residue class: two nodes restarted at the sequence's START
 // would hand out the same ids.
 func TestRestartIdentityKeepsResidueClasses(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE restarted (id serial PRIMARY KEY, n int NOT NULL, k bigint GENERATED ALWAYS AS IDENTITY UNIQUE)")

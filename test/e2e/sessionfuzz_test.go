@@ -25,6 +25,7 @@ import (
 // more rounds (default 60), ORDO_SESSION_FUZZ_SEED another seed,
 // ORDO_SESSION_FUZZ_PROTOCOL another protocol (default dbsm).
 func TestSessionMessageSequences(t *testing.T) {
+	t.Parallel()
 	protocol := "dbsm"
 	if v := os.Getenv("ORDO_SESSION_FUZZ_PROTOCOL"); v != "" {
 		protocol = v
@@ -35,6 +36,7 @@ func TestSessionMessageSequences(t *testing.T) {
 // TestSessionMessageSequencesUnderCons: the same under cons, whose
 // blocks declare their classes in a comment on BEGIN.
 func TestSessionMessageSequencesUnderCons(t *testing.T) {
+	t.Parallel()
 	fuzzSessions(t, "cons")
 }
 

@@ -18,6 +18,7 @@ import (
 // cancel request reaches the backend. The relay used to dial
 // "/dir:port" over TCP and refuse every client.
 func TestNodeOnAUnixSocket(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, "dbsm-si")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

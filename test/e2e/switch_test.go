@@ -25,6 +25,7 @@ import (
 // identical, every node shows the protocol in force, and a node restarted
 // after the switches still runs the last one.
 func TestOnlineProtocolSwitch(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
 	octl := buildOrdoctl(t)
 	ctx := context.Background()

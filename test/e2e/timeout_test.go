@@ -17,6 +17,7 @@ import (
 // session inside a failed transaction its client does not know of (every
 // later statement 25P02). Every insert acknowledged is there, no other.
 func TestStatementTimeoutIsTheClientsOwn(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE timed (id serial PRIMARY KEY, v int)")

@@ -16,6 +16,7 @@ import (
 // takes longer (a bulk insert) failed with 57014 on every attempt, and
 // node 2 stopped; its idle connections were ended every second.
 func TestNodeIgnoresSessionTimeouts(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE bulk (id int PRIMARY KEY, v text)")

@@ -30,6 +30,7 @@ const tpccClassFile = "../../deployments/examples/tpcc-classes.yaml"
 // failed other than by a retried serialization failure, and under cons
 // none aborted at all.
 func TestTPCC(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Now()
 	c := startCluster(t, 3, "dbsm")

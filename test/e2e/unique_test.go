@@ -54,6 +54,7 @@ func (c *cluster) commitConcurrently(what string, a, b *pgx.Conn, sqlA, sqlB str
 // unique column never collide (unless NULLS NOT DISTINCT), and an UPDATE
 // that claims a value collides with an INSERT of it.
 func TestConcurrentDuplicateUniqueValuesOneWins(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -125,6 +126,7 @@ func TestConcurrentDuplicateUniqueValuesOneWins(t *testing.T) {
 // row key) conflicts with the delete (X): exactly one commits. Two
 // children of one parent inserted on two nodes do not conflict.
 func TestConcurrentParentDeleteAndChildInsert(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
@@ -164,6 +166,7 @@ func TestConcurrentParentDeleteAndChildInsert(t *testing.T) {
 // 54000 and a message naming the limit; nothing reaches any node, and the
 // cluster goes on. One within the limits commits.
 func TestTooLargeTransactionIsRefusedWhole(t *testing.T) {
+	t.Parallel()
 	c := startClusterWith(t, 3, "dbsm-si", func(n *config.Node) {
 		n.MaxWriteSetRows = 1000
 		n.MaxWriteSetBytes = 1 << 20

@@ -40,6 +40,7 @@ func (c *cluster) requireMajoritySkipped(table string, id int) {
 // and keeps serving while the node that applied it leaves (it used to
 // stop every failing node, and with them the cluster).
 func TestOneBadEntryNeverStopsAMajority(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("minority fails", func(t *testing.T) {
 		c := startCluster(t, 3, "dbsm-si")
@@ -94,6 +95,7 @@ func TestOneBadEntryNeverStopsAMajority(t *testing.T) {
 // on one node makes the others' apply of that node's next update find no
 // row (or a duplicate key); they used to stop, and with them the cluster.
 func TestOneBadRowApplyNeverStopsAMajority(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	setup := func(t *testing.T) *cluster {
 		c := startCluster(t, 3, "dbsm-si")

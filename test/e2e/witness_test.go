@@ -42,6 +42,7 @@ func startWitnessCluster(t *testing.T, protocol string) (*cluster, *node.Witness
 // for good): the origin's side wins the tie, the other leaves and rejoins
 // by state transfer.
 func TestWitnessKeepsTwoDataNodesWriting(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, w := startWitnessCluster(t, "dbsm")
 	ms, err := c.adminClient(0).Members(ctx)
@@ -112,6 +113,7 @@ func TestWitnessKeepsTwoDataNodesWriting(t *testing.T) {
 // a learner that is a witness, whose log starts at a member's last applied
 // entry, promotes itself to voter; then either data node may be lost.
 func TestWitnessJoinsARunningCluster(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startClusterWith(t, 2, "dbsm-si", func(cfg *config.Node) { cfg.CertificationWindow = 20 })
 	_, err := c.connect(0).Exec(ctx, "CREATE TABLE wt (id int PRIMARY KEY)")
