@@ -142,6 +142,10 @@ type session struct {
 	// refused by _ordo.prepare_check, or the session has a temporary
 	// schema or changed large objects, which make it likely again.
 	probeApart bool
+	// tempSchema: a probe saw the session's temporary schema, which stays
+	// the session's: its transactions get the full probe at once
+	// (probeAlone).
+	tempSchema bool
 	// ahead is the BEGIN of a wrapped extended-protocol statement at the
 	// start of its unit, not sent yet (wrapAhead): it goes ahead of the
 	// client's message when Statement returns, or in a round trip of its

@@ -37,11 +37,18 @@ var probeLargeObjects = ", " + capture.LargeObjectProbe
 // DDL the triggers recorded). PostgreSQL cannot PREPARE a transaction
 // that touched a temporary object, and a failed PREPARE would roll the
 // transaction back, so the probe comes first.
-var probe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL,
+var probe = probeColumns + probeFrom
+
+// probeColumns and probeFrom are the full probe's two halves: a session
+// known to have a temporary schema runs it alone (probeAlone), with the
+// quick probe's last columns between them.
+var probeColumns = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL,
   coalesce(bool_or(c.relpersistence = 't'), false) OR coalesce(current_setting('ordo.temp_touched', true) = 'on', false),
   coalesce(bool_or(c.relpersistence <> 't' AND n.nspname NOT IN ('pg_catalog', '_ordo')
     AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')), false)
-    OR coalesce(current_setting('ordo.ddl_replicated', true) = 'on', false)` + probeLargeObjects + `
+    OR coalesce(current_setting('ordo.ddl_replicated', true) = 'on', false)` + probeLargeObjects
+
+const probeFrom = `
 FROM pg_locks l
 JOIN pg_class c ON c.oid = l.relation
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -84,6 +91,9 @@ type written struct {
 }
 
 func (s *session) probe(ctx context.Context) (written, error) {
+	if s.tempSchema {
+		return s.probeAlone(ctx)
+	}
 	q, cols := quickProbe+probeLargeObjects+probeLabel, 5
 	if s.rc {
 		q, cols = quickProbeRC+probeLargeObjects+probeLabel, 6
@@ -120,8 +130,39 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
 	}
 	r := res.Rows[0]
+	s.tempSchema = true
 	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
 		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}, nil
+}
+
+// probeAlone is the write probe of a session known to have a temporary
+// schema (a temporary schema stays the session's): there the quick probe
+// of a transaction with an xid only leads to the full probe, so the full
+// probe runs at once, carrying the quick probe's label (and, under
+// dbsm-rc, its committed prefix): one round trip instead of two. Its
+// answers are the two probes' in one.
+func (s *session) probeAlone(ctx context.Context) (written, error) {
+	q, cols := probeColumns+probeLabel+probeFrom, 6
+	if s.rc {
+		q, cols = probeColumns+", _ordo.committed_prefix()"+probeLabel+probeFrom, 7
+	}
+	res, err := s.be.Exec(ctx, untimed, q)
+	if err != nil {
+		return written{}, err
+	}
+	if res.Err != nil {
+		return written{}, s.failedBeforePrepare(ctx, res)
+	}
+	if len(res.Rows) != 1 || len(res.Rows[0]) != cols {
+		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
+	}
+	r := res.Rows[0]
+	var prefix uint64
+	if s.rc {
+		prefix, _ = strconv.ParseUint(r[5], 10, 64)
+	}
+	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
+		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: r[cols-1], labelOK: true}, nil
 }
 
 // prepareMark runs before the PREPARE TRANSACTION of a transaction whose

@@ -90,11 +90,29 @@ END $$`,
 	var n int
 	require.NoError(t, s.QueryRow(ctx, "SELECT count(*) FROM scratch").Scan(&n))
 	require.Equal(t, 2, n)
-	// From then on, its transactions are probed apart.
+	// From then on, its transactions are probed apart, by the full probe
+	// alone (probeAlone): a labelled replicated write is replicated under
+	// its label, writes to its temporary table and reads commit here, and
+	// both in one transaction are refused.
 	apart = prepares("apart")
 	_, err := s.Exec(ctx, "UPDATE acct SET bal = bal + 1 WHERE id = 1")
 	require.NoError(t, err)
 	require.Equal(t, apart+1, prepares("apart"))
+	for _, sql := range []string{"SET ordo.txn_label = 'temp-session-1'", "UPDATE acct SET bal = bal + 1 WHERE id = 2",
+		"INSERT INTO scratch VALUES (3)", "BEGIN", "SELECT * FROM acct", "COMMIT"} {
+		_, err := s.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.Equal(t, apart+4, prepares("apart"))
+	require.NoError(t, s.QueryRow(ctx, "SELECT count(*) FROM scratch").Scan(&n))
+	require.Equal(t, 3, n)
+	c.waitConverged()
+	require.NoError(t, c.connect(2).QueryRow(ctx, "SELECT _ordo.txn_status('temp-session-1')").Scan(&status))
+	require.Equal(t, "committed", status, "the label of a write probed by the full probe alone")
+	_, err = s.Exec(ctx, "UPDATE acct SET bal = bal + (SELECT count(*) FROM scratch) WHERE id = 2")
+	require.Error(t, err)
+	require.Equal(t, "0A000", sqlstate(err))
+	require.Contains(t, err.Error(), "temporary")
 
 	// A trigger that touches a temporary table under a replicated write:
 	// refused as before, nothing committed.
@@ -125,5 +143,5 @@ END $$`,
 
 	var bal1, bal2 int
 	require.NoError(t, c.direct(1).QueryRow(ctx, "SELECT (SELECT bal FROM acct WHERE id = 1), (SELECT bal FROM acct WHERE id = 2)").Scan(&bal1, &bal2))
-	require.Equal(t, []int{105, 101}, []int{bal1, bal2})
+	require.Equal(t, []int{105, 102}, []int{bal1, bal2})
 }
