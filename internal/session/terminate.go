@@ -91,7 +91,7 @@ type written struct {
 }
 
 func (s *session) probe(ctx context.Context) (written, error) {
-	if s.tempSchema {
+	if s.tempSchema && s.be.TxRowsChanged() > 0 {
 		return s.probeAlone(ctx)
 	}
 	q, cols := quickProbe+probeLargeObjects+probeLabel, 5
@@ -135,12 +135,15 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}, nil
 }
 
-// probeAlone is the write probe of a session known to have a temporary
-// schema (a temporary schema stays the session's): there the quick probe
-// of a transaction with an xid only leads to the full probe, so the full
-// probe runs at once, carrying the quick probe's label (and, under
-// dbsm-rc, its committed prefix): one round trip instead of two. Its
-// answers are the two probes' in one.
+// probeAlone is the write probe of a transaction that changed rows in a
+// session known to have a temporary schema (a temporary schema stays the
+// session's): there the quick probe of a transaction with an xid only
+// leads to the full probe, so the full probe runs at once, carrying the
+// quick probe's label (and, under dbsm-rc, its committed prefix): one
+// round trip instead of two. Its answers are the two probes' in one.
+// Other transactions of such a session (a block that only read) keep the
+// quick probe: the full one reads pg_locks, which costs PostgreSQL
+// 0.5–1.5 ms (performance.md).
 func (s *session) probeAlone(ctx context.Context) (written, error) {
 	q, cols := probeColumns+probeLabel+probeFrom, 6
 	if s.rc {
