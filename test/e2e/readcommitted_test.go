@@ -120,43 +120,29 @@ func TestReadCommittedApplyBetweenWritingStatements(t *testing.T) {
 	require.Equal(t, 10, ctrValue(t, c.direct(0), 1))
 	require.Equal(t, 0, ctrValue(t, c.direct(0), 2))
 
-	// The remote write is to the row the transaction writes next.
-	tx, err = local.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 1")
-	require.NoError(t, err)
-	_, err = remote.Exec(ctx, "update ctr set v = v + 10 where k = 2")
-	require.NoError(t, err)
-	require.NoError(t, c.nodes[0].Replica().SyncRead(ctx)) // applied on node 1
-	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 2")
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
-	c.waitConverged()
-	for i := 0; i < 3; i++ {
-		require.Equal(t, 11, ctrValue(t, c.direct(i), 1), "node %d", i+1)
-		require.Equal(t, 11, ctrValue(t, c.direct(i), 2), "node %d: both increments, none lost", i+1)
-	}
-
-	// The same in a session with a temporary schema, whose transactions
-	// the full probe alone ends (probeAlone): certified against the
-	// prefix committed when it ends, the remote write it saw is no
-	// conflict, and it is replicated.
+	// The remote write is to the row the transaction writes next: first
+	// in an ordinary session, then in one with a temporary schema, whose
+	// transactions the full probe alone ends (probeAlone). Certified
+	// against the prefix committed when it ends, the remote write it saw
+	// is no conflict, and both increments stay.
 	temp := c.connect(0)
 	_, err = temp.Exec(ctx, "create temp table scratch(x int)")
 	require.NoError(t, err)
-	tx, err = temp.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 1")
-	require.NoError(t, err)
-	_, err = remote.Exec(ctx, "update ctr set v = v + 10 where k = 2")
-	require.NoError(t, err)
-	require.NoError(t, c.nodes[0].Replica().SyncRead(ctx))
-	_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 2")
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
-	c.waitConverged()
-	for i := 0; i < 3; i++ {
-		require.Equal(t, 12, ctrValue(t, c.direct(i), 1), "node %d", i+1)
-		require.Equal(t, 22, ctrValue(t, c.direct(i), 2), "node %d: both increments, none lost", i+1)
+	for round, conn := range []*pgx.Conn{local, temp} {
+		tx, err = conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 1")
+		require.NoError(t, err)
+		_, err = remote.Exec(ctx, "update ctr set v = v + 10 where k = 2")
+		require.NoError(t, err)
+		require.NoError(t, c.nodes[0].Replica().SyncRead(ctx)) // applied on node 1
+		_, err = tx.Exec(ctx, "update ctr set v = v + 1 where k = 2")
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		c.waitConverged()
+		for i := 0; i < 3; i++ {
+			require.Equal(t, 11+round, ctrValue(t, c.direct(i), 1), "round %d, node %d", round+1, i+1)
+			require.Equal(t, 11+11*round, ctrValue(t, c.direct(i), 2), "round %d, node %d: both increments, none lost", round+1, i+1)
+		}
 	}
 }
