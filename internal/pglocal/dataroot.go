@@ -62,19 +62,26 @@ func dataRoot() (dir string, ram bool, err error) {
 
 // ramWithRoom reports whether dir is a tmpfs with at least minRAMRoom free.
 func ramWithRoom(dir string) bool {
-	var st syscall.Statfs_t
-	if syscall.Statfs(dir, &st) != nil || st.Type != tmpfsMagic {
-		return false
-	}
-	return st.Bavail*uint64(st.Bsize) >= minRAMRoom
+	free, ram := tmpfsFree(dir)
+	return ram && free >= minRAMRoom
+}
+
+func isRAM(dir string) bool {
+	_, ram := tmpfsFree(dir)
+	return ram
 }
 
 // tmpfsMagic is TMPFS_MAGIC of statfs(2).
 const tmpfsMagic = 0x01021994
 
-func isRAM(dir string) bool {
+// tmpfsFree returns the bytes free on dir's filesystem, and whether it is
+// a tmpfs.
+func tmpfsFree(dir string) (uint64, bool) {
 	var st syscall.Statfs_t
-	return syscall.Statfs(dir, &st) == nil && st.Type == tmpfsMagic
+	if syscall.Statfs(dir, &st) != nil || st.Type != tmpfsMagic {
+		return 0, false
+	}
+	return st.Bavail * uint64(st.Bsize), true
 }
 
 // markOwner writes this process's pid into a cluster directory under a RAM

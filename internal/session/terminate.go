@@ -63,7 +63,10 @@ const untimed = "SET LOCAL statement_timeout = 0"
 
 // quickProbeRC is quickProbe that also reads the prefix committed in the
 // probe's own snapshot, dbsm-rc's snapshot_seqno.
-const quickProbeRC = quickProbe + `, _ordo.committed_prefix()`
+const quickProbeRC = quickProbe + committedPrefix
+
+// committedPrefix is the probes' column of dbsm-rc's snapshot_seqno.
+const committedPrefix = `, _ordo.committed_prefix()`
 
 // probeLabel reads the transaction's ordo.txn_label as PostgreSQL has it
 // now, the last column of either quick probe: PostgreSQL undoes a SET
@@ -129,10 +132,14 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 5 {
 		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
 	}
-	r := res.Rows[0]
 	s.tempSchema = true
+	return fullProbe(res.Rows[0], prefix, label, labelOK), nil
+}
+
+// fullProbe reads the first five columns of the full probe's row.
+func fullProbe(r []string, prefix uint64, label string, labelOK bool) written {
 	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
-		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}, nil
+		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}
 }
 
 // probeAlone is the write probe of a transaction that changed rows in a
@@ -147,7 +154,7 @@ func (s *session) probe(ctx context.Context) (written, error) {
 func (s *session) probeAlone(ctx context.Context) (written, error) {
 	q, cols := probeColumns+probeLabel+probeFrom, 6
 	if s.rc {
-		q, cols = probeColumns+", _ordo.committed_prefix()"+probeLabel+probeFrom, 7
+		q, cols = probeColumns+committedPrefix+probeLabel+probeFrom, 7
 	}
 	res, err := s.be.Exec(ctx, untimed, q)
 	if err != nil {
@@ -164,8 +171,7 @@ func (s *session) probeAlone(ctx context.Context) (written, error) {
 	if s.rc {
 		prefix, _ = strconv.ParseUint(r[5], 10, 64)
 	}
-	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
-		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: r[cols-1], labelOK: true}, nil
+	return fullProbe(r, prefix, r[cols-1], true), nil
 }
 
 // prepareMark runs before the PREPARE TRANSACTION of a transaction whose
