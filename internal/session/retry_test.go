@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ordo-db/ordo/internal/wire"
 )
@@ -59,5 +60,35 @@ func TestRetryCandidate(t *testing.T) {
 	}
 	if len(ext.formats) != 1 || len(ext.results) != 1 || ext.results[0] != 1 {
 		t.Fatalf("formats %v, results %v", ext.formats, ext.results)
+	}
+}
+
+// TestRetryPause: no pause before the first retry, then between half and
+// all of a bound that doubles from 1 ms to 64 ms; the least 20 and 50
+// retries can wait in all (what retry.go's comment promises, and what
+// e2e TestAutocommitRetriesOutlastABurstOfConflicts relies on), and the
+// most the default 3 can.
+func TestRetryPause(t *testing.T) {
+	least := func(int64) int64 { return 0 }
+	most := func(n int64) int64 { return n - 1 }
+	for retry, bound := range map[int]time.Duration{0: 0, 1: 0, 2: time.Millisecond, 3: 2 * time.Millisecond, 8: 64 * time.Millisecond, 9: 64 * time.Millisecond, 100: 64 * time.Millisecond, 1 << 20: 64 * time.Millisecond} {
+		if lo, hi := retryPause(retry, least), retryPause(retry, most); lo != bound/2 || hi != bound {
+			t.Errorf("retry %d: pause from %v to %v, want from %v to %v", retry, lo, hi, bound/2, bound)
+		}
+	}
+	total := func(retries int, n func(int64) int64) (d time.Duration) {
+		for r := 1; r <= retries; r++ {
+			d += retryPause(r, n)
+		}
+		return d
+	}
+	if d := total(20, least); d < 440*time.Millisecond {
+		t.Errorf("20 retries wait at least %v in all", d)
+	}
+	if d := total(50, least); d < 1400*time.Millisecond {
+		t.Errorf("50 retries wait at least %v in all", d)
+	}
+	if d := total(3, most); d > 3*time.Millisecond {
+		t.Errorf("the default 3 retries wait up to %v in all", d)
 	}
 }

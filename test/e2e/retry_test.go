@@ -16,6 +16,74 @@ import (
 	"github.com/ordo-db/ordo/pkg/config"
 )
 
+// TestAutocommitRetriesOutlastABurstOfConflicts: the retries of an
+// autocommit statement pause between attempts, longer as they go on, so
+// a statement that keeps losing while a row is hot spends its retries
+// over a time that grows with their count, not within one burst of
+// contention. The burst here is a trigger that raises 40001 (as a
+// conflict does) until a time in a replicated row: 300 ms after the
+// update that sets it. With 20 retries the statement commits (its
+// pauses add up to at least 0.45 s); with 3 it is still in the burst
+// after its last attempt and its client gets the 40001 (they add up to
+// at most 3 ms, and the burst is 2 s). Without the pauses, 20 retries
+// took milliseconds and the first statement failed too; a client on a
+// hot row saw a retried statement fail in TestAutocommitConflictsAreRetried
+// (CI, fe02681: 50 retries spent).
+func TestAutocommitRetriesOutlastABurstOfConflicts(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 2, "dbsm-si")
+	ctx := context.Background()
+	_, err := c.connect(0).Exec(ctx, `CREATE TABLE burst (until timestamptz);
+		INSERT INTO burst VALUES ('-infinity');
+		CREATE TABLE hot (id int PRIMARY KEY, n int NOT NULL);
+		INSERT INTO hot VALUES (1, 0);
+		CREATE FUNCTION conflicted() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF clock_timestamp() < (SELECT until FROM burst) THEN
+				RAISE EXCEPTION 'a conflict of the burst' USING ERRCODE = 'serialization_failure';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER conflicted BEFORE UPDATE ON hot FOR EACH ROW EXECUTE FUNCTION conflicted();`)
+	require.NoError(t, err)
+	c.waitConverged()
+	conn := c.connect(1)
+	burst := func(d time.Duration) {
+		_, err := conn.Exec(ctx, fmt.Sprintf("UPDATE burst SET until = clock_timestamp() + interval '%d ms'", d.Milliseconds()))
+		require.NoError(t, err)
+	}
+	update := func(retries int) (time.Duration, error) {
+		_, err := conn.Exec(ctx, fmt.Sprintf("SET ordo.autocommit_retries = %d", retries))
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = conn.Exec(ctx, "UPDATE hot SET n = n + 1 WHERE id = 1")
+		return time.Since(start), err
+	}
+	retries := func() float64 { return c.counter(1, "ordo_session_autocommit_retries_total", nil) }
+
+	before := retries()
+	burst(2 * time.Second)
+	took, err := update(3)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe, "3 retries, all within the burst")
+	require.Equal(t, "40001", pe.Code)
+	require.Equal(t, 3.0, retries()-before)
+	t.Logf("3 retries: 40001 after %v", took)
+
+	before = retries()
+	burst(300 * time.Millisecond)
+	took, err = update(20)
+	require.NoError(t, err, "20 retries outlast a burst of 300 ms")
+	require.Positive(t, retries()-before)
+	t.Logf("20 retries: committed after %v and %v retries", took, retries()-before)
+	c.waitConverged()
+	for i := range 2 {
+		var n int
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT n FROM hot WHERE id = 1").Scan(&n))
+		require.Equal(t, 1, n, "node %d: the one increment that committed", i+1)
+	}
+}
+
 // TestAutocommitConflictsAreRetried: autocommit increments of one row
 // from two nodes at once, sent as simple queries and with the extended
 // protocol as pgx sends it in each of its modes (Parse, Bind and Execute
