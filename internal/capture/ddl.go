@@ -51,9 +51,10 @@ BEGIN
 	IF temp THEN
 		PERFORM set_config('ordo.temp_touched', 'on', true);
 	END IF;
-	-- A command that dropped only temporary objects is not recorded at
-	-- its ddl_command_end (which fires next, and sees no objects).
-	PERFORM set_config('ordo.drop_temp', CASE WHEN temp AND jsonb_array_length(objs) = 0 THEN 'on' ELSE '' END, true);
+	-- The command dropped something (ddl_command_end, which fires next
+	-- and sees no objects, reads it): only temporary objects ('on'; not
+	-- recorded then), or replicated ones too ('some').
+	PERFORM set_config('ordo.drop_temp', CASE WHEN temp AND jsonb_array_length(objs) = 0 THEN 'on' ELSE 'some' END, true);
 	IF jsonb_array_length(objs) > 0 THEN
 		PERFORM set_config('ordo.ddl_replicated', 'on', true);
 		PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('d', objs)::text);
@@ -77,6 +78,7 @@ DECLARE
 	r record;
 	keyless pg_catalog.oid[] := '{}';
 	t pg_catalog.oid;
+	dropped pg_catalog.text;
 BEGIN
 	IF pg_catalog.current_setting('ordo.identity', true) = 'on' THEN
 		RETURN; -- the ALTER TABLE … REPLICA IDENTITY FULL below
@@ -115,12 +117,18 @@ BEGIN
 			PERFORM set_config('ordo.identity', '', true);
 		END IF;
 	END LOOP;
-	IF current_setting('ordo.drop_temp', true) = 'on' THEN
+	dropped := coalesce(current_setting('ordo.drop_temp', true), '');
+	IF dropped <> '' THEN
 		PERFORM set_config('ordo.drop_temp', '', true);
-		IF commands = 0 THEN
-			PERFORM set_config('search_path', saved, true);
-			RETURN; -- it dropped only temporary objects
-		END IF;
+	END IF;
+	IF commands = 0 AND dropped IN ('', 'on') THEN
+		-- It dropped only temporary objects, or it did nothing at all
+		-- (IF NOT EXISTS of what exists, IF EXISTS of what does not): a
+		-- DROP is the one command that does something without a row
+		-- here. A no-op's replay could do something on a node where a
+		-- concurrent transaction had made the object exist or not.
+		PERFORM set_config('search_path', saved, true);
+		RETURN;
 	END IF;
 	IF commands > 0 AND jsonb_array_length(objs) = 0 THEN
 		PERFORM set_config('search_path', saved, true);

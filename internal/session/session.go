@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/ordo-db/ordo/internal/analysis"
 	"github.com/ordo-db/ordo/internal/capture"
@@ -319,8 +320,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		stmts := s.analyze(st.SQL)
 		s.noteSQLNames(stmts)
 		if st.Pieces == 0 {
-			if pieces := splitPieces(st.SQL, stmts); pieces != nil {
-				return &wire.Split{Pieces: pieces}
+			if pieces, offsets := splitPieces(st.SQL, stmts); pieces != nil {
+				return &wire.Split{Pieces: pieces, Offsets: offsets}
 			}
 		} else if err := s.piece(ctx, stmts); err != nil {
 			return err
@@ -611,8 +612,10 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error
 // transaction control among other statements (Rails, migrations, psql -c
 // "BEGIN; …; COMMIT"): Ordo must act at a COMMIT, so each
 // transaction-control statement is a piece of its own, and the statements
-// between are grouped. nil: run the string whole.
-func splitPieces(sql string, stmts []*analysis.Statement) []string {
+// between are grouped. nil: run the string whole. offsets are where the
+// pieces begin in sql, in characters (PostgreSQL's error positions count
+// characters).
+func splitPieces(sql string, stmts []*analysis.Statement) (pieces []string, offsets []int) {
 	n, control := 0, false
 	for _, a := range stmts {
 		if a.Kind != analysis.KindEmpty {
@@ -623,9 +626,12 @@ func splitPieces(sql string, stmts []*analysis.Statement) []string {
 		}
 	}
 	if n < 2 || !control {
-		return nil
+		return nil, nil
 	}
-	var pieces []string
+	add := func(lo, hi int) {
+		pieces = append(pieces, sql[lo:hi])
+		offsets = append(offsets, utf8.RuneCountInString(sql[:lo]))
+	}
 	start, end := -1, -1 // the open group of statements
 	for _, a := range stmts {
 		if a.Kind == analysis.KindEmpty {
@@ -633,14 +639,14 @@ func splitPieces(sql string, stmts []*analysis.Statement) []string {
 		}
 		lo, hi := a.Offset, a.Offset+len(a.SQL)
 		if lo < 0 || hi > len(sql) || sql[lo:hi] != a.SQL || lo < end {
-			return nil // offsets not as expected: run it whole
+			return nil, nil // offsets not as expected: run it whole
 		}
 		if a.Kind == analysis.KindTxn {
 			if start >= 0 {
-				pieces = append(pieces, sql[start:end])
+				add(start, end)
 				start = -1
 			}
-			pieces = append(pieces, a.SQL)
+			add(lo, hi)
 			end = hi
 			continue
 		}
@@ -650,9 +656,9 @@ func splitPieces(sql string, stmts []*analysis.Statement) []string {
 		end = hi
 	}
 	if start >= 0 {
-		pieces = append(pieces, sql[start:end])
+		add(start, end)
 	}
-	return pieces
+	return pieces, offsets
 }
 
 // piece follows the transaction a piece of a split query runs in.
@@ -829,6 +835,7 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 		ran = true
 	}
 	text, out, at := st.SQL, "", 0
+	var replaced []wire.Replaced
 	for _, a := range stmts {
 		r := ""
 		if !(a.Kind == analysis.KindTxn && a.Txn.Op == analysis.TxnBegin && (open || ran)) {
@@ -853,9 +860,13 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 		}
 		out += text[at:a.Offset] + r
 		at = a.Offset + len(a.SQL)
+		if st.Kind == wire.KindQuery {
+			replaced = append(replaced, wire.Replaced{At: utf8.RuneCountInString(text[:a.Offset]),
+				Was: utf8.RuneCountInString(a.SQL), Now: utf8.RuneCountInString(r)})
+		}
 	}
 	if at > 0 {
-		st.Rewrite = out + text[at:]
+		st.Rewrite, st.Replaced = out+text[at:], replaced
 	}
 }
 

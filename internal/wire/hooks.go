@@ -97,6 +97,10 @@ type Statement struct {
 	// row has one column ending with ShowMarker stands for a SHOW: the
 	// client gets the value without the marker and the tag SHOW.
 	Rewrite string
+	// Replaced, with the Rewrite of a Query, says which parts of SQL it
+	// replaced, in order: PostgreSQL's error positions in the rewritten
+	// text are made the client's (nil: they are left as they are).
+	Replaced []Replaced
 	// Piece and Pieces: a Query the hooks split (Split) is reported
 	// piece by piece, Piece counting from 1; 0 for a Query sent whole.
 	Piece, Pieces int
@@ -323,7 +327,14 @@ func (c *Completed) Error() string { return "wire: answered by the session: " + 
 //
 // The hooks own what splitting means for transactions (PostgreSQL runs a
 // string's statements in one implicit transaction).
-type Split struct{ Pieces []string }
+//
+// Offsets, if set, are where each piece begins in the query string, in
+// characters: PostgreSQL's error positions in a piece are made the
+// client's, counted from its string's start.
+type Split struct {
+	Pieces  []string
+	Offsets []int
+}
 
 func (s *Split) Error() string { return fmt.Sprintf("wire: split into %d pieces", len(s.Pieces)) }
 

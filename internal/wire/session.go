@@ -114,6 +114,10 @@ type session struct {
 	// ErrorResponse was relayed since runSplit last cleared it.
 	quietReady atomic.Bool
 	sawError   atomic.Bool
+	// positions: how PostgreSQL's error positions in the Query sent last
+	// become the client's (positions.go), when it is not the client's
+	// text; cleared at the next ReadyForQuery.
+	positions atomic.Pointer[positions]
 	// unitFailed: an ErrorResponse was relayed since the last
 	// ReadyForQuery; lastFailed: the unit the last ReadyForQuery ended
 	// had one (PostgreSQL skipped to its Sync). See SyncHere.
@@ -186,6 +190,8 @@ type session struct {
 	inMsgs  int64
 	stmt    Statement
 	rewrite string // Statement.Rewrite of the last hook call
+	// replaced: Statement.Replaced of the last hook call
+	replaced []Replaced
 
 	// Backend goroutine state.
 	backendFatal bool
@@ -642,11 +648,12 @@ func (ss *session) clientLoop() error {
 				err := ss.callStatement()
 				if err == nil && ss.rewrite != "" {
 					m.String = ss.rewrite
+					ss.notePositions(0)
 				}
 				if err != nil {
 					var sp *Split
 					if errors.As(err, &sp) && len(sp.Pieces) > 0 {
-						if err := ss.runSplit(sp.Pieces); err != nil {
+						if err := ss.runSplit(sp); err != nil {
 							return err
 						}
 						continue
@@ -1176,7 +1183,7 @@ func (ss *session) callStatement() error {
 	err := ss.hooks.Statement(ss.ctx, &ss.stmt)
 	ss.drainEventsLocked()
 	ss.hookMu.Unlock()
-	ss.rewrite = ss.stmt.Rewrite
+	ss.rewrite, ss.replaced = ss.stmt.Rewrite, ss.stmt.Replaced
 	if ss.rewrite != "" && !ss.showRewritten.Load() && strings.Contains(ss.rewrite, ShowMarkerSQL) {
 		ss.showRewritten.Store(true)
 	}
@@ -1449,6 +1456,7 @@ func (ss *session) backendLoop() {
 				ss.noteRows()
 			}
 		case *pgproto3.ReadyForQuery:
+			ss.positions.Store(nil)
 			if ss.explain.Load() != nil {
 				ss.explain.Store(nil)
 			}
@@ -1547,6 +1555,9 @@ func (ss *session) backendLoop() {
 				continue
 			}
 		case *pgproto3.ErrorResponse:
+			if p := ss.positions.Load(); p != nil && m.Position > 0 {
+				m.Position = p.client(m.Position)
+			}
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
 			if ss.abortCanceled(m) {

@@ -10,8 +10,9 @@ import (
 // runSplit runs a Query the hooks split into pieces (see Split). It runs on
 // the session goroutine, at a boundary (the hooks were just called for the
 // Query's first message).
-func (ss *session) runSplit(pieces []string) error {
+func (ss *session) runSplit(sp *Split) error {
 	lost := func(err error) error { return fmt.Errorf("%w: %w", errBackendLost, err) }
+	pieces := sp.Pieces
 	for i, piece := range pieces {
 		last := i == len(pieces)-1
 		ss.stmt = Statement{Kind: KindQuery, SQL: piece, Piece: i + 1, Pieces: len(pieces), AtBoundary: true}
@@ -44,6 +45,11 @@ func (ss *session) runSplit(pieces []string) error {
 		sql := piece
 		if ss.rewrite != "" {
 			sql = ss.rewrite
+		}
+		if i < len(sp.Offsets) {
+			// (Ordo's own statements run before it are answered: the
+			// next error is this piece's, or its commit's.)
+			ss.notePositions(sp.Offsets[i])
 		}
 		ss.sawError.Store(false)
 		ss.quietReady.Store(!last && !ss.hold.Load())
