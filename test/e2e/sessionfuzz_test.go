@@ -30,17 +30,38 @@ func TestSessionMessageSequences(t *testing.T) {
 	if v := os.Getenv("ORDO_SESSION_FUZZ_PROTOCOL"); v != "" {
 		protocol = v
 	}
-	fuzzSessions(t, protocol)
+	fuzzSessions(t, protocol, false)
+}
+
+// TestSessionMessageSequencesWithTemporaryTables: the same in a session
+// with a temporary table, whose transactions are probed apart (the full
+// probe, alone when they changed rows): blocks and batches that write
+// only the temporary table, or read the replicated one beside it, commit
+// on the node alone as on PostgreSQL; between them, when the session is
+// idle, autocommit writes of the replicated table (a query, a unit of
+// the extended protocol, the fast path, a COPY), which are replicated.
+// (Never the two in one transaction: Ordo refuses that, PostgreSQL does
+// not: compatibility.md.) Default protocol dbsm-rc, whose probes read
+// the committed prefix too; ORDO_SESSION_FUZZ_PROTOCOL chooses another.
+func TestSessionMessageSequencesWithTemporaryTables(t *testing.T) {
+	t.Parallel()
+	protocol := "dbsm-rc"
+	if v := os.Getenv("ORDO_SESSION_FUZZ_PROTOCOL"); v != "" && v != "cons" {
+		protocol = v
+	}
+	fuzzSessions(t, protocol, true)
 }
 
 // TestSessionMessageSequencesUnderCons: the same under cons, whose
 // blocks declare their classes in a comment on BEGIN.
 func TestSessionMessageSequencesUnderCons(t *testing.T) {
 	t.Parallel()
-	fuzzSessions(t, "cons")
+	fuzzSessions(t, "cons", false)
 }
 
-func fuzzSessions(t *testing.T, protocol string) {
+// fuzzSessions runs the model client under protocol; temp: in a session
+// with a temporary table (TestSessionMessageSequencesWithTemporaryTables).
+func fuzzSessions(t *testing.T, protocol string, temp bool) {
 	rounds := 60
 	if v, err := strconv.Atoi(os.Getenv("ORDO_SESSION_FUZZ_ROUNDS")); err == nil {
 		rounds = v
@@ -49,12 +70,15 @@ func fuzzSessions(t *testing.T, protocol string) {
 	if v, err := strconv.ParseUint(os.Getenv("ORDO_SESSION_FUZZ_SEED"), 10, 64); err == nil {
 		seed = v
 	}
-	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds, protocol %s", seed, rounds, protocol)
-	begin := "begin"
+	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds, protocol %s, temporary table %v", seed, rounds, protocol, temp)
+	m := fuzzModel{begin: "begin", stmts: fuzzStatements}
 	if protocol == "cons" {
 		// A block declares its classes (every one); a statement outside
 		// a block gets its own from the analyzer.
-		begin = "/* ordo.conflict_classes: * */ begin"
+		m.begin = "/* ordo.conflict_classes: * */ begin"
+	}
+	if temp {
+		m.stmts, m.temp = fuzzTempStatements(), true
 	}
 	sb := startSideBySide(t, protocol)
 	ctx := context.Background()
@@ -77,6 +101,11 @@ func fuzzSessions(t *testing.T, protocol string) {
 	}
 	ordoBump, plainBump := bumpOID(o.PgConn()), bumpOID(p.PgConn())
 	ordo, plain := sb.hijacked(t)
+	if temp {
+		for _, h := range []*pgconn.HijackedConn{ordo, plain} {
+			require.Equal(t, "Complete CREATE TABLE\nReady I\n", exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: fztCreate}}))
+		}
+	}
 	// ORDO_SESSION_FUZZ_TRACE prints each round with the time it ended
 	// and PostgreSQL's replies;
 	// ORDO_SESSION_FUZZ_PGLOG=file (with ORDO_TEST_PG_LOG_STATEMENTS=1)
@@ -105,10 +134,14 @@ func fuzzSessions(t *testing.T, protocol string) {
 	// it: TestExecuteOfADeadPortalIsAnsweredByOrdo): the model client
 	// executes no portal of an earlier unit there.
 	failed := false
+	idle := true // the last reply's ReadyForQuery said I
 	for r := 0; r < rounds; r++ {
-		msgs, text := randomUnit(rng, begin)
+		msgs, text := randomUnit(rng, m)
 		ex := exchange
-		if rng.IntN(8) == 0 {
+		switch {
+		case m.temp && idle && rng.IntN(4) == 0:
+			msgs, text = randomReplicatedWrite(rng)
+		case rng.IntN(8) == 0 && (!m.temp || idle):
 			msgs, text = randomCopy(rng)
 			ex = exchangeMarked
 		}
@@ -134,6 +167,7 @@ func fuzzSessions(t *testing.T, protocol string) {
 		}
 		require.Equal(t, want, got, "round %d (seed %d): %s", r, seed, text)
 		failed = strings.HasSuffix(want, "Ready E\n")
+		idle = strings.HasSuffix(want, "Ready I\n")
 		recent = append(recent, fmt.Sprintf("round %d: %s", r, text))
 		if trace {
 			fmt.Fprintf(os.Stderr, "FZ %s round %d: %s\n%s", time.Now().Format("15:04:05.000"), r, text, indent(want))
@@ -156,17 +190,38 @@ func fuzzSessions(t *testing.T, protocol string) {
 		return string(res[0].Rows[0][0])
 	}
 	require.Equal(t, sum(p.PgConn()), sum(o.PgConn()))
+	if temp {
+		// The temporary table's rows, in the sessions that have it.
+		q := []pgproto3.FrontendMessage{&pgproto3.Query{String: "select coalesce(string_agg(k || '=' || v, ',' order by k), '') from fzt"}}
+		want := exchange(t, plain, q)
+		t.Logf("the temporary table at the end: %s", strings.ReplaceAll(want, "\n", "; "))
+		require.Equal(t, want, exchange(t, ordo, q))
+	}
 	sb.c.waitConverged()
 	require.Equal(t, sb.c.checksum(0, "fz"), sb.c.checksum(1, "fz"))
 	require.Zero(t, sb.c.unreplicated(0))
 }
 
-// fuzzStatements are the statements the model client sends, with their
-// number of parameters.
-var fuzzStatements = []struct {
+// fuzzStatement is a statement of the model client's, with its number of
+// parameters.
+type fuzzStatement struct {
 	sql    string
 	params int
-}{
+}
+
+// fuzzModel is what the model client sends: begin is the text of BEGIN
+// (under cons, with a declaration), stmts the statements it picks from,
+// temp whether the session has a temporary table (then the fast path
+// calls only abs, and a unit writes no replicated table).
+type fuzzModel struct {
+	begin string
+	stmts []fuzzStatement
+	temp  bool
+}
+
+// fuzzStatements are the statements the model client sends, with their
+// number of parameters.
+var fuzzStatements = []fuzzStatement{
 	{"select v from fz where k = $1", 1},
 	{"select count(*) from fz", 0},
 	{"insert into fz values ($1, $2)", 2},
@@ -228,6 +283,84 @@ var fuzzStatements = []struct {
 	{"do $$ begin execute 'prepare fz1 as update fz set v = v + 1 where k = 1'; end $$", 0},
 }
 
+// fztCreate creates the model client's temporary table.
+const fztCreate = "create temp table if not exists fzt(k int primary key, v int not null)"
+
+// fuzzTempStatements are the statements the model client sends in a
+// session with a temporary table: those of fuzzStatements that write no
+// replicated table nor prepare a statement that does (the fast path's
+// fz_bump is not sent there either), and statements on the temporary
+// table fzt, which one of them drops and another creates again.
+// randomReplicatedWrite's units write the replicated table in between.
+func fuzzTempStatements() []fuzzStatement {
+	var out []fuzzStatement
+	for _, s := range fuzzStatements {
+		w := strings.Fields(s.sql)[0]
+		switch {
+		case slices.Contains([]string{"insert", "update", "delete", "truncate", "alter", "create", "drop", "do", "lock"}, w),
+			strings.HasPrefix(s.sql, "execute pu"), strings.HasPrefix(s.sql, "prepare pu"), strings.HasSuffix(s.sql, "for update"):
+			// (PREPARE of an UPDATE takes the lock the UPDATE would, and
+			// a transaction holding a write lock on a replicated table
+			// counts as writing it: compatibility.md.)
+			continue
+		}
+		out = append(out, s)
+	}
+	return append(out,
+		fuzzStatement{fztCreate, 0},
+		fuzzStatement{"drop table if exists fzt", 0},
+		fuzzStatement{"insert into fzt values ($1, $2) on conflict (k) do update set v = excluded.v", 2},
+		fuzzStatement{"update fzt set v = v + 1 where k = $1 returning v", 1},
+		fuzzStatement{"delete from fzt where k = $1", 1},
+		fuzzStatement{"select v from fzt where k = $1", 1},
+		fuzzStatement{"insert into fzt select k, v from fz where k = $1 on conflict (k) do nothing", 1},
+		fuzzStatement{"truncate fzt", 0},
+		fuzzStatement{"declare ct cursor for select k from fzt order by k", 0},
+		fuzzStatement{"fetch 1 from ct", 0},
+	)
+}
+
+// randomReplicatedWrite returns an autocommit write of the replicated
+// table, for a session with a temporary table to send while idle: one or
+// two statements as a simple Query (one implicit transaction), one
+// unnamed statement's Parse, Bind and Execute with its Sync, or the fast
+// path's fz_bump.
+func randomReplicatedWrite(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
+	writes := []fuzzStatement{
+		{"insert into fz values ($1, $2)", 2},
+		{"insert into fz values ($1, $2) on conflict (k) do update set v = excluded.v", 2},
+		{"update fz set v = v + 1 where k = $1", 1},
+		{"update fz set v = v + 1 where k = $1 returning v", 1},
+		{"delete from fz where k = $1", 1},
+	}
+	param := func() []byte { return []byte(strconv.Itoa(rng.IntN(6))) }
+	switch rng.IntN(3) {
+	case 0:
+		arg := param()
+		return []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: fzBumpOID, ArgFormatCodes: []uint16{0},
+			Arguments: [][]byte{arg}, ResultFormatCode: 0}}, fmt.Sprintf("FunctionCall fz_bump(%s)", arg)
+	case 1:
+		var parts []string
+		for i, n := 0, 1+rng.IntN(2); i < n; i++ {
+			w := writes[rng.IntN(len(writes))]
+			sql := w.sql
+			for j := w.params; j >= 1; j-- {
+				sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(j), string(param()))
+			}
+			parts = append(parts, sql)
+		}
+		q := strings.Join(parts, "; ")
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}, "Query " + q
+	}
+	w := writes[rng.IntN(len(writes))]
+	var params [][]byte
+	for range w.params {
+		params = append(params, param())
+	}
+	return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: w.sql}, &pgproto3.Bind{Parameters: params}, &pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{}, &pgproto3.Sync{}}, fmt.Sprintf("Parse %q %s; Bind %q; Execute; Sync", "", w.sql, params)
+}
+
 // fzBumpOID stands for the OID of fz_bump(int), an SQL function that
 // updates a row, in a FunctionCall: withOID puts each server's in.
 const fzBumpOID = 0xfffffff0
@@ -261,15 +394,16 @@ func declare(sql, begin string) string {
 // no update or BEGIN follows a read in one batch, and there is no DDL:
 // cons refuses those (its snapshot would predate its classes; DDL needs
 // every class declared), PostgreSQL does not.
-func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, string) {
+func randomUnit(rng *rand.Rand, m fuzzModel) ([]pgproto3.FrontendMessage, string) {
 	var msgs []pgproto3.FrontendMessage
 	var desc []string
+	begin := m.begin
 	cons := begin != "begin"
 	read := false
 	picked := 0
 	pick := func() (string, int) {
 		for {
-			s := fuzzStatements[rng.IntN(len(fuzzStatements))]
+			s := m.stmts[rng.IntN(len(m.stmts))]
 			ddl := strings.HasPrefix(s.sql, "truncate") || strings.HasPrefix(s.sql, "alter") ||
 				strings.HasPrefix(s.sql, "create") || strings.HasPrefix(s.sql, "drop")
 			if cons && ddl {
@@ -311,7 +445,7 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 		// function may touch every class, which a transaction that
 		// declared fewer refuses).
 		fn, desc := uint32(1397), "abs"
-		if !cons && rng.IntN(2) == 0 {
+		if !cons && !m.temp && rng.IntN(2) == 0 {
 			fn, desc = fzBumpOID, "fz_bump"
 		}
 		arg := param()
@@ -349,10 +483,7 @@ func randomUnit(rng *rand.Rand, begin string) ([]pgproto3.FrontendMessage, strin
 	// survive), or a Bind of what a name holds from before.
 	n := 1 + rng.IntN(4)
 	for i := 0; i < n; i++ {
-		var s struct {
-			sql    string
-			params int
-		}
+		var s fuzzStatement
 		s.sql, s.params = pick()
 		name := ""
 		if rng.IntN(3) == 0 {
