@@ -90,7 +90,7 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_SelectStmt:
 		st.Kind = KindRead
 		if ic := x.SelectStmt.IntoClause; ic != nil && ic.Rel.GetRelpersistence() == "t" {
-			st.Kind = KindLocal
+			st.Kind, st.TempNamespace = KindLocal, true
 			st.Tag = "SelectInto"
 			st.Reason = "temporary tables are local to the session and not replicated"
 			w.selectStmt(x.SelectStmt, nil)
@@ -227,6 +227,7 @@ func (w *walker) top(n *pg.Node) {
 		}
 	case *pg.Node_CreateTableAsStmt:
 		st.Kind = KindDDL
+		st.TempNamespace = x.CreateTableAsStmt.Into.GetRel().GetRelpersistence() == "t"
 		w.ddl(n)
 		if x.CreateTableAsStmt.Into.GetRel().GetRelpersistence() == "u" {
 			if n = w.asLogged(n); n == nil {
@@ -247,7 +248,7 @@ func (w *walker) top(n *pg.Node) {
 			return
 		}
 		if x.CreateStmt.Relation.GetRelpersistence() == "t" {
-			st.Kind = KindLocal
+			st.Kind, st.TempNamespace = KindLocal, true
 			st.Reason = "temporary tables are local to the session and not replicated"
 			return
 		}

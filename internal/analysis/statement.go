@@ -154,6 +154,12 @@ type Statement struct {
 	// Reason explains KindRefused and KindOpaque, and any escalation to
 	// "read everything".
 	Reason string
+	// TempNamespace: it creates a temporary table (CREATE TEMP TABLE,
+	// CREATE TEMP TABLE … AS, SELECT … INTO TEMP), or would (IF NOT
+	// EXISTS of one that exists): PostgreSQL then counts the transaction
+	// as one that touched temporary objects, which it cannot prepare,
+	// even when the statement did nothing.
+	TempNamespace bool
 	// Unparsed marks a KindOpaque statement that stands in for text that
 	// failed to parse (ErrSyntax): PostgreSQL's grammar refuses it too.
 	Unparsed bool

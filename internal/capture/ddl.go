@@ -79,6 +79,7 @@ DECLARE
 	keyless pg_catalog.oid[] := '{}';
 	t pg_catalog.oid;
 	dropped pg_catalog.text;
+	noop pg_catalog.bool;
 BEGIN
 	IF pg_catalog.current_setting('ordo.identity', true) = 'on' THEN
 		RETURN; -- the ALTER TABLE … REPLICA IDENTITY FULL below
@@ -121,15 +122,18 @@ BEGIN
 	IF dropped <> '' THEN
 		PERFORM set_config('ordo.drop_temp', '', true);
 	END IF;
-	IF commands = 0 AND dropped IN ('', 'on') THEN
-		-- It dropped only temporary objects, or it did nothing at all
-		-- (IF NOT EXISTS of what exists, IF EXISTS of what does not): a
-		-- DROP is the one command that does something without a row
-		-- here. A no-op's replay could do something on a node where a
-		-- concurrent transaction had made the object exist or not.
+	IF commands = 0 AND dropped = 'on' THEN
 		PERFORM set_config('search_path', saved, true);
-		RETURN;
+		RETURN; -- it dropped only temporary objects
 	END IF;
+	-- A command that did nothing at all (IF NOT EXISTS of what exists,
+	-- IF EXISTS of what does not; a DROP is the one command that does
+	-- something without a row here) is recorded, marked: the session
+	-- counts a query string's records to tell which of its statements
+	-- ran, but replays none for it, and it makes the transaction no
+	-- replicated DDL. Its replay could do something on a node where a
+	-- concurrent transaction had made the object exist or not.
+	noop := commands = 0 AND dropped = '';
 	IF commands > 0 AND jsonb_array_length(objs) = 0 THEN
 		PERFORM set_config('search_path', saved, true);
 		RETURN;
@@ -142,8 +146,10 @@ BEGIN
 	ELSE
 		PERFORM set_config('ordo.ddl_last', h, true);
 	END IF;
-	PERFORM set_config('ordo.ddl_replicated', 'on', true);
-	PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('h', h, 'q', q, 't', tg_tag, 'o', objs,
+	IF NOT noop THEN
+		PERFORM set_config('ordo.ddl_replicated', 'on', true);
+	END IF;
+	PERFORM pg_logical_emit_message(true, 'ordo.ddl', jsonb_build_object('h', h, 'q', q, 't', tg_tag, 'o', objs, 'n', noop,
 		's', jsonb_build_array(
 			jsonb_build_array('search_path', saved),
 			jsonb_build_array('TimeZone', current_setting('TimeZone')),
@@ -241,6 +247,10 @@ type DDLRecord struct {
 	// changed before it ran the command (decoding order): the other nodes
 	// replay it after those rows and before the rest.
 	RowsBefore int
+	// NoOp: the command did nothing (IF NOT EXISTS of what exists, IF
+	// EXISTS of what does not); it is recorded only so that the records
+	// of a query string account for each statement, and is not replayed.
+	NoOp bool
 }
 
 // Setting is a run-time parameter and its value.
@@ -270,6 +280,7 @@ func parseDDLMessage(content []byte, prev *DDLRecord) (rec DDLRecord, dropped []
 		H string      `json:"h"`
 		Q *string     `json:"q"`
 		T string      `json:"t"`
+		N bool        `json:"n"`
 		O [][]*string `json:"o"`
 		S [][]string  `json:"s"`
 		R []string    `json:"r"`
@@ -284,7 +295,7 @@ func parseDDLMessage(content []byte, prev *DDLRecord) (rec DDLRecord, dropped []
 		}
 		return DDLRecord{}, dropped, err
 	}
-	r := DDLRecord{QueryHash: m.H, Tag: m.T}
+	r := DDLRecord{QueryHash: m.H, Tag: m.T, NoOp: m.N}
 	for _, kv := range m.S {
 		if len(kv) != 2 {
 			return DDLRecord{}, nil, fmt.Errorf("DDL record: setting with %d fields", len(kv))

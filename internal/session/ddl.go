@@ -299,6 +299,20 @@ func joinDDL(stmts []ddlStmt, records []capture.DDLRecord, blocks map[string]blo
 		for j < len(stmts) && !(stmts[j].seen && hashes[j] == r.QueryHash) {
 			j++
 		}
+		if r.NoOp {
+			// It did nothing: nothing to replay. A statement's keeps its
+			// keys (it read that its object existed, or not).
+			if j < len(stmts) {
+				for ; i < j; i++ {
+					if !stmts[i].seen {
+						out.add(stmts[i].sql, nil, at, stmts[i].keys...)
+					}
+				}
+				out.keys = append(out.keys, stmts[j].keys...)
+				i = j + 1
+			}
+			continue
+		}
 		if j == len(stmts) {
 			if b := blocks[r.QueryHash]; b.runs != 1 || b.extended {
 				return nil, &errDDL{fmt.Sprintf("ordo: DDL run inside a DO block, function or procedure (%s, in %q) can be replicated only when the statement that ran it was sent once in the transaction, as a simple query without parameters; run the DDL as plain statements", r.Tag, abbreviate(r.Query))}

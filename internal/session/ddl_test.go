@@ -18,6 +18,8 @@ func rec(query, tag string, objs ...capture.DDLObject) capture.DDLRecord {
 
 func atRows(r capture.DDLRecord, n int) capture.DDLRecord { r.RowsBefore = n; return r }
 
+func noop(r capture.DDLRecord) capture.DDLRecord { r.NoOp = true; return r }
+
 func stmt(sql, sent string) ddlStmt { return ddlStmt{sql: sql, sent: sent, seen: true} }
 
 func table(schema, name string) capture.DDLObject {
@@ -116,6 +118,19 @@ func TestJoinDDL(t *testing.T) {
 		records: []capture.DDLRecord{rec("drop table x; create extension cube", "DROP TABLE"), rec("drop table x; create extension cube", "DROP OPERATOR"),
 			rec("drop table x; create extension cube", "CREATE EXTENSION", capture.DDLObject{Type: "extension", Identity: "cube"})},
 		ddl: []string{"drop table x", "create extension cube"},
+	}, {
+		name: "a statement that did nothing accounts for its record and is not replayed",
+		stmts: []ddlStmt{stmt("drop type if exists r", "drop type if exists r; create type r as range (subtype = int4)"),
+			stmt("create type r as range (subtype = int4)", "drop type if exists r; create type r as range (subtype = int4)")},
+		records: []capture.DDLRecord{noop(rec("drop type if exists r; create type r as range (subtype = int4)", "DROP TYPE")),
+			rec("drop type if exists r; create type r as range (subtype = int4)", "CREATE TYPE", capture.DDLObject{Type: "type", Schema: "public", Identity: "public.r"})},
+		ddl:  []string{"create type r as range (subtype = int4)"},
+		keys: []txn.Key{txn.TableKey("public", "r")},
+	}, {
+		name:    "a DO block whose DDL did nothing is not replayed, nor refused beside rows",
+		stmts:   []ddlStmt{stmt(ins, ins)},
+		records: []capture.DDLRecord{noop(rec("do $$ begin create table if not exists d (id int); end $$", "CREATE TABLE"))},
+		rows:    true,
 	}, {
 		name:    "one query string that rolled back some of its different DDL is refused",
 		stmts:   []ddlStmt{stmt("alter table a add x int", "q"), stmt("alter table a add y int", "q")},

@@ -108,6 +108,10 @@ type session struct {
 	unitSnap  uint64
 	unitReads txn.ReadSet
 	unitGran  granuleEpoch
+	// unitTemp: a statement that creates a temporary table ran in the
+	// batch's implicit transaction (txState.tempNamed, should it become
+	// a block).
+	unitTemp bool
 	// unitFresh: no statement has run yet in the batch's current implicit
 	// transaction (none since the batch began, or since a COMMIT or
 	// ROLLBACK in it ended the previous one), so none took its snapshot.
@@ -155,8 +159,11 @@ type session struct {
 }
 
 type txState struct {
-	active  bool // inside a transaction (explicit or wrapped)
-	wrapped bool // we sent BEGIN for an autocommit statement
+	active bool // inside a transaction (explicit or wrapped)
+	// tempNamed: a statement that creates a temporary table ran in it
+	// (analysis.Statement.TempNamespace).
+	tempNamed bool
+	wrapped   bool // we sent BEGIN for an autocommit statement
 	// retry: the wrapped autocommit statement may be run again if a
 	// conflict aborts it (retry.go).
 	retry    *retryStmt
@@ -268,7 +275,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}
 		}
-		s.unitGran = granuleEpoch{}
+		s.unitGran, s.unitTemp = granuleEpoch{}, false
 		s.unitFresh, s.unitParsed, s.unitBound = true, false, false
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
 	}
@@ -515,8 +522,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			s.noticeIsolation(stmts[0].Txn.Isolation, at{kind: wire.KindBind})
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
-			s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
+			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 			s.unitStatus = 'T'
 			return nil
 		}
@@ -1326,6 +1333,15 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	}
 
 	for _, a := range stmts {
+		if a.TempNamespace && m.kind != wire.KindParse {
+			// Even if it does nothing (IF NOT EXISTS): the probe sees
+			// no trace of such a statement, PostgreSQL's PREPARE does.
+			if s.tx.active {
+				s.tx.tempNamed = true
+			} else {
+				s.unitTemp = true // the batch's implicit transaction
+			}
+		}
 		if a.SetsOrdoConfig {
 			// set_config('ordo.read_consistency', …): read again once
 			// the transaction is over, as after a SET; and a label it
@@ -1906,7 +1922,7 @@ func (s *session) sync(ctx context.Context) error {
 func (s *session) newImplicit() {
 	s.unitStatus = 'I'
 	s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
-	s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
+	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.unitFresh, s.unitParsed = true, false
 }
 
@@ -1931,9 +1947,9 @@ func (s *session) noteWrap(injected bool) {
 func (s *session) beginHere() {
 	s.noteWrap(true)
 	s.be.BeginHere("BEGIN")
-	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran}
+	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
 	s.unitStatus = 'T'
-	s.unitReads, s.unitGran = txn.ReadSet{}, granuleEpoch{}
+	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.inTxn.Store(true)
 	s.be.HoldReady()
 }

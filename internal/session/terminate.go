@@ -205,6 +205,7 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 	if err != nil {
 		return "", false, t0, err
 	}
+	w.temp = w.temp || s.tx.tempNamed
 	if w.tempSchema || w.loMeta || w.loData {
 		s.probeApart = true // (a temporary schema stays the session's)
 	}
