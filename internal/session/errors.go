@@ -22,6 +22,7 @@ const (
 	codeInvalidParameterValue    = "22023"
 	codeProtocolViolation        = "08P01"
 	codeCharacterNotInRepertoire = "22021"
+	codeQueryCanceled            = "57014"
 )
 
 // canceled reports a statement canceled by a CancelRequest (57014). On

@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		unretried: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ordo_session_autocommit_conflicts_unretried_total",
-			Help: "Conflicts of autocommit statements that could have been run again (autocommit_retries) and reached the client, by reason: rows_sent (the client read some of an attempt), not_idle, statement_changed, result_changed, recorded, exhausted (every attempt aborted), disabled (autocommit_retries 0).",
+			Help: "Conflicts of autocommit statements that could have been run again (autocommit_retries) and reached the client, by reason: rows_sent (the client read some of an attempt), not_idle, statement_changed, result_changed, recorded, exhausted (every attempt aborted), disabled (autocommit_retries 0), canceled (the client canceled it while it waited to run again).",
 		}, []string{"reason"}),
 		syncReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordo_session_sync_reads_total",

@@ -163,6 +163,8 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 		return err
 	}
 	label := s.label // "" once the first attempt's termination used it
+	// A cancel from here on ends the retries (retryStatement's pause).
+	s.retryCanceled = s.be.CancelRequested()
 	if err = s.attempts(ctx, r, s.autocommitRetries(ctx), err); err != nil {
 		// An attempt that failed before its termination left the label
 		// set: as it was before the retries, for labelFailed to judge
@@ -221,6 +223,7 @@ const (
 	unretriedRecorded  = "recorded"          // the order recorded a labelled attempt's abort
 	unretriedExhausted = "exhausted"         // autocommit_retries attempts, each aborted
 	unretriedDisabled  = "disabled"          // autocommit_retries 0
+	unretriedCanceled  = "canceled"          // the client canceled the statement while it waited to run again
 )
 
 func (s *session) unretried(reason string) { s.h.m.unretried.WithLabelValues(reason).Inc() }
@@ -236,8 +239,13 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		s.unretried(unretriedNotIdle)
 		return false, last
 	}
-	if !pause(ctx, retryPause(attempt, rand.Int64N)) {
+	switch pause(ctx, s.retryCanceled, retryPause(attempt, rand.Int64N)) {
+	case pauseEnded:
 		return false, last // the session is ending
+	case pauseCanceled:
+		// As PostgreSQL would have canceled the attempt it ran then.
+		s.unretried(unretriedCanceled)
+		return false, pgErr(codeQueryCanceled, "canceling statement due to user request")
 	}
 	// A new transaction: an abort was the last attempt's.
 	s.aborted.Store(false)
@@ -324,18 +332,31 @@ func retryPause(retry int, n func(int64) int64) time.Duration {
 	return most/2 + time.Duration(n(int64(most/2)+1))
 }
 
-// pause waits d; it reports false if ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
+// How a pause between attempts ended.
+const (
+	pauseDone     = iota // it lasted its while
+	pauseEnded           // the session's context ended
+	pauseCanceled        // the client sent a CancelRequest
+)
+
+// pause waits d, or until ctx ends or canceled is closed (the client's
+// CancelRequest: nothing runs in PostgreSQL meanwhile for it to cancel).
+func pause(ctx context.Context, canceled <-chan struct{}, d time.Duration) int {
+	if ctx.Err() != nil {
+		return pauseEnded
+	}
 	if d <= 0 {
-		return ctx.Err() == nil
+		return pauseDone
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return pauseDone
 	case <-ctx.Done():
-		return false
+		return pauseEnded
+	case <-canceled:
+		return pauseCanceled
 	}
 }
 

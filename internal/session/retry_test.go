@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -90,5 +91,27 @@ func TestRetryPause(t *testing.T) {
 	}
 	if d := total(3, most); d > 3*time.Millisecond {
 		t.Errorf("the default 3 retries wait up to %v in all", d)
+	}
+}
+
+// TestPauseEnds: a pause between attempts lasts its while, or ends at the
+// client's cancel or the session's end.
+func TestPauseEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	never := make(chan struct{})
+	if got := pause(ctx, never, time.Millisecond); got != pauseDone {
+		t.Fatalf("a pause: %d", got)
+	}
+	canceled := make(chan struct{})
+	close(canceled)
+	if got := pause(ctx, canceled, time.Hour); got != pauseCanceled {
+		t.Fatalf("a pause the client canceled: %d", got)
+	}
+	cancel()
+	if got := pause(ctx, never, 0); got != pauseEnded {
+		t.Fatalf("no pause in a session that ended: %d", got)
+	}
+	if got := pause(ctx, never, time.Hour); got != pauseEnded {
+		t.Fatalf("a pause of a session that ended: %d", got)
 	}
 }

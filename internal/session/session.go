@@ -20,10 +20,13 @@ import (
 // session follows one client session. Its methods run on the session's wire
 // goroutine, one at a time.
 type session struct {
-	h    *Hooks
-	be   wire.Backend
-	info wire.SessionInfo
-	pid  uint32
+	h  *Hooks
+	be wire.Backend
+	// retryCanceled is closed by the client's CancelRequest since the
+	// retries of the current autocommit statement began (retry.go).
+	retryCanceled <-chan struct{}
+	info          wire.SessionInfo
+	pid           uint32
 	// serverVersion: PostgreSQL's server_version_num (150018, 180001…).
 	serverVersion int
 

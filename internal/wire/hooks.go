@@ -235,6 +235,11 @@ type Backend interface {
 	// or ROLLBACK TO SAVEPOINT, after which rows before the savepoint are
 	// not counted): never more than the open transaction's.
 	TxRowsChanged() int64
+	// CancelRequested returns a channel closed when the client next sends
+	// a CancelRequest for this session (after the call). Ordo forwards it
+	// to PostgreSQL, which cancels what runs; what waits in Ordo itself
+	// between statements (an autocommit retry's pause) watches this.
+	CancelRequested() <-chan struct{}
 	// UnitSentRows reports whether the unit being finished relayed rows or
 	// a COPY to the client (RowDescription, DataRow, CopyInResponse,
 	// CopyOutResponse), or a result HoldConflicts did not hold: what a

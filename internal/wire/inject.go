@@ -71,6 +71,27 @@ func changedRows(tag string) int64 {
 // TxRowsChanged implements Backend.
 func (ss *session) TxRowsChanged() int64 { return ss.txRows.Load() }
 
+// CancelRequested implements Backend.
+func (ss *session) CancelRequested() <-chan struct{} {
+	ss.clientCancelMu.Lock()
+	defer ss.clientCancelMu.Unlock()
+	if ss.clientCancel == nil {
+		ss.clientCancel = make(chan struct{})
+	}
+	return ss.clientCancel
+}
+
+// clientCanceled wakes what waits on CancelRequested: the client sent a
+// CancelRequest.
+func (ss *session) clientCanceled() {
+	ss.clientCancelMu.Lock()
+	defer ss.clientCancelMu.Unlock()
+	if ss.clientCancel != nil {
+		close(ss.clientCancel)
+		ss.clientCancel = nil
+	}
+}
+
 // UnitSentRows implements Backend.
 func (ss *session) UnitSentRows() bool { return ss.unitRows.Load() }
 

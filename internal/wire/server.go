@@ -343,6 +343,7 @@ func (s *Server) cancel(pid uint32, secret []byte) {
 		s.log.Debug("cancel request with unknown key", "pid", pid)
 		return
 	}
+	ss.clientCanceled()
 	if err := ss.cancelBackend(); err != nil {
 		s.log.Warn("forward cancel request", "session", ss.id, "err", err)
 	}

@@ -114,6 +114,10 @@ type session struct {
 	// ErrorResponse was relayed since runSplit last cleared it.
 	quietReady atomic.Bool
 	sawError   atomic.Bool
+	// clientCancel is closed at the client's next CancelRequest
+	// (CancelRequested), under clientCancelMu.
+	clientCancelMu sync.Mutex
+	clientCancel   chan struct{}
 	// positions: how PostgreSQL's error positions in the Query sent last
 	// become the client's (positions.go), when it is not the client's
 	// text; cleared at the next ReadyForQuery.

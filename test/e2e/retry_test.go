@@ -25,7 +25,8 @@ import (
 // update that sets it. With 20 retries the statement commits (its
 // pauses add up to at least 0.45 s); with 3 it is still in the burst
 // after its last attempt and its client gets the 40001 (they add up to
-// at most 3 ms, and the burst is 2 s). Without the pauses, 20 retries
+// at most 3 ms, and the burst is 2 s). A cancel from the client while
+// it waits to run again ends it with 57014. Without the pauses, 20 retries
 // took milliseconds and the first statement failed too; a client on a
 // hot row saw a retried statement fail in TestAutocommitConflictsAreRetried
 // (CI, fe02681: 50 retries spent).
@@ -69,6 +70,23 @@ func TestAutocommitRetriesOutlastABurstOfConflicts(t *testing.T) {
 	require.Equal(t, "40001", pe.Code)
 	require.Equal(t, 3.0, retries()-before)
 	t.Logf("3 retries: 40001 after %v", took)
+
+	// A client's cancel while its statement waits to run again ends it,
+	// as PostgreSQL would have canceled the attempt (57014): nothing
+	// runs in PostgreSQL meanwhile for the cancel to hit.
+	burst(3 * time.Second)
+	canceled := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		canceled <- conn.PgConn().CancelRequest(ctx)
+	}()
+	took, err = update(100)
+	require.NoError(t, <-canceled)
+	require.ErrorAs(t, err, &pe, "canceled while it waited to run again")
+	require.Equal(t, "57014", pe.Code, "%v after %v", err, took)
+	t.Logf("100 retries, canceled: %s after %v", pe.Message, took)
+	require.Equal(t, 1.0, c.counter(1, "ordo_session_autocommit_conflicts_unretried_total", map[string]string{"reason": "canceled"}))
+	time.Sleep(3 * time.Second) // the rest of the burst
 
 	before = retries()
 	burst(300 * time.Millisecond)
