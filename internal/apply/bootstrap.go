@@ -200,7 +200,10 @@ GRANT EXECUTE ON FUNCTION _ordo.txn_status(text) TO PUBLIC;`
 // session's own write probe first: it has no xid, the session has a
 // temporary schema (the transaction may have touched a temporary object,
 // which PostgreSQL cannot prepare, or written only those, which commit
-// here), or it changed large objects (read before the PREPARE). Otherwise
+// here), it changed large objects (read before the PREPARE), or it runs at
+// SERIALIZABLE (under dbsm-si its reads are then certified, which the
+// probe tells the session; under the other protocols it never does unless
+// the client set transaction_isolation itself). Otherwise
 // it returns the transaction's ordo.txn_label and resets it, as the RESET
 // before a PREPARE does (a RESET in a transaction that is prepared stays
 // in force). The error is a signal to the session, which rolls back to
@@ -211,7 +214,8 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	label text := coalesce(current_setting('ordo.txn_label', true), '');
 BEGIN
-	IF pg_current_xact_id_if_assigned() IS NULL OR pg_my_temp_schema() <> 0 OR ` + capture.LargeObjectsChanged + ` THEN
+	IF pg_current_xact_id_if_assigned() IS NULL OR pg_my_temp_schema() <> 0 OR ` + capture.LargeObjectsChanged + `
+		OR current_setting('transaction_isolation') = 'serializable' THEN
 		RAISE EXCEPTION 'ordo: this transaction needs Ordo''s write probe before its PREPARE (not an error: Ordo probes and prepares it next)'
 			USING ERRCODE = 'OR001';
 	END IF;

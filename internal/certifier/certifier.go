@@ -13,8 +13,13 @@ type Request struct {
 	SnapshotSeqno uint64
 	Keys          []txn.KeyMode
 	// ReadAll marks a read the analyzer could not attribute: it conflicts
-	// with every write committed after the snapshot (dbsm only).
+	// with every write committed after the snapshot (when reads are
+	// certified).
 	ReadAll bool
+	// CheckReads certifies this transaction's reads (S keys, ReadAll)
+	// even when Config.CheckReads does not: a transaction that ran at
+	// SERIALIZABLE under dbsm-si or dbsm-rc.
+	CheckReads bool
 }
 
 // Reason says why a transaction aborted.
@@ -55,8 +60,9 @@ type Decision struct {
 
 // Config is cluster configuration; every node must use the same values.
 type Config struct {
-	// CheckReads is true under dbsm (S keys are certified) and false under
-	// dbsm-si.
+	// CheckReads is true under dbsm (every transaction's S keys are
+	// certified) and false under dbsm-si and dbsm-rc (only those of a
+	// Request with CheckReads).
 	CheckReads bool
 	// Window is how many seqnos the index remembers (default 1<<20).
 	Window uint64
@@ -156,12 +162,13 @@ func (c *Certifier) check(req *Request) Decision {
 	if snap >= c.lastAny {
 		return Decision{Commit: true} // nothing committed after the snapshot
 	}
-	if req.ReadAll && c.cfg.CheckReads && c.lastAny > snap {
+	checkReads := c.cfg.CheckReads || req.CheckReads
+	if req.ReadAll && checkReads && c.lastAny > snap {
 		return Decision{Reason: ReasonConflict, By: c.lastAny}
 	}
 	for _, km := range req.Keys {
 		mode := km.Mode
-		if !c.cfg.CheckReads {
+		if !checkReads {
 			mode &^= txn.S
 		}
 		if mode == 0 {

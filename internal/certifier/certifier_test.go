@@ -64,6 +64,30 @@ func TestWriteSkew(t *testing.T) {
 	}
 }
 
+// TestSerializableRequestUnderSnapshotIsolation: under dbsm-si and
+// dbsm-rc (Config.CheckReads false) a transaction that ran at
+// SERIALIZABLE has its reads certified, ReadAll included; the others keep
+// snapshot isolation's rule beside it.
+func TestSerializableRequestUnderSnapshotIsolation(t *testing.T) {
+	c := New(Config{CheckReads: false}, 0)
+	t1 := append(read(row("r", 1), row("r", 2)), write("r", 1)...)
+	t2 := append(read(row("r", 1), row("r", 2)), write("r", 2)...)
+	require.True(t, c.Certify(1, &Request{Keys: t1}).Commit)
+	d := c.Certify(2, &Request{Keys: t2, CheckReads: true})
+	require.False(t, d.Commit, "write skew refused to a serializable transaction")
+	require.Equal(t, row("r", 1), d.Key)
+	require.Equal(t, uint64(1), d.By)
+	// The same transaction without the flag commits (snapshot isolation).
+	require.True(t, c.Certify(3, &Request{Keys: t2}).Commit)
+	// Its reads are not recorded: a later writer of what it read does not
+	// conflict with it, serializable or not.
+	require.True(t, c.Certify(4, &Request{SnapshotSeqno: 3, Keys: write("r", 1), CheckReads: true}).Commit)
+	// ReadAll conflicts with any write after the snapshot when checked.
+	require.False(t, c.Certify(5, &Request{SnapshotSeqno: 3, ReadAll: true, Keys: write("b", 1), CheckReads: true}).Commit)
+	require.True(t, c.Certify(6, &Request{SnapshotSeqno: 3, ReadAll: true, Keys: write("b", 2)}).Commit)
+	require.True(t, c.Certify(7, &Request{SnapshotSeqno: 6, ReadAll: true, Keys: write("b", 3), CheckReads: true}).Commit)
+}
+
 func TestReadOfTableConflictsWithRowWrite(t *testing.T) {
 	c := New(Config{CheckReads: true}, 0)
 	require.True(t, c.Certify(1, &Request{Keys: write("a", 7)}).Commit)

@@ -26,6 +26,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 		Origin:        t.Origin,
 		SnapshotSeqno: t.SnapshotSeqno,
 		ReadAll:       t.ReadAll,
+		Serializable:  t.Serializable,
 		Protocol:      protocol,
 		Ddl:           t.DDL,
 		DdlSettings:   encodeSettings(t.DDLSettings),

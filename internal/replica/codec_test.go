@@ -42,7 +42,7 @@ func TestTxnEntryRoundTrip(t *testing.T) {
 		{Op: capture.OpTruncate, Table: log, Key: txn.TableKey("public", "log"), TruncateGroup: 1, Cascade: true},
 	}}
 	in := &Txn{GID: ws.GID, Origin: 2, SnapshotSeqno: 41, WriteSet: ws, DDL: []string{"ALTER TABLE acct ADD doc text"}, SearchPath: `"$user", public`,
-		Keys: ws.Keys().Sorted()}
+		Keys: ws.Keys().Sorted(), Serializable: true}
 	bs, err := encodeAll(in, DBSM, 1<<20)
 	require.NoError(t, err)
 	require.Len(t, bs, 1, "a small transaction is one entry")
@@ -52,6 +52,7 @@ func TestTxnEntryRoundTrip(t *testing.T) {
 	require.NotNil(t, te)
 	require.Equal(t, in.Keys, decodeKeys(te))
 	require.Equal(t, []string{"ALTER TABLE acct ADD doc text"}, te.Ddl)
+	require.True(t, te.Serializable, "the decider certifies its reads by it")
 	got, err := decodeWriteSet(te)
 	require.NoError(t, err)
 	require.Len(t, got.Rows, len(ws.Rows))

@@ -320,7 +320,7 @@ func (r *Replica) decode(seqno uint64, e *ordov1.Entry) (termination.Entry, erro
 		t := k.Txn
 		ent.Kind, ent.GID, ent.Origin, ent.Protocol = termination.KindTxn, txn.GID(t.Gid), t.Origin, t.Protocol
 		ent.SnapshotSeqno, ent.Keys, ent.ReadAll, ent.Fragments = t.SnapshotSeqno, decodeKeys(t), t.ReadAll, t.Fragments
-		ent.BeginSeqno = t.BeginSeqno
+		ent.BeginSeqno, ent.Serializable = t.BeginSeqno, t.Serializable
 		ent.GranuleSeqno, ent.GranulesInForce = t.GranuleSeqno, classes.GranuleSeqnoAt(r.Classes(), seqno)
 		if t.Origin == r.cfg.NodeID {
 			ent.Local = r.localOf(ent.GID)

@@ -495,7 +495,7 @@ func (r *Replica) Terminate(ctx context.Context, t *Txn) (Outcome, error) {
 	if t.WriteSet != nil {
 		r.m.writeRows.Observe(float64(len(t.WriteSet.Rows)))
 	}
-	if r.CertifiesReads() {
+	if r.CertifiesReads() || t.Serializable {
 		reads := 0
 		for _, k := range t.Keys {
 			if k.Mode&txn.S != 0 {

@@ -54,8 +54,11 @@
 //  9. Work that touched only temporary objects commits locally (PostgreSQL
 //     cannot prepare it); with replicated changes it is refused, naming
 //     why. SHOW transaction_isolation answers the level the transaction
-//     asked for, unless the cluster gives less (SERIALIZABLE under snapshot
-//     isolation answers REPEATABLE READ).
+//     asked for, unless the cluster gives less (under dbsm-si, a block
+//     without a level at a session default of SERIALIZABLE answers
+//     REPEATABLE READ). Under dbsm-si and dbsm-rc a transaction at
+//     SERIALIZABLE has its reads collected and certified (tracksReads,
+//     termination.Txn.Serializable).
 //
 // Files: hooks.go (wire.Hooks, the registry of sessions by backend pid),
 // session.go (per-session state machine), terminate.go (steps 5 and 6),

@@ -138,8 +138,8 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	}
 	rc := h.cfg.Replica.Name() == termination.DBSMRC
 	// The session's default isolation level stays the client's: Ordo
-	// makes each transaction REPEATABLE READ as it begins (under dbsm-rc
-	// only one that asks for SERIALIZABLE).
+	// makes each transaction REPEATABLE READ as it begins (under dbsm-si
+	// but one that asks for SERIALIZABLE; under dbsm-rc none).
 	// ordo.autocommit_retries and ordo.read_consistency, where nothing set
 	// them (ALTER ROLE … SET, the connection's options), are given the
 	// node's count and 'local' for the session, so that SHOW answers;
@@ -154,7 +154,8 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	s := &session{h: h, info: info, rc: rc, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
+	serialOnDemand := rc || h.cfg.Replica.Name() == termination.DBSMSI
+	s := &session{h: h, info: info, rc: rc, serialOnDemand: serialOnDemand, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
 	s.be = aheadBackend{Backend: be, s: s}
 	if len(res.Rows) == 1 && len(res.Rows[0]) == 7 {
 		s.pid = parseUint32(res.Rows[0][0])

@@ -33,6 +33,9 @@ type session struct {
 	// rc: the protocol is dbsm-rc; transactions run at the isolation
 	// level the client asks.
 	rc bool
+	// serialOnDemand: the protocol is dbsm-si or dbsm-rc, which certify
+	// the reads of a transaction only if it ran at SERIALIZABLE.
+	serialOnDemand bool
 
 	user       string
 	searchPath string
@@ -209,6 +212,13 @@ type txState struct {
 	fixIsolation bool
 	isolation    string
 	done         bool // terminated; the client's COMMIT ends an empty txn
+	// readsFromStart: its reads were collected from its first snapshot on
+	// (tracksReads); serializable: it ran at PostgreSQL's SERIALIZABLE
+	// (the probe says), under dbsm-si or dbsm-rc, and its reads are
+	// certified: all of them (ReadAll) if they were not collected from
+	// the start.
+	readsFromStart, serializable bool
+
 	// begins is Backend.Begins when Ordo opened a wrapped block: more at
 	// its end means the client's own BEGIN ran in it, making it theirs;
 	// clientBegan: one was bound in it.
@@ -522,7 +532,6 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
 			// implicit transaction the client's block (if it runs: an
 			// error before it leaves nothing open at the Sync). Its
 			// snapshot is no older than the unit's first statement.
-			s.noticeIsolation(stmts[0].Txn.Isolation, at{kind: wire.KindBind})
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
 			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
@@ -688,7 +697,6 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 			// The level the client's block asked for (it runs at
 			// Ordo's, which reports this one).
 			s.tx.isolation = ctl.Isolation
-			s.noticeIsolation(ctl.Isolation, at{kind: wire.KindQuery})
 		}
 		s.wrapExec, s.wrapInjected = false, false // the client's block now
 		tag := "BEGIN"
@@ -801,18 +809,27 @@ func (s *session) txStatus() byte {
 // for a transaction that asked for level ("" for the session's default,
 // default_transaction_isolation, which PostgreSQL holds as the client set
 // it): the level asked for, as PostgreSQL reports READ UNCOMMITTED though
-// it gives READ COMMITTED, unless the cluster gives less. That is
-// SERIALIZABLE under a protocol that certifies no reads: snapshot
-// isolation, reported as REPEATABLE READ.
+// it gives READ COMMITTED, unless the cluster gives less. It does for a
+// block under dbsm-si that did not ask for a level in its BEGIN while the
+// session's default is SERIALIZABLE: it runs at REPEATABLE READ (Ordo
+// does not follow the default), snapshot isolation.
 func (s *session) reportedIsolation(level string) string {
 	expr := "pg_catalog.current_setting('default_transaction_isolation')"
 	if level != "" {
 		expr = "'" + level + "'::text"
 	}
-	if s.h.cfg.Replica.CertifiesReads() {
+	if level != "" || !s.downgradesDefault() {
 		return expr
 	}
 	return "CASE " + expr + " WHEN 'serializable' THEN 'repeatable read' ELSE " + expr + " END"
+}
+
+// downgradesDefault reports whether a block that asks for no level runs
+// at less than a session default of SERIALIZABLE (reportedIsolation):
+// under dbsm-si. (dbsm, pgr and cons serialize every transaction; dbsm-rc
+// runs the session's default as it is.)
+func (s *session) downgradesDefault() bool {
+	return s.serialOnDemand && !s.rc
 }
 
 // rewriteIsolation keeps a BEGIN or SET TRANSACTION from changing the
@@ -895,7 +912,7 @@ func (s *session) isolationRewrite(a *analysis.Statement, level string, open, qu
 		return ""
 	case showsIsolation(a, "transaction_isolation"):
 		return "SELECT " + s.reportedIsolation(level) + " || " + wire.ShowMarkerSQL + " AS transaction_isolation"
-	case showsIsolation(a, "default_transaction_isolation") && !s.h.cfg.Replica.CertifiesReads():
+	case showsIsolation(a, "default_transaction_isolation") && s.downgradesDefault():
 		return "SELECT " + s.reportedIsolation("") + " || " + wire.ShowMarkerSQL + " AS default_transaction_isolation"
 	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn):
 		var b strings.Builder
@@ -1480,7 +1497,6 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 	atBoundary, atParse := m.first, m.kind == wire.KindParse
 	switch a.Txn.Op {
 	case analysis.TxnBegin:
-		s.noticeIsolation(a.Txn.Isolation, m)
 		s.inTxn.Store(true)
 		if s.txStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true, isolation: a.Txn.Isolation}
@@ -1602,7 +1618,6 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.savepointOp(a.Txn)
 		}
 	case analysis.TxnSetTransaction:
-		s.noticeIsolation(a.Txn.Isolation, m)
 		if a.Txn.Isolation != "" {
 			s.tx.isolation = a.Txn.Isolation
 		}
@@ -1623,29 +1638,32 @@ func (s *session) needsIsolationFix(a *analysis.Statement, m at) bool {
 // fixesIsolation reports whether BEGIN or SET TRANSACTION t must be made
 // REPEATABLE READ: a BEGIN asking for any other level, or for none (the
 // session's default is the client's, READ COMMITTED unless it set
-// another), and a SET TRANSACTION asking for another level; under
-// dbsm-rc only one asking for SERIALIZABLE (the cluster certifies no
-// reads).
+// another), and a SET TRANSACTION asking for another level. Under dbsm-si
+// one asking for SERIALIZABLE runs at it (tracksReads), and under dbsm-rc
+// every level runs as asked.
 func (s *session) fixesIsolation(t *analysis.TxnControl) bool {
 	if t.Op != analysis.TxnBegin && t.Op != analysis.TxnSetTransaction {
 		return false
 	}
 	if s.rc {
-		return t.Isolation == "serializable"
+		return false
 	}
 	if t.Op == analysis.TxnSetTransaction && t.Isolation == "" {
 		return false // READ ONLY and the like: the level stays
 	}
+	if t.Isolation == "serializable" && s.serialOnDemand {
+		return false
+	}
 	return t.Isolation != "repeatable read"
 }
 
-// noticeIsolation tells a client asking for SERIALIZABLE what it gets when
-// the cluster provides snapshot isolation.
-func (s *session) noticeIsolation(level string, m at) {
-	if level == "serializable" && !s.h.cfg.Replica.CertifiesReads() && m.kind != wire.KindParse {
-		s.be.Notice("ordo: this cluster runs protocol " + s.h.cfg.Replica.Name() +
-			", which provides snapshot isolation, not serializability: write skew between concurrent transactions is possible")
-	}
+// tracksReads reports whether the open transaction's read keys are
+// collected for certification: every transaction's under dbsm and pgr;
+// under dbsm-si and dbsm-rc those of one that asked for SERIALIZABLE,
+// which runs at PostgreSQL's SERIALIZABLE and is certified as under dbsm
+// (its entry says so: termination.Txn.Serializable).
+func (s *session) tracksReads() bool {
+	return s.h.cfg.Replica.CertifiesReads() || (s.serialOnDemand && s.tx.isolation == "serializable")
 }
 
 // checkSetting refuses a value of a setting Ordo interprets that it
@@ -1908,6 +1926,7 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 		}
 	}
 	s.tx.snapSeq = s.h.cfg.Replica.AppliedPrefix()
+	s.tx.readsFromStart = s.tracksReads()
 	return nil
 }
 
@@ -1973,7 +1992,7 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 		s.trackLocks(a, params)
 		s.tx.gran.note(a.GranuleSeqno)
 	}
-	if !s.h.cfg.Replica.CertifiesReads() {
+	if !s.tracksReads() {
 		return
 	}
 	s.trackReads(&s.tx.reads, a, params)

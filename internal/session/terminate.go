@@ -22,8 +22,14 @@ import (
 // quickProbe asks whether the open transaction has an xid, and whether
 // the session has a temporary schema (it has none until it creates a
 // temporary table). Without one, it cannot have written a temporary table
-// and the full probe is not needed.
-const quickProbe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL, pg_my_temp_schema() <> 0`
+// and the full probe is not needed. Its third column is probeSerializable.
+const quickProbe = `SELECT pg_current_xact_id_if_assigned() IS NOT NULL, pg_my_temp_schema() <> 0` + probeSerializable
+
+// probeSerializable asks whether the transaction runs at SERIALIZABLE:
+// under dbsm-si and dbsm-rc its reads are then certified (tracksReads),
+// whatever made it so (a BEGIN Ordo followed, or a session default Ordo
+// does not: dbsm-rc runs a BEGIN without a level at the default).
+const probeSerializable = `, current_setting('transaction_isolation') = 'serializable'`
 
 // probeLargeObjects asks whether the open transaction changed large
 // objects (capture.LargeObjectProbe): two more columns of either probe.
@@ -86,6 +92,8 @@ type written struct {
 	loMeta, loData bool
 	// prefix is the committed prefix the probe saw (dbsm-rc only).
 	prefix uint64
+	// serializable: it runs at SERIALIZABLE (probeSerializable).
+	serializable bool
 	// tempSchema: the session has a temporary schema (the full probe ran).
 	tempSchema bool
 	// label is the transaction's ordo.txn_label (probeLabel), if labelOK.
@@ -97,27 +105,28 @@ func (s *session) probe(ctx context.Context) (written, error) {
 	if s.tempSchema && s.be.TxRowsChanged() > 0 {
 		return s.probeAlone(ctx)
 	}
-	q, cols := quickProbe+probeLargeObjects+probeLabel, 5
+	q, cols := quickProbe+probeLargeObjects+probeLabel, 6
 	if s.rc {
-		q, cols = quickProbeRC+probeLargeObjects+probeLabel, 6
+		q, cols = quickProbeRC+probeLargeObjects+probeLabel, 7
 	}
 	res, err := s.be.Exec(ctx, untimed, q)
 	if err != nil {
 		return written{}, err
 	}
 	var prefix uint64
-	var loMeta, loData, labelOK bool
+	var serializable, loMeta, loData, labelOK bool
 	var label string
 	if res.Err == nil && len(res.Rows) == 1 && len(res.Rows[0]) == cols {
 		r := res.Rows[0]
+		serializable = r[2] == "t"
 		if s.rc {
-			prefix, _ = strconv.ParseUint(r[2], 10, 64)
+			prefix, _ = strconv.ParseUint(r[3], 10, 64)
 		}
 		loMeta, loData = r[cols-3] == "t", r[cols-2] == "t"
 		label, labelOK = r[cols-1], true
 		if r[0] != "t" || r[1] != "t" {
 			xid := r[0] == "t"
-			return written{xid: xid, permanent: xid, prefix: prefix, loMeta: loMeta, loData: loData, label: label, labelOK: labelOK}, nil
+			return written{xid: xid, permanent: xid, prefix: prefix, serializable: serializable, loMeta: loMeta, loData: loData, label: label, labelOK: labelOK}, nil
 		}
 	}
 	if res.Err == nil {
@@ -133,13 +142,13 @@ func (s *session) probe(ctx context.Context) (written, error) {
 		return written{}, pgErr(codeInternal, "ordo: unexpected reply to the write probe")
 	}
 	s.tempSchema = true
-	return fullProbe(res.Rows[0], prefix, label, labelOK), nil
+	return fullProbe(res.Rows[0], prefix, serializable, label, labelOK), nil
 }
 
 // fullProbe reads the first five columns of the full probe's row.
-func fullProbe(r []string, prefix uint64, label string, labelOK bool) written {
+func fullProbe(r []string, prefix uint64, serializable bool, label string, labelOK bool) written {
 	return written{xid: r[0] == "t", temp: r[1] == "t", permanent: r[2] == "t" || r[3] == "t" || r[4] == "t",
-		prefix: prefix, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}
+		prefix: prefix, serializable: serializable, loMeta: r[3] == "t", loData: r[4] == "t", tempSchema: true, label: label, labelOK: labelOK}
 }
 
 // probeAlone is the write probe of a transaction that changed rows in a
@@ -152,9 +161,9 @@ func fullProbe(r []string, prefix uint64, label string, labelOK bool) written {
 // quick probe: the full one reads pg_locks, which costs PostgreSQL
 // 0.5–1.5 ms (performance.md).
 func (s *session) probeAlone(ctx context.Context) (written, error) {
-	q, cols := probeColumns+probeLabel+probeFrom, 6
+	q, cols := probeColumns+probeSerializable+probeLabel+probeFrom, 7
 	if s.rc {
-		q, cols = probeColumns+committedPrefix+probeLabel+probeFrom, 7
+		q, cols = probeColumns+probeSerializable+committedPrefix+probeLabel+probeFrom, 8
 	}
 	res, err := s.be.Exec(ctx, untimed, q)
 	if err != nil {
@@ -169,9 +178,9 @@ func (s *session) probeAlone(ctx context.Context) (written, error) {
 	r := res.Rows[0]
 	var prefix uint64
 	if s.rc {
-		prefix, _ = strconv.ParseUint(r[5], 10, 64)
+		prefix, _ = strconv.ParseUint(r[6], 10, 64)
 	}
-	return fullProbe(r, prefix, r[cols-1], true), nil
+	return fullProbe(r, prefix, r[5] == "t", r[cols-1], true), nil
 }
 
 // prepareMark runs before the PREPARE TRANSACTION of a transaction whose
@@ -233,7 +242,27 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		s.rollback(ctx)
 		return "", false, t0, err
 	}
-	if s.rc {
+	if s.serialOnDemand && w.serializable {
+		// At SERIALIZABLE its reads are certified, as under dbsm; all of
+		// them if they were not followed from its first snapshot (a
+		// session default Ordo did not know of).
+		s.tx.serializable = true
+		if !s.tx.readsFromStart {
+			s.tx.reads.AddAll()
+		}
+	}
+	if s.rc && s.tx.serializable {
+		// One snapshot for the whole transaction, which its reads are
+		// certified from: the prefix it holds (the probe ran in it),
+		// or the applied prefix before it was taken, whichever is
+		// older.
+		if !s.tx.snapshot || w.prefix < s.tx.snapSeq {
+			s.tx.snapSeq = w.prefix
+		}
+		if len(s.tx.locks) > 0 {
+			s.tx.snapSeq = min(s.tx.snapSeq, s.tx.lockSnap)
+		}
+	} else if s.rc {
 		// READ COMMITTED: each statement saw the latest commits, and an
 		// UPDATE that waited for a lock worked on the version committed
 		// meanwhile. So the transaction is certified against the prefix
@@ -343,10 +372,13 @@ const probeSavepoint = "ordo_probe"
 // trip of its PREPARE (prepareAtOnce) rather than in one before it: it
 // changed rows (so it has an xid, and needs no mark), and nothing Ordo
 // must run between the probe and the PREPARE is pending: no sequence
-// replay, no DDL (afterDDL), no dbsm-rc snapshot taken from the probe.
-// A read-only transaction is probed apart: the check would refuse it.
+// replay, no DDL (afterDDL), no dbsm-rc snapshot taken from the probe,
+// not SERIALIZABLE under dbsm-si (the probe tells). A read-only
+// transaction is probed apart: the check would refuse it, as it refuses
+// one at SERIALIZABLE Ordo did not expect.
 func (s *session) preparesAtOnce() bool {
-	return !s.probeApart && !s.rc && s.be.TxRowsChanged() > 0 && s.tx.seqBefore == nil && len(s.tx.ddl) == 0
+	return !s.probeApart && !s.rc && s.be.TxRowsChanged() > 0 && s.tx.seqBefore == nil && len(s.tx.ddl) == 0 &&
+		!(s.serialOnDemand && s.tx.isolation == "serializable")
 }
 
 // prepareAtOnce probes and prepares the open transaction in one round
@@ -770,6 +802,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		GID:           gid,
 		Origin:        s.h.cfg.NodeID,
 		SnapshotSeqno: s.tx.snapSeq,
+		Serializable:  s.tx.serializable,
 		DDL:           ddl.ddl,
 		DDLSettings:   ddl.settings,
 		DDLRowsBefore: ddl.rowsBefore,

@@ -92,7 +92,11 @@ type Entry struct {
 	SnapshotSeqno uint64
 	Keys          []txn.KeyMode
 	ReadAll       bool
-	Fragments     uint32 // fragments delivered before it
+	// Serializable: its origin ran it at SERIALIZABLE; dbsm-si and dbsm-rc
+	// certify its reads (S keys, ReadAll) as dbsm certifies every
+	// transaction's.
+	Serializable bool
+	Fragments    uint32 // fragments delivered before it
 	// BeginSeqno is, under cons, the seqno of its BeginEntry.
 	BeginSeqno uint64
 	// GranuleSeqno is the granule epoch its origin computed its keys

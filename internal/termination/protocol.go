@@ -38,9 +38,10 @@ const (
 //     outcome the protocol still resolves the prepared transaction the
 //     same way on every node.
 //  3. CertifiesReads tells the session whether to collect S keys for
-//     t.Keys. Under dbsm they travel in the proposal; under pgr they stay
-//     at the origin, which alone certifies (the keys still go to
-//     Terminate).
+//     t.Keys of every transaction. Under dbsm they travel in the proposal;
+//     under pgr they stay at the origin, which alone certifies (the keys
+//     still go to Terminate). Under dbsm-si and dbsm-rc only a transaction
+//     that ran at SERIALIZABLE has them, with t.Serializable set.
 //  4. AppliedPrefix is read before a transaction's first snapshot-taking
 //     statement (snapshot_seqno); SyncRead waits for the cluster's latest
 //     commits to be applied locally.
@@ -108,6 +109,9 @@ type Txn struct {
 	SnapshotSeqno uint64
 	Keys          []txn.KeyMode
 	ReadAll       bool
+	// Serializable: it ran at SERIALIZABLE, and under dbsm-si and dbsm-rc
+	// its reads are certified too (its Keys hold them as S).
+	Serializable  bool
 	WriteSet      *capture.WriteSet
 	DDL           []string
 	DDLSettings   [][]capture.Setting // per DDL statement, the settings it ran under (nil: none)

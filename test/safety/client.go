@@ -31,6 +31,8 @@ type client struct {
 	// failed, if set, names more errors after which an operation
 	// certainly did not commit (a refusal Ordo rolls back, say).
 	failed func(error) bool
+	// serializable: transactions begin at SERIALIZABLE (Config).
+	serializable bool
 }
 
 // didNotCommit reports whether an operation that returned err certainly
@@ -134,7 +136,11 @@ func (c *client) txn(f string, arg any, body func(ctx context.Context, tx pgx.Tx
 	if err := c.connect(ctx); err != nil {
 		return done(history.Fail, nil, err)
 	}
-	tx, err := c.conn.Begin(ctx)
+	var opts pgx.TxOptions
+	if c.serializable {
+		opts.IsoLevel = pgx.Serializable
+	}
+	tx, err := c.conn.BeginTx(ctx, opts)
 	if err != nil {
 		return done(history.Fail, nil, err)
 	}

@@ -17,7 +17,7 @@ func (r *run) report() *Report {
 		forbidden, summary := w.check(r, events)
 		summaries = append(summaries, summary)
 		for _, a := range forbidden {
-			r.problem("%s: forbidden under %s: %s", w.name(), r.cfg.Protocol, a)
+			r.problem("%s: forbidden under %s: %s", w.name(), r.model(), a)
 		}
 	}
 	r.mu.Lock()
@@ -28,8 +28,12 @@ func (r *run) report() *Report {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(&b, "ordo safety run: %s\n", verdict)
-	fmt.Fprintf(&b, "protocol %s; workloads %s; nemeses %s; duration %s; %d clients per workload; seed %d\n",
-		r.cfg.Protocol, strings.Join(r.cfg.Workloads, ","), orNone(r.cfg.Nemeses), r.cfg.Duration, r.cfg.Clients, r.seed)
+	level := ""
+	if r.cfg.Serializable {
+		level = " (transactions at SERIALIZABLE)"
+	}
+	fmt.Fprintf(&b, "protocol %s%s; workloads %s; nemeses %s; duration %s; %d clients per workload; seed %d\n",
+		r.cfg.Protocol, level, strings.Join(r.cfg.Workloads, ","), orNone(r.cfg.Nemeses), r.cfg.Duration, r.cfg.Clients, r.seed)
 	fmt.Fprintf(&b, "history: history.jsonl (%d events); latency plot: latency.svg; node logs: cluster/node*.log\n\n", len(events))
 
 	fmt.Fprintf(&b, "problems (%d):\n", len(r.problems))

@@ -42,6 +42,11 @@ type Config struct {
 	Seed uint64
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
+	// Serializable: every transaction of the workloads begins with BEGIN
+	// ISOLATION LEVEL SERIALIZABLE, and the checks hold them to
+	// serializability whatever the protocol (under dbsm-si and dbsm-rc,
+	// protocols.md "SERIALIZABLE on demand").
+	Serializable bool
 	// Witness runs two data nodes and a witness ('ordo witness', node 3,
 	// no PostgreSQL) instead of three data nodes; faults hit the data
 	// nodes, and the witness is what lets one of them commit without the
@@ -57,6 +62,15 @@ type Report struct {
 	Problems []string
 	// Text is report.txt.
 	Text string
+}
+
+// model is the isolation the checks hold the run to: its protocol's, or
+// "serializable" (Config.Serializable).
+func (r *run) model() string {
+	if r.cfg.Serializable {
+		return "serializable"
+	}
+	return r.cfg.Protocol
 }
 
 // run is the state of one Run.
@@ -84,7 +98,7 @@ func (r *run) newClient(owner string, node int) *client {
 	p := r.nextProc
 	r.nextProc++
 	r.owner[p] = owner
-	return &client{process: p, node: node, dsn: r.cluster.DSN(node), rec: r.rec}
+	return &client{process: p, node: node, dsn: r.cluster.DSN(node), rec: r.rec, serializable: r.cfg.Serializable}
 }
 
 func (r *run) logf(format string, args ...any) {

@@ -170,19 +170,26 @@ func TestMatrix(t *testing.T) {
 				FaultNode: 3, FaultTime: 10 * time.Second, QuietTime: 5 * time.Second, Duration: 36 * time.Second, Clients: 8})
 		})
 	}
-	for _, protocol := range []string{"dbsm", "dbsm-si", "pgr", "cons", "dbsm-rc"} {
-		for _, w := range workloadsUnder(protocol) {
+	// dbsm-si-serializable and dbsm-rc-serializable: dbsm-si and dbsm-rc
+	// with every transaction at SERIALIZABLE, held to serializability.
+	for _, name := range []string{"dbsm", "dbsm-si", "pgr", "cons", "dbsm-rc", "dbsm-si-serializable", "dbsm-rc-serializable"} {
+		protocol, serializable := strings.CutSuffix(name, "-serializable")
+		workloads := workloadsUnder(protocol)
+		if serializable {
+			workloads = workloadsUnder("dbsm")
+		}
+		for _, w := range workloads {
 			for _, n := range []string{"none", "kill", "partition", "backend-kill", "pause", "postmaster-kill",
 				"kill-all", "partition-leader", "partition-ring", "partition-all", "slow-fsync", "slow-pg-fsync"} {
 				if w == "wskew" && n != "none" {
 					continue // the control needs no faults
 				}
-				t.Run(protocol+"/"+w+"/"+n, func(t *testing.T) {
+				t.Run(name+"/"+w+"/"+n, func(t *testing.T) {
 					var nem []string
 					if n != "none" {
 						nem = []string{n}
 					}
-					runSafety(t, Config{Protocol: protocol, Workloads: []string{w}, Nemeses: nem, Duration: dur})
+					runSafety(t, Config{Protocol: protocol, Serializable: serializable, Workloads: []string{w}, Nemeses: nem, Duration: dur})
 				})
 			}
 		}

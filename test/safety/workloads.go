@@ -393,7 +393,7 @@ func (l *listAppend) check(r *run, events []history.Event) ([]checker.Anomaly, s
 		return []checker.Anomaly{{Kind: "history", Text: err.Error()}}, ""
 	}
 	res := checker.CheckListAppend(txns)
-	forbidden := res.Forbidden(r.cfg.Protocol)
+	forbidden := res.Forbidden(r.model())
 	final := map[int]bool{}
 	for _, op := range history.Pair(events) {
 		if r.owner[op.Process] == finalOwner {
@@ -417,7 +417,7 @@ func (l *listAppend) check(r *run, events []history.Event) ([]checker.Anomaly, s
 		found = strings.Join(kinds, " ")
 	}
 	summary := fmt.Sprintf("%s: %d txns, %d committed in the graph (%d indeterminate resolved as committed, %d unresolved), %d edges; anomalies found: %s; forbidden under %s: %d",
-		l.name(), len(txns), res.Committed, res.InfoCommitted, res.InfoUnknown, res.Edges, found, r.cfg.Protocol, len(forbidden))
+		l.name(), len(txns), res.Committed, res.InfoCommitted, res.InfoUnknown, res.Edges, found, r.model(), len(forbidden))
 	for i, a := range res.Anomalies {
 		if i == 20 {
 			summary += fmt.Sprintf("\n    … %d more", len(res.Anomalies)-20)
@@ -427,8 +427,8 @@ func (l *listAppend) check(r *run, events []history.Event) ([]checker.Anomaly, s
 	}
 	if l.skew {
 		// The control: the checker must see write skew under dbsm-si, and
-		// nothing under dbsm.
-		if r.cfg.Protocol == "dbsm-si" && counts[checker.G2Item] == 0 {
+		// nothing under dbsm (nor at SERIALIZABLE under any protocol).
+		if r.model() == "dbsm-si" && counts[checker.G2Item] == 0 {
 			forbidden = append(forbidden, checker.Anomaly{Kind: "control", Text: "wskew under dbsm-si: the checker found no G2-item (the control must see write skew)"})
 		}
 	}

@@ -1,6 +1,9 @@
 // Package dbsm is the decider of the Database State Machine protocols,
-// dbsm (1-copy serializable: read and write keys certified) and dbsm-si
-// (1-copy snapshot isolation: write keys only).
+// dbsm (1-copy serializable: read and write keys certified), dbsm-si
+// (1-copy snapshot isolation: write keys only) and dbsm-rc (write keys
+// only, against a later snapshot). Under dbsm-si and dbsm-rc, a
+// transaction that ran at SERIALIZABLE (Entry.Serializable) has its read
+// keys certified too, as under dbsm.
 //
 // Every node certifies every transaction at its delivery, by the conflict
 // rule of DESIGN.md "Key modes and the conflict rule" (internal/certifier),
@@ -145,7 +148,7 @@ func (d *Decider) certify(e *termination.Entry) (termination.Decision, error) {
 		out.Reason, out.Cause = why, termination.CauseGranules
 		return out, nil
 	}
-	c := d.cert.Certify(e.Seqno, &certifier.Request{SnapshotSeqno: e.SnapshotSeqno, Keys: e.Keys, ReadAll: e.ReadAll})
+	c := d.cert.Certify(e.Seqno, &certifier.Request{SnapshotSeqno: e.SnapshotSeqno, Keys: e.Keys, ReadAll: e.ReadAll, CheckReads: e.Serializable})
 	if out.Commit = c.Commit; !c.Commit {
 		out.Reason, out.Cause = c.Reason.String(), termination.CauseTooOld
 		if c.Reason == certifier.ReasonConflict {

@@ -18,8 +18,8 @@ import (
 // TestTranscripts runs the transcripts in testdata/: entries in, decisions
 // out (regenerate the expected output with -rewrite).
 //
-//	new protocol=dbsm|dbsm-si window=N [start=N]
-//	txn seq=N gid=G [origin=N] [snap=N] [keys=MODE:KEY,...] [readall] [frags=N] [replayed=commit|abort] [protocol=P]
+//	new protocol=dbsm|dbsm-si|dbsm-rc window=N [start=N]
+//	txn seq=N gid=G [origin=N] [snap=N] [keys=MODE:KEY,...] [readall] [serializable] [frags=N] [replayed=commit|abort] [protocol=P]
 //	abort seq=N gid=G
 //	frag seq=N gid=G index=N
 //	other seq=N
@@ -84,6 +84,7 @@ func parseEntry(td *datadriven.TestData) (*termination.Entry, error) {
 		e.Protocol = arg(td, "protocol", "")
 		e.SnapshotSeqno = argUint(td, "snap", 0)
 		e.ReadAll = arg(td, "readall", "") == "true"
+		e.Serializable = arg(td, "serializable", "") == "true"
 		e.Fragments = uint32(argUint(td, "frags", 0))
 		switch arg(td, "replayed", "") {
 		case "commit":
