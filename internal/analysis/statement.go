@@ -224,8 +224,9 @@ type Statement struct {
 	// commit; such a statement makes an update transaction.
 	SetsSequence bool
 	// SetsOrdoConfig: the statement calls set_config on one of Ordo's
-	// settings (ordo.read_consistency, …), or on a setting whose name is
-	// not a constant; the session reads them from PostgreSQL again.
+	// settings (ordo.read_consistency, …), on default_transaction_isolation,
+	// or on a setting whose name is not a constant; the session reads them
+	// from PostgreSQL again.
 	SetsOrdoConfig bool
 	// LargeObjects: the statement calls a function on large objects
 	// (lo_open, loread, lo_get, …); WritesLargeObjects: one that changes

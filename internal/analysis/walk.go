@@ -25,7 +25,7 @@ type walker struct {
 	opaque               string
 	readsAll             string // reason, "" if none
 	setval               bool   // calls pg_catalog.setval
-	setsOrdoConfig       bool   // calls set_config on an ordo. setting (or one it cannot name)
+	setsOrdoConfig       bool   // calls set_config on an ordo. setting, default_transaction_isolation, or one it cannot name
 	// largeObjects: calls a function on large objects;
 	// largeObjectWrites: one that changes one.
 	largeObjects, largeObjectWrites bool
@@ -559,7 +559,8 @@ func setsOrdoConfig(fc *pg.FuncCall) bool {
 	if c == nil {
 		return true
 	}
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(c.GetSval().GetSval())), "ordo.")
+	name := strings.ToLower(strings.TrimSpace(c.GetSval().GetSval()))
+	return strings.HasPrefix(name, "ordo.") || name == "default_transaction_isolation"
 }
 
 // settingNameConst returns set_config's first argument if it is a string

@@ -157,13 +157,14 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 	serialOnDemand := rc || h.cfg.Replica.Name() == termination.DBSMSI
 	s := &session{h: h, info: info, rc: rc, serialOnDemand: serialOnDemand, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
 	s.be = aheadBackend{Backend: be, s: s}
-	if len(res.Rows) == 1 && len(res.Rows[0]) == 7 {
+	if len(res.Rows) == 1 && len(res.Rows[0]) == 8 {
 		s.pid = parseUint32(res.Rows[0][0])
 		s.searchPath = res.Rows[0][1]
 		s.user = res.Rows[0][2]
 		s.serverVersion = int(parseUint32(res.Rows[0][3]))
 		// (ALTER ROLE … SET, a connection's options)
 		s.syncRead = syncConsistency(res.Rows[0][4])
+		s.defaultSerializable = res.Rows[0][5] == "serializable"
 	}
 	s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 	h.mu.Lock()

@@ -86,11 +86,17 @@ type session struct {
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (ordo.read_consistency = 'sync').
 	syncRead bool
-	// consistencyStale: a statement changed ordo.read_consistency in a
-	// way only PostgreSQL knows the outcome of (in a block that may roll
-	// back, a RESET to the role's value): read it again at the next unit
-	// outside a block (readConsistency).
+	// consistencyStale: a statement changed ordo.read_consistency or
+	// default_transaction_isolation in a way only PostgreSQL knows the
+	// outcome of (in a block that may roll back, a RESET to the role's
+	// value): read them again at the next unit outside a block
+	// (readConsistency).
 	consistencyStale bool
+	// defaultSerializable: the session's default_transaction_isolation
+	// is serializable, as last read (readConsistency). Under dbsm-rc a
+	// block that asks for no level runs at it, and its reads are
+	// collected from its start (defaultLevel).
+	defaultSerializable bool
 	// unitStatus is the transaction status PostgreSQL will be in when it
 	// reaches the message being reported, where it differs from the last
 	// ReadyForQuery's: a ROLLBACK, COMMIT or BEGIN earlier in the batch
@@ -1500,6 +1506,9 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		s.inTxn.Store(true)
 		if s.txStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true, isolation: a.Txn.Isolation}
+			if s.tx.isolation == "" {
+				s.tx.isolation = s.defaultLevel()
+			}
 			s.tx.fixIsolation = s.needsIsolationFix(a, m)
 			s.consBeginComment(a.SQL)
 		}
@@ -1657,6 +1666,18 @@ func (s *session) fixesIsolation(t *analysis.TxnControl) bool {
 	return t.Isolation != "repeatable read"
 }
 
+// defaultLevel is the level a block that asks for none runs at, for
+// tracksReads: under dbsm-rc the session's default if it is SERIALIZABLE
+// as far as Ordo knows (defaultSerializable; if it is wrong, the probe
+// tells at the commit), else "" (under the other protocols Ordo runs such
+// a block at REPEATABLE READ).
+func (s *session) defaultLevel() string {
+	if s.rc && s.defaultSerializable {
+		return "serializable"
+	}
+	return ""
+}
+
 // tracksReads reports whether the open transaction's read keys are
 // collected for certification: every transaction's under dbsm and pgr;
 // under dbsm-si and dbsm-rc those of one that asked for SERIALIZABLE,
@@ -1703,6 +1724,8 @@ func (s *session) setting(a *analysis.Statement) {
 		if st.Name == "all" {
 			s.consistencyStale = true
 		}
+	case (st.Name == "default_transaction_isolation" || st.Name == "session characteristics") && !st.Show:
+		s.consistencyStale = true // read with ordo.read_consistency
 	case st.Name == "ordo.read_consistency" && !st.Show:
 		// At once, for the statements after it (in its query string too);
 		// PostgreSQL has the last word once the block ends.
@@ -1723,8 +1746,9 @@ func (s *session) setting(a *analysis.Statement) {
 }
 
 // readConsistencySQL reads the session's ordo.read_consistency, as
-// PostgreSQL keeps it (empty if nothing set it).
-const readConsistencySQL = "SELECT coalesce(current_setting('ordo.read_consistency', true), '')"
+// PostgreSQL keeps it (empty if nothing set it), and its
+// default_transaction_isolation (defaultSerializable).
+const readConsistencySQL = "SELECT coalesce(current_setting('ordo.read_consistency', true), ''), current_setting('default_transaction_isolation')"
 
 // syncConsistency reports whether an ordo.read_consistency value asks for
 // sync reads.
@@ -1737,10 +1761,11 @@ func syncConsistency(v string) bool {
 // undone, RESET goes back to the role's or database's value.
 func (s *session) readConsistency(ctx context.Context) {
 	res, err := s.be.Exec(ctx, readConsistencySQL)
-	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 2 {
 		return // (stale still: read at the next unit)
 	}
 	s.syncRead, s.consistencyStale = syncConsistency(res.Rows[0][0]), false
+	s.defaultSerializable = res.Rows[0][1] == "serializable"
 }
 
 // wrap starts a transaction block for an autocommit update statement and
@@ -1877,7 +1902,7 @@ func (s *session) beginWrapped(ctx context.Context) error {
 	// A transaction before it (a retried attempt's) is over: classes it
 	// took under cons are released (nothing if its TxnEntry was proposed).
 	s.consEnd()
-	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins()}
+	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins(), isolation: s.defaultLevel()}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -488,29 +489,57 @@ func TestSerializableOnDemand(t *testing.T) {
 			require.Contains(t, simple(pc, "BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; SELECT current_setting('transaction_isolation'); COMMIT"), `row ["serializable"]`)
 			require.Empty(t, notices)
 
-			// The session's default, set where Ordo does not look
-			// (set_config): dbsm-rc runs a BEGIN without a level at it,
-			// and certifies all its reads; dbsm-si runs such a block at
-			// REPEATABLE READ, and says so.
-			for _, conn := range []*pgx.Conn{a, b} {
-				mustExec(t, conn)("SELECT set_config('default_transaction_isolation', 'serializable', false)")
-			}
-			err = skew("BEGIN")
-			var level string
-			mustExec(t, a)("BEGIN")
-			require.NoError(t, a.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level))
-			require.NoError(t, commit(a))
-			if protocol == "dbsm-rc" {
-				require.Equal(t, "40001", sqlstate(err), "write skew at the session's default of serializable: %v", err)
-				require.Equal(t, "serializable", level)
-			} else {
-				require.NoError(t, err)
-				require.Equal(t, "repeatable read", level)
-			}
-			// Autocommit statements at that default, through each node.
-			var n int
-			require.NoError(t, a.QueryRow(ctx, "UPDATE oncall SET on_duty = true WHERE id = 1 RETURNING 1").Scan(&n))
+			// The session's default of SERIALIZABLE: dbsm-rc runs a BEGIN
+			// without a level at it; dbsm-si runs such a block at
+			// REPEATABLE READ, and says so. Set where Ordo does not look
+			// (a function's set_config), dbsm-rc certifies all the
+			// transaction's reads, so a write elsewhere after its
+			// snapshot aborts it; set where it looks (SET, ALTER ROLE,
+			// the connection's options), its reads are followed row by
+			// row, so that write does not.
+			mustExec(t, setup)(`CREATE FUNCTION serial_default() RETURNS text LANGUAGE sql
+				AS $$ SELECT set_config('default_transaction_isolation', 'serializable', false) $$`)
 			c.waitConverged()
+			disjoint := func() error { // a reads and writes row 1 while b writes row 2
+				t.Helper()
+				defer reset()
+				mustExec(t, a)("BEGIN")
+				var on bool
+				require.NoError(t, a.QueryRow(ctx, "SELECT on_duty FROM oncall WHERE id = 1").Scan(&on))
+				mustExec(t, b)("UPDATE oncall SET on_duty = false WHERE id = 2")
+				c.waitConverged()
+				mustExec(t, a)("UPDATE oncall SET on_duty = false WHERE id = 1")
+				return commit(a)
+			}
+			for _, set := range []string{"SELECT serial_default()", "SET default_transaction_isolation = 'serializable'"} {
+				for _, conn := range []*pgx.Conn{a, b} {
+					mustExec(t, conn)("RESET default_transaction_isolation")
+					mustExec(t, conn)(set)
+				}
+				err = skew("BEGIN")
+				var level string
+				mustExec(t, a)("BEGIN")
+				require.NoError(t, a.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level))
+				require.NoError(t, commit(a))
+				errDisjoint := disjoint()
+				if protocol == "dbsm-rc" {
+					require.Equal(t, "40001", sqlstate(err), "%s: write skew at the session's default of serializable: %v", set, err)
+					require.Equal(t, "serializable", level, set)
+					if strings.HasPrefix(set, "SET") {
+						require.NoError(t, errDisjoint, "its reads are followed row by row")
+					} else {
+						require.Equal(t, "40001", sqlstate(errDisjoint), "every read certified: %v", errDisjoint)
+					}
+				} else {
+					require.NoError(t, err, set)
+					require.Equal(t, "repeatable read", level, set)
+					require.NoError(t, errDisjoint, set)
+				}
+				// An autocommit statement at that default.
+				var n int
+				require.NoError(t, a.QueryRow(ctx, "UPDATE oncall SET on_duty = true WHERE id = 1 RETURNING 1").Scan(&n))
+				c.waitConverged()
+			}
 		})
 	}
 }
