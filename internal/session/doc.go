@@ -55,8 +55,8 @@
 //     cannot prepare it); with replicated changes it is refused, naming
 //     why. SHOW transaction_isolation answers the level the transaction
 //     asked for, unless the cluster gives less (under dbsm-si, a block
-//     without a level at a session default of SERIALIZABLE answers
-//     REPEATABLE READ). Under dbsm-si and dbsm-rc a transaction at
+//     without a level at a session default of SERIALIZABLE Ordo has not
+//     read yet answers REPEATABLE READ). Under dbsm-si and dbsm-rc a transaction at
 //     SERIALIZABLE has its reads collected and certified (tracksReads,
 //     termination.Txn.Serializable).
 //

@@ -817,8 +817,9 @@ func (s *session) txStatus() byte {
 // it): the level asked for, as PostgreSQL reports READ UNCOMMITTED though
 // it gives READ COMMITTED, unless the cluster gives less. It does for a
 // block under dbsm-si that did not ask for a level in its BEGIN while the
-// session's default is SERIALIZABLE: it runs at REPEATABLE READ (Ordo
-// does not follow the default), snapshot isolation.
+// session's default is SERIALIZABLE without Ordo knowing it
+// (defaultLevel: a set_config inside a function): it runs at REPEATABLE
+// READ, snapshot isolation.
 func (s *session) reportedIsolation(level string) string {
 	expr := "pg_catalog.current_setting('default_transaction_isolation')"
 	if level != "" {
@@ -878,6 +879,9 @@ func (s *session) rewriteIsolation(st *wire.Statement, stmts []*analysis.Stateme
 			switch a.Txn.Op {
 			case analysis.TxnBegin:
 				level, open = a.Txn.Isolation, true
+				if level == "" {
+					level = s.defaultLevel()
+				}
 			case analysis.TxnSetTransaction:
 				if a.Txn.Isolation != "" {
 					level = a.Txn.Isolation
@@ -930,7 +934,7 @@ func (s *session) isolationRewrite(a *analysis.Statement, level string, open, qu
 		default:
 			b.WriteString("BEGIN")
 		}
-		b.WriteString(" ISOLATION LEVEL REPEATABLE READ")
+		b.WriteString(" ISOLATION LEVEL " + strings.ToUpper(s.runLevel(a.Txn.Isolation)))
 		switch a.Txn.ReadOnly {
 		case 1:
 			b.WriteString(" READ ONLY")
@@ -1638,18 +1642,19 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 }
 
 // needsIsolationFix reports whether BEGIN or SET TRANSACTION a asks for an
-// isolation level Ordo runs at REPEATABLE READ and was not rewritten to
+// isolation level Ordo runs at another (runLevel) and was not rewritten to
 // it (rewriteIsolation): the session then sets it before the first query.
 func (s *session) needsIsolationFix(a *analysis.Statement, m at) bool {
-	return s.fixesIsolation(a.Txn) && !strings.Contains(m.sent, "ISOLATION LEVEL REPEATABLE READ")
+	return s.fixesIsolation(a.Txn) && !strings.Contains(m.sent, "ISOLATION LEVEL "+strings.ToUpper(s.runLevel(a.Txn.Isolation)))
 }
 
 // fixesIsolation reports whether BEGIN or SET TRANSACTION t must be made
-// REPEATABLE READ: a BEGIN asking for any other level, or for none (the
-// session's default is the client's, READ COMMITTED unless it set
-// another), and a SET TRANSACTION asking for another level. Under dbsm-si
-// one asking for SERIALIZABLE runs at it (tracksReads), and under dbsm-rc
-// every level runs as asked.
+// REPEATABLE READ (or, for a BEGIN asking for none, whatever runLevel
+// says): a BEGIN asking for any other level, or for none (the session's
+// default is the client's, READ COMMITTED unless it set another), and a
+// SET TRANSACTION asking for another level. Under dbsm-si one asking for
+// SERIALIZABLE runs at it (tracksReads), and under dbsm-rc every level
+// runs as asked.
 func (s *session) fixesIsolation(t *analysis.TxnControl) bool {
 	if t.Op != analysis.TxnBegin && t.Op != analysis.TxnSetTransaction {
 		return false
@@ -1666,13 +1671,15 @@ func (s *session) fixesIsolation(t *analysis.TxnControl) bool {
 	return t.Isolation != "repeatable read"
 }
 
-// defaultLevel is the level a block that asks for none runs at, for
-// tracksReads: under dbsm-rc the session's default if it is SERIALIZABLE
-// as far as Ordo knows (defaultSerializable; if it is wrong, the probe
-// tells at the commit), else "" (under the other protocols Ordo runs such
-// a block at REPEATABLE READ).
+// defaultLevel is the level a block that asks for none runs at, as far
+// as tracksReads and reportedIsolation are concerned: under dbsm-si and
+// dbsm-rc the session's default if it is SERIALIZABLE as far as Ordo knows
+// (defaultSerializable: dbsm-rc leaves such a block at PostgreSQL's
+// default, and if Ordo is wrong the probe tells at the commit; dbsm-si
+// makes it SERIALIZABLE, runLevel), else "" (REPEATABLE READ under all but
+// dbsm-rc).
 func (s *session) defaultLevel() string {
-	if s.rc && s.defaultSerializable {
+	if s.serialOnDemand && s.defaultSerializable {
 		return "serializable"
 	}
 	return ""
@@ -1793,7 +1800,7 @@ func (s *session) wrap(ctx context.Context) error {
 // so that it runs in the block as it would after wrap.
 func (s *session) wrapAhead() {
 	s.ahead = s.wrapBegin()
-	s.tx = txState{active: true, wrapped: true}
+	s.tx = txState{active: true, wrapped: true, isolation: s.defaultLevel()}
 	s.unitStatus = 'T'
 	s.inTxn.Store(true)
 	s.be.HoldReady()
@@ -1883,7 +1890,21 @@ func (s *session) wrapBegin() string {
 	if s.rc {
 		return "BEGIN" // at the session's own level
 	}
-	return "BEGIN ISOLATION LEVEL REPEATABLE READ"
+	return "BEGIN ISOLATION LEVEL " + strings.ToUpper(s.runLevel(""))
+}
+
+// runLevel is the level a block that asked for level ("" for none) runs
+// at under the protocols that choose it (all but dbsm-rc): REPEATABLE
+// READ, but under dbsm-si SERIALIZABLE for one that asks for it, or asks
+// for nothing at a session default of SERIALIZABLE (defaultLevel).
+func (s *session) runLevel(level string) string {
+	if level == "" {
+		level = s.defaultLevel()
+	}
+	if level == "serializable" && s.serialOnDemand {
+		return level
+	}
+	return "repeatable read"
 }
 
 // beginWrapped opens the block of a wrapped autocommit statement (wrap,
@@ -1941,7 +1962,7 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 	}
 	if s.tx.fixIsolation && atBoundary {
 		s.tx.fixIsolation = false
-		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL "+strings.ToUpper(s.runLevel(s.tx.isolation))); err != nil {
 			return err
 		} else if res.Err != nil {
 			if s.bruteForced(res) {

@@ -489,14 +489,14 @@ func TestSerializableOnDemand(t *testing.T) {
 			require.Contains(t, simple(pc, "BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; SELECT current_setting('transaction_isolation'); COMMIT"), `row ["serializable"]`)
 			require.Empty(t, notices)
 
-			// The session's default of SERIALIZABLE: dbsm-rc runs a BEGIN
-			// without a level at it; dbsm-si runs such a block at
-			// REPEATABLE READ, and says so. Set where Ordo does not look
-			// (a function's set_config), dbsm-rc certifies all the
-			// transaction's reads, so a write elsewhere after its
-			// snapshot aborts it; set where it looks (SET, ALTER ROLE,
-			// the connection's options), its reads are followed row by
-			// row, so that write does not.
+			// The session's default of SERIALIZABLE. Set where Ordo looks
+			// (SET, ALTER ROLE, the connection's options), a block that
+			// asks for no level runs at it and its reads are followed row
+			// by row, so a write elsewhere of a row it did not read does
+			// not abort it. Set where Ordo does not look (a function's
+			// set_config), dbsm-rc runs such a block at it all the same
+			// and certifies all its reads, so that write aborts it;
+			// dbsm-si runs it at REPEATABLE READ, and says so.
 			mustExec(t, setup)(`CREATE FUNCTION serial_default() RETURNS text LANGUAGE sql
 				AS $$ SELECT set_config('default_transaction_isolation', 'serializable', false) $$`)
 			c.waitConverged()
@@ -522,15 +522,16 @@ func TestSerializableOnDemand(t *testing.T) {
 				require.NoError(t, a.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level))
 				require.NoError(t, commit(a))
 				errDisjoint := disjoint()
-				if protocol == "dbsm-rc" {
+				switch {
+				case strings.HasPrefix(set, "SET"):
 					require.Equal(t, "40001", sqlstate(err), "%s: write skew at the session's default of serializable: %v", set, err)
 					require.Equal(t, "serializable", level, set)
-					if strings.HasPrefix(set, "SET") {
-						require.NoError(t, errDisjoint, "its reads are followed row by row")
-					} else {
-						require.Equal(t, "40001", sqlstate(errDisjoint), "every read certified: %v", errDisjoint)
-					}
-				} else {
+					require.NoError(t, errDisjoint, "its reads are followed row by row")
+				case protocol == "dbsm-rc":
+					require.Equal(t, "40001", sqlstate(err), "%s: write skew at the session's default of serializable: %v", set, err)
+					require.Equal(t, "serializable", level, set)
+					require.Equal(t, "40001", sqlstate(errDisjoint), "every read certified: %v", errDisjoint)
+				default:
 					require.NoError(t, err, set)
 					require.Equal(t, "repeatable read", level, set)
 					require.NoError(t, errDisjoint, set)
