@@ -698,6 +698,22 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		ctl = stmts[0].Txn
 	}
 	if ctl != nil && ctl.Op == analysis.TxnBegin && s.tx.wrapped && s.txStatus() == 'T' {
+		// The client's BEGIN makes Ordo's block its own; PostgreSQL
+		// never sees it, but its options must act as in PostgreSQL's
+		// implicit transaction: set, or refused (25001) where a
+		// snapshot was taken and the level would change.
+		if set := s.beginOptions(ctl); set != "" {
+			res, err := s.be.Exec(ctx, set)
+			if err != nil {
+				return err
+			}
+			if res.Err != nil {
+				if s.bruteForced(res) {
+					return errBruteForce
+				}
+				return res.Err
+			}
+		}
 		s.tx.wrapped = false
 		if ctl.Isolation != "" {
 			// The level the client's block asked for (it runs at
@@ -737,6 +753,34 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		return s.beforeSnapshot(ctx, true)
 	}
 	return nil
+}
+
+// beginOptions is the SET TRANSACTION that gives the block Ordo opened
+// the options of the client's BEGIN ct made its own (piece), "" if it
+// names none: the level it runs at for the level asked for (runLevel;
+// under dbsm-rc the level asked for), READ ONLY or WRITE, DEFERRABLE or
+// not.
+func (s *session) beginOptions(ct *analysis.TxnControl) string {
+	var b strings.Builder
+	if ct.Isolation != "" {
+		b.WriteString(" ISOLATION LEVEL " + strings.ToUpper(s.runLevel(ct.Isolation)))
+	}
+	switch ct.ReadOnly {
+	case 1:
+		b.WriteString(" READ ONLY")
+	case -1:
+		b.WriteString(" READ WRITE")
+	}
+	switch ct.Deferrable {
+	case 1:
+		b.WriteString(" DEFERRABLE")
+	case -1:
+		b.WriteString(" NOT DEFERRABLE")
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "SET TRANSACTION" + b.String()
 }
 
 // inImplicit makes transaction control executed in an implicit
@@ -1894,10 +1938,14 @@ func (s *session) wrapBegin() string {
 }
 
 // runLevel is the level a block that asked for level ("" for none) runs
-// at under the protocols that choose it (all but dbsm-rc): REPEATABLE
-// READ, but under dbsm-si SERIALIZABLE for one that asks for it, or asks
-// for nothing at a session default of SERIALIZABLE (defaultLevel).
+// at: REPEATABLE READ, but under dbsm-si SERIALIZABLE for one that asks
+// for it, or asks for nothing at a session default of SERIALIZABLE
+// (defaultLevel), and under dbsm-rc the level asked for (nothing Ordo
+// sets for one that asks for none there: wrapBegin).
 func (s *session) runLevel(level string) string {
+	if s.rc && level != "" {
+		return level
+	}
 	if level == "" {
 		level = s.defaultLevel()
 	}

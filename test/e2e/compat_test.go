@@ -217,6 +217,37 @@ func TestCompatTemporaryTables(t *testing.T) {
 	require.Zero(t, sb.c.unreplicated(0))
 }
 
+// TestCompatOptionsOfABeginAfterOtherStatements: a BEGIN after other
+// statements of a query string makes Ordo's block the client's, and its
+// options act as in PostgreSQL's implicit transaction: the level is set
+// where nothing took a snapshot yet and refused (25001) where it would
+// change after one; READ ONLY holds. (Ordo answered such a BEGIN itself
+// and dropped its options: under dbsm-rc the block went on at READ
+// COMMITTED while the client asked for SERIALIZABLE, found by the session
+// fuzzer.) Under dbsm-si and dbsm-rc, where SERIALIZABLE runs as asked.
+func TestCompatOptionsOfABeginAfterOtherStatements(t *testing.T) {
+	t.Parallel()
+	for _, protocol := range []string{"dbsm-si", "dbsm-rc"} {
+		t.Run(protocol, func(t *testing.T) {
+			sb := startSideBySide(t, protocol)
+			o, p := sb.conns(t)
+			same(t, o, p,
+				"create table ob(id int primary key)",
+				"select 1; begin isolation level serializable; insert into ob values (1); commit",
+				"rollback",
+				"deallocate all; begin isolation level serializable; commit",
+				"rollback",
+				"set work_mem = '1MB'; begin isolation level serializable; select current_setting('transaction_isolation'); commit",
+				"select 1; begin read only; insert into ob values (2); commit",
+				"rollback",
+				"select 1; begin isolation level read committed; insert into ob values (3); commit",
+				"rollback",
+				"select id from ob order by id",
+			)
+		})
+	}
+}
+
 func TestCompatBatchesAndMultiStatementStrings(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
