@@ -364,7 +364,7 @@ func TestProtocolAndSchema(t *testing.T) {
 	c := client(t, srv.URL, token)
 	p, err := c.Protocol(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, Protocol{NodeID: 1, Name: "dbsm-si", Guarantee: "1-copy snapshot isolation", CertificationWindow: 100000,
+	require.Equal(t, Protocol{NodeID: 1, Name: "dbsm-si", Guarantee: "1-copy snapshot isolation; SERIALIZABLE transactions 1-copy serializable", CertificationWindow: 100000,
 		Source: "node configuration (protocol:); the same on every node"}, p)
 
 	at, err := c.StartSchemaCheck(context.Background())

@@ -301,8 +301,8 @@ func (s *Server) counts() []TxnCount {
 // guarantees are what each protocol promises (docs/configuration.md).
 var guarantees = map[string]string{
 	"dbsm":    "1-copy serializable",
-	"dbsm-si": "1-copy snapshot isolation",
-	"dbsm-rc": "read committed without lost updates across nodes",
+	"dbsm-si": "1-copy snapshot isolation; SERIALIZABLE transactions 1-copy serializable",
+	"dbsm-rc": "read committed without lost updates across nodes; SERIALIZABLE transactions 1-copy serializable",
 	"pgr":     "1-copy serializable",
 	"cons":    "1-copy serializable, no aborts from conflicts",
 }
