@@ -733,6 +733,13 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 	if ctl != nil && ctl.Op != analysis.TxnSetTransaction {
 		return nil // PostgreSQL answers transaction control outside a block itself
 	}
+	if s.txStatus() == 'I' && !s.tx.active && onlyShows(stmts) {
+		// Nothing to undo and no snapshot: a SHOW first in the string
+		// runs outside Ordo's block, as PostgreSQL's own (answered in
+		// the block, a SHOW of the level takes a snapshot, and a BEGIN
+		// ISOLATION LEVEL after it could not set its level).
+		return nil
+	}
 	if s.txStatus() == 'I' && !s.tx.active {
 		if err := s.wrap(ctx); err != nil {
 			return err
@@ -753,6 +760,16 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		return s.beforeSnapshot(ctx, true)
 	}
 	return nil
+}
+
+// onlyShows reports whether stmts are all SHOW statements.
+func onlyShows(stmts []*analysis.Statement) bool {
+	for _, a := range stmts {
+		if a.Kind != analysis.KindSession || a.Setting == nil || !a.Setting.Show {
+			return false
+		}
+	}
+	return len(stmts) > 0
 }
 
 // beginOptions is the SET TRANSACTION that gives the block Ordo opened
@@ -966,8 +983,6 @@ func (s *session) isolationRewrite(a *analysis.Statement, level string, open, qu
 		return ""
 	case showsIsolation(a, "transaction_isolation"):
 		return "SELECT " + s.reportedIsolation(level) + " || " + wire.ShowMarkerSQL + " AS transaction_isolation"
-	case showsIsolation(a, "default_transaction_isolation") && s.downgradesDefault():
-		return "SELECT " + s.reportedIsolation("") + " || " + wire.ShowMarkerSQL + " AS default_transaction_isolation"
 	case a.Kind == analysis.KindTxn && s.fixesIsolation(a.Txn):
 		var b strings.Builder
 		switch {
