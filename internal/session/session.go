@@ -1949,7 +1949,10 @@ func (s *session) wrapBegin() string {
 	if s.rc {
 		return "BEGIN" // at the session's own level
 	}
-	return "BEGIN ISOLATION LEVEL " + strings.ToUpper(s.runLevel(""))
+	if s.runLevel("") == "serializable" {
+		return "BEGIN ISOLATION LEVEL SERIALIZABLE"
+	}
+	return "BEGIN ISOLATION LEVEL REPEATABLE READ" // (a constant: once per autocommit write)
 }
 
 // runLevel is the level a block that asked for level ("" for none) runs
