@@ -76,7 +76,7 @@ interrupted (Ctrl-C), then stops everything.`,
 	cmd.Flags().IntVarP(&o.Nodes, "nodes", "n", 3, "number of nodes")
 	cmd.Flags().IntVar(&o.BasePort, "base-port", 15432, "Ordo port of node 1 (node i: base+i-1; its PostgreSQL: base+100+i-1, Raft +200, metrics +300, admin API +400); 0 picks free ports")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "keep the cluster's data in this directory between runs (default: a temporary directory, removed on exit)")
-	cmd.Flags().StringVar(&o.Protocol, "protocol", "dbsm", "termination protocol: dbsm, dbsm-si, pgr or cons (docs/protocols.md)")
+	cmd.Flags().StringVar(&o.Protocol, "protocol", "dbsm", "termination protocol: dbsm, dbsm-si, dbsm-rc, pgr or cons (docs/protocols.md)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
 	cmd.SetContext(context.Background())
 	return cmd

@@ -113,7 +113,7 @@ type TxnCount struct {
 // Protocol is the termination protocol a node runs.
 type Protocol struct {
 	NodeID uint32 `json:"node_id"`
-	// Name: dbsm, dbsm-si, pgr or cons.
+	// Name: dbsm, dbsm-si, dbsm-rc, pgr or cons.
 	Name string `json:"name"`
 	// Guarantee is what the protocol promises clients.
 	Guarantee string `json:"guarantee"`
