@@ -168,6 +168,13 @@ type session struct {
 	// client's message when Statement returns, or in a round trip of its
 	// own if the hook runs a statement of Ordo's before that.
 	ahead string
+	// aheadSet is the SET TRANSACTION that gives the client's block the
+	// level Ordo runs it at (fixIsolation), not sent yet: as ahead, it
+	// goes ahead of the client's Parse or Bind when Statement returns, or
+	// in a round trip of its own before a statement of Ordo's. msgKind is
+	// the kind of the message Statement is reporting.
+	aheadSet string
+	msgKind  wire.StatementKind
 }
 
 type txState struct {
@@ -243,8 +250,12 @@ type txState struct {
 const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 
 // Statement implements wire.SessionHooks.
-func (s *session) Statement(ctx context.Context, st *wire.Statement) error {
-	defer s.sendAhead()
+func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error) {
+	defer func() {
+		s.msgKind = 0 // (beforeSnapshot outside Statement: no message to go ahead of)
+		s.sendAhead(err)
+	}()
+	s.msgKind = st.Kind
 	first := st.AtBoundary
 	if st.Unit != s.unit {
 		s.unit = st.Unit
@@ -1867,7 +1878,18 @@ func (s *session) wrapAhead() {
 
 // sendAhead sends the BEGIN wrapAhead queued, if it is still to be sent,
 // ahead of the message being reported.
-func (s *session) sendAhead() {
+func (s *session) sendAhead(failed error) {
+	if set := s.aheadSet; set != "" {
+		s.aheadSet = ""
+		if failed != nil {
+			// The message is refused, not sent: nothing of the block ran
+			// (a statement of Ordo's would have sent the SET first), and
+			// the level is set before the next one that runs.
+			s.tx.fixIsolation, s.tx.snapshot = true, false
+		} else {
+			s.be.SetHere(set)
+		}
+	}
 	begin := s.takeAhead()
 	if begin == "" {
 		return
@@ -1886,6 +1908,32 @@ func (s *session) takeAhead() string {
 		return ""
 	}
 	return begin
+}
+
+// execSet runs a SET TRANSACTION in a round trip of its own.
+func (s *session) execSet(ctx context.Context, set string) error {
+	res, err := s.be.Exec(ctx, set)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		if s.bruteForced(res) {
+			return errBruteForce
+		}
+		return res.Err
+	}
+	return nil
+}
+
+// setAhead runs the SET TRANSACTION beforeSnapshot queued (aheadSet) in
+// a round trip of its own, before a statement of Ordo's.
+func (s *session) setAhead(ctx context.Context) error {
+	set := s.aheadSet
+	if set == "" {
+		return nil
+	}
+	s.aheadSet = ""
+	return s.execSet(ctx, set) // (s.aheadSet is empty: no recursion)
 }
 
 // beginAhead runs the BEGIN wrapAhead queued in a round trip of its own,
@@ -1927,6 +1975,9 @@ func (b aheadBackend) Exec(ctx context.Context, sql string, more ...string) (*wi
 	if err := b.s.beginAhead(ctx); err != nil {
 		return nil, err
 	}
+	if err := b.s.setAhead(ctx); err != nil {
+		return nil, err
+	}
 	return b.Backend.Exec(ctx, sql, more...)
 }
 
@@ -1934,11 +1985,17 @@ func (b aheadBackend) ExecAbortable(ctx context.Context, sql string) (*wire.Resu
 	if err := b.s.beginAhead(ctx); err != nil {
 		return nil, err
 	}
+	if err := b.s.setAhead(ctx); err != nil {
+		return nil, err
+	}
 	return b.Backend.ExecAbortable(ctx, sql)
 }
 
 func (b aheadBackend) ExecBound(ctx context.Context, name string, formats []int16, params [][]byte, resultFormats []int16) (*wire.Result, error) {
 	if err := b.s.beginAhead(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.s.setAhead(ctx); err != nil {
 		return nil, err
 	}
 	return b.Backend.ExecBound(ctx, name, formats, params, resultFormats)
@@ -2028,13 +2085,14 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 	}
 	if s.tx.fixIsolation && atBoundary {
 		s.tx.fixIsolation = false
-		if res, err := s.be.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL "+strings.ToUpper(s.runLevel(s.tx.isolation))); err != nil {
+		set := "SET TRANSACTION ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation))
+		if s.msgKind == wire.KindParse || s.msgKind == wire.KindBind {
+			// In the client's round trip, just before its message
+			// (sendAhead): a named BEGIN (pgbench -M prepared, drivers
+			// that prepare what they repeat) cost a round trip more.
+			s.aheadSet = set
+		} else if err := s.execSet(ctx, set); err != nil {
 			return err
-		} else if res.Err != nil {
-			if s.bruteForced(res) {
-				return errBruteForce
-			}
-			return res.Err
 		}
 	}
 	s.tx.snapSeq = s.h.cfg.Replica.AppliedPrefix()

@@ -190,6 +190,13 @@ type Backend interface {
 	// messages up to the Sync, as after an error of theirs). The block
 	// stays open at the batch's Sync (HoldReady and ReadyHolder end it).
 	BeginHere(begin string)
+	// SetHere, called from SessionHooks.Statement for a Parse or Bind
+	// that is the first message of its unit, inside a transaction block
+	// no statement of which has run yet, sends sql (SET TRANSACTION) just
+	// before the message, in the same round trip, as BeginHere sends its
+	// BEGIN: its replies are not relayed, its error is (and PostgreSQL
+	// then skips the client's messages up to the Sync).
+	SetHere(sql string)
 	// SyncHere, called from SessionHooks.Statement for a Parse or Bind
 	// that is not the first message of its batch, sends PostgreSQL a Sync
 	// of Ordo's before the message and waits for its ReadyForQuery (not

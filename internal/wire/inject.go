@@ -9,7 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// injectedName names the statement and portal of BeginHere's BEGIN.
+// injectedName names the statement and portal of BeginHere's BEGIN (and
+// SetHere's statement).
 const injectedName = "ordo_begin"
 
 // BeginHere implements Backend. It runs on the session goroutine, inside a
@@ -20,12 +21,26 @@ const injectedName = "ordo_begin"
 // portal stay as they are). Its seven replies arrive in their place among the client's, unless an earlier
 // message of the batch failed, and then none does (PostgreSQL skips to the
 // Sync); unnamedTracker knows which replies are theirs and drops them.
-func (ss *session) BeginHere(begin string) { ss.sendBegin(false, begin) }
+func (ss *session) BeginHere(begin string) { ss.sendInjected(injectBegin, begin) }
 
-// sendBegin sends an injected BEGIN statement (quiet: SyncHere's).
-func (ss *session) sendBegin(quiet bool, begin string) {
-	ss.unnamed.sentInjected(quiet)
-	if !quiet {
+// SetHere implements Backend: as BeginHere, for a statement run inside
+// the client's open block (SET TRANSACTION), whose CommandComplete counts
+// as no BEGIN.
+func (ss *session) SetHere(sql string) { ss.sendInjected(injectSet, sql) }
+
+// injectKind says what an injected statement is.
+type injectKind int
+
+const (
+	injectBegin injectKind = iota // BeginHere's BEGIN
+	injectQuiet                   // SyncHere's BEGIN: error and warning dropped too
+	injectSet                     // SetHere's statement
+)
+
+// sendInjected sends an injected statement.
+func (ss *session) sendInjected(kind injectKind, sql string) {
+	ss.unnamed.sentInjected(kind == injectQuiet, kind == injectBegin)
+	if kind == injectBegin {
 		ss.injectedOpen.Store(true)
 	}
 	// The first Closes drop a statement and portal an error left behind
@@ -33,7 +48,7 @@ func (ss *session) sendBegin(quiet bool, begin string) {
 	// and PostgreSQL skips the Closes after them): the Parse would fail.
 	ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: injectedName})
 	ss.sendServer(&pgproto3.Close{ObjectType: 'S', Name: injectedName})
-	ss.sendServer(&pgproto3.Parse{Name: injectedName, Query: begin})
+	ss.sendServer(&pgproto3.Parse{Name: injectedName, Query: sql})
 	ss.sendServer(&pgproto3.Bind{DestinationPortal: injectedName, PreparedStatement: injectedName})
 	ss.sendServer(&pgproto3.Execute{Portal: injectedName})
 	ss.sendServer(&pgproto3.Close{ObjectType: 'P', Name: injectedName})
@@ -258,7 +273,7 @@ func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 	}
 	ss.quietReady.Store(true)
 	ss.outstanding.Add(1)
-	ss.sendBegin(true, "BEGIN")
+	ss.sendInjected(injectQuiet, "BEGIN")
 	ss.sendTracked(&pgproto3.Sync{})
 	if err := ss.flushServer(); err != nil {
 		return false, fmt.Errorf("%w: %w", ErrSessionClosed, err)

@@ -93,13 +93,13 @@ type trackedMsg struct {
 	portal, stmt string
 }
 
-// sentInjected notes an injected BEGIN's messages: two Closes, Parse,
-// Bind, Execute and two Closes, in that order; quiet for SyncHere's, else
-// BeginHere's.
-func (u *unnamedTracker) sentInjected(quiet bool) {
+// sentInjected notes an injected statement's messages: two Closes, Parse,
+// Bind, Execute and two Closes, in that order; quiet for SyncHere's BEGIN,
+// begin for BeginHere's (else SetHere's statement).
+func (u *unnamedTracker) sentInjected(quiet, begin bool) {
 	m := trackedMsg{kind: trackedOther, injected: true, quiet: quiet}
 	exec := m
-	exec.begin = !quiet
+	exec.begin = begin
 	u.mu.Lock()
 	u.push(m, m, m, m, exec, m, m)
 	u.mu.Unlock()

@@ -154,7 +154,7 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 
 	// A BEGIN injected ahead of the next unit's Bind: seven replies, the
 	// fifth its CommandComplete.
-	u.sentInjected(false)
+	u.sentInjected(false, true)
 	u.sent(&pgproto3.Bind{})
 	u.sent(&pgproto3.Execute{})
 	u.sent(&pgproto3.Sync{})
@@ -172,9 +172,27 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 		}
 	}
 
+	// SetHere's SET TRANSACTION ahead of a Bind: dropped alike, and its
+	// CommandComplete is no BEGIN.
+	u.sentInjected(false, false)
+	u.sent(&pgproto3.Bind{})
+	u.sent(&pgproto3.Execute{})
+	u.sent(&pgproto3.Sync{})
+	replies[4] = &pgproto3.CommandComplete{CommandTag: []byte("SET")}
+	for i, m := range replies {
+		if drop, began, _ := u.reply(m); !drop || began {
+			t.Fatalf("injected SET's reply %d (%T): drop %v, began %v", i, m, drop, began)
+		}
+	}
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, rfq} {
+		if drop, _, _ := u.reply(m); drop {
+			t.Fatalf("the client's %T was dropped", m)
+		}
+	}
+
 	// The same BEGIN failing at its Parse (statement_timeout): its error
 	// is the client's to see, and the client's messages were skipped.
-	u.sentInjected(false)
+	u.sentInjected(false, true)
 	u.sent(&pgproto3.Bind{})
 	u.sent(&pgproto3.Execute{})
 	u.sent(&pgproto3.Sync{})

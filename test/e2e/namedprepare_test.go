@@ -59,3 +59,69 @@ func TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit(t *testing.T) {
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT count(*) FROM np").Scan(&n))
 	require.Equal(t, 1, n)
 }
+
+// TestNamedBeginsLevelTravelsWithTheFirstStatement: a BEGIN the client
+// prepared under a name (pgbench -M prepared, drivers that prepare what
+// they repeat) is not rewritten, so Ordo sets the level it runs the block
+// at before the block's first statement. That SET TRANSACTION goes in the
+// statement's own round trip, just ahead of its Bind, as `execute
+// ordo_begin` in PostgreSQL's statement log; it used to cost a round trip
+// of its own (`statement: SET TRANSACTION …`), about 0.2 ms per
+// transaction at one client on the development machine. The block runs at
+// the level all the same, and commits.
+func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	conn := c.connect(0)
+	_, err := conn.Exec(ctx, "CREATE TABLE nb (id int PRIMARY KEY, v int)")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "INSERT INTO nb VALUES (1, 0)")
+	require.NoError(t, err)
+	for name, sql := range map[string]string{
+		"nb_begin":  "BEGIN",
+		"nb_read":   "SELECT current_setting('transaction_isolation'), v FROM nb WHERE id = $1",
+		"nb_update": "UPDATE nb SET v = v + 1 WHERE id = $1",
+		"nb_commit": "COMMIT",
+	} {
+		_, err = conn.Prepare(ctx, name, sql)
+		require.NoError(t, err)
+	}
+	_, err = conn.Exec(ctx, "SET log_statement = 'all'")
+	require.NoError(t, err)
+	logFile := c.pg.Servers[0].LogFile
+	fi, err := os.Stat(logFile)
+	require.NoError(t, err)
+	from := fi.Size()
+	for round := 1; round <= 2; round++ {
+		_, err = conn.Exec(ctx, "nb_begin")
+		require.NoError(t, err)
+		var level string
+		var v int
+		require.NoError(t, conn.QueryRow(ctx, "nb_read", 1).Scan(&level, &v))
+		require.Equal(t, "repeatable read", level, "round %d", round)
+		require.Equal(t, round-1, v)
+		_, err = conn.Exec(ctx, "nb_update", 1)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "nb_commit")
+		require.NoError(t, err)
+	}
+	_, err = conn.Exec(ctx, "SELECT 'nb done'") // a marker in the log
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(logFile)
+		require.NoError(t, err)
+		return strings.Contains(string(b[from:]), "nb done")
+	}, 10*time.Second, 50*time.Millisecond)
+	b, err := os.ReadFile(logFile)
+	require.NoError(t, err)
+	logged := string(b[from:])
+	logged = logged[:strings.Index(logged, "nb done")]
+	require.Equal(t, 2, strings.Count(logged, "execute ordo_begin/ordo_begin: SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+		"the level set in the first statement's round trip, once per block:\n%s", logged)
+	require.NotContains(t, logged, "statement: SET TRANSACTION", "a round trip of its own")
+	c.waitConverged()
+	var v2 int
+	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT v FROM nb WHERE id = 1").Scan(&v2))
+	require.Equal(t, 2, v2)
+}

@@ -15,6 +15,9 @@
 // Every server gets the same initial data from pgbench -i before the
 // cluster starts.
 //
+// At 1 client it also prints each statement's mean latency (pgbench -r)
+// directly and through node 1, and what the cluster adds.
+//
 // With -script update each client runs one autocommit statement instead,
 // `UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid`
 // for a random row (issue 17's "autocommit single-row update"), and it
@@ -124,6 +127,49 @@ type result struct {
 	// process (the three Ordo nodes and the benchmark itself, which only
 	// waits for pgbench) and every PostgreSQL process on the machine.
 	ordoCPU, pgCPU float64
+	// stmts: at 1 client, each statement of the script with its mean
+	// latency in ms (pgbench -r; the median over the runs), in order.
+	stmts []stmtLatency
+}
+
+type stmtLatency struct {
+	sql string
+	ms  float64
+}
+
+// stmtRE matches a line of pgbench -r's report: the mean latency, the
+// failures and retries (--max-tries), then the command.
+var stmtRE = regexp.MustCompile(`(?m)^\s+([0-9.]+)\s+[0-9]+\s+[0-9]+\s+(\S.*)$`)
+
+// stmtLatencies reads pgbench -r's report of one run.
+func stmtLatencies(out []byte) []stmtLatency {
+	var st []stmtLatency
+	for _, m := range stmtRE.FindAllSubmatch(out, -1) {
+		sql := string(m[2])
+		if strings.HasPrefix(sql, "\\") { // \set: no round trip
+			continue
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		st = append(st, stmtLatency{sql: sql, ms: v})
+	}
+	return st
+}
+
+// printStatements prints, per statement, its mean latency directly and
+// through the cluster, and what the cluster adds.
+func printStatements(protocol string, direct, cluster result) {
+	if len(direct.stmts) == 0 || len(direct.stmts) != len(cluster.stmts) {
+		return
+	}
+	fmt.Printf("         per statement at 1 client (means, ms): direct, %s, added\n", protocol)
+	for i, d := range direct.stmts {
+		c := cluster.stmts[i]
+		sql := d.sql
+		if len(sql) > 60 {
+			sql = sql[:57] + "..."
+		}
+		fmt.Printf("           %-60s %7.3f %7.3f %+7.3f\n", sql, d.ms, c.ms, c.ms-d.ms)
+	}
 }
 
 func run() error {
@@ -207,6 +253,9 @@ func run() error {
 			if b := benchcluster.Breakdown(before, benchcluster.ReadHistograms(nodes)); b != "" {
 				fmt.Printf("         where a commit's time goes (means, ms): %s\n", b)
 			}
+			if clients == 1 {
+				printStatements(protocol, results["direct/1"], r)
+			}
 		}
 		if *cpuprof != "" {
 			pprof.StopCPUProfile()
@@ -254,6 +303,7 @@ func initPgbench(pgbench, dsn string) error {
 // returns the median total TPS and the median of per-run p50 latencies.
 func measure(pgbench string, dsns []string, clients int) (result, error) {
 	var tpss, p50s, ordoCPUs, pgCPUs []float64
+	var stmtRuns [][]stmtLatency
 	scriptFile, err := scriptPath()
 	if err != nil {
 		return result{}, err
@@ -286,6 +336,9 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 				if scriptFile != "" {
 					args = append(args, "-f", scriptFile)
 				}
+				if clients == 1 {
+					args = append(args, "-r") // latency per statement
+				}
 				cmd := exec.Command(pgbench, append(args, dsn)...)
 				cmd.Dir = dir
 				out, err := cmd.CombinedOutput()
@@ -305,6 +358,9 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 				}
 				v, _ := strconv.ParseFloat(string(m[1]), 64)
 				total += v
+				if clients == 1 {
+					stmtRuns = append(stmtRuns, stmtLatencies(out))
+				}
 			}()
 		}
 		wg.Wait()
@@ -322,7 +378,19 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		ordoCPUs = append(ordoCPUs, (after.Self-before.Self).Seconds()*1000/float64(len(lat)))
 		pgCPUs = append(pgCPUs, (after.Postgres-before.Postgres).Seconds()*1000/float64(len(lat)))
 	}
-	return result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs)}, nil
+	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs)}
+	if len(stmtRuns) > 0 {
+		for i, st := range stmtRuns[0] {
+			var ms []float64
+			for _, run := range stmtRuns {
+				if i < len(run) && run[i].sql == st.sql {
+					ms = append(ms, run[i].ms)
+				}
+			}
+			res.stmts = append(res.stmts, stmtLatency{sql: st.sql, ms: median(ms)})
+		}
+	}
+	return res, nil
 }
 
 // scriptPath returns the pgbench script file of -script ("" for pgbench's
