@@ -178,6 +178,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "\n%d nodes ready in %.1fs (protocol %s); every node is writable. Connect with e.g.\n  psql '%s'\n",
 		len(nodes), time.Since(began).Seconds(), o.Protocol, nodes[0].Ordo)
+	fmt.Fprintf(o.Out, "postgres= is each node's own server, to look at: a write there bypasses Ordo, is not replicated,\n"+
+		"and leaves that node's data unlike the others' (a node found diverged leaves the cluster).\n"+
+		"For a baseline beside the cluster, use another database on that server.\n")
 	fmt.Fprintf(o.Out, "Metrics: %s (and the other nodes' ports).\n", nodes[0].Metrics)
 	admins := make([]string, len(nodes))
 	for i, n := range nodes {
