@@ -259,9 +259,6 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 		if !s.tx.snapshot || w.prefix < s.tx.snapSeq {
 			s.tx.snapSeq = w.prefix
 		}
-		if len(s.tx.locks) > 0 {
-			s.tx.snapSeq = min(s.tx.snapSeq, s.tx.lockSnap)
-		}
 	} else if s.rc {
 		// READ COMMITTED: each statement saw the latest commits, and an
 		// UPDATE that waited for a lock worked on the version committed
@@ -276,14 +273,14 @@ func (s *session) prepare(ctx context.Context, then []string, what string) (gid 
 			// Local commits prove themselves after they are visible.
 			s.tx.snapSeq = max(s.tx.snapSeq, vp.VisiblePrefix(ctx))
 		}
-		if len(s.tx.locks) > 0 {
-			// Its row locks (SELECT … FOR UPDATE) are held since they
-			// were taken, and a remote transaction that locked the same
-			// row writes no row here that would wait for them: it is
-			// certified from before its first lock (at most more aborts
-			// than READ COMMITTED needs, never fewer).
-			s.tx.snapSeq = min(s.tx.snapSeq, s.tx.lockSnap)
-		}
+	}
+	if s.rc && len(s.tx.locks) > 0 {
+		// Its row locks (SELECT … FOR UPDATE) are held since they were
+		// taken, and a remote transaction that locked the same row
+		// writes no row here that would wait for them: it is certified
+		// from before its first lock (at most more aborts than its
+		// level needs, never fewer).
+		s.tx.snapSeq = min(s.tx.snapSeq, s.tx.lockSnap)
 	}
 	gid = s.consGID()
 	t0 = s.h.m.since(stageProbe, t0)
