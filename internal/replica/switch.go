@@ -160,7 +160,7 @@ func (r *Replica) SwitchProtocol(ctx context.Context, name string) (uint64, erro
 	if name == DBSMRC || r.Name() == DBSMRC {
 		// Sessions run at the client's isolation level under dbsm-rc and
 		// at REPEATABLE READ under the others, from their start.
-		return 0, fmt.Errorf("%w: dbsm-rc is not switched to or from online (sessions run at the client's isolation level under it, at REPEATABLE READ under the others); set protocol: in every node's node.yaml and restart the cluster", ErrBadProtocol)
+		return 0, fmt.Errorf("%w: dbsm-rc cannot be switched to or from online (sessions run at the client's isolation level under it, at REPEATABLE READ under the others); set protocol: in every node's node.yaml and restart the cluster", ErrBadProtocol)
 	}
 	if !slices.Contains(Protocols, name) {
 		return 0, fmt.Errorf("%w: unknown protocol %q (one of %v)", ErrBadProtocol, name, Protocols)
@@ -179,9 +179,9 @@ func (r *Replica) SwitchProtocol(ctx context.Context, name string) (uint64, erro
 	return seqno, nil
 }
 
-// ErrBadProtocol is returned by SwitchProtocol for a name that is not a
-// protocol.
-var ErrBadProtocol = errors.New("replica: not a protocol")
+// ErrBadProtocol is returned by SwitchProtocol for a switch it refuses:
+// to a name that is not a protocol, or to or from dbsm-rc.
+var ErrBadProtocol = errors.New("replica: protocol switch refused")
 
 // ProtocolSince returns the seqno of the switch that put the protocol in
 // force (0: node.yaml's, never switched).

@@ -129,6 +129,16 @@ func TestOnlineProtocolSwitch(t *testing.T) {
 			return len(names) == 3 && names[0] == p && names[1] == p && names[2] == p
 		}, 10*time.Second, 200*time.Millisecond, "every node runs %s", p)
 	}
+	// A switch to or from dbsm-rc, or to a name that is no protocol, is
+	// refused, saying why and what to do.
+	for p, want := range map[string]string{
+		"dbsm-rc": "dbsm-rc cannot be switched to or from online",
+		"dbsm-x":  `unknown protocol "dbsm-x"`,
+	} {
+		out, errOut, code := octl.run("protocol", "set", p, "--data-dir", c.cfgs[0].DataDir)
+		require.NotEqual(t, ctl.ExitOK, code, "%s\n%s", out, errOut)
+		require.Contains(t, errOut, "protocol switch refused: "+want)
+	}
 	time.Sleep(1200 * time.Millisecond)
 	close(stop)
 	wg.Wait()
