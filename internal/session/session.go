@@ -714,15 +714,8 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		// implicit transaction: set, or refused (25001) where a
 		// snapshot was taken and the level would change.
 		if set := s.beginOptions(ctl); set != "" {
-			res, err := s.be.Exec(ctx, set)
-			if err != nil {
+			if err := s.execSet(ctx, set); err != nil {
 				return err
-			}
-			if res.Err != nil {
-				if s.bruteForced(res) {
-					return errBruteForce
-				}
-				return res.Err
 			}
 		}
 		s.tx.wrapped = false

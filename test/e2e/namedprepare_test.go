@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,28 +27,10 @@ func TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit(t *testing.T) {
 	conn := c.connect(0)
 	_, err := conn.Exec(ctx, "CREATE TABLE np (id int PRIMARY KEY)")
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SET log_statement = 'all'")
-	require.NoError(t, err)
-	logFile := c.pg.Servers[0].LogFile
-	logged := func() int64 {
-		fi, err := os.Stat(logFile)
+	prepared := statementLog(t, c, conn, func() {
+		_, err = conn.Prepare(ctx, "np_insert", "INSERT INTO np VALUES ($1)")
 		require.NoError(t, err)
-		return fi.Size()
-	}
-	from := logged()
-	_, err = conn.Prepare(ctx, "np_insert", "INSERT INTO np VALUES ($1)")
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SELECT 'np prepared'") // a marker in the log
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(logFile)
-		require.NoError(t, err)
-		return strings.Contains(string(b[from:]), "np prepared")
-	}, 10*time.Second, 50*time.Millisecond)
-	b, err := os.ReadFile(logFile)
-	require.NoError(t, err)
-	prepared := string(b[from:])
-	prepared = prepared[:strings.Index(prepared, "np prepared")]
+	})
 	require.Contains(t, prepared, "BEGIN ISOLATION LEVEL REPEATABLE READ", "the prepare is wrapped")
 	require.NotContains(t, prepared, "execute ordo_begin", "Ordo's BEGIN in the client's unit")
 	// The statement runs as usual (its BEGIN may travel with its Bind:
@@ -87,36 +70,21 @@ func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 		_, err = conn.Prepare(ctx, name, sql)
 		require.NoError(t, err)
 	}
-	_, err = conn.Exec(ctx, "SET log_statement = 'all'")
-	require.NoError(t, err)
-	logFile := c.pg.Servers[0].LogFile
-	fi, err := os.Stat(logFile)
-	require.NoError(t, err)
-	from := fi.Size()
-	for round := 1; round <= 2; round++ {
-		_, err = conn.Exec(ctx, "nb_begin")
-		require.NoError(t, err)
-		var level string
-		var v int
-		require.NoError(t, conn.QueryRow(ctx, "nb_read", 1).Scan(&level, &v))
-		require.Equal(t, "repeatable read", level, "round %d", round)
-		require.Equal(t, round-1, v)
-		_, err = conn.Exec(ctx, "nb_update", 1)
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, "nb_commit")
-		require.NoError(t, err)
-	}
-	_, err = conn.Exec(ctx, "SELECT 'nb done'") // a marker in the log
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(logFile)
-		require.NoError(t, err)
-		return strings.Contains(string(b[from:]), "nb done")
-	}, 10*time.Second, 50*time.Millisecond)
-	b, err := os.ReadFile(logFile)
-	require.NoError(t, err)
-	logged := string(b[from:])
-	logged = logged[:strings.Index(logged, "nb done")]
+	logged := statementLog(t, c, conn, func() {
+		for round := 1; round <= 2; round++ {
+			_, err = conn.Exec(ctx, "nb_begin")
+			require.NoError(t, err)
+			var level string
+			var v int
+			require.NoError(t, conn.QueryRow(ctx, "nb_read", 1).Scan(&level, &v))
+			require.Equal(t, "repeatable read", level, "round %d", round)
+			require.Equal(t, round-1, v)
+			_, err = conn.Exec(ctx, "nb_update", 1)
+			require.NoError(t, err)
+			_, err = conn.Exec(ctx, "nb_commit")
+			require.NoError(t, err)
+		}
+	})
 	require.Equal(t, 2, strings.Count(logged, "execute ordo_begin/ordo_begin: SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
 		"the level set in the first statement's round trip, once per block:\n%s", logged)
 	require.NotContains(t, logged, "statement: SET TRANSACTION", "a round trip of its own")
@@ -124,4 +92,30 @@ func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	var v2 int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT v FROM nb WHERE id = 1").Scan(&v2))
 	require.Equal(t, 2, v2)
+}
+
+// statementLog returns what node 1's PostgreSQL logged of the statements
+// conn's session sent while run ran (log_statement = 'all' for the
+// session, through Ordo; a marker statement ends it).
+func statementLog(t *testing.T, c *cluster, conn *pgx.Conn, run func()) string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := conn.Exec(ctx, "SET log_statement = 'all'")
+	require.NoError(t, err)
+	logFile := c.pg.Servers[0].LogFile
+	fi, err := os.Stat(logFile)
+	require.NoError(t, err)
+	from := fi.Size()
+	run()
+	const marker = "ordo e2e: end of the statements to look at"
+	_, err = conn.Exec(ctx, "SELECT '"+marker+"'")
+	require.NoError(t, err)
+	var logged string
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(logFile)
+		require.NoError(t, err)
+		logged = string(b[from:])
+		return strings.Contains(logged, marker)
+	}, 10*time.Second, 50*time.Millisecond)
+	return logged[:strings.Index(logged, marker)]
 }
