@@ -50,8 +50,9 @@ func TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit(t *testing.T) {
 // statement's own round trip, just ahead of its Bind, as `execute
 // ordo_begin` in PostgreSQL's statement log; it used to cost a round trip
 // of its own (`statement: SET TRANSACTION …`), about 0.2 ms per
-// transaction at one client on the development machine. The block runs at
-// the level all the same, and commits.
+// transaction at one client on the development machine; ahead of a named
+// statement's Parse it still does. The block runs at the level all the
+// same, and commits.
 func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
@@ -88,6 +89,21 @@ func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	require.Equal(t, 2, strings.Count(logged, "execute ordo_begin/ordo_begin: SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
 		"the level set in the first statement's round trip, once per block:\n%s", logged)
 	require.NotContains(t, logged, "statement: SET TRANSACTION", "a round trip of its own")
+	// Ahead of a named statement's Parse it keeps a round trip of its
+	// own, as the BEGIN of a wrapped statement does (the test above).
+	logged = statementLog(t, c, conn, func() {
+		_, err = conn.Exec(ctx, "nb_begin")
+		require.NoError(t, err)
+		_, err = conn.Prepare(ctx, "nb_read_named", "SELECT current_setting('transaction_isolation') FROM nb WHERE id = $1")
+		require.NoError(t, err)
+		var level string
+		require.NoError(t, conn.QueryRow(ctx, "nb_read_named", 1).Scan(&level))
+		require.Equal(t, "repeatable read", level)
+		_, err = conn.Exec(ctx, "nb_commit")
+		require.NoError(t, err)
+	})
+	require.Equal(t, 1, strings.Count(logged, "statement: SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"), "%s", logged)
+	require.NotContains(t, logged, "execute ordo_begin")
 	c.waitConverged()
 	var v2 int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT v FROM nb WHERE id = 1").Scan(&v2))
