@@ -19,6 +19,7 @@ import (
 	"github.com/ordo-db/ordo/internal/certs"
 	"github.com/ordo-db/ordo/internal/demo"
 	"github.com/ordo-db/ordo/internal/node"
+	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/totalorder/storage"
 	"github.com/ordo-db/ordo/internal/version"
 	"github.com/ordo-db/ordo/pkg/config"
@@ -124,11 +125,16 @@ use them.`,
 
 // injectFaults starts the fault injections the safety suite asks for
 // through the environment (never set in a deployment): slow fsyncs of the
-// Raft log (storage.FaultSyncDelayEnv).
+// Raft log (storage.FaultSyncDelayEnv), and the delivery loop stopped
+// between telling a commit and its COMMIT PREPARED
+// (replica.FaultTellStallEnv, read by the replica itself).
 func injectFaults(ctx context.Context, log *slog.Logger) {
 	if path := os.Getenv(storage.FaultSyncDelayEnv); path != "" {
 		log.Warn("fault injection: Raft log fsyncs are delayed by the duration in a file (a test setting)", "env", storage.FaultSyncDelayEnv, "file", path)
 		go storage.WatchSyncDelayFile(ctx, path)
+	}
+	if path := os.Getenv(replica.FaultTellStallEnv); path != "" {
+		log.Warn("fault injection: the delivery loop stops after telling a commit, before its COMMIT PREPARED, while a file exists (a test setting)", "env", replica.FaultTellStallEnv, "file", path)
 	}
 }
 

@@ -58,6 +58,7 @@ func (r *Replica) Run(parent context.Context) error {
 		conn.Close(context.Background())
 		return err
 	}
+	r.floorTold()
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	r.bg.Add(2)
 	go func() {
@@ -240,6 +241,7 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	if err := r.flush(ctx, &rn); err != nil {
 		return err
 	}
+	r.madeVisible() // (published by the step that told them, or the run)
 	if err := r.flushProofs(ctx); err != nil {
 		return err
 	}
@@ -307,6 +309,7 @@ func (r *Replica) finishEntry(ctx context.Context, d totalorder.Delivery, e *ord
 		rn.last = settled // published with the run
 	} else {
 		r.publish(settled)
+		r.madeVisible()
 	}
 	return nil
 }
@@ -441,6 +444,9 @@ func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *
 		frags = r.dropFragments(dec.GID)
 	}
 	if e.Origin == r.cfg.NodeID {
+		if dec.Commit && dec.Seqno > r.cfg.Proven {
+			r.tellEarly(dec.GID, dec.Seqno, len(e.Ddl) > 0)
+		}
 		if err := r.finishLocal(ctx, dec.Seqno, dec.GID, dec.Commit, e, frags); err != nil {
 			return err
 		}
@@ -589,6 +595,7 @@ func (r *Replica) flush(ctx context.Context, rn *run) error {
 	}
 	rn.items, rn.origins = rn.items[:0], rn.origins[:0]
 	r.publish(rn.last)
+	r.madeVisible()
 	return nil
 }
 
@@ -649,10 +656,12 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 	// Not prepared (any more): finished before a restart (an early
 	// rollback would have been recorded), or the origin never got as far
 	// as PREPARE (a rollback).
+	began := time.Now()
 	if err := r.execRetrying(ctx, stmt, notPrepared, stmt); err != nil {
 		return err
 	}
 	if commit {
+		r.m.localCommit.Observe(time.Since(began).Seconds())
 		label := ""
 		if e != nil {
 			label = e.Label

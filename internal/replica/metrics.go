@@ -9,6 +9,8 @@ type metrics struct {
 	bruteForce    prometheus.Counter
 	commitLatency prometheus.Histogram
 	applyLatency  prometheus.Histogram
+	localCommit   prometheus.Histogram // COMMIT PREPARED of a local commit
+	toldWait      prometheus.Histogram // a statement's wait for told commits
 	applied       prometheus.Gauge
 	queue         prometheus.Gauge
 	fragments     prometheus.Counter
@@ -61,6 +63,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordo_replica_apply_seconds", Help: "Time to apply one remote transaction.", Buckets: buckets,
 		}),
+		localCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordo_replica_local_commit_seconds", Help: "Time the delivery loop's COMMIT PREPARED of one of this node's transactions took (its session was told before it, unless it ran DDL).", Buckets: buckets,
+		}),
+		toldWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordo_replica_visibility_wait_seconds", Help: "Time a statement that may take a snapshot waited for this node's commits, told to their sessions before their COMMIT PREPARED, to become visible (only statements that waited).", Buckets: buckets,
+		}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordo_replica_apply_queue_length",
 			Help: "Delivered entries waiting to be carried out on this node when the delivery loop last took work (its own batch included).",
@@ -112,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.schemaConsistent.Set(1)
 	m.dataConsistent.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.applied, m.queue, m.schemaMismatches, m.schemaCompared, m.schemaConsistent, m.dataMismatches, m.dataChecks, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
+		reg.MustRegister(m.outcomes, m.readKeys, m.writeRows, m.bruteForce, m.commitLatency, m.applyLatency, m.localCommit, m.toldWait, m.applied, m.queue, m.schemaMismatches, m.schemaCompared, m.schemaConsistent, m.dataMismatches, m.dataChecks, m.dataConsistent, m.votes, m.fragments, m.fragmentBytes, m.classChanges)
 	}
 	return m
 }

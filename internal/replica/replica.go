@@ -238,6 +238,12 @@ type Replica struct {
 	// loop (donate.go).
 	exportc chan exportReq
 
+	// tg holds back snapshots until the commits told before their
+	// COMMIT PREPARED are visible (told.go); toldUnseen counts, in the
+	// loop, those not yet visible.
+	tg         toldGate
+	toldUnseen uint64
+
 	// down is closed when the delivery loop fails or stops.
 	down     chan struct{}
 	downOnce sync.Once
@@ -293,6 +299,7 @@ func New(cfg Config) (*Replica, error) {
 		rolledBack:   make(map[txn.GID]bool),
 		orphans:      make(map[txn.GID]bool),
 		down:         make(chan struct{}),
+		tg:           toldGate{knownCh: make(chan struct{})},
 		exportc:      make(chan exportReq),
 		votes:        termination.NewVotes(cfg.Members),
 		skipped:      make(map[uint64]bool),

@@ -23,6 +23,7 @@ const (
 	codeProtocolViolation        = "08P01"
 	codeCharacterNotInRepertoire = "22021"
 	codeQueryCanceled            = "57014"
+	codeCannotConnectNow         = "57P03"
 )
 
 // canceled reports a statement canceled by a CancelRequest (57014). On

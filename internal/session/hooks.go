@@ -86,6 +86,7 @@ type Hooks struct {
 	m       *metrics
 	first   uint64
 	counter atomic.Uint64
+	told    termination.ToldAwaiter // (nil: the engine tells no commit early)
 
 	mu    sync.Mutex
 	byPID map[uint32]*session
@@ -99,6 +100,7 @@ func New(cfg Config) *Hooks {
 		cfg.Logger = slog.Default()
 	}
 	h := &Hooks{cfg: cfg, m: newMetrics(cfg.Registerer), byPID: make(map[uint32]*session)}
+	h.told, _ = cfg.Replica.(termination.ToldAwaiter)
 	// GIDs must never repeat, across restarts too: start the counter at
 	// the clock.
 	h.first = uint64(time.Now().UnixNano())

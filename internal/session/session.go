@@ -246,6 +246,21 @@ type txState struct {
 	cons consTx
 }
 
+// awaitTold waits, before a statement that may take a snapshot, until the
+// commits this node told before they were visible are (ToldAwaiter).
+func (s *session) awaitTold(ctx context.Context) error {
+	if s.h.told == nil {
+		return nil
+	}
+	if err := s.h.told.AwaitTold(ctx); err != nil {
+		if errors.Is(err, termination.ErrReplaying) {
+			return pgErr(codeCannotConnectNow, "ordo: %v; retry once it has, or connect to another node", err)
+		}
+		return pgErr(codeQueryCanceled, "ordo: canceled while waiting for this node's latest commits to become visible: %v", err)
+	}
+	return nil
+}
+
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
 // unnamed statement inside a transaction; the statement itself runs in the
 // transaction's final local commit.
@@ -299,6 +314,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			r.bound(st)
 		} else {
 			s.tx.retry = nil
+		}
+	}
+	if !s.tx.snapshot || s.rc {
+		// It may take a snapshot: after the commits this node told
+		// before they were visible (termination.ToldAwaiter).
+		if err := s.awaitTold(ctx); err != nil {
+			return err
 		}
 	}
 	if first {

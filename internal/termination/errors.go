@@ -43,6 +43,12 @@ var ErrInconsistent = errors.New("replica: node is inconsistent and refuses upda
 // log.
 var ErrStopped = errors.New("replica: node stopped carrying out the total order and refuses updates")
 
+// ErrReplaying is returned by ToldAwaiter.AwaitTold when the node, back
+// from a restart with prepared transactions of its own, has not replayed
+// its log far enough to show every commit it may have told in time: a
+// snapshot taken now could miss one.
+var ErrReplaying = errors.New("this node is still replaying its log")
+
 // ErrPostgresRestarted is returned by the engine when the local
 // PostgreSQL restarted under a running node: the applies and commits it
 // acknowledged without flushing them may be lost, so the node must

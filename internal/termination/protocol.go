@@ -77,6 +77,16 @@ type VisiblePrefixer interface {
 	VisiblePrefix(ctx context.Context) uint64
 }
 
+// ToldAwaiter is the optional capability of a protocol engine that tells
+// a session its commit before the commit is visible in PostgreSQL (once it
+// is durable: prepared, and decided in the order): AwaitTold returns once
+// every commit told before the call is visible, and a session calls it
+// before any statement that may take a snapshot, so that what a client
+// sees after hearing of a commit holds it.
+type ToldAwaiter interface {
+	AwaitTold(ctx context.Context) error
+}
+
 // ClassScheduler is the optional capability of a conservative protocol
 // (cons): transactions wait for their conflict classes before they run.
 //

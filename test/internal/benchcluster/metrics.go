@@ -22,6 +22,8 @@ var breakdown = []struct{ key, metric string }{
 	{"terminate", "stage=terminate"},
 	{"total order", "ordo_totalorder_commit_latency_seconds"},
 	{"raft log save", "ordo_totalorder_log_save_seconds"},
+	{"commit prepared", "ordo_replica_local_commit_seconds"},
+	{"visibility wait", "ordo_replica_visibility_wait_seconds"},
 	{"apply elsewhere", "ordo_replica_apply_seconds"},
 }
 

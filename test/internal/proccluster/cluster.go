@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ordo-db/ordo/internal/pglocal"
+	"github.com/ordo-db/ordo/internal/replica"
 	"github.com/ordo-db/ordo/internal/testport"
 	"github.com/ordo-db/ordo/internal/totalorder/storage"
 )
@@ -235,6 +236,27 @@ func (c *Cluster) syncDelayFile(i int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("node%d.syncdelay", i+1))
 }
 
+// tellStallFile stops node i's delivery loop after it tells a commit
+// while it exists (StallAfterTell).
+func (c *Cluster) tellStallFile(i int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("node%d.tellstall", i+1))
+}
+
+// StallAfterTell makes node i's delivery loop, in the running process and
+// those started after, stop right after it tells a session of its commit
+// and before that commit's COMMIT PREPARED (on), or carry on (off):
+// replica.FaultTellStallEnv.
+func (c *Cluster) StallAfterTell(i int, on bool) error {
+	if !on {
+		err := os.Remove(c.tellStallFile(i))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.WriteFile(c.tellStallFile(i), nil, 0o644)
+}
+
 // SlowSync makes every fsync of node i's Raft log take d longer (0: back
 // to normal), within 100 ms, in the running process and those started
 // after.
@@ -292,7 +314,7 @@ func (c *Cluster) Start(i int) error {
 		verb, ready = "witness", "voting on"
 	}
 	cmd := exec.Command(c.bin, verb, "--config", c.config(i), "--log-level", "info")
-	cmd.Env = append(os.Environ(), storage.FaultSyncDelayEnv+"="+c.syncDelayFile(i))
+	cmd.Env = append(os.Environ(), storage.FaultSyncDelayEnv+"="+c.syncDelayFile(i), replica.FaultTellStallEnv+"="+c.tellStallFile(i))
 	// Killed with the process that started it: a test that dies leaves no
 	// node behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/test/internal/proccluster"
+)
+
+// TestCommitIsAnsweredBeforeItsLastFlush: a local commit the order decided
+// is answered before its COMMIT PREPARED, whose WAL flush PostgreSQL always
+// waits for, and still every statement the client sends after the answer,
+// on its own connection or another one of the node, sees it: it waits
+// until the commit is visible. With every fsync of node 1's PostgreSQL 300 ms
+// slower, the commit is answered while PostgreSQL still holds it
+// prepared, and the reads that follow see it at once; the client's next
+// transaction on the same row does not conflict with its last one.
+func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "dbsm-si", Dir: t.TempDir(), Bin: buildOrdo(t), SlowPGSync: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	connect := func(dsn string) *pgx.Conn {
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	a, b, direct := connect(c.DSN(0)), connect(c.DSN(0)), connect(c.PGDSN(0))
+	_, err = a.Exec(ctx, "CREATE TABLE told (k int PRIMARY KEY, v int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO told VALUES (1, 0)")
+	require.NoError(t, err)
+
+	require.NoError(t, c.SlowPGSync(0, 300*time.Millisecond))
+	time.Sleep(300 * time.Millisecond) // every backend has read the delay
+	value := func(conn *pgx.Conn) int {
+		var v int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT v FROM told WHERE k = 1").Scan(&v))
+		return v
+	}
+	for i := 1; i <= 2; i++ {
+		_, err = a.Exec(ctx, "UPDATE told SET v = v + 1 WHERE k = 1")
+		require.NoError(t, err)
+		// Answered before its COMMIT PREPARED ended: PostgreSQL, asked
+		// directly, does not show it yet.
+		require.Equal(t, i-1, value(direct), "round %d: the commit was answered after it was visible", i)
+		// Through the node, another session sees it.
+		require.Equal(t, i, value(b), "round %d: another session of the node missed a commit it was told of", i)
+	}
+	// The client's own next statement sees it, and its next transaction
+	// writing the same row is not taken for a conflict with its last.
+	for i := 3; i <= 4; i++ {
+		tx, err := a.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "UPDATE told SET v = v + 1 WHERE k = 1")
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, i-1, value(direct), "round %d: the commit was answered after it was visible", i)
+		tag, err := a.Exec(ctx, "UPDATE told SET v = v + 1 WHERE k = 1 AND v = $1", i)
+		require.NoError(t, err, "round %d: the client's next write on the row", i)
+		require.EqualValues(t, 1, tag.RowsAffected(), "round %d: the client's next write did not see its last commit", i)
+		var v int
+		require.NoError(t, a.QueryRow(ctx, "SELECT v FROM told WHERE k = 1").Scan(&v))
+		require.Equal(t, i+1, v, "round %d: the client's own commits", i)
+		_, err = a.Exec(ctx, "UPDATE told SET v = v - 1 WHERE k = 1")
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.SlowPGSync(0, 0))
+}
+
+// TestToldCommitVisibleAfterARestart: a commit told to its client before
+// its COMMIT PREPARED ran, whose node then crashed, is still seen by every
+// read through that node once it is back: a node that finds its own
+// prepared transactions left over in PostgreSQL holds snapshots back until
+// it has carried out the log it had. Here the node's delivery loop stops
+// between telling the commit and its COMMIT PREPARED (a fault injection),
+// the node is killed and started again cut off from the others, so that
+// its replay cannot reach the commit, and a read through it waits until
+// the links are back and the replay has carried the commit out.
+func TestToldCommitVisibleAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "dbsm-si", Dir: t.TempDir(), Bin: buildOrdo(t)})
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	a, err := pgx.Connect(ctx, c.DSN(0))
+	require.NoError(t, err)
+	direct, err := pgx.Connect(ctx, c.PGDSN(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { direct.Close(context.Background()) })
+	_, err = a.Exec(ctx, "CREATE TABLE told_restart (k int PRIMARY KEY, v int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO told_restart VALUES (1, 0)")
+	require.NoError(t, err)
+
+	require.NoError(t, c.StallAfterTell(0, true))
+	_, err = a.Exec(ctx, "UPDATE told_restart SET v = 1 WHERE k = 1")
+	require.NoError(t, err, "the commit is told")
+	a.Close(ctx)
+	c.Kill(0)
+	var prepared int
+	require.NoError(t, direct.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared))
+	require.Equal(t, 1, prepared, "the told transaction is not left prepared")
+
+	// Back, but cut off: it cannot learn that the entry it had is
+	// committed, so its replay does not reach it yet.
+	require.NoError(t, c.StallAfterTell(0, false))
+	c.Isolate(0)
+	require.NoError(t, c.Start(0))
+	read := make(chan int, 1)
+	go func() {
+		b, err := pgx.Connect(ctx, c.DSN(0))
+		if err != nil {
+			read <- -1
+			return
+		}
+		defer b.Close(context.Background())
+		var v int
+		if err := b.QueryRow(ctx, "SELECT v FROM told_restart WHERE k = 1").Scan(&v); err != nil {
+			v = -2
+		}
+		read <- v
+	}()
+	select {
+	case v := <-read:
+		t.Fatalf("a read through the restarted node did not wait for the replay of a commit it had told (it read %d); its log:\n%s", v, proccluster.Tail(c.LogFile(0), 40))
+	case <-time.After(time.Second):
+	}
+	c.Heal()
+	select {
+	case v := <-read:
+		require.Equal(t, 1, v, "a read through the restarted node missed a commit its client was told of")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read still waits")
+	}
+}
