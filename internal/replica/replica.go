@@ -243,6 +243,9 @@ type Replica struct {
 	// loop, those not yet visible.
 	tg         toldGate
 	toldUnseen uint64
+	// laterInStep is, while the loop carries out a decision, the
+	// smallest seqno decided after it in the same step (0: none).
+	laterInStep uint64
 
 	// down is closed when the delivery loop fails or stops.
 	down     chan struct{}

@@ -35,18 +35,20 @@ import (
 type toldGate struct {
 	told    atomic.Uint64 // local commits told before they were visible
 	visible atomic.Uint64 // how many of them are visible and published
-	// floor, after a restart that found this node's prepared
-	// transactions left over, is the last index of the Raft log when the
-	// node started: a commit told before the restart may be among them,
-	// and snapshots wait until the applied prefix reaches it.
-	floor atomic.Uint64
+	// leftover is set, after a restart, while prepared transactions of
+	// this node found at the start (startLeft, under Replica.rolledMu)
+	// are not carried out: a commit told before the restart may be among
+	// them, and snapshots wait.
+	leftover  atomic.Bool
+	startLeft map[txn.GID]bool
 	// known is set, and knownCh closed, once the loop has looked for
 	// leftovers (floorTold): until then snapshots wait.
-	known   atomic.Bool
-	knownCh chan struct{}
+	known     atomic.Bool
+	knownCh   chan struct{}
+	knownOnce sync.Once
 
 	mu sync.Mutex
-	ch chan struct{} // closed and replaced when visible moves
+	ch chan struct{} // closed and replaced when visible or leftover moves
 }
 
 // FaultTellStallEnv names a file: while it exists, the delivery loop stops
@@ -84,8 +86,10 @@ func (r *Replica) tellEarly(gid txn.GID, seqno uint64, ddl bool) bool {
 }
 
 // madeVisible notes that the commits told before their COMMIT PREPARED
-// are visible and published (the loop calls it once the applied prefix
-// covers them, or is about to).
+// are visible, and published as far as the entries before them are
+// carried out (the loop calls it at the end of the step that carried them
+// out; under cons a commit may be carried out before an earlier entry, and
+// the prefix covers it only later).
 func (r *Replica) madeVisible() {
 	n := r.toldUnseen
 	if n == 0 {
@@ -94,24 +98,46 @@ func (r *Replica) madeVisible() {
 	r.toldUnseen = 0
 	r.tg.mu.Lock()
 	r.tg.visible.Add(n)
-	if r.tg.ch != nil {
-		close(r.tg.ch)
-		r.tg.ch = nil
-	}
+	r.tg.wake()
 	r.tg.mu.Unlock()
 }
 
+// wake wakes the statements waiting in AwaitTold (under mu).
+func (g *toldGate) wake() {
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+}
+
+// leftoverDone notes that gid's decision is carried out (finishLocal): if
+// it was the last of the prepared transactions found at the start,
+// snapshots no longer wait for them. Under Replica.rolledMu.
+func (r *Replica) leftoverDone(gid txn.GID) {
+	if !r.tg.startLeft[gid] {
+		return
+	}
+	delete(r.tg.startLeft, gid)
+	if len(r.tg.startLeft) == 0 {
+		r.tg.mu.Lock()
+		r.tg.leftover.Store(false)
+		r.tg.wake()
+		r.tg.mu.Unlock()
+		r.log.Info("the prepared transactions left over from before the restart are carried out: statements no longer wait for them")
+	}
+}
+
 // AwaitTold returns once every local commit told to its session before
-// the call is visible in PostgreSQL and within the applied prefix (and,
-// after a restart that found prepared transactions of this node, once the
-// prefix reaches the order's commit index at the start). A statement that
-// may take a snapshot calls it first. It returns early when ctx ends or the
-// loop stops (its caller's statement then fails on its own: the node no
-// longer serves), and with termination.ErrReplaying if a restart's floor
-// is not reached within CommitTimeout.
+// the call is visible in PostgreSQL and, as a rule, within the applied
+// prefix (and, after a restart that found prepared transactions of this
+// node, once each of them is carried out). A statement that may take a
+// snapshot calls it first. It fails with termination.ErrStopped if the
+// loop stopped with a told commit not visible, and with
+// termination.ErrReplaying if the leftovers of a restart are not carried
+// out within CommitTimeout.
 func (r *Replica) AwaitTold(ctx context.Context) error {
 	target := r.tg.told.Load()
-	if r.tg.known.Load() && r.tg.visible.Load() >= target && r.tg.floor.Load() == 0 {
+	if r.tg.known.Load() && r.tg.visible.Load() >= target && !r.tg.leftover.Load() {
 		return nil // the common case: three atomic loads
 	}
 	began := time.Now()
@@ -122,12 +148,11 @@ func (r *Replica) AwaitTold(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.down:
-			return nil
+			return termination.ErrStopped
 		}
 	}
-	floor := r.tg.floor.Load()
 	var expired <-chan time.Time
-	if floor != 0 {
+	if r.tg.leftover.Load() {
 		t := time.NewTimer(r.cfg.CommitTimeout)
 		defer t.Stop()
 		expired = t.C
@@ -139,54 +164,49 @@ func (r *Replica) AwaitTold(ctx context.Context) error {
 		}
 		ch := r.tg.ch
 		r.tg.mu.Unlock()
-		r.mu.Lock()
-		pch := r.prefixCh
-		r.mu.Unlock()
-		visible := r.tg.visible.Load() >= target
-		floorOK := floor == 0 || r.prefix.Load() >= floor
-		if visible && floorOK {
-			if floor != 0 {
-				r.tg.floor.CompareAndSwap(floor, 0)
-			}
+		if r.tg.visible.Load() >= target && !r.tg.leftover.Load() {
 			return nil
-		}
-		if visible {
-			ch = nil // only the prefix can move it on
 		}
 		select {
 		case <-ch:
-		case <-pch:
 		case <-expired:
-			return fmt.Errorf("%w: it restarted with prepared transactions of its own, whose commits it may have told, and has not replayed its log up to seqno %d within %s (applied: %d); is the cluster reachable?",
-				termination.ErrReplaying, floor, r.cfg.CommitTimeout, r.prefix.Load())
+			r.rolledMu.Lock()
+			left := len(r.tg.startLeft)
+			r.rolledMu.Unlock()
+			return fmt.Errorf("%w: it restarted with %d prepared transactions of its own whose commits it may have told before, not yet carried out after %s (applied: seqno %d); is the cluster reachable?",
+				termination.ErrReplaying, left, r.cfg.CommitTimeout, r.prefix.Load())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.down:
-			return nil
+			if r.tg.visible.Load() >= target && !r.tg.leftover.Load() {
+				return nil
+			}
+			return termination.ErrStopped
 		}
 	}
 }
 
-// floorTold, as the loop starts, holds snapshots back until the applied
-// prefix reaches the last index of the node's log at the start if PostgreSQL holds
-// prepared transactions of this node (loadRolledBack found them): the loop
-// may have told a session of one of them before it stopped, and runs its
-// COMMIT PREPARED only in the replay.
+// floorTold, as the loop starts, holds snapshots back while the prepared
+// transactions of this node that PostgreSQL holds from before a restart
+// (loadRolledBack found them) are not carried out: the loop may have told
+// a session of one of them before it stopped, and runs its COMMIT
+// PREPARED only when the order's decision on it is delivered again
+// (those never ordered are aborted through the order: ResolveLeftovers).
 func (r *Replica) floorTold() {
-	defer func() {
+	defer r.tg.knownOnce.Do(func() {
 		r.tg.known.Store(true)
 		close(r.tg.knownCh)
-	}()
-	o, ok := r.cfg.Order.(interface{ LastAtStart() uint64 })
+	})
 	r.rolledMu.Lock()
-	left := len(r.orphans)
-	r.rolledMu.Unlock()
-	if !ok || left == 0 {
+	defer r.rolledMu.Unlock()
+	if len(r.orphans) == 0 {
 		return
 	}
-	if c := o.LastAtStart(); c > r.prefix.Load() {
-		r.tg.floor.Store(c)
-		r.log.Info("this node's prepared transactions are left over from before a restart: statements wait, before their snapshots, until the log it held is replayed",
-			"prepared", left, "replay_to", c, "applied", r.prefix.Load())
+	r.tg.startLeft = make(map[txn.GID]bool, len(r.orphans))
+	for g := range r.orphans {
+		r.tg.startLeft[g] = true
 	}
+	r.tg.leftover.Store(true)
+	r.log.Info("prepared transactions of this node are left over from before a restart: statements wait, before their snapshots, until the order's decisions on them are carried out",
+		"prepared", len(r.orphans), "applied", r.prefix.Load())
 }

@@ -254,6 +254,10 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	if err := s.beginWrapped(ctx); err != nil {
 		return false, err
 	}
+	if err := s.awaitTold(ctx); err != nil {
+		s.rollback(ctx)
+		return false, err
+	}
 	if err := s.beforeSnapshot(ctx, true); err != nil {
 		s.rollback(ctx)
 		return false, err

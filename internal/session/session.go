@@ -188,8 +188,12 @@ type txState struct {
 	// retry: the wrapped autocommit statement may be run again if a
 	// conflict aborts it (retry.go).
 	retry    *retryStmt
-	snapshot bool   // snapshot_seqno recorded
-	snapSeq  uint64 // snapshot_seqno
+	snapshot bool // snapshot_seqno recorded
+	// pgSnap: PostgreSQL surely took the block's snapshot (a read, a
+	// write, a COPY or DDL of it went out; not a LOCK, which takes none):
+	// its later statements need not wait in awaitTold.
+	pgSnap  bool
+	snapSeq uint64 // snapshot_seqno
 	// batchSnap: the snapshot was taken by a statement earlier in the
 	// batch, before the transaction was known to need a block.
 	batchSnap bool
@@ -256,6 +260,11 @@ func (s *session) awaitTold(ctx context.Context) error {
 		if errors.Is(err, termination.ErrReplaying) {
 			return pgErr(codeCannotConnectNow, "ordo: %v; retry once it has, or connect to another node", err)
 		}
+		if errors.Is(err, termination.ErrStopped) {
+			// A commit it told may not be visible here: nothing is read
+			// without it.
+			return pgErr(codeCannotConnectNow, "ordo: %v; connect to another node", err)
+		}
 		return pgErr(codeQueryCanceled, "ordo: canceled while waiting for this node's latest commits to become visible: %v", err)
 	}
 	return nil
@@ -316,7 +325,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			s.tx.retry = nil
 		}
 	}
-	if !s.tx.snapshot || s.rc {
+	if !s.tx.pgSnap || s.rc {
 		// It may take a snapshot: after the commits this node told
 		// before they were visible (termination.ToldAwaiter).
 		if err := s.awaitTold(ctx); err != nil {
@@ -575,7 +584,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// snapshot is no older than the unit's first statement.
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
 			s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 			s.unitStatus = 'T'
 			return nil
@@ -1585,6 +1594,10 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		}
 		s.track(a, params, m)
 		s.unitFresh = false
+		switch a.Kind {
+		case analysis.KindRead, analysis.KindWrite, analysis.KindDDL, analysis.KindCopyFrom, analysis.KindCopyTo:
+			s.tx.pgSnap = true
+		}
 	}
 	return nil
 }
@@ -2159,7 +2172,7 @@ func (s *session) noteWrap(injected bool) {
 func (s *session) beginHere() {
 	s.noteWrap(true)
 	s.be.BeginHere("BEGIN")
-	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
 	s.unitStatus = 'T'
 	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.inTxn.Store(true)

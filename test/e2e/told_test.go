@@ -15,7 +15,7 @@ import (
 // is answered before its COMMIT PREPARED, whose WAL flush PostgreSQL always
 // waits for, and still every statement the client sends after the answer,
 // on its own connection or another one of the node, sees it: it waits
-// until the commit is visible. With every fsync of node 1's PostgreSQL 300 ms
+// until the commit is visible (a block that only locked a table too). With every fsync of node 1's PostgreSQL 300 ms
 // slower, the commit is answered while PostgreSQL still holds it
 // prepared, and the reads that follow see it at once; the client's next
 // transaction on the same row does not conflict with its last one.
@@ -53,6 +53,21 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 		// Through the node, another session sees it.
 		require.Equal(t, i, value(b), "round %d: another session of the node missed a commit it was told of", i)
 	}
+	// A block that only locked a table has no snapshot yet: its first
+	// read waits too.
+	lockTx, err := b.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lockTx.Exec(ctx, "LOCK TABLE told IN ACCESS SHARE MODE")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "UPDATE told SET v = v + 1 WHERE k = 1")
+	require.NoError(t, err)
+	require.Equal(t, 2, value(direct), "the commit was answered after it was visible")
+	var v int
+	require.NoError(t, lockTx.QueryRow(ctx, "SELECT v FROM told WHERE k = 1").Scan(&v))
+	require.Equal(t, 3, v, "a block that had only locked a table missed a commit told before its first read")
+	require.NoError(t, lockTx.Rollback(ctx))
+	_, err = a.Exec(ctx, "UPDATE told SET v = v - 1 WHERE k = 1")
+	require.NoError(t, err)
 	// The client's own next statement sees it, and its next transaction
 	// writing the same row is not taken for a conflict with its last.
 	for i := 3; i <= 4; i++ {
