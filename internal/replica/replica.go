@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -725,6 +726,16 @@ func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
 	if err != nil {
 		return fmt.Errorf("replica: list prepared transactions: %w", err)
 	}
+	// And those the loop found at its start and has not carried out: one
+	// rolled back early since (it blocked an apply) is no longer prepared,
+	// and statements wait for it (told.go) until an outcome is ordered.
+	r.rolledMu.Lock()
+	for g := range r.tg.startLeft {
+		if !slices.Contains(gids, string(g)) {
+			gids = append(gids, string(g))
+		}
+	}
+	r.rolledMu.Unlock()
 	for _, g := range gids {
 		node, counter, err := txn.ParseGID(g)
 		if err != nil || node != r.cfg.NodeID || counter >= before {
