@@ -113,9 +113,15 @@ func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Exec(ctx, "INSERT INTO told_restart VALUES (1, 0)")
 	require.NoError(t, err)
+	// A read waits until the insert is visible: the loop is past the
+	// point where it would stop for it.
+	var n int
+	require.NoError(t, a.QueryRow(ctx, "SELECT count(*) FROM told_restart").Scan(&n))
 
 	require.NoError(t, c.StallAfterTell(0, true))
-	_, err = a.Exec(ctx, "UPDATE told_restart SET v = 1 WHERE k = 1")
+	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = a.Exec(uctx, "UPDATE told_restart SET v = 1 WHERE k = 1")
 	require.NoError(t, err, "the commit is told")
 	a.Close(ctx)
 	c.Kill(0)
