@@ -58,7 +58,7 @@ func (r *Replica) Run(parent context.Context) error {
 		conn.Close(context.Background())
 		return err
 	}
-	r.floorTold()
+	r.holdForLeftovers()
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	r.bg.Add(2)
 	go func() {
@@ -241,7 +241,6 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 	if err := r.flush(ctx, &rn); err != nil {
 		return err
 	}
-	r.madeVisible() // (published by the step that told them, or the run)
 	if err := r.flushProofs(ctx); err != nil {
 		return err
 	}
@@ -267,12 +266,6 @@ func (r *Replica) deliverBatch(ctx context.Context, batch []totalorder.Delivery)
 // hold several decisions (pgr releases them in seqno order).
 func (r *Replica) finishEntry(ctx context.Context, d totalorder.Delivery, e *ordov1.Entry, st termination.Step, from int, rn *run) error {
 	for j := from; j < len(st.Decisions); j++ {
-		r.laterInStep = 0 // the smallest seqno the step decides after this decision
-		for _, later := range st.Decisions[j+1:] {
-			if later.Seqno != 0 && (r.laterInStep == 0 || later.Seqno < r.laterInStep) {
-				r.laterInStep = later.Seqno
-			}
-		}
 		if err := r.carryOut(ctx, d.Seqno, st.Decisions[j], rn); err != nil {
 			var f *applyFailure
 			if errors.As(err, &f) {
@@ -285,6 +278,9 @@ func (r *Replica) finishEntry(ctx context.Context, d totalorder.Delivery, e *ord
 				}
 			}
 			return err
+		}
+		if r.toldUnseen {
+			r.showTold(st.Decisions[j].Seqno, st.Decisions[j+1:])
 		}
 	}
 	if len(st.Granted) > 0 {
@@ -313,19 +309,9 @@ func (r *Replica) finishEntry(ctx context.Context, d totalorder.Delivery, e *ord
 	}
 	if settled := r.dec.Settled(); len(rn.items) > 0 {
 		rn.last = settled // published with the run
-		// What comes before the run is carried out: published now, so
-		// that a commit told before its COMMIT PREPARED (told.go) is
-		// visible without waiting for the run, whose applies may wait
-		// for the lock of a session that waits for that commit.
-		first := rn.items[0].Seqno
-		for _, it := range rn.items {
-			first = min(first, it.Seqno)
-		}
-		r.publish(min(settled, first-1))
 	} else {
 		r.publish(settled)
 	}
-	r.madeVisible()
 	return nil
 }
 
@@ -459,24 +445,11 @@ func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *
 		frags = r.dropFragments(dec.GID)
 	}
 	if e.Origin == r.cfg.NodeID {
-		told := dec.Commit && dec.Seqno > r.cfg.Proven && r.tellEarly(dec.GID, dec.Seqno, len(e.Ddl) > 0)
+		if dec.Commit && dec.Seqno > r.cfg.Proven {
+			r.tellEarly(dec.GID, dec.Seqno, len(e.Ddl) > 0) // (made visible by finishEntry: showTold)
+		}
 		if err := r.finishLocal(ctx, dec.Seqno, dec.GID, dec.Commit, e, frags); err != nil {
 			return err
-		}
-		if told {
-			// Visible now, and so is what precedes it (the run was
-			// applied before it), as far as it is decided and not among
-			// the decisions of this step still to carry out (pgr and
-			// cons decide several at once). Nothing the step carries
-			// out after it (applies that may wait for a lock of a
-			// session waiting for this commit, a vote) holds the
-			// sessions back.
-			upTo := min(r.dec.Settled(), dec.Seqno)
-			if r.laterInStep != 0 {
-				upTo = min(upTo, r.laterInStep-1)
-			}
-			r.publish(upTo)
-			r.madeVisible()
 		}
 	} else if dec.Commit {
 		r.rollbackConflicting(ctx, decodeKeys(e))
@@ -623,7 +596,6 @@ func (r *Replica) flush(ctx context.Context, rn *run) error {
 	}
 	rn.items, rn.origins = rn.items[:0], rn.origins[:0]
 	r.publish(rn.last)
-	r.madeVisible()
 	return nil
 }
 
@@ -655,10 +627,8 @@ func (r *Replica) flushVoting(ctx context.Context, rn *run) (lastApplied uint64,
 // transactions.
 func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, commit bool, e *ordov1.TxnEntry, frags *fragments) (err error) {
 	defer func() {
-		if err == nil {
-			r.rolledMu.Lock()
+		if err == nil && r.tg.leftover.Load() {
 			r.leftoverDone(gid) // (told.go)
-			r.rolledMu.Unlock()
 		}
 	}()
 	lit := quoteGID(gid)

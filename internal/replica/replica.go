@@ -240,13 +240,10 @@ type Replica struct {
 	exportc chan exportReq
 
 	// tg holds back snapshots until the commits told before their
-	// COMMIT PREPARED are visible (told.go); toldUnseen counts, in the
-	// loop, those not yet visible.
+	// COMMIT PREPARED are visible (told.go); toldUnseen: the loop told
+	// one whose step has not made it visible yet.
 	tg         toldGate
-	toldUnseen uint64
-	// laterInStep is, while the loop carries out a decision, the
-	// smallest seqno decided after it in the same step (0: none).
-	laterInStep uint64
+	toldUnseen bool
 
 	// down is closed when the delivery loop fails or stops.
 	down     chan struct{}
@@ -731,11 +728,11 @@ func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
 	// and statements wait for it (told.go) until an outcome is ordered.
 	r.rolledMu.Lock()
 	for g := range r.tg.startLeft {
-		if !slices.Contains(gids, string(g)) {
-			gids = append(gids, string(g))
-		}
+		gids = append(gids, string(g))
 	}
 	r.rolledMu.Unlock()
+	slices.Sort(gids)
+	gids = slices.Compact(gids)
 	for _, g := range gids {
 		node, counter, err := txn.ParseGID(g)
 		if err != nil || node != r.cfg.NodeID || counter >= before {

@@ -42,7 +42,7 @@ type toldGate struct {
 	leftover  atomic.Bool
 	startLeft map[txn.GID]bool
 	// known is set, and knownCh closed, once the loop has looked for
-	// leftovers (floorTold): until then snapshots wait.
+	// leftovers (holdForLeftovers): until then snapshots wait.
 	known     atomic.Bool
 	knownCh   chan struct{}
 	knownOnce sync.Once
@@ -65,16 +65,16 @@ var stallAfterTell = os.Getenv(FaultTellStallEnv)
 // tellEarly tells the session of gid, the node's own transaction the
 // order decided to commit at seqno, before its COMMIT PREPARED, unless it
 // is one the session must find in place (DDL) or one rolled back early
-// (its write set is applied in its place). It reports whether it told.
-func (r *Replica) tellEarly(gid txn.GID, seqno uint64, ddl bool) bool {
+// (its write set is applied in its place).
+func (r *Replica) tellEarly(gid txn.GID, seqno uint64, ddl bool) {
 	r.rolledMu.Lock()
 	rolledBack := r.rolledBack[gid]
 	r.rolledMu.Unlock()
 	if ddl || rolledBack {
-		return false
+		return
 	}
 	r.tg.told.Add(1) // before the session can act on it
-	r.toldUnseen++
+	r.toldUnseen = true
 	r.notify(gid, Outcome{Commit: true, Seqno: seqno})
 	for stallAfterTell != "" {
 		if _, err := os.Stat(stallAfterTell); err != nil {
@@ -82,22 +82,27 @@ func (r *Replica) tellEarly(gid txn.GID, seqno uint64, ddl bool) bool {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return true
 }
 
-// madeVisible notes that the commits told before their COMMIT PREPARED
-// are visible, and published as far as the entries before them are
-// carried out (the loop calls it at the end of the step that carried them
-// out; under cons a commit may be carried out before an earlier entry, and
-// the prefix covers it only later).
-func (r *Replica) madeVisible() {
-	n := r.toldUnseen
-	if n == 0 {
-		return
+// showTold, once the decision at seqno that told its session early is
+// carried out (its COMMIT PREPARED ran), publishes the prefix up to it and
+// wakes the statements waiting for it: as far as the entries before it are
+// decided and not among the decisions of the same step still to carry
+// out (later, pgr and cons decide several in one step; under cons an
+// earlier entry may still wait, and the prefix covers it only later).
+// What the step carries out after it (applies that may wait for a lock of
+// a session waiting for this commit, a vote) holds nobody back.
+func (r *Replica) showTold(seqno uint64, later []termination.Decision) {
+	upTo := min(r.dec.Settled(), seqno)
+	for _, d := range later {
+		if d.Seqno != 0 {
+			upTo = min(upTo, d.Seqno-1)
+		}
 	}
-	r.toldUnseen = 0
+	r.publish(upTo)
+	r.toldUnseen = false
 	r.tg.mu.Lock()
-	r.tg.visible.Add(n)
+	r.tg.visible.Add(1)
 	r.tg.wake()
 	r.tg.mu.Unlock()
 }
@@ -112,8 +117,10 @@ func (g *toldGate) wake() {
 
 // leftoverDone notes that gid's decision is carried out (finishLocal): if
 // it was the last of the prepared transactions found at the start,
-// snapshots no longer wait for them. Under Replica.rolledMu.
+// snapshots no longer wait for them.
 func (r *Replica) leftoverDone(gid txn.GID) {
+	r.rolledMu.Lock()
+	defer r.rolledMu.Unlock()
 	if !r.tg.startLeft[gid] {
 		return
 	}
@@ -186,13 +193,13 @@ func (r *Replica) AwaitTold(ctx context.Context) error {
 	}
 }
 
-// floorTold, as the loop starts, holds snapshots back while the prepared
+// holdForLeftovers, as the loop starts, holds snapshots back while the prepared
 // transactions of this node that PostgreSQL holds from before a restart
 // (loadRolledBack found them) are not carried out: the loop may have told
 // a session of one of them before it stopped, and runs its COMMIT
 // PREPARED only when the order's decision on it is delivered again
 // (those never ordered are aborted through the order: ResolveLeftovers).
-func (r *Replica) floorTold() {
+func (r *Replica) holdForLeftovers() {
 	defer r.tg.knownOnce.Do(func() {
 		r.tg.known.Store(true)
 		close(r.tg.knownCh)

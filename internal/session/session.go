@@ -171,12 +171,11 @@ type session struct {
 	// aheadSet is the SET TRANSACTION that gives the client's block the
 	// level Ordo runs it at (fixIsolation), not sent yet: as ahead, it
 	// goes ahead of the client's Parse or Bind when Statement returns, or
-	// in a round trip of its own before a statement of Ordo's. msgKind is
-	// the kind of the message Statement is reporting, msgNamed whether it
-	// is the Parse of a named statement.
-	aheadSet string
-	msgKind  wire.StatementKind
-	msgNamed bool
+	// in a round trip of its own before a statement of Ordo's. setAheadOK
+	// says whether it may go ahead of the message Statement is reporting:
+	// a Bind, or the Parse of the unnamed statement.
+	aheadSet   string
+	setAheadOK bool
 }
 
 type txState struct {
@@ -278,10 +277,10 @@ const heldNoop = "DO $ordo$ BEGIN END $ordo$"
 // Statement implements wire.SessionHooks.
 func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error) {
 	defer func() {
-		s.msgKind = 0 // (beforeSnapshot outside Statement: no message to go ahead of)
+		s.setAheadOK = false // (beforeSnapshot outside Statement: no message to go ahead of)
 		s.sendAhead(err)
 	}()
-	s.msgKind, s.msgNamed = st.Kind, st.Kind == wire.KindParse && st.Name != ""
+	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
 	first := st.AtBoundary
 	if st.Unit != s.unit {
 		s.unit = st.Unit
@@ -2116,7 +2115,7 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 	if s.tx.fixIsolation && atBoundary {
 		s.tx.fixIsolation = false
 		set := "SET TRANSACTION ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation))
-		if s.msgKind == wire.KindBind || s.msgKind == wire.KindParse && !s.msgNamed {
+		if s.setAheadOK {
 			// In the client's round trip, just before its message
 			// (sendAhead): a named BEGIN (pgbench -M prepared, drivers
 			// that prepare what they repeat) cost a round trip more.

@@ -87,10 +87,6 @@ type Node struct {
 	tr  transport.Transport
 	m   *metrics
 
-	// startLast is the last index of the node's log when it was made
-	// (LastAtStart).
-	startLast uint64
-
 	deliverc chan Delivery
 	propc    chan proposal
 	recvc    chan raftpb.Message         // peers' and storage goroutines' messages -> raft
@@ -220,13 +216,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		removedc:    make(chan struct{}),
 	}
 	n.nextID.Store(uint64(time.Now().UnixNano())) // unique across restarts
-	hs, cs, err := st.Raft().InitialState()
+	_, cs, err := st.Raft().InitialState()
 	if err != nil {
 		return nil, err
-	}
-	n.startLast = hs.Commit
-	if last, err := st.Raft().LastIndex(); err == nil && last > n.startLast {
-		n.startLast = last
 	}
 	snap, err := st.Raft().Snapshot()
 	if err != nil {
@@ -419,11 +411,6 @@ func (n *Node) MarkApplied(seqno uint64) {
 	}
 	n.tr.SetApplied(n.durable.Load())
 }
-
-// LastAtStart returns the last index of the node's log when the node was
-// made: every entry it delivered before a restart is at or below it (the
-// commit index saved with the log may be older).
-func (n *Node) LastAtStart() uint64 { return n.startLast }
 
 // Leader returns the id of the leader this node knows of, 0 if none.
 func (n *Node) Leader() uint64 { return n.leader.Load() }

@@ -15,26 +15,17 @@ import (
 // is answered before its COMMIT PREPARED, whose WAL flush PostgreSQL always
 // waits for, and still every statement the client sends after the answer,
 // on its own connection or another one of the node, sees it: it waits
-// until the commit is visible (a block that only locked a table too). With every fsync of node 1's PostgreSQL 300 ms
-// slower, the commit is answered while PostgreSQL still holds it
-// prepared, and the reads that follow see it at once; the client's next
-// transaction on the same row does not conflict with its last one.
+// until the commit is visible (a block that only locked a table too).
+// With every fsync of node 1's PostgreSQL 300 ms slower, the commit is
+// answered while PostgreSQL still holds it prepared, and the reads that
+// follow see it at once; the client's next transaction on the same row
+// does not conflict with its last one.
 func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "dbsm-si", Dir: t.TempDir(), Bin: buildOrdo(t), SlowPGSync: true})
-	require.NoError(t, err)
-	t.Cleanup(c.Stop)
-	connect := func(dsn string) *pgx.Conn {
-		conn, err := pgx.Connect(ctx, dsn)
-		require.NoError(t, err)
-		t.Cleanup(func() { conn.Close(context.Background()) })
-		return conn
-	}
+	c, connect := toldCluster(t, "told", proccluster.Options{SlowPGSync: true})
 	a, b, direct := connect(c.DSN(0)), connect(c.DSN(0)), connect(c.PGDSN(0))
-	_, err = a.Exec(ctx, "CREATE TABLE told (k int PRIMARY KEY, v int NOT NULL)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO told VALUES (1, 0)")
+	_, err := a.Exec(ctx, "INSERT INTO told VALUES (1, 0)")
 	require.NoError(t, err)
 
 	require.NoError(t, c.SlowPGSync(0, 300*time.Millisecond))
@@ -101,17 +92,9 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "dbsm-si", Dir: t.TempDir(), Bin: buildOrdo(t)})
-	require.NoError(t, err)
-	t.Cleanup(c.Stop)
-	a, err := pgx.Connect(ctx, c.DSN(0))
-	require.NoError(t, err)
-	direct, err := pgx.Connect(ctx, c.PGDSN(0))
-	require.NoError(t, err)
-	t.Cleanup(func() { direct.Close(context.Background()) })
-	_, err = a.Exec(ctx, "CREATE TABLE told_restart (k int PRIMARY KEY, v int NOT NULL)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO told_restart VALUES (1, 0)")
+	c, connect := toldCluster(t, "told_restart", proccluster.Options{})
+	a, direct := connect(c.DSN(0)), connect(c.PGDSN(0))
+	_, err := a.Exec(ctx, "INSERT INTO told_restart VALUES (1, 0)")
 	require.NoError(t, err)
 	// A read waits until the insert is visible: the loop is past the
 	// point where it would stop for it.
@@ -160,4 +143,24 @@ func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the read still waits")
 	}
+}
+
+// toldCluster starts a 3-node dbsm-si cluster of ordo processes with o's
+// fault settings and creates table (k int PRIMARY KEY, v int) through node
+// 1; connect opens a connection the test's end closes.
+func toldCluster(t *testing.T, table string, o proccluster.Options) (*proccluster.Cluster, func(dsn string) *pgx.Conn) {
+	ctx := context.Background()
+	o.N, o.Protocol, o.Dir, o.Bin = 3, "dbsm-si", t.TempDir(), buildOrdo(t)
+	c, err := proccluster.Start(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	connect := func(dsn string) *pgx.Conn {
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	_, err = connect(c.DSN(0)).Exec(ctx, "CREATE TABLE "+table+" (k int PRIMARY KEY, v int NOT NULL)")
+	require.NoError(t, err)
+	return c, connect
 }
