@@ -141,8 +141,9 @@ func (r *Replica) leftoverDone(gid txn.GID) {
 // snapshot calls it first. It fails with termination.ErrStopped if the
 // loop stopped with a told commit not visible, and with
 // termination.ErrReplaying if the leftovers of a restart are not carried
-// out within CommitTimeout.
-func (r *Replica) AwaitTold(ctx context.Context) error {
+// out within CommitTimeout, and with termination.ErrClientCanceled once
+// canceled is closed (the client's CancelRequest).
+func (r *Replica) AwaitTold(ctx context.Context, canceled <-chan struct{}) error {
 	target := r.tg.told.Load()
 	if r.tg.known.Load() && r.tg.visible.Load() >= target && !r.tg.leftover.Load() {
 		return nil // the common case: three atomic loads
@@ -152,6 +153,8 @@ func (r *Replica) AwaitTold(ctx context.Context) error {
 	if !r.tg.known.Load() {
 		select {
 		case <-r.tg.knownCh:
+		case <-canceled:
+			return termination.ErrClientCanceled
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.down:
@@ -182,6 +185,8 @@ func (r *Replica) AwaitTold(ctx context.Context) error {
 			r.rolledMu.Unlock()
 			return fmt.Errorf("%w: it restarted with %d prepared transactions of its own whose commits it may have told before, not yet carried out after %s (applied: seqno %d); is the cluster reachable?",
 				termination.ErrReplaying, left, r.cfg.CommitTimeout, r.prefix.Load())
+		case <-canceled:
+			return termination.ErrClientCanceled
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.down:

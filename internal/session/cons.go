@@ -213,10 +213,18 @@ func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []
 	if wait <= 0 {
 		wait = defaultClassWait
 	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
+	cctx, stop := s.untilCanceled(ctx)
+	wctx, cancel := context.WithTimeout(cctx, wait)
 	began := time.Now()
 	err = sched.Begin(wctx, ct.gid, refs)
+	canceled := context.Cause(cctx) == termination.ErrClientCanceled
 	cancel()
+	stop()
+	if err != nil && canceled {
+		ct.gid = ""
+		return false, pgErr(codeQueryCanceled, "ordo: %v (it waited %s for the conflict classes %s; the transaction holds nothing)",
+			termination.ErrClientCanceled, time.Since(began).Round(time.Millisecond), refString(refs))
+	}
 	if errors.Is(err, termination.ErrProtocolSwitched) || errors.Is(err, termination.ErrClassesReleased) {
 		ct.gid = ""
 		return false, pgErr(codeSerializationFailure, "ordo: %v; retry it", err)

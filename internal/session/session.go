@@ -255,7 +255,10 @@ func (s *session) awaitTold(ctx context.Context) error {
 	if s.h.told == nil {
 		return nil
 	}
-	if err := s.h.told.AwaitTold(ctx); err != nil {
+	if err := s.h.told.AwaitTold(ctx, s.be.CancelRequested()); err != nil {
+		if errors.Is(err, termination.ErrClientCanceled) {
+			return pgErr(codeQueryCanceled, "ordo: %v (it waited for this node's latest commits to become visible)", err)
+		}
 		if errors.Is(err, termination.ErrReplaying) {
 			return pgErr(codeCannotConnectNow, "ordo: %v; retry once it has, or connect to another node", err)
 		}
@@ -267,6 +270,23 @@ func (s *session) awaitTold(ctx context.Context) error {
 		return pgErr(codeQueryCanceled, "ordo: canceled while waiting for this node's latest commits to become visible: %v", err)
 	}
 	return nil
+}
+
+// untilCanceled returns ctx, ended also by the client's next
+// CancelRequest (its cause termination.ErrClientCanceled), for a wait
+// inside Ordo: the wire layer forwards the cancel to PostgreSQL, which is
+// running nothing of the session's to cancel. stop releases it.
+func (s *session) untilCanceled(ctx context.Context) (wctx context.Context, stop func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	canceled := s.be.CancelRequested()
+	go func() {
+		select {
+		case <-canceled:
+			cancel(termination.ErrClientCanceled)
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
@@ -2132,9 +2152,16 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 	return nil
 }
 
+// sync waits, for a sync read, until this node has applied what the
+// cluster had committed when it was asked.
 func (s *session) sync(ctx context.Context) error {
 	s.h.m.syncReads.Inc()
-	if err := s.h.cfg.Replica.SyncRead(ctx); err != nil {
+	wctx, stop := s.untilCanceled(ctx)
+	defer stop()
+	if err := s.h.cfg.Replica.SyncRead(wctx); err != nil {
+		if context.Cause(wctx) == termination.ErrClientCanceled {
+			return pgErr(codeQueryCanceled, "ordo: %v (a sync read waited for this node to catch up with the cluster)", termination.ErrClientCanceled)
+		}
 		return pgErr(codeResolutionUnknown, "ordo: sync read: %v", err)
 	}
 	return nil

@@ -49,6 +49,12 @@ var ErrStopped = errors.New("replica: node stopped carrying out the total order 
 // snapshot taken now could miss one.
 var ErrReplaying = errors.New("this node is still replaying its log")
 
+// ErrClientCanceled ends a wait of a session inside Ordo (for the commits
+// its node told, for conflict classes) that its client canceled: the
+// CancelRequest it sent is forwarded to PostgreSQL, which is running
+// nothing of the session's, so Ordo ends the wait itself.
+var ErrClientCanceled = errors.New("canceling statement due to user request")
+
 // ErrPostgresRestarted is returned by the engine when the local
 // PostgreSQL restarted under a running node: the applies and commits it
 // acknowledged without flushing them may be lost, so the node must

@@ -82,9 +82,12 @@ type VisiblePrefixer interface {
 // is durable: prepared, and decided in the order): AwaitTold returns once
 // every commit told before the call is visible, and a session calls it
 // before any statement that may take a snapshot, so that what a client
-// sees after hearing of a commit holds it.
+// sees after hearing of a commit holds it. A wait ends with
+// ErrClientCanceled once canceled is closed (the client sent a
+// CancelRequest: PostgreSQL, to which it is forwarded, runs nothing of the
+// session's to cancel).
 type ToldAwaiter interface {
-	AwaitTold(ctx context.Context) error
+	AwaitTold(ctx context.Context, canceled <-chan struct{}) error
 }
 
 // ClassScheduler is the optional capability of a conservative protocol

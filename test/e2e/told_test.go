@@ -88,7 +88,8 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 // between telling the commit and its COMMIT PREPARED (a fault injection),
 // the node is killed and started again cut off from the others, so that
 // its replay cannot reach the commit, and a read through it waits until
-// the links are back and the replay has carried the commit out.
+// the links are back and the replay has carried the commit out; a client
+// may cancel that wait.
 func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -136,6 +137,9 @@ func TestToldCommitVisibleAfterARestart(t *testing.T) {
 		t.Fatalf("a read through the restarted node did not wait for the replay of a commit it had told (it read %d); its log:\n%s", v, proccluster.Tail(c.LogFile(0), 40))
 	case <-time.After(time.Second):
 	}
+	// Its client can cancel the wait (PostgreSQL, which gets the cancel,
+	// is running nothing of the session's).
+	requireCanceled(t, connect(c.DSN(0)), "SELECT v FROM told_restart WHERE k = 1", "a read waiting for a restart's leftovers")
 	c.Heal()
 	select {
 	case v := <-read:

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ordo-db/ordo/test/internal/proccluster"
+)
+
+// TestClientCancelEndsOrdosOwnWaits: a statement that waits inside Ordo,
+// where PostgreSQL runs nothing of its session (the cancel the wire layer
+// forwards there finds nothing to cancel), ends at its client's
+// CancelRequest with 57014, as one waiting in PostgreSQL would: under cons,
+// a transaction waiting for a conflict class another holds (it used to wait
+// out class_wait, 30 s), and a sync read on a node cut off from the others
+// (its propose_timeout). The canceled transaction holds nothing: the other
+// one commits, and the canceled one's update is nowhere. (A statement
+// waiting for its node's told commits after a restart:
+// TestToldCommitVisibleAfterARestart.)
+func TestClientCancelEndsOrdosOwnWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "cons", Dir: t.TempDir(), Bin: buildOrdo(t)})
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	connect := func(i int) *pgx.Conn {
+		conn, err := pgx.Connect(ctx, c.DSN(i))
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	a, b := connect(0), connect(1)
+	_, err = a.Exec(ctx, "CREATE TABLE canceled (id int PRIMARY KEY, n int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO canceled VALUES (1, 0)")
+	require.NoError(t, err)
+
+	// Node 1's transaction holds the table's class; node 2's waits for it.
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "UPDATE canceled SET n = n + 100 WHERE id = 1")
+	require.NoError(t, err)
+	requireCanceled(t, b, "UPDATE canceled SET n = n + 1 WHERE id = 1", "a wait for conflict classes")
+	require.NoError(t, tx.Commit(ctx), "the class holder commits")
+	_, err = b.Exec(ctx, "UPDATE canceled SET n = n + 10 WHERE id = 1")
+	require.NoError(t, err, "the canceled session goes on")
+	var n int
+	require.NoError(t, b.QueryRow(ctx, "SELECT n FROM canceled WHERE id = 1").Scan(&n))
+	require.Equal(t, 110, n, "the canceled update is nowhere")
+
+	// A sync read through a node that cannot reach the others.
+	_, err = b.Exec(ctx, "SET ordo.read_consistency = 'sync'")
+	require.NoError(t, err)
+	c.Isolate(1)
+	requireCanceled(t, b, "SELECT n FROM canceled WHERE id = 1", "a sync read cut off from the cluster")
+	c.Heal()
+}
+
+// requireCanceled runs sql on conn, which must still wait after half a
+// second, then sends its CancelRequest: sql must fail with 57014 within a
+// few seconds. what names the wait for the messages.
+func requireCanceled(t *testing.T, conn *pgx.Conn, sql, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(context.Background(), sql)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("%s: the statement did not wait (%v): the test does not try what it is about", what, err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	sent := time.Now()
+	require.NoError(t, conn.PgConn().CancelRequest(context.Background()))
+	select {
+	case err := <-done:
+		var pe *pgconn.PgError
+		require.True(t, errors.As(err, &pe), "%s: %v", what, err)
+		require.Equal(t, "57014", pe.Code, "%s: canceled as PostgreSQL cancels: %v", what, err)
+		require.Less(t, time.Since(sent), 2*time.Second, "%s: ended long after its cancel", what)
+		t.Logf("%s: canceled after %s: %s", what, time.Since(sent).Round(time.Millisecond), pe.Message)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: still waiting 15 s after its client's cancel", what)
+	}
+}
