@@ -343,10 +343,13 @@ func (s *Server) cancel(pid uint32, secret []byte) {
 		s.log.Debug("cancel request with unknown key", "pid", pid)
 		return
 	}
-	ss.clientCanceled()
+	// PostgreSQL first: once cancelBackend returns, its postmaster has
+	// signalled the backend, so a session that a hook's wait ended
+	// (clientCanceled) does not meet the cancel in what it sends next.
 	if err := ss.cancelBackend(); err != nil {
 		s.log.Warn("forward cancel request", "session", ss.id, "err", err)
 	}
+	ss.clientCanceled()
 }
 
 // sessionsSnapshot returns the established sessions (for tests and
