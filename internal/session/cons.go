@@ -217,10 +217,13 @@ func (s *session) consTake(ctx context.Context, a *analysis.Statement, params []
 	wctx, cancel := context.WithTimeout(cctx, wait)
 	began := time.Now()
 	err = sched.Begin(wctx, ct.gid, refs)
-	canceled := context.Cause(cctx) == termination.ErrClientCanceled
 	cancel()
 	stop()
-	if err != nil && canceled {
+	if s.wasCanceled() {
+		if err == nil {
+			// Granted as the cancel came: PostgreSQL, idle, dropped it.
+			sched.End(ct.gid)
+		}
 		ct.gid = ""
 		return false, pgErr(codeQueryCanceled, "ordo: %v (it waited %s for the conflict classes %s; the transaction holds nothing)",
 			termination.ErrClientCanceled, time.Since(began).Round(time.Millisecond), refString(refs))

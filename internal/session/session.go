@@ -25,8 +25,12 @@ type session struct {
 	// retryCanceled is closed by the client's CancelRequest since the
 	// retries of the current autocommit statement began (retry.go).
 	retryCanceled <-chan struct{}
-	info          wire.SessionInfo
-	pid           uint32
+	// canceled is closed by the client's CancelRequest since the start of
+	// the statement being reported (Statement takes it first): what the
+	// statement waits for inside Ordo ends there (untilCanceled).
+	canceled <-chan struct{}
+	info     wire.SessionInfo
+	pid      uint32
 	// serverVersion: PostgreSQL's server_version_num (150018, 180001…).
 	serverVersion int
 
@@ -255,7 +259,7 @@ func (s *session) awaitTold(ctx context.Context) error {
 	if s.h.told == nil {
 		return nil
 	}
-	if err := s.h.told.AwaitTold(ctx, s.be.CancelRequested()); err != nil {
+	if err := s.h.told.AwaitTold(ctx, s.canceled); err != nil {
 		if errors.Is(err, termination.ErrClientCanceled) {
 			return pgErr(codeQueryCanceled, "ordo: %v (it waited for this node's latest commits to become visible)", err)
 		}
@@ -272,13 +276,14 @@ func (s *session) awaitTold(ctx context.Context) error {
 	return nil
 }
 
-// untilCanceled returns ctx, ended also by the client's next
-// CancelRequest (its cause termination.ErrClientCanceled), for a wait
-// inside Ordo: the wire layer forwards the cancel to PostgreSQL, which is
-// running nothing of the session's to cancel. stop releases it.
+// untilCanceled returns ctx, ended also by the client's CancelRequest
+// since the statement began (its cause termination.ErrClientCanceled),
+// for a wait inside Ordo: the wire layer forwards the cancel to
+// PostgreSQL, which is running nothing of the session's to cancel. stop
+// releases it.
 func (s *session) untilCanceled(ctx context.Context) (wctx context.Context, stop func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
-	canceled := s.be.CancelRequested()
+	canceled := s.canceled
 	go func() {
 		select {
 		case <-canceled:
@@ -287,6 +292,59 @@ func (s *session) untilCanceled(ctx context.Context) (wctx context.Context, stop
 		}
 	}()
 	return wctx, func() { cancel(nil) }
+}
+
+// wasCanceled reports whether the client sent a CancelRequest since the
+// statement began.
+func (s *session) wasCanceled() bool {
+	select {
+	case <-s.canceled:
+		return true
+	default:
+		return false
+	}
+}
+
+// stmtsOf is what the reported message runs: a Query's statements, a
+// Bind's prepared ones (nil for a function call).
+func (s *session) stmtsOf(st *wire.Statement) []*analysis.Statement {
+	switch st.Kind {
+	case wire.KindQuery:
+		return s.analyze(st.SQL)
+	case wire.KindFunctionCall:
+		return nil
+	}
+	return s.stmts[st.Name]
+}
+
+// refusedBeforeRun is what becomes of a statement whose wait inside Ordo,
+// before PostgreSQL runs it, failed with err (the commits its node told
+// were not shown in time, a sync read could not catch up, its client
+// canceled the wait). A ROLLBACK, or a COMMIT outside a block, needs
+// nothing the wait was for (they read nothing): it goes ahead (nil). A
+// COMMIT of a block fails, and the block is rolled back first when the
+// session may run statements of its own (first of its unit): its client
+// is left outside a block, as by a COMMIT that PostgreSQL fails, not in a
+// failed one whose ROLLBACK would wait again. Anything else fails with
+// err.
+func (s *session) refusedBeforeRun(ctx context.Context, st *wire.Statement, first bool, err error) error {
+	if st.Kind != wire.KindQuery && st.Kind != wire.KindBind {
+		return err
+	}
+	switch txnOp(s.stmtsOf(st)) {
+	case analysis.TxnRollback:
+		return nil
+	case analysis.TxnCommit:
+		if s.txStatus() == 'I' {
+			return nil
+		}
+		if first {
+			s.labelFailed(ctx, err) // the commit asked for
+			s.rollback(ctx)
+			s.endTx()
+		}
+	}
+	return err
 }
 
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
@@ -301,6 +359,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.sendAhead(err)
 	}()
 	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
+	s.canceled = s.be.CancelRequested()
 	first := st.AtBoundary
 	if st.Unit != s.unit {
 		s.unit = st.Unit
@@ -348,7 +407,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		// It may take a snapshot: after the commits this node told
 		// before they were visible (termination.ToldAwaiter).
 		if err := s.awaitTold(ctx); err != nil {
-			return err
+			if err = s.refusedBeforeRun(ctx, st, first, err); err != nil {
+				return err
+			}
 		}
 	}
 	if first {
@@ -371,7 +432,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		// Read-your-writes anywhere: before anything that may look at data
 		// (PostgreSQL resolves names at Parse), catch up with the cluster.
 		if err := s.sync(ctx); err != nil {
-			return err
+			if err = s.refusedBeforeRun(ctx, st, first, err); err != nil {
+				return err
+			}
 		}
 	}
 	if s.rejectNext && (st.Kind == wire.KindQuery || st.Kind == wire.KindBind || st.Kind == wire.KindFunctionCall) {
@@ -379,14 +442,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		// let a Parse through (see below): its client must learn it at
 		// its next statement, unless that is its ROLLBACK.
 		s.rejectNext = false
-		stmts := s.stmts[st.Name]
-		switch st.Kind {
-		case wire.KindQuery:
-			stmts = s.analyze(st.SQL)
-		case wire.KindFunctionCall:
-			stmts = nil
-		}
-		switch txnOp(stmts) {
+		switch txnOp(s.stmtsOf(st)) {
 		case analysis.TxnRollback: // answered by PostgreSQL
 		case analysis.TxnCommit:
 			s.labelFailed(ctx, errBruteForce) // the commit asked for
@@ -2159,7 +2215,7 @@ func (s *session) sync(ctx context.Context) error {
 	wctx, stop := s.untilCanceled(ctx)
 	defer stop()
 	if err := s.h.cfg.Replica.SyncRead(wctx); err != nil {
-		if context.Cause(wctx) == termination.ErrClientCanceled {
+		if s.wasCanceled() {
 			return pgErr(codeQueryCanceled, "ordo: %v (a sync read waited for this node to catch up with the cluster)", termination.ErrClientCanceled)
 		}
 		return pgErr(codeResolutionUnknown, "ordo: sync read: %v", err)

@@ -67,6 +67,18 @@ func TestClientCancelEndsOrdosOwnWaits(t *testing.T) {
 // few seconds. what names the wait for the messages.
 func requireCanceled(t *testing.T, conn *pgx.Conn, sql, what string) {
 	t.Helper()
+	err := cancelWhileWaiting(t, conn, sql, what)
+	var pe *pgconn.PgError
+	require.True(t, errors.As(err, &pe), "%s: %v", what, err)
+	require.Equal(t, "57014", pe.Code, "%s: canceled as PostgreSQL cancels: %v", what, err)
+	t.Logf("%s: %s", what, pe.Message)
+}
+
+// cancelWhileWaiting runs sql on conn, which must still wait after half a
+// second, then sends its CancelRequest: sql must end within a few seconds,
+// and its error is returned.
+func cancelWhileWaiting(t *testing.T, conn *pgx.Conn, sql, what string) error {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() {
 		_, err := conn.Exec(context.Background(), sql)
@@ -81,12 +93,11 @@ func requireCanceled(t *testing.T, conn *pgx.Conn, sql, what string) {
 	require.NoError(t, conn.PgConn().CancelRequest(context.Background()))
 	select {
 	case err := <-done:
-		var pe *pgconn.PgError
-		require.True(t, errors.As(err, &pe), "%s: %v", what, err)
-		require.Equal(t, "57014", pe.Code, "%s: canceled as PostgreSQL cancels: %v", what, err)
 		require.Less(t, time.Since(sent), 2*time.Second, "%s: ended long after its cancel", what)
-		t.Logf("%s: canceled after %s: %s", what, time.Since(sent).Round(time.Millisecond), pe.Message)
+		t.Logf("%s: ended %s after its cancel", what, time.Since(sent).Round(time.Millisecond))
+		return err
 	case <-time.After(15 * time.Second):
 		t.Fatalf("%s: still waiting 15 s after its client's cancel", what)
 	}
+	return nil
 }

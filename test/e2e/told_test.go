@@ -102,11 +102,27 @@ func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	var n int
 	require.NoError(t, a.QueryRow(ctx, "SELECT count(*) FROM told_restart").Scan(&n))
 
+	// Two blocks that took no snapshot yet, so their next statement waits
+	// for the commit told next.
+	rb, cm := connect(c.DSN(0)), connect(c.DSN(0))
+	for _, x := range []*pgx.Conn{rb, cm} {
+		_, err = x.Exec(ctx, "BEGIN")
+		require.NoError(t, err)
+	}
+
 	require.NoError(t, c.StallAfterTell(0, true))
 	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_, err = a.Exec(uctx, "UPDATE told_restart SET v = 1 WHERE k = 1")
 	require.NoError(t, err, "the commit is told")
+
+	// A canceled wait: a ROLLBACK, which reads nothing, goes ahead; a
+	// COMMIT fails and ends its block, as PostgreSQL's failed COMMIT does
+	// (not left failed, for a ROLLBACK that would wait again).
+	require.NoError(t, cancelWhileWaiting(t, rb, "ROLLBACK", "a ROLLBACK waiting for a told commit"), "a ROLLBACK is not refused")
+	require.Equal(t, byte('I'), rb.PgConn().TxStatus())
+	requireCanceled(t, cm, "COMMIT", "a COMMIT waiting for a told commit")
+	require.Equal(t, byte('I'), cm.PgConn().TxStatus(), "the canceled COMMIT ended its block")
 	a.Close(ctx)
 	c.Kill(0)
 	var prepared int
