@@ -320,8 +320,9 @@ func (s *session) stmtsOf(st *wire.Statement) []*analysis.Statement {
 // refusedBeforeRun is what becomes of a statement whose wait inside Ordo,
 // before PostgreSQL runs it, failed with err (the commits its node told
 // were not shown in time, a sync read could not catch up, its client
-// canceled the wait). A ROLLBACK, or a COMMIT outside a block, needs
-// nothing the wait was for (they read nothing): it goes ahead (nil). A
+// canceled the wait). A ROLLBACK, or a COMMIT outside a block or of a
+// failed one, needs nothing the wait was for (they read nothing): it goes
+// ahead (nil). A
 // COMMIT of a block fails, and the block is rolled back first when the
 // session may run statements of its own (first of its unit): its client
 // is left outside a block, as by a COMMIT that PostgreSQL fails, not in a
@@ -335,8 +336,8 @@ func (s *session) refusedBeforeRun(ctx context.Context, st *wire.Statement, firs
 	case analysis.TxnRollback:
 		return nil
 	case analysis.TxnCommit:
-		if s.txStatus() == 'I' {
-			return nil
+		if s.txStatus() != 'T' {
+			return nil // outside a block, or a failed one: PostgreSQL rolls back
 		}
 		if first {
 			s.labelFailed(ctx, err) // the commit asked for
