@@ -165,6 +165,7 @@ func (s *session) retry(ctx context.Context, r *retryStmt, err error) error {
 	label := s.label // "" once the first attempt's termination used it
 	// A cancel from here on ends the retries (retryStatement's pause).
 	s.retryCanceled = s.be.CancelRequested()
+	s.canceled = s.retryCanceled // and the attempts' waits inside Ordo
 	if err = s.attempts(ctx, r, s.autocommitRetries(ctx), err); err != nil {
 		// An attempt that failed before its termination left the label
 		// set: as it was before the retries, for labelFailed to judge

@@ -25,9 +25,10 @@ type session struct {
 	// retryCanceled is closed by the client's CancelRequest since the
 	// retries of the current autocommit statement began (retry.go).
 	retryCanceled <-chan struct{}
-	// canceled is closed by the client's CancelRequest since the start of
-	// the statement being reported (Statement takes it first): what the
-	// statement waits for inside Ordo ends there (untilCanceled).
+	// canceled is closed by the client's CancelRequest since the unit of
+	// the message being reported began (Statement takes it at the
+	// unit's first message; the autocommit retries, at their start):
+	// what the unit waits for inside Ordo ends there (untilCanceled).
 	canceled <-chan struct{}
 	info     wire.SessionInfo
 	pid      uint32
@@ -305,11 +306,11 @@ func (s *session) wasCanceled() bool {
 	}
 }
 
-// stmtsOf is what the reported message runs: a Query's statements, a
-// Bind's prepared ones (nil for a function call).
+// stmtsOf is what the reported message runs or prepares: a Query's or
+// Parse's statements, a Bind's prepared ones (nil for a function call).
 func (s *session) stmtsOf(st *wire.Statement) []*analysis.Statement {
 	switch st.Kind {
-	case wire.KindQuery:
+	case wire.KindQuery, wire.KindParse:
 		return s.analyze(st.SQL)
 	case wire.KindFunctionCall:
 		return nil
@@ -320,29 +321,20 @@ func (s *session) stmtsOf(st *wire.Statement) []*analysis.Statement {
 // refusedBeforeRun is what becomes of a statement whose wait inside Ordo,
 // before PostgreSQL runs it, failed with err (the commits its node told
 // were not shown in time, a sync read could not catch up, its client
-// canceled the wait). A ROLLBACK, or a COMMIT outside a block or of a
-// failed one, needs nothing the wait was for (they read nothing): it goes
-// ahead (nil). A
-// COMMIT of a block fails, and the block is rolled back first when the
-// session may run statements of its own (first of its unit): its client
-// is left outside a block, as by a COMMIT that PostgreSQL fails, not in a
-// failed one whose ROLLBACK would wait again. Anything else fails with
-// err.
-func (s *session) refusedBeforeRun(ctx context.Context, st *wire.Statement, first bool, err error) error {
-	if st.Kind != wire.KindQuery && st.Kind != wire.KindBind {
-		return err
-	}
+// canceled the wait). What reads nothing needs nothing the wait was for,
+// and goes ahead (nil): a ROLLBACK, a COMMIT of a block that took no
+// snapshot (it wrote nothing), the Parse of a COMMIT (it runs nothing;
+// its Bind waits). So a client is never kept in a block it cannot end.
+// Anything else fails with err: a COMMIT of a block that did something
+// (under dbsm-rc, where every statement waits) fails its block, which
+// its ROLLBACK then ends.
+func (s *session) refusedBeforeRun(st *wire.Statement, err error) error {
 	switch txnOp(s.stmtsOf(st)) {
 	case analysis.TxnRollback:
 		return nil
 	case analysis.TxnCommit:
-		if s.txStatus() != 'T' {
-			return nil // outside a block, or a failed one: PostgreSQL rolls back
-		}
-		if first {
-			s.labelFailed(ctx, err) // the commit asked for
-			s.rollback(ctx)
-			s.endTx()
+		if st.Kind == wire.KindParse || !s.tx.pgSnap {
+			return nil
 		}
 	}
 	return err
@@ -360,8 +352,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.sendAhead(err)
 	}()
 	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
-	s.canceled = s.be.CancelRequested()
 	first := st.AtBoundary
+	if first || s.canceled == nil {
+		s.canceled = s.be.CancelRequested()
+	}
 	if st.Unit != s.unit {
 		s.unit = st.Unit
 		clear(s.unitNames)
@@ -408,7 +402,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		// It may take a snapshot: after the commits this node told
 		// before they were visible (termination.ToldAwaiter).
 		if err := s.awaitTold(ctx); err != nil {
-			if err = s.refusedBeforeRun(ctx, st, first, err); err != nil {
+			if err = s.refusedBeforeRun(st, err); err != nil {
 				return err
 			}
 		}
@@ -433,7 +427,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		// Read-your-writes anywhere: before anything that may look at data
 		// (PostgreSQL resolves names at Parse), catch up with the cluster.
 		if err := s.sync(ctx); err != nil {
-			if err = s.refusedBeforeRun(ctx, st, first, err); err != nil {
+			if err = s.refusedBeforeRun(st, err); err != nil {
 				return err
 			}
 		}

@@ -67,23 +67,23 @@ func TestClientCancelEndsOrdosOwnWaits(t *testing.T) {
 // few seconds. what names the wait for the messages.
 func requireCanceled(t *testing.T, conn *pgx.Conn, sql, what string) {
 	t.Helper()
-	err := cancelWhileWaiting(t, conn, sql, what)
+	err := cancelWhileWaiting(t, conn, what, func() error {
+		_, err := conn.Exec(context.Background(), sql)
+		return err
+	})
 	var pe *pgconn.PgError
 	require.True(t, errors.As(err, &pe), "%s: %v", what, err)
 	require.Equal(t, "57014", pe.Code, "%s: canceled as PostgreSQL cancels: %v", what, err)
 	t.Logf("%s: %s", what, pe.Message)
 }
 
-// cancelWhileWaiting runs sql on conn, which must still wait after half a
-// second, then sends its CancelRequest: sql must end within a few seconds,
-// and its error is returned.
-func cancelWhileWaiting(t *testing.T, conn *pgx.Conn, sql, what string) error {
+// cancelWhileWaiting runs run, a statement on conn, which must still wait
+// after half a second, then sends conn's CancelRequest: run must end
+// within a few seconds, and its error is returned.
+func cancelWhileWaiting(t *testing.T, conn *pgx.Conn, what string, run func() error) error {
 	t.Helper()
 	done := make(chan error, 1)
-	go func() {
-		_, err := conn.Exec(context.Background(), sql)
-		done <- err
-	}()
+	go func() { done <- run() }()
 	select {
 	case err := <-done:
 		t.Fatalf("%s: the statement did not wait (%v): the test does not try what it is about", what, err)
