@@ -323,8 +323,9 @@ func (s *session) stmtsOf(st *wire.Statement) []*analysis.Statement {
 // were not shown in time, a sync read could not catch up, its client
 // canceled the wait). What reads nothing needs nothing the wait was for,
 // and goes ahead (nil): a ROLLBACK, a COMMIT of a block that took no
-// snapshot (it wrote nothing), the Parse of a COMMIT (it runs nothing;
-// its Bind waits). So a client is never kept in a block it cannot end.
+// snapshot (it wrote nothing) or of a failed one (PostgreSQL rolls it
+// back) or outside a block, the Parse of a COMMIT (it runs nothing; its
+// Bind waits). So a client is never kept in a block it cannot end.
 // Anything else fails with err: a COMMIT of a block that did something
 // (under dbsm-rc, where every statement waits) fails its block, which
 // its ROLLBACK then ends.
@@ -333,7 +334,7 @@ func (s *session) refusedBeforeRun(st *wire.Statement, err error) error {
 	case analysis.TxnRollback:
 		return nil
 	case analysis.TxnCommit:
-		if st.Kind == wire.KindParse || !s.tx.pgSnap {
+		if st.Kind == wire.KindParse || !s.tx.pgSnap || s.txStatus() != 'T' {
 			return nil
 		}
 	}
