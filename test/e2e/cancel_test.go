@@ -26,39 +26,29 @@ import (
 func TestClientCancelEndsOrdosOwnWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := proccluster.Start(ctx, proccluster.Options{N: 3, Protocol: "cons", Dir: t.TempDir(), Bin: buildOrdo(t)})
-	require.NoError(t, err)
-	t.Cleanup(c.Stop)
-	connect := func(i int) *pgx.Conn {
-		conn, err := pgx.Connect(ctx, c.DSN(i))
-		require.NoError(t, err)
-		t.Cleanup(func() { conn.Close(context.Background()) })
-		return conn
-	}
-	a, b := connect(0), connect(1)
-	_, err = a.Exec(ctx, "CREATE TABLE canceled (id int PRIMARY KEY, n int NOT NULL)")
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "INSERT INTO canceled VALUES (1, 0)")
+	c, connect := tableCluster(t, "canceled", proccluster.Options{Protocol: "cons"})
+	a, b := connect(c.DSN(0)), connect(c.DSN(1))
+	_, err := a.Exec(ctx, "INSERT INTO canceled VALUES (1, 0)")
 	require.NoError(t, err)
 
 	// Node 1's transaction holds the table's class; node 2's waits for it.
 	tx, err := a.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "UPDATE canceled SET n = n + 100 WHERE id = 1")
+	_, err = tx.Exec(ctx, "UPDATE canceled SET v = v + 100 WHERE k = 1")
 	require.NoError(t, err)
-	requireCanceled(t, b, "UPDATE canceled SET n = n + 1 WHERE id = 1", "a wait for conflict classes")
+	requireCanceled(t, b, "UPDATE canceled SET v = v + 1 WHERE k = 1", "a wait for conflict classes")
 	require.NoError(t, tx.Commit(ctx), "the class holder commits")
-	_, err = b.Exec(ctx, "UPDATE canceled SET n = n + 10 WHERE id = 1")
+	_, err = b.Exec(ctx, "UPDATE canceled SET v = v + 10 WHERE k = 1")
 	require.NoError(t, err, "the canceled session goes on")
 	var n int
-	require.NoError(t, b.QueryRow(ctx, "SELECT n FROM canceled WHERE id = 1").Scan(&n))
+	require.NoError(t, b.QueryRow(ctx, "SELECT v FROM canceled WHERE k = 1").Scan(&n))
 	require.Equal(t, 110, n, "the canceled update is nowhere")
 
 	// A sync read through a node that cannot reach the others.
 	_, err = b.Exec(ctx, "SET ordo.read_consistency = 'sync'")
 	require.NoError(t, err)
 	c.Isolate(1)
-	requireCanceled(t, b, "SELECT n FROM canceled WHERE id = 1", "a sync read cut off from the cluster")
+	requireCanceled(t, b, "SELECT v FROM canceled WHERE k = 1", "a sync read cut off from the cluster")
 	c.Heal()
 }
 

@@ -23,7 +23,7 @@ import (
 func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, connect := toldCluster(t, "told", proccluster.Options{SlowPGSync: true})
+	c, connect := tableCluster(t, "told", proccluster.Options{SlowPGSync: true})
 	a, b, direct := connect(c.DSN(0)), connect(c.DSN(0)), connect(c.PGDSN(0))
 	_, err := a.Exec(ctx, "INSERT INTO told VALUES (1, 0)")
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, connect := toldCluster(t, "told_restart", proccluster.Options{})
+	c, connect := tableCluster(t, "told_restart", proccluster.Options{})
 	a, direct := connect(c.DSN(0)), connect(c.PGDSN(0))
 	_, err := a.Exec(ctx, "INSERT INTO told_restart VALUES (1, 0)")
 	require.NoError(t, err)
@@ -178,12 +178,16 @@ func TestToldCommitVisibleAfterARestart(t *testing.T) {
 	}
 }
 
-// toldCluster starts a 3-node dbsm-si cluster of ordo processes with o's
-// fault settings and creates table (k int PRIMARY KEY, v int) through node
-// 1; connect opens a connection the test's end closes.
-func toldCluster(t *testing.T, table string, o proccluster.Options) (*proccluster.Cluster, func(dsn string) *pgx.Conn) {
+// tableCluster starts a 3-node cluster of ordo processes with o's
+// protocol (dbsm-si if none) and fault settings and creates table (k int
+// PRIMARY KEY, v int) through node 1; connect opens a connection the
+// test's end closes.
+func tableCluster(t *testing.T, table string, o proccluster.Options) (*proccluster.Cluster, func(dsn string) *pgx.Conn) {
 	ctx := context.Background()
-	o.N, o.Protocol, o.Dir, o.Bin = 3, "dbsm-si", t.TempDir(), buildOrdo(t)
+	if o.Protocol == "" {
+		o.Protocol = "dbsm-si"
+	}
+	o.N, o.Dir, o.Bin = 3, t.TempDir(), buildOrdo(t)
 	c, err := proccluster.Start(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(c.Stop)
