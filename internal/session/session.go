@@ -278,7 +278,7 @@ func (s *session) awaitTold(ctx context.Context) error {
 }
 
 // untilCanceled returns ctx, ended also by the client's CancelRequest
-// since the statement began (its cause termination.ErrClientCanceled),
+// since the unit began (s.canceled; its cause termination.ErrClientCanceled),
 // for a wait inside Ordo: the wire layer forwards the cancel to
 // PostgreSQL, which is running nothing of the session's to cancel. stop
 // releases it.
@@ -296,7 +296,7 @@ func (s *session) untilCanceled(ctx context.Context) (wctx context.Context, stop
 }
 
 // wasCanceled reports whether the client sent a CancelRequest since the
-// statement began.
+// unit began (s.canceled).
 func (s *session) wasCanceled() bool {
 	select {
 	case <-s.canceled:

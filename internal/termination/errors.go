@@ -50,7 +50,8 @@ var ErrStopped = errors.New("replica: node stopped carrying out the total order 
 var ErrReplaying = errors.New("this node is still replaying its log")
 
 // ErrClientCanceled ends a wait of a session inside Ordo (for the commits
-// its node told, for conflict classes) that its client canceled: the
+// its node told, for conflict classes, for a sync read) that its client
+// canceled: the
 // CancelRequest it sent is forwarded to PostgreSQL, which is running
 // nothing of the session's, so Ordo ends the wait itself.
 var ErrClientCanceled = errors.New("canceling statement due to user request")
