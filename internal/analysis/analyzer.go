@@ -18,6 +18,9 @@ type CatalogSource interface {
 	Current() *catalog.Catalog
 }
 
+// defaultKeyLimit is Options.KeyLimit's default.
+const defaultKeyLimit = 1000
+
 // Options configure an Analyzer.
 type Options struct {
 	// KeyLimit is the largest number of row or granule keys one table access
@@ -94,7 +97,7 @@ var ErrNoCatalog = errors.New("analysis: no catalog loaded")
 // New returns an analyzer reading the catalog from src.
 func New(src CatalogSource, opts Options) *Analyzer {
 	if opts.KeyLimit == 0 {
-		opts.KeyLimit = 1000
+		opts.KeyLimit = defaultKeyLimit
 	}
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 4096

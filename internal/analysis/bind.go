@@ -3,7 +3,9 @@ package analysis
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 
 	"github.com/ordo-db/ordo/internal/catalog"
 	"github.com/ordo-db/ordo/internal/txn"
@@ -41,6 +43,38 @@ type val struct {
 	// (template.go) binds them from another text's literals.
 	loc  int32
 	elem bool
+	// rng marks the bounds of a range ("column BETWEEN lo AND hi", "column
+	// >= lo AND column < hi"): a lower bound and the upper bound right
+	// after it in the same list stand for every integer between them
+	// (values); a bound alone stands for nothing values accepts.
+	rng rangeBound
+}
+
+// rangeBound says whether a val is a bound of a range, and which.
+type rangeBound uint8
+
+const (
+	rangeLo     rangeBound = iota + 1 // col >= v, BETWEEN v AND …
+	rangeLoExcl                       // col > v
+	rangeHi                           // col <= v, BETWEEN … AND v
+	rangeHiExcl                       // col < v
+)
+
+func (b rangeBound) lower() bool { return b == rangeLo || b == rangeLoExcl }
+
+// flipped is the bound of "v op col" for the bound of "col op v".
+func (b rangeBound) flipped() rangeBound {
+	switch b {
+	case rangeLo:
+		return rangeHi
+	case rangeLoExcl:
+		return rangeHiExcl
+	case rangeHi:
+		return rangeLo
+	case rangeHiExcl:
+		return rangeLoExcl
+	}
+	return b
 }
 
 // access is one table a statement reads or writes, with what its
@@ -140,32 +174,38 @@ func dedupe(ks []txn.Key) []txn.Key {
 	return out
 }
 
-// values resolves vs for a column of type typ to canonical texts.
-func values(vs []val, typ string, params []Param) ([]string, bool) {
+// values resolves vs for a column of type typ to canonical texts. A
+// BETWEEN range (rangeLo, rangeHi) becomes each integer from its lower
+// bound to its upper bound, for an integer column only, and only if there
+// are at most limit of them (limit <= 0: defaultKeyLimit): every row the
+// range can read, those inserted later included, has one of these values.
+func values(vs []val, typ string, params []Param, limit int) ([]string, bool) {
 	out := make([]string, 0, len(vs))
-	for _, v := range vs {
-		switch v.kind {
-		case vConst:
-			c, ok := canonical(typ, v.text)
+	for i := 0; i < len(vs); i++ {
+		v := vs[i]
+		if v.rng.lower() {
+			if i+1 >= len(vs) || vs[i+1].rng == 0 || vs[i+1].rng.lower() {
+				return nil, false // a bound alone
+			}
+			lo, ok1 := scalar(v, typ, params)
+			hi, ok2 := scalar(vs[i+1], typ, params)
+			if !ok1 || !ok2 {
+				return nil, false
+			}
+			var ok bool
+			out, ok = appendRange(out, typ, lo, v.rng == rangeLoExcl, hi, vs[i+1].rng == rangeHiExcl, limit)
 			if !ok {
 				return nil, false
 			}
-			out = append(out, c)
-		case vParam:
-			if v.param < 1 || v.param > len(params) {
-				return nil, false
-			}
-			p := params[v.param-1]
-			if p.Value == nil {
-				return nil, false
-			}
-			var c string
-			var ok bool
-			if p.Binary {
-				c, ok = canonicalBinary(typ, p.Value)
-			} else {
-				c, ok = canonical(typ, string(p.Value))
-			}
+			i++
+			continue
+		}
+		if v.rng != 0 {
+			return nil, false // an upper bound without its lower bound
+		}
+		switch v.kind {
+		case vConst, vParam:
+			c, ok := scalar(v, typ, params)
 			if !ok {
 				return nil, false
 			}
@@ -210,6 +250,72 @@ func values(vs []val, typ string, params []Param) ([]string, bool) {
 	return out, true
 }
 
+// scalar resolves one literal or $n for a column of type typ to its
+// canonical text.
+func scalar(v val, typ string, params []Param) (string, bool) {
+	switch v.kind {
+	case vConst:
+		return canonical(typ, v.text)
+	case vParam:
+		if v.param < 1 || v.param > len(params) {
+			return "", false
+		}
+		p := params[v.param-1]
+		if p.Value == nil {
+			return "", false
+		}
+		if p.Binary {
+			return canonicalBinary(typ, p.Value)
+		}
+		return canonical(typ, string(p.Value))
+	}
+	return "", false
+}
+
+// appendRange appends every integer from lo to hi (canonical texts of an
+// integer column of type typ; without lo itself if loExcl, without hi if
+// hiExcl) to out, or reports false if typ is not an integer type or there
+// would be more than limit of them. An empty range appends nothing: it
+// reads no row.
+func appendRange(out []string, typ, lo string, loExcl bool, hi string, hiExcl bool, limit int) ([]string, bool) {
+	if typ != "int2" && typ != "int4" && typ != "int8" {
+		return nil, false
+	}
+	l, err1 := strconv.ParseInt(lo, 10, 64)
+	h, err2 := strconv.ParseInt(hi, 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, false
+	}
+	if loExcl {
+		if l == math.MaxInt64 {
+			return out, true
+		}
+		l++
+	}
+	if hiExcl {
+		if h == math.MinInt64 {
+			return out, true
+		}
+		h--
+	}
+	if h < l {
+		return out, true
+	}
+	if limit <= 0 {
+		limit = defaultKeyLimit
+	}
+	// (uint64: h-l overflows int64 when l is negative enough.)
+	if uint64(h)-uint64(l) >= uint64(limit) || len(out)+int(uint64(h)-uint64(l))+1 > limit {
+		return nil, false
+	}
+	for x := l; ; x++ {
+		out = append(out, strconv.FormatInt(x, 10))
+		if x == h {
+			return out, true
+		}
+	}
+}
+
 // keys appends the finest keys a's predicates prove, at most limit of them
 // (limit <= 0: no limit), else the table key.
 func (a *access) keys(params []Param, limit int, out []txn.Key) []txn.Key {
@@ -221,7 +327,7 @@ func (a *access) keys(params []Param, limit int, out []txn.Key) []txn.Key {
 	}
 	if !a.tableOnly && a.granule != nil {
 		col, _ := t.Column(t.Granule)
-		if vs, ok := values(a.granule, col.Type, params); ok && (limit <= 0 || len(vs) <= limit) {
+		if vs, ok := values(a.granule, col.Type, params, limit); ok && (limit <= 0 || len(vs) <= limit) {
 			for _, v := range vs {
 				out = append(out, txn.GranuleKey(t.Name.Schema, t.Name.Name, t.Granule, v))
 			}
@@ -240,7 +346,7 @@ func (a *access) rowKeys(params []Param, limit int, out []txn.Key) ([]txn.Key, b
 			return out, false
 		}
 		col, _ := t.Column(name)
-		vs, ok := values(a.pk[i], col.Type, params)
+		vs, ok := values(a.pk[i], col.Type, params, limit)
 		if !ok {
 			return out, false
 		}

@@ -17,7 +17,10 @@ type colVal struct {
 type fixes map[int]map[string]colVal
 
 // and combines the fixes of two conjuncts: a column fixed by either is
-// fixed (keep the shorter list: both are supersets of the truth).
+// fixed (keep the shorter list: both are supersets of the truth). A lower
+// bound alone and an upper bound alone of one column ("col >= lo", "col <
+// hi") make a range of it; a bound alone fixes nothing by itself (values
+// refuses it), so a list or a range of the column wins over one.
 func and(a, b fixes) fixes {
 	if a == nil {
 		return b
@@ -29,7 +32,20 @@ func and(a, b fixes) fixes {
 			continue
 		}
 		for c, v := range cols {
-			if old, ok := ac[c]; !ok || len(v.vals) < len(old.vals) {
+			old, ok := ac[c]
+			switch ob, vb := old.bound(), v.bound(); {
+			case !ok:
+				ac[c] = v
+			case ob != 0 && vb != 0:
+				if ob.lower() && !vb.lower() && old.cast == v.cast {
+					ac[c] = colVal{vals: []val{old.vals[0], v.vals[0]}, cast: v.cast}
+				} else if !ob.lower() && vb.lower() && old.cast == v.cast {
+					ac[c] = colVal{vals: []val{v.vals[0], old.vals[0]}, cast: v.cast}
+				} // (two bounds on one side: either is a superset)
+			case ob != 0:
+				ac[c] = v
+			case vb != 0:
+			case len(v.vals) < len(old.vals):
 				ac[c] = v
 			}
 		}
@@ -37,9 +53,20 @@ func and(a, b fixes) fixes {
 	return a
 }
 
+// bound returns the kind of the bound cv is if it is one bound alone of a
+// range ("col >= lo"), 0 otherwise.
+func (cv colVal) bound() rangeBound {
+	if len(cv.vals) == 1 {
+		return cv.vals[0].rng
+	}
+	return 0
+}
+
 // or combines the fixes of two disjuncts: only columns fixed in both stay
 // fixed, with the union of their values (a superset of the truth: the
-// correlation between columns is dropped).
+// correlation between columns is dropped). A value list is made of single
+// values and ranges (a lower bound followed by its upper bound); a bound
+// alone is never part of a longer list.
 func or(a, b fixes) fixes {
 	out := fixes{}
 	for rel, acols := range a {
@@ -49,7 +76,9 @@ func or(a, b fixes) fixes {
 		}
 		for c, av := range acols {
 			bv, ok := bcols[c]
-			if !ok || av.cast != bv.cast {
+			if !ok || av.cast != bv.cast || av.bound() != 0 || bv.bound() != 0 {
+				// (A bound alone beside another's would read as a
+				// range: "id >= 2 OR id <= 5" is every id, not 2..5.)
 				continue
 			}
 			if out[rel] == nil {
@@ -94,6 +123,14 @@ func (w *walker) cond(n *pg.Node, sc *scope) fixes {
 		}
 	case *pg.Node_AExpr:
 		e := x.AExpr
+		if e.Kind == pg.A_Expr_Kind_AEXPR_BETWEEN {
+			return w.between(e, sc)
+		}
+		if e.Kind == pg.A_Expr_Kind_AEXPR_OP && len(e.Name) == 1 {
+			if b, ok := comparisons[e.Name[0].GetString_().GetSval()]; ok {
+				return w.compare(e, b, sc)
+			}
+		}
 		if len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
 			return nil
 		}
@@ -181,6 +218,53 @@ func (w *walker) eq(colNode, valNode *pg.Node, sc *scope) fixes {
 	if !ok || v.kind == vParamArray {
 		return nil
 	}
+	return fixes{rel: {col: {vals: []val{v}, cast: cast}}}
+}
+
+// between handles "column BETWEEN lo AND hi" (not NOT BETWEEN, nor
+// BETWEEN SYMMETRIC): the column's values are the integers from lo to hi,
+// which Bind expands into keys when the column is an integer one and they
+// are few enough (values); otherwise the range fixes nothing.
+func (w *walker) between(e *pg.A_Expr, sc *scope) fixes {
+	rel, col, ok := w.column(e.Lexpr, sc)
+	if !ok {
+		return nil
+	}
+	bounds := e.Rexpr.GetList().GetItems()
+	if len(bounds) != 2 {
+		return nil
+	}
+	lo, loCast, ok1 := castValue(bounds[0])
+	hi, hiCast, ok2 := castValue(bounds[1])
+	if !ok1 || !ok2 || loCast != hiCast || lo.kind == vParamArray || hi.kind == vParamArray {
+		return nil
+	}
+	lo.rng, hi.rng = rangeLo, rangeHi
+	return fixes{rel: {col: {vals: []val{lo, hi}, cast: loCast}}}
+}
+
+// comparisons are the operators that bound a column's values from one
+// side ("col >= value"), with the bound each makes.
+var comparisons = map[string]rangeBound{">=": rangeLo, ">": rangeLoExcl, "<=": rangeHi, "<": rangeHiExcl}
+
+// compare handles "column op value" and "value op column" for the
+// comparisons: one bound of a range of the column, which fixes something
+// only once and combines it with a bound on the other side (and).
+func (w *walker) compare(e *pg.A_Expr, b rangeBound, sc *scope) fixes {
+	colNode, valNode := e.Lexpr, e.Rexpr
+	if _, _, ok := w.column(colNode, sc); !ok {
+		colNode, valNode = valNode, colNode
+		b = b.flipped() // "5 < id" is "id > 5"
+	}
+	rel, col, ok := w.column(colNode, sc)
+	if !ok {
+		return nil
+	}
+	v, cast, ok := castValue(valNode)
+	if !ok || v.kind == vParamArray {
+		return nil
+	}
+	v.rng = b
 	return fixes{rel: {col: {vals: []val{v}, cast: cast}}}
 }
 
