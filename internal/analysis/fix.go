@@ -469,8 +469,8 @@ func (w *walker) propagate(f fixes, quals []*pg.Node, sc *scope) fixes {
 				if !ok {
 					continue
 				}
-				if _, has := f[to.rel][to.col]; has {
-					continue
+				if cur, has := f[to.rel][to.col]; has && cur.bound() == 0 {
+					continue // (a bound alone fixes nothing: a value replaces it)
 				}
 				if f[to.rel] == nil {
 					f[to.rel] = make(map[string]colVal)
