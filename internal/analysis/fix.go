@@ -210,6 +210,11 @@ func (w *walker) rowEq(l, r []*pg.Node, sc *scope) fixes {
 
 // eq handles "column = value".
 func (w *walker) eq(colNode, valNode *pg.Node, sc *scope) fixes {
+	return w.one(colNode, valNode, 0, sc)
+}
+
+// one is the fix of a column to one value, or to one bound b of a range.
+func (w *walker) one(colNode, valNode *pg.Node, b rangeBound, sc *scope) fixes {
 	rel, col, ok := w.column(colNode, sc)
 	if !ok {
 		return nil
@@ -218,6 +223,7 @@ func (w *walker) eq(colNode, valNode *pg.Node, sc *scope) fixes {
 	if !ok || v.kind == vParamArray {
 		return nil
 	}
+	v.rng = b
 	return fixes{rel: {col: {vals: []val{v}, cast: cast}}}
 }
 
@@ -256,16 +262,7 @@ func (w *walker) compare(e *pg.A_Expr, b rangeBound, sc *scope) fixes {
 		colNode, valNode = valNode, colNode
 		b = b.flipped() // "5 < id" is "id > 5"
 	}
-	rel, col, ok := w.column(colNode, sc)
-	if !ok {
-		return nil
-	}
-	v, cast, ok := castValue(valNode)
-	if !ok || v.kind == vParamArray {
-		return nil
-	}
-	v.rng = b
-	return fixes{rel: {col: {vals: []val{v}, cast: cast}}}
+	return w.one(colNode, valNode, b, sc)
 }
 
 // castValue is value, also accepting one cast to a scalar type.

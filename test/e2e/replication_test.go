@@ -329,10 +329,31 @@ func TestRangeReadsAreCertifiedByRow(t *testing.T) {
 	require.NoError(t, err)
 	c.waitConverged()
 
+	var n int
+	// race runs on node 1 a block that counts the rows read reads (with
+	// args) and writes a row outside every range, while node 2 runs
+	// others, then commits it.
+	race := func(read string, args []any, others ...string) error {
+		tx, err := a.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, tx.QueryRow(ctx, read, args...).Scan(&n))
+		_, err = tx.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 19", simple)
+		require.NoError(t, err)
+		for _, sql := range others {
+			_, err = b.Exec(ctx, sql, simple)
+			require.NoError(t, err)
+		}
+		return tx.Commit(ctx)
+	}
+	requireConflict := func(err error, msg string) {
+		t.Helper()
+		require.Error(t, err, msg)
+		require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	}
+
 	// Write skew through a phantom: each block sees no row in 100..110
 	// and inserts one there; the second to commit read a range the
 	// first wrote into, and must abort.
-	var n int
 	ta, err := a.Begin(ctx)
 	require.NoError(t, err)
 	require.NoError(t, ta.QueryRow(ctx, "SELECT count(*) FROM acct WHERE id BETWEEN $1 AND $2", 100, 110).Scan(&n))
@@ -346,56 +367,26 @@ func TestRangeReadsAreCertifiedByRow(t *testing.T) {
 	_, err = ta.Exec(ctx, "INSERT INTO acct VALUES (103, 1)")
 	require.NoError(t, err)
 	require.NoError(t, tb.Commit(ctx))
-	err = ta.Commit(ctx)
-	require.Error(t, err, "a range read of 100..110 must conflict with the row 107 inserted after its snapshot")
-	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	requireConflict(ta.Commit(ctx), "a range read of 100..110 must conflict with the row 107 inserted after its snapshot")
 
 	// A write outside the range does not concern a reader of it.
-	tc, err := a.Begin(ctx)
-	require.NoError(t, err)
-	require.NoError(t, tc.QueryRow(ctx, "SELECT sum(v) FROM acct WHERE id BETWEEN $1 AND $2", 1, 5).Scan(&n))
-	_, err = tc.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 20")
-	require.NoError(t, err)
-	_, err = b.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 10")
-	require.NoError(t, err)
-	require.NoError(t, tc.Commit(ctx), "a read of rows 1..5 does not conflict with a write of row 10")
+	require.NoError(t, race("SELECT sum(v) FROM acct WHERE id BETWEEN $1 AND $2", []any{1, 5},
+		"UPDATE acct SET v = v + 1 WHERE id = 10"), "a read of rows 1..5 does not conflict with a write of row 10")
 
 	// Through the template of a text seen first with other literals: the
 	// range is the text's own, 11..15, not the first text's 1..2.
 	require.NoError(t, a.QueryRow(ctx, "SELECT count(*) FROM acct WHERE id BETWEEN 1 AND 2", simple).Scan(&n))
-	td, err := a.Begin(ctx)
-	require.NoError(t, err)
-	require.NoError(t, td.QueryRow(ctx, "SELECT count(*) FROM acct WHERE id BETWEEN 11 AND 15", simple).Scan(&n))
-	_, err = td.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 19", simple)
-	require.NoError(t, err)
-	_, err = b.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 16", simple)
-	require.NoError(t, err)
-	_, err = b.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 13", simple)
-	require.NoError(t, err)
-	err = td.Commit(ctx)
-	require.Error(t, err, "a range read of 11..15 through a template must conflict with a write of row 13")
-	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	requireConflict(race("SELECT count(*) FROM acct WHERE id BETWEEN 11 AND 15", []any{simple},
+		"UPDATE acct SET v = v + 1 WHERE id = 16", "UPDATE acct SET v = v + 1 WHERE id = 13"),
+		"a range read of 11..15 through a template must conflict with a write of row 13")
 
 	// Ranges written as two comparisons: 200 <= id < 210 does not hold
 	// 210, and 300 < id <= 310 holds 301.
-	te, err := a.Begin(ctx)
-	require.NoError(t, err)
-	require.NoError(t, te.QueryRow(ctx, "SELECT count(*) FROM acct WHERE id >= $1 AND id < $2", 200, 210).Scan(&n))
-	_, err = te.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 18")
-	require.NoError(t, err)
-	_, err = b.Exec(ctx, "INSERT INTO acct VALUES (210, 1)")
-	require.NoError(t, err)
-	require.NoError(t, te.Commit(ctx), "a read of 200 <= id < 210 does not conflict with an insert of row 210")
-	tf, err := a.Begin(ctx)
-	require.NoError(t, err)
-	require.NoError(t, tf.QueryRow(ctx, "SELECT count(*) FROM acct WHERE id > $1 AND id <= $2", 300, 310).Scan(&n))
-	_, err = tf.Exec(ctx, "UPDATE acct SET v = v + 1 WHERE id = 17")
-	require.NoError(t, err)
-	_, err = b.Exec(ctx, "INSERT INTO acct VALUES (301, 1)")
-	require.NoError(t, err)
-	err = tf.Commit(ctx)
-	require.Error(t, err, "a range read of 300 < id <= 310 must conflict with the row 301 inserted after its snapshot")
-	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	require.NoError(t, race("SELECT count(*) FROM acct WHERE id >= $1 AND id < $2", []any{200, 210},
+		"INSERT INTO acct VALUES (210, 1)"), "a read of 200 <= id < 210 does not conflict with an insert of row 210")
+	requireConflict(race("SELECT count(*) FROM acct WHERE id > $1 AND id <= $2", []any{300, 310},
+		"INSERT INTO acct VALUES (301, 1)"),
+		"a range read of 300 < id <= 310 must conflict with the row 301 inserted after its snapshot")
 
 	c.waitConverged()
 	for i := 1; i < 3; i++ {
