@@ -54,8 +54,10 @@ func newWorkload(name string) (workload, error) {
 		return &longFork{}, nil
 	case "ddl":
 		return &ddlWorkload{}, nil
+	case "phantom":
+		return &phantom{windows: 6, max: 2}, nil
 	}
-	return nil, fmt.Errorf("safety: unknown workload %q (bank, append, wskew, sets, hot, counter, longfork, ddl)", name)
+	return nil, fmt.Errorf("safety: unknown workload %q (bank, append, wskew, sets, hot, counter, longfork, ddl, phantom)", name)
 }
 
 // loop runs n clients spread over the nodes, each calling op until stop.
