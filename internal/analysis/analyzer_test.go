@@ -5,6 +5,7 @@ import (
 
 	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -103,6 +104,49 @@ func TestBindParams(t *testing.T) {
 		}
 		if got := keys(f.Reads); got != c.want {
 			t.Errorf("Bind(%v) = %s, want %s", c.params, got, c.want)
+		}
+	}
+}
+
+// TestBindDeclaredTypes checks that a parameter makes a key only if it is
+// compared with the key column as a value of the column's type: one its
+// Parse declared of another type (a float8, whose bytes PostgreSQL
+// compares as 5.0, not as the integer they spell) makes the table's key.
+func TestBindDeclaredTypes(t *testing.T) {
+	a := New(testCatalog(t), Options{})
+	env := NewEnv([]string{"public"})
+	stmts, err := a.Analyze("SELECT * FROM blog_post WHERE id = $1 OR id BETWEEN $2 AND $3 OR id = ANY($4)", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be64 := func(v uint64) []byte { b := make([]byte, 8); binary.BigEndian.PutUint64(b, v); return b }
+	five := be64(math.Float64bits(5))
+	seven, nine, ten := be64(7), be64(9), be64(10)
+	ints := []Param{{Value: seven, Binary: true}, {Value: nine, Binary: true}, {Value: ten, Binary: true}, {Value: []byte("{1}")}}
+	cases := []struct {
+		declared []uint32
+		first    []byte
+		want     string
+	}{
+		{nil, seven, "public.blog_post(1) public.blog_post(10) public.blog_post(7) public.blog_post(9)"},
+		{[]uint32{20, 20, 23, 1016}, seven, "public.blog_post(1) public.blog_post(10) public.blog_post(7) public.blog_post(9)"},
+		{[]uint32{701, 20, 20, 1016}, five, "public.blog_post"},   // float8 5.0
+		{[]uint32{20, 1700, 20, 1016}, seven, "public.blog_post"}, // numeric bound
+		{[]uint32{20, 20, 20, 1022}, seven, "public.blog_post"},   // float8[]
+		{[]uint32{0, 0, 0, 0}, seven, "public.blog_post(1) public.blog_post(10) public.blog_post(7) public.blog_post(9)"},
+	}
+	for _, c := range cases {
+		params := append([]Param(nil), ints...)
+		params[0].Value = c.first
+		for i, oid := range c.declared {
+			params[i].Declared = oid
+		}
+		f, err := stmts[0].Bind(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(f.Reads); got != c.want {
+			t.Errorf("declared %v: %s, want %s", c.declared, got, c.want)
 		}
 	}
 }

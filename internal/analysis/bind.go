@@ -17,6 +17,13 @@ type Param struct {
 	Value []byte
 	// Binary is set for format code 1.
 	Binary bool
+	// Declared is the type the statement's Parse declared for it (an
+	// OID), 0 if it left it to PostgreSQL, which then gives it the
+	// column's type where it is compared with a key column. A value
+	// declared of another type is compared as that type (5.5::float8 =
+	// an integer column), and its bytes are not the column type's: it
+	// makes no key.
+	Declared uint32
 }
 
 // ErrParams is returned by Statement.Bind when fewer parameters are given
@@ -215,7 +222,7 @@ func values(vs []val, typ string, params []Param, limit int) ([]string, bool) {
 				return nil, false
 			}
 			p := params[v.param-1]
-			if p.Value == nil {
+			if p.Value == nil || !declaredAs(p.Declared, typ, true) {
 				return nil, false
 			}
 			if p.Binary {
@@ -261,7 +268,7 @@ func scalar(v val, typ string, params []Param) (string, bool) {
 			return "", false
 		}
 		p := params[v.param-1]
-		if p.Value == nil {
+		if p.Value == nil || !declaredAs(p.Declared, typ, false) {
 			return "", false
 		}
 		if p.Binary {
@@ -270,6 +277,40 @@ func scalar(v val, typ string, params []Param) (string, bool) {
 		return canonical(typ, string(p.Value))
 	}
 	return "", false
+}
+
+// declaredTypes are the parameter types (OIDs) whose values a key column
+// of each type compares as its own, as scalars and as arrays.
+var declaredTypes = map[string]struct{ scalar, array []uint32 }{
+	"int2":    {[]uint32{21, 23, 20}, []uint32{1005, 1007, 1016}},
+	"int4":    {[]uint32{21, 23, 20}, []uint32{1005, 1007, 1016}},
+	"int8":    {[]uint32{21, 23, 20}, []uint32{1005, 1007, 1016}},
+	"oid":     {[]uint32{26, 21, 23, 20}, []uint32{1028, 1005, 1007, 1016}},
+	"text":    {[]uint32{25, 1043}, []uint32{1009, 1015}},
+	"varchar": {[]uint32{25, 1043}, []uint32{1009, 1015}},
+	"bool":    {[]uint32{16}, []uint32{1000}},
+	"uuid":    {[]uint32{2950}, []uint32{2951}},
+}
+
+// declaredAs reports whether a parameter declared of type oid (0: not
+// declared) is compared with a key column of type typ as a value of that
+// type: undeclared, or declared of a type whose values the column's
+// compares as its own.
+func declaredAs(oid uint32, typ string, array bool) bool {
+	if oid == 0 {
+		return true
+	}
+	d := declaredTypes[typ]
+	ok := d.scalar
+	if array {
+		ok = d.array
+	}
+	for _, o := range ok {
+		if o == oid {
+			return true
+		}
+	}
+	return false
 }
 
 // appendRange appends every integer from lo to hi (canonical texts of an

@@ -157,7 +157,7 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 		return nil, res.Err
 	}
 	serialOnDemand := rc || h.cfg.Replica.Name() == termination.DBSMSI
-	s := &session{h: h, info: info, rc: rc, serialOnDemand: serialOnDemand, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string)}
+	s := &session{h: h, info: info, rc: rc, serialOnDemand: serialOnDemand, stmts: make(map[string][]*analysis.Statement), sent: make(map[string]string), declared: make(map[string]declaredTypes)}
 	s.be = aheadBackend{Backend: be, s: s}
 	if len(res.Rows) == 1 && len(res.Rows[0]) == 8 {
 		s.pid = parseUint32(res.Rows[0][0])

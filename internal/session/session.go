@@ -53,6 +53,11 @@ type session struct {
 	// sent holds the text PostgreSQL runs each prepared statement as
 	// (its Parse, or what Ordo rewrote it to).
 	sent map[string]string
+	// declared holds the parameter types each prepared statement's Parse
+	// declared, with the text it sent: they count at a Bind only while
+	// sent holds that text (a statement PostgreSQL holds under the name
+	// from elsewhere has its types unknown).
+	declared map[string]declaredTypes
 	// fromSQL holds the statements SQL's PREPARE created (name to the
 	// PREPARE's text), as readNamed last read them; namedEver: the client
 	// parsed a named statement.
@@ -487,6 +492,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
+		s.declared[st.Name] = declaredTypes{sql: sentText(st), oids: st.ParamOIDs}
 		if st.Name == "" {
 			s.heldUnnamed = ""
 			if len(stmts) == 1 && stmts[0].Kind == analysis.KindNotify && (s.tx.active || s.txStatus() == 'T') {
@@ -630,7 +636,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// unknown statement): assume the worst.
 			stmts = []*analysis.Statement{opaque("a statement this session did not see prepared")}
 		}
-		params := boundParams(st.Params, st.ParamFormats)
+		params := s.declare(st.Name, boundParams(st.Params, st.ParamFormats))
 		if !first && !s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
 			// The block is Ordo's, opened for an update the batch only
 			// parsed: nothing of the batch ran yet, and PostgreSQL runs
@@ -678,8 +684,30 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.noteName(st.Name)
 		delete(s.stmts, st.Name)
 		delete(s.sent, st.Name)
+		delete(s.declared, st.Name)
 	}
 	return nil
+}
+
+// declaredTypes are the parameter types a Parse declared (0: left to
+// PostgreSQL), with the text it sent.
+type declaredTypes struct {
+	sql  string
+	oids []uint32
+}
+
+// declare gives the parameters of a Bind of the statement prepared as
+// name the types its Parse declared, while PostgreSQL holds that Parse's
+// text under the name (otherwise they stay unknown, 0).
+func (s *session) declare(name string, params []analysis.Param) []analysis.Param {
+	if d, ok := s.declared[name]; ok && d.sql == s.sent[name] {
+		for i := range params {
+			if i < len(d.oids) {
+				params[i].Declared = d.oids[i]
+			}
+		}
+	}
+	return params
 }
 
 // leaveEmptyBlock ends the block Ordo opened for the current batch, in

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -393,6 +395,44 @@ func TestRangeReadsAreCertifiedByRow(t *testing.T) {
 		require.Equal(t, c.checksum(0, "acct"), c.checksum(i, "acct"))
 	}
 	require.Zero(t, c.unreplicated(0))
+}
+
+// TestParameterOfAnotherTypeIsNotAKey checks that under dbsm a parameter
+// the client declared of another type than the key column it is compared
+// with is not taken for a key value: a float8 5.0 sent in binary is eight
+// bytes that spell a huge integer, while PostgreSQL reads row 5 with it.
+// Certified as that integer's row, the read of row 5 let a transaction
+// commit over a concurrent change of row 5.
+func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	_, err := a.Exec(ctx, "CREATE TABLE big (id bigint PRIMARY KEY, v int NOT NULL)")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "INSERT INTO big SELECT g, 0 FROM generate_series(1, 9) g")
+	require.NoError(t, err)
+	c.waitConverged()
+
+	five := make([]byte, 8)
+	binary.BigEndian.PutUint64(five, math.Float64bits(5))
+	const float8 = 701
+	ta, err := a.Begin(ctx)
+	require.NoError(t, err)
+	res := ta.Conn().PgConn().ExecParams(ctx, "SELECT v FROM big WHERE id = $1", [][]byte{five}, []uint32{float8}, []int16{1}, nil).Read()
+	require.NoError(t, res.Err)
+	require.Len(t, res.Rows, 1, "PostgreSQL reads row 5 with the float8 5.0")
+	_, err = ta.Exec(ctx, "UPDATE big SET v = v + 1 WHERE id = 9")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "UPDATE big SET v = 100 WHERE id = 5")
+	require.NoError(t, err)
+	err = ta.Commit(ctx)
+	require.Error(t, err, "the read of row 5 through a float8 parameter must conflict with the change of row 5")
+	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	c.waitConverged()
+	for i := 1; i < 3; i++ {
+		require.Equal(t, c.checksum(0, "big"), c.checksum(i, "big"))
+	}
 }
 
 // TestBank runs random transfers between 10 accounts from 8 clients spread
