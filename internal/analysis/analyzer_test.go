@@ -134,6 +134,7 @@ func TestBindDeclaredTypes(t *testing.T) {
 		{[]uint32{20, 1700, 20, 1016}, seven, "public.blog_post"}, // numeric bound
 		{[]uint32{20, 20, 20, 1022}, seven, "public.blog_post"},   // float8[]
 		{[]uint32{0, 0, 0, 0}, seven, "public.blog_post(1) public.blog_post(10) public.blog_post(7) public.blog_post(9)"},
+		{[]uint32{TypeUnknown, TypeUnknown, TypeUnknown, TypeUnknown}, seven, "public.blog_post"}, // the session does not know them
 	}
 	for _, c := range cases {
 		params := append([]Param(nil), ints...)

@@ -22,9 +22,14 @@ type Param struct {
 	// column's type where it is compared with a key column. A value
 	// declared of another type is compared as that type (5.5::float8 =
 	// an integer column), and its bytes are not the column type's: it
-	// makes no key.
+	// makes no key; so does one whose declared type is not known
+	// (TypeUnknown).
 	Declared uint32
 }
+
+// TypeUnknown, as a Param's Declared, says that what the Parse of its
+// statement declared is not known: its value makes no key.
+const TypeUnknown = ^uint32(0)
 
 // ErrParams is returned by Statement.Bind when fewer parameters are given
 // than the statement uses.

@@ -22,6 +22,10 @@ func analyzeStmt(cat *catalog.Catalog, sp []string, n *pg.Node, text string, off
 	w := &walker{cat: cat, sp: sp, st: st,
 		reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
 	w.top(n)
+	if n != nil {
+		w.paramLocs = map[int32][]int32{}
+		countParams(n.ProtoReflect(), w.paramLocs)
+	}
 	w.finish()
 	if st.Kind != KindRefused {
 		if obj := w.ordoObject(n); obj != "" {
@@ -717,6 +721,7 @@ func (w *walker) finish() {
 	}
 	params := false
 	for i := range st.acc {
+		w.dropSharedParams(&st.acc[i])
 		if st.acc[i].usesParams() {
 			params = true
 		}
@@ -724,6 +729,54 @@ func (w *walker) finish() {
 	if !params {
 		st.static = st.footprint(nil)
 	}
+}
+
+// dropSharedParams unfixes a's key columns whose values come from a $n
+// that occurs anywhere else than as the value of a key column of the same
+// type family. PostgreSQL gives an untyped $n the type its first use asks
+// for: in "SELECT $1::float8, … WHERE id = $1" it is a float8, the client
+// sends a float8's bytes, and id compares that value as a float8; in
+// "WHERE ol_w_id = $1 AND s_w_id = $1" it is an integer wherever it is.
+// (A type its Parse declared is checked at Bind: declaredAs.)
+func (w *walker) dropSharedParams(a *access) {
+	sameUse := func(vs []val, colType string) bool {
+		fam := typeFamily(colType)
+		for _, v := range vs {
+			if v.kind != vParam && v.kind != vParamArray {
+				continue
+			}
+			for _, loc := range w.paramLocs[int32(v.param)] {
+				if f, ok := w.keyUses[loc]; !ok || f == "" || f != fam {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	t := a.table
+	for j, vs := range a.pk {
+		if c, ok := t.Column(t.PK[j]); vs != nil && (!ok || !sameUse(vs, c.Type)) {
+			a.pk[j] = nil
+		}
+	}
+	if a.granule != nil {
+		if c, ok := t.Column(t.Granule); !ok || !sameUse(a.granule, c.Type) {
+			a.granule = nil
+		}
+	}
+}
+
+// typeFamily groups the key column types whose values a parameter of one
+// of them gives the same key for: canonicalBinary reads an integer of
+// any width, text and varchar are the same bytes.
+func typeFamily(typ string) string {
+	switch typ {
+	case "int2", "int4", "int8":
+		return "int"
+	case "text", "varchar":
+		return "text"
+	}
+	return typ
 }
 
 func sortedNames(m map[catalog.Name]bool) []catalog.Name {

@@ -169,11 +169,13 @@ func (w *walker) cond(n *pg.Node, sc *scope) fixes {
 				return nil
 			}
 			cv := colVal{}
+			typ := w.columnType(rel, col, sc)
 			for i, it := range items {
 				v, cast, ok := castValue(it)
 				if !ok || (i > 0 && cast != cv.cast) {
 					return nil
 				}
+				w.keyUse(it, typ)
 				cv.cast = cast
 				cv.vals = append(cv.vals, v)
 			}
@@ -186,6 +188,13 @@ func (w *walker) cond(n *pg.Node, sc *scope) fixes {
 			cv, ok := w.arrayValues(e.Rexpr)
 			if !ok {
 				return nil
+			}
+			typ := w.columnType(rel, col, sc)
+			w.keyUse(e.Rexpr, typ) // = ANY($n)
+			if ae := unCast(e.Rexpr).GetAArrayExpr(); ae != nil {
+				for _, el := range ae.Elements {
+					w.keyUse(el, typ)
+				}
 			}
 			return fixes{rel: {col: cv}}
 		}
@@ -223,6 +232,7 @@ func (w *walker) one(colNode, valNode *pg.Node, b rangeBound, sc *scope) fixes {
 	if !ok || v.kind == vParamArray {
 		return nil
 	}
+	w.keyUse(valNode, w.columnType(rel, col, sc))
 	v.rng = b
 	return fixes{rel: {col: {vals: []val{v}, cast: cast}}}
 }
@@ -245,6 +255,9 @@ func (w *walker) between(e *pg.A_Expr, sc *scope) fixes {
 	if !ok1 || !ok2 || loCast != hiCast || lo.kind == vParamArray || hi.kind == vParamArray {
 		return nil
 	}
+	typ := w.columnType(rel, col, sc)
+	w.keyUse(bounds[0], typ)
+	w.keyUse(bounds[1], typ)
 	lo.rng, hi.rng = rangeLo, rangeHi
 	return fixes{rel: {col: {vals: []val{lo, hi}, cast: loCast}}}
 }
@@ -263,6 +276,41 @@ func (w *walker) compare(e *pg.A_Expr, b rangeBound, sc *scope) fixes {
 		b = b.flipped() // "5 < id" is "id > 5"
 	}
 	return w.one(colNode, valNode, b, sc)
+}
+
+// keyUse notes that valNode, if it is a $n (under a cast or not), is the
+// value of a key column of type typ ("" if unknown) where it occurs; under
+// a cast, of the cast's type ($1::float8 is a float8 wherever else $1 is).
+func (w *walker) keyUse(valNode *pg.Node, typ string) {
+	if tc := valNode.GetTypeCast(); tc != nil {
+		typ, _ = castType(tc.TypeName)
+	}
+	if p := unCast(valNode).GetParamRef(); p != nil {
+		if w.keyUses == nil {
+			w.keyUses = map[int32]string{}
+		}
+		w.keyUses[p.Location] = typeFamily(typ)
+	}
+}
+
+// unCast returns n without a cast around it.
+func unCast(n *pg.Node) *pg.Node {
+	if tc := n.GetTypeCast(); tc != nil {
+		return tc.Arg
+	}
+	return n
+}
+
+// columnType is the type of column col of relation rel of sc, "" if rel
+// is not a table's.
+func (w *walker) columnType(rel int, col string, sc *scope) string {
+	if rel < 0 || rel >= len(sc.rels) || sc.rels[rel].acc < 0 {
+		return ""
+	}
+	if c, ok := w.st.acc[sc.rels[rel].acc].table.Column(col); ok {
+		return c.Type
+	}
+	return ""
 }
 
 // castValue is value, also accepting one cast to a scalar type.

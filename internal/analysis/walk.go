@@ -30,6 +30,31 @@ type walker struct {
 	// largeObjectWrites: one that changes one.
 	largeObjects, largeObjectWrites bool
 	refused                         string // why the statement cannot be replicated, "" if it can
+	// paramLocs holds where each $n occurs in the statement, keyUses the
+	// type family of the key column each occurrence that is a key value
+	// is compared with ("" if not a table's column): see dropSharedParams.
+	paramLocs map[int32][]int32
+	keyUses   map[int32]string
+}
+
+// countParams notes where each $n occurs in m.
+func countParams(m protoreflect.Message, locs map[int32][]int32) {
+	if p, ok := m.Interface().(*pg.ParamRef); ok {
+		locs[p.Number] = append(locs[p.Number], p.Location)
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap() || fd.Message() == nil:
+		case fd.IsList():
+			for l, i := v.List(), 0; i < l.Len(); i++ {
+				countParams(l.Get(i).Message(), locs)
+			}
+		default:
+			countParams(v.Message(), locs)
+		}
+		return true
+	})
 }
 
 // largeObjectFunctions are pg_catalog's functions on large objects, true
@@ -419,6 +444,9 @@ func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
 			v, ok := value(items[pos])
 			if !ok || v.kind == vParamArray {
 				return nil
+			}
+			if c, ok := t.Column(col); ok {
+				w.keyUse(items[pos], c.Type)
 			}
 			out = append(out, v)
 		}

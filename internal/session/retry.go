@@ -274,7 +274,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	s.be.ReplaceHeld(nil) // the last attempt's result is not the client's
 	var res *wire.Result
 	if r.extended {
-		s.track(stmts[0], s.declare(r.name, boundParams(r.params, r.formats)), at{kind: wire.KindBind, first: true, sent: r.sql})
+		s.track(stmts[0], s.declaredParams(r.name, boundParams(r.params, r.formats)), at{kind: wire.KindBind, first: true, sent: r.sql})
 		res, err = s.be.ExecBound(ctx, r.name, r.formats, r.params, r.results)
 	} else {
 		s.track(stmts[0], nil, at{kind: wire.KindQuery, first: true, sent: r.sql})

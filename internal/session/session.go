@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -492,7 +493,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
-		s.declared[st.Name] = declaredTypes{sql: sentText(st), oids: st.ParamOIDs}
+		s.declare(st.Name, sentText(st), st.ParamOIDs)
 		if st.Name == "" {
 			s.heldUnnamed = ""
 			if len(stmts) == 1 && stmts[0].Kind == analysis.KindNotify && (s.tx.active || s.txStatus() == 'T') {
@@ -636,7 +637,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// unknown statement): assume the worst.
 			stmts = []*analysis.Statement{opaque("a statement this session did not see prepared")}
 		}
-		params := s.declare(st.Name, boundParams(st.Params, st.ParamFormats))
+		params := s.declaredParams(st.Name, boundParams(st.Params, st.ParamFormats))
 		if !first && !s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
 			// The block is Ordo's, opened for an update the batch only
 			// parsed: nothing of the batch ran yet, and PostgreSQL runs
@@ -692,19 +693,35 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 // declaredTypes are the parameter types a Parse declared (0: left to
 // PostgreSQL), with the text it sent.
 type declaredTypes struct {
-	sql  string
-	oids []uint32
+	sql     string
+	oids    []uint32
+	unknown bool // two Parses of the name declared different types
 }
 
-// declare gives the parameters of a Bind of the statement prepared as
-// name the types its Parse declared, while PostgreSQL holds that Parse's
-// text under the name (otherwise they stay unknown, 0).
-func (s *session) declare(name string, params []analysis.Param) []analysis.Param {
-	if d, ok := s.declared[name]; ok && d.sql == s.sent[name] {
-		for i := range params {
-			if i < len(d.oids) {
-				params[i].Declared = d.oids[i]
-			}
+// declare notes the types a Parse of the statement name declared for its
+// parameters. A Parse of a name that has a statement already (not closed
+// since) is refused by PostgreSQL unless the earlier one failed: if their
+// types differ, which of them PostgreSQL holds is not known.
+func (s *session) declare(name, sql string, oids []uint32) {
+	if d, ok := s.declared[name]; ok && name != "" && d.sql == sql && !slices.Equal(d.oids, oids) {
+		s.declared[name] = declaredTypes{sql: sql, unknown: true}
+		return
+	}
+	s.declared[name] = declaredTypes{sql: sql, oids: slices.Clone(oids)}
+}
+
+// declaredParams gives the parameters of a Bind of the statement prepared
+// as name the types its Parse declared, while PostgreSQL holds that
+// Parse's text under the name; otherwise analysis.TypeUnknown.
+func (s *session) declaredParams(name string, params []analysis.Param) []analysis.Param {
+	d, ok := s.declared[name]
+	known := ok && !d.unknown && d.sql == s.sent[name]
+	for i := range params {
+		switch {
+		case !known:
+			params[i].Declared = analysis.TypeUnknown
+		case i < len(d.oids):
+			params[i].Declared = d.oids[i]
 		}
 	}
 	return params

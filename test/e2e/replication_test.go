@@ -402,7 +402,8 @@ func TestRangeReadsAreCertifiedByRow(t *testing.T) {
 // with is not taken for a key value: a float8 5.0 sent in binary is eight
 // bytes that spell a huge integer, while PostgreSQL reads row 5 with it.
 // Certified as that integer's row, the read of row 5 let a transaction
-// commit over a concurrent change of row 5.
+// commit over a concurrent change of row 5. The same for a parameter the
+// client left untyped and PostgreSQL typed float8 from another use of it.
 func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
@@ -428,6 +429,21 @@ func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	require.NoError(t, err)
 	err = ta.Commit(ctx)
 	require.Error(t, err, "the read of row 5 through a float8 parameter must conflict with the change of row 5")
+	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+
+	// Undeclared, but a float8 all the same: PostgreSQL types $1 by its
+	// first use, and pgx sends 6 as a float8 in binary.
+	tb, err := a.Begin(ctx)
+	require.NoError(t, err)
+	var k float64
+	var v int
+	require.NoError(t, tb.QueryRow(ctx, "SELECT $1::float8, v FROM big WHERE id = $1", 6).Scan(&k, &v))
+	_, err = tb.Exec(ctx, "UPDATE big SET v = v + 1 WHERE id = 9")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "UPDATE big SET v = 100 WHERE id = 6")
+	require.NoError(t, err)
+	err = tb.Commit(ctx)
+	require.Error(t, err, "the read of row 6 through a parameter PostgreSQL typed float8 must conflict with the change of row 6")
 	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
 	c.waitConverged()
 	for i := 1; i < 3; i++ {
