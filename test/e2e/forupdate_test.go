@@ -144,6 +144,11 @@ func TestTransactionsThatOnlyLockCommit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Exec(ctx, "begin; select * from locked for update; commit")
 	require.NoError(t, err)
+	// Its commit is answered before the node's COMMIT PREPARED
+	// (performance.md, "The commit's last flush"), and test_decoding
+	// shows a prepared transaction only once committed: a read through
+	// the node waits for that commit to be visible.
+	require.NoError(t, a.QueryRow(ctx, "select count(*) from locked").Scan(new(int)))
 	var marks, updates int
 	require.NoError(t, d.QueryRow(ctx, `select count(*) filter (where data like '%ordo.mark%'), count(*) filter (where data like 'table public.locked: UPDATE%')
 		from pg_logical_slot_peek_changes('peek', null, null)`).Scan(&marks, &updates))
