@@ -32,6 +32,11 @@ func canonical(typ, s string) (string, bool) {
 		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 			return "", false
 		}
+		if typ == "varchar" && strings.HasSuffix(s, " ") {
+			// Stored into a varchar(n), trailing spaces beyond n are cut
+			// (the catalog does not keep n): not surely the key.
+			return "", false
+		}
 		return s, true
 	case "bool":
 		switch strings.ToLower(strings.TrimSpace(s)) {

@@ -169,16 +169,15 @@ func (w *walker) cond(n *pg.Node, sc *scope) fixes {
 				return nil
 			}
 			cv := colVal{}
-			typ := w.columnType(rel, col, sc)
 			for i, it := range items {
 				v, cast, ok := castValue(it)
 				if !ok || (i > 0 && cast != cv.cast) {
 					return nil
 				}
-				w.keyUse(it, typ)
 				cv.cast = cast
 				cv.vals = append(cv.vals, v)
 			}
+			w.keyUseList(items, w.columnType(rel, col, sc))
 			return fixes{rel: {col: cv}}
 		case pg.A_Expr_Kind_AEXPR_OP_ANY:
 			rel, col, ok := w.column(e.Lexpr, sc)
@@ -192,9 +191,7 @@ func (w *walker) cond(n *pg.Node, sc *scope) fixes {
 			typ := w.columnType(rel, col, sc)
 			w.keyUse(e.Rexpr, typ) // = ANY($n)
 			if ae := unCast(e.Rexpr).GetAArrayExpr(); ae != nil {
-				for _, el := range ae.Elements {
-					w.keyUse(el, typ)
-				}
+				w.keyUseList(ae.Elements, typ)
 			}
 			return fixes{rel: {col: cv}}
 		}
@@ -291,6 +288,34 @@ func (w *walker) keyUse(valNode *pg.Node, typ string) {
 		}
 		w.keyUses[p.Location] = typeFamily(typ)
 	}
+}
+
+// keyUseList notes the $n items of an IN list or an ARRAY[…] that fixed
+// a key column of type typ, once the whole list was taken. PostgreSQL
+// gives the items their common type: numeric if one of them is a number
+// that is not an integer (an untyped $1 in "id IN ($1, 1.5)" is a
+// numeric, and its bytes are a numeric's).
+func (w *walker) keyUseList(items []*pg.Node, typ string) {
+	for _, it := range items {
+		if isDecimalConst(it) {
+			typ = "numeric"
+		}
+	}
+	for _, it := range items {
+		w.keyUse(it, typ)
+	}
+}
+
+// isDecimalConst reports whether n is a number constant (with or without
+// a minus sign) that is not an int4 literal: a numeric, or an integer
+// PostgreSQL types int8 or numeric. (Never by its value: texts that
+// differ only in literals share one analysis, template.go.)
+func isDecimalConst(n *pg.Node) bool {
+	if e := n.GetAExpr(); e != nil && e.Lexpr == nil {
+		n = e.Rexpr
+	}
+	c := n.GetAConst()
+	return c != nil && c.GetFval() != nil
 }
 
 // unCast returns n without a cast around it.
@@ -493,7 +518,14 @@ func (w *walker) propagate(f fixes, quals []*pg.Node, sc *scope) fixes {
 		lr, lc, lok := w.column(e.Lexpr, sc)
 		rr, rc, rok := w.column(e.Rexpr, sc)
 		if lok && rok {
-			eqs = append(eqs, [2]colRef{{lr, lc}, {rr, rc}})
+			// Only between columns of one type family: across a float8 and
+			// an int8 column, or a bpchar and a text one, PostgreSQL
+			// compares converted values, and one value of one column
+			// matches other values of the other.
+			lt, rt := w.columnType(lr, lc, sc), w.columnType(rr, rc, sc)
+			if lt != "" && typeFamily(lt) == typeFamily(rt) {
+				eqs = append(eqs, [2]colRef{{lr, lc}, {rr, rc}})
+			}
 		}
 	}
 	for _, q := range quals {

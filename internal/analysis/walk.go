@@ -374,6 +374,29 @@ func (w *walker) insertStmt(s *pg.InsertStmt, parent *scope) {
 	// Predict the written rows from VALUES lists.
 	if sel := s.SelectStmt.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 && sel.WithClause == nil && target.acc >= 0 {
 		w.insertValues(&w.st.acc[target.acc], s.Cols, sel.ValuesLists)
+	} else if sel != nil && target.acc >= 0 && sel.Op == pg.SetOperation_SETOP_NONE {
+		// INSERT … SELECT $1, $2 WHERE NOT EXISTS (… WHERE id = $1): a $n
+		// the SELECT's list gives a column takes the column's type.
+		t := w.st.acc[target.acc].table
+		targets := sel.TargetList
+		for _, rt := range targets {
+			if cr := rt.GetResTarget().GetVal().GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+				targets = nil // a * makes the positions unknown
+			}
+		}
+		for i, rt := range targets {
+			name := ""
+			if len(s.Cols) > 0 {
+				if i < len(s.Cols) {
+					name = s.Cols[i].GetResTarget().GetName()
+				}
+			} else if i < len(t.Columns) {
+				name = t.Columns[i].Name
+			}
+			if c, ok := t.Column(name); ok && name != "" {
+				w.keyUse(rt.GetResTarget().GetVal(), c.Type)
+			}
+		}
 	}
 	if conflict && target.acc >= 0 && !inferIsPK(s.OnConflictClause.Infer, target.rel) {
 		w.st.acc[target.acc].readTable = true
@@ -445,9 +468,14 @@ func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
 			if !ok || v.kind == vParamArray {
 				return nil
 			}
-			if c, ok := t.Column(col); ok {
-				w.keyUse(items[pos], c.Type)
+			c, ok := t.Column(col)
+			if !ok {
+				return nil
 			}
+			if (c.Type == "text" || c.Type == "varchar") && items[pos].GetAConst().GetFval() != nil {
+				return nil // 1e3 is stored as '1000'
+			}
+			w.keyUse(items[pos], c.Type)
 			out = append(out, v)
 		}
 		return out
