@@ -173,6 +173,16 @@ func (c *cluster) waitConverged() {
 	}
 }
 
+// requireConverged waits until every node has applied what node 0 has,
+// then requires each table to hold the same rows on every node.
+func (c *cluster) requireConverged(tables ...string) {
+	c.t.Helper()
+	c.waitConverged()
+	for i := 1; i < len(c.nodes); i++ {
+		c.requireSame(0, i, tables)
+	}
+}
+
 // checksum returns an md5 of table's rows ordered by primary key, read
 // directly from node i's PostgreSQL.
 func (c *cluster) checksum(i int, table string) string {

@@ -305,10 +305,7 @@ func TestReadSetsOfTextsThatDifferOnlyInLiterals(t *testing.T) {
 	require.GreaterOrEqual(t, c.counter(0, "ordo_analysis_statements_total", map[string]string{"how": "template"})-templated, 2.0,
 		"the reads of rows 1 and 2 were analyzed through the template (texts parsed on node 1: %v)",
 		c.counter(0, "ordo_analysis_statements_total", map[string]string{"how": "parsed"}))
-	c.waitConverged()
-	for i := 1; i < 3; i++ {
-		require.Equal(t, c.checksum(0, "acct"), c.checksum(i, "acct"))
-	}
+	c.requireConverged("acct")
 	require.Zero(t, c.unreplicated(0))
 }
 
@@ -390,10 +387,7 @@ func TestRangeReadsAreCertifiedByRow(t *testing.T) {
 		"INSERT INTO acct VALUES (301, 1)"),
 		"a range read of 300 < id <= 310 must conflict with the row 301 inserted after its snapshot")
 
-	c.waitConverged()
-	for i := 1; i < 3; i++ {
-		require.Equal(t, c.checksum(0, "acct"), c.checksum(i, "acct"))
-	}
+	c.requireConverged("acct")
 	require.Zero(t, c.unreplicated(0))
 }
 
@@ -445,10 +439,7 @@ func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	err = tb.Commit(ctx)
 	require.Error(t, err, "the read of row 6 through a parameter PostgreSQL typed float8 must conflict with the change of row 6")
 	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
-	c.waitConverged()
-	for i := 1; i < 3; i++ {
-		require.Equal(t, c.checksum(0, "big"), c.checksum(i, "big"))
-	}
+	c.requireConverged("big")
 }
 
 // TestBank runs random transfers between 10 accounts from 8 clients spread
