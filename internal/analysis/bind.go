@@ -186,11 +186,12 @@ func dedupe(ks []txn.Key) []txn.Key {
 	return out
 }
 
-// values resolves vs for a column of type typ to canonical texts. A
-// BETWEEN range (rangeLo, rangeHi) becomes each integer from its lower
-// bound to its upper bound, for an integer column only, and only if there
-// are at most limit of them (limit <= 0: defaultKeyLimit): every row the
-// range can read, those inserted later included, has one of these values.
+// values resolves vs for a column of type typ to canonical texts. A range
+// (a lower bound followed by its upper bound: BETWEEN, or >=/> with <=/<)
+// becomes each integer between them, for an integer column only, and
+// only if there are at most limit of them (limit <= 0: defaultKeyLimit):
+// every row the range can read, those inserted later included, has one of
+// these values. A bound alone makes it fail.
 func values(vs []val, typ string, params []Param, limit int) ([]string, bool) {
 	out := make([]string, 0, len(vs))
 	for i := 0; i < len(vs); i++ {

@@ -51,9 +51,8 @@ var ErrReplaying = errors.New("this node is still replaying its log")
 
 // ErrClientCanceled ends a wait of a session inside Ordo (for the commits
 // its node told, for conflict classes, for a sync read) that its client
-// canceled: the
-// CancelRequest it sent is forwarded to PostgreSQL, which is running
-// nothing of the session's, so Ordo ends the wait itself.
+// canceled: the CancelRequest it sent is forwarded to PostgreSQL, which is
+// running nothing of the session's, so Ordo ends the wait itself.
 var ErrClientCanceled = errors.New("canceling statement due to user request")
 
 // ErrPostgresRestarted is returned by the engine when the local
