@@ -54,10 +54,12 @@ type session struct {
 	// sent holds the text PostgreSQL runs each prepared statement as
 	// (its Parse, or what Ordo rewrote it to).
 	sent map[string]string
-	// declared holds the parameter types each prepared statement's Parse
-	// declared, with the text it sent: they count at a Bind only while
-	// sent holds that text (a statement PostgreSQL holds under the name
-	// from elsewhere has its types unknown).
+	// declared holds the parameter types the Parses of the current unit
+	// declared, by name, with the text each sent (unknown: closed in the
+	// unit). A Bind of a name parsed earlier in its unit runs only if
+	// that Parse succeeded; for any other name the wire layer tells what
+	// PostgreSQL holds (Backend.Declared), which the client's last Parse
+	// of it may not be (refused, or skipped after an error).
 	declared map[string]declaredTypes
 	// fromSQL holds the statements SQL's PREPARE created (name to the
 	// PREPARE's text), as readNamed last read them; namedEver: the client
@@ -366,6 +368,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	if st.Unit != s.unit {
 		s.unit = st.Unit
 		clear(s.unitNames)
+		clear(s.declared)
 		s.unitSQLNames = false
 		clear(s.unitSQLPrepared)
 		if !(st.Kind == wire.KindParse && st.Name == "") {
@@ -685,7 +688,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.noteName(st.Name)
 		delete(s.stmts, st.Name)
 		delete(s.sent, st.Name)
-		delete(s.declared, st.Name)
+		s.declared[st.Name] = declaredTypes{unknown: true}
 	}
 	return nil
 }
@@ -695,33 +698,36 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 type declaredTypes struct {
 	sql     string
 	oids    []uint32
-	unknown bool // two Parses of the name declared different types
+	unknown bool // the name was closed
 }
 
-// declare notes the types a Parse of the statement name declared for its
-// parameters. A Parse of a name that has a statement already (not closed
-// since) is refused by PostgreSQL unless the earlier one failed: if their
-// types differ, which of them PostgreSQL holds is not known.
+// declare notes the types a Parse of the current unit declared for the
+// parameters of the statement name.
 func (s *session) declare(name, sql string, oids []uint32) {
-	if d, ok := s.declared[name]; ok && name != "" && d.sql == sql && !slices.Equal(d.oids, oids) {
-		s.declared[name] = declaredTypes{sql: sql, unknown: true}
-		return
-	}
 	s.declared[name] = declaredTypes{sql: sql, oids: slices.Clone(oids)}
 }
 
 // declaredParams gives the parameters of a Bind of the statement prepared
-// as name the types its Parse declared, while PostgreSQL holds that
-// Parse's text under the name; otherwise analysis.TypeUnknown.
+// as name the types its Parse declared, that of the current unit if it
+// parsed the name, else that of the statement PostgreSQL holds, while
+// that is the text sent holds; otherwise analysis.TypeUnknown.
 func (s *session) declaredParams(name string, params []analysis.Param) []analysis.Param {
-	d, ok := s.declared[name]
-	known := ok && !d.unknown && d.sql == s.sent[name]
+	var (
+		oids  []uint32
+		known bool
+	)
+	if d, ok := s.declared[name]; ok {
+		oids, known = d.oids, !d.unknown && d.sql == s.sent[name]
+	} else {
+		sql, types, ok := s.be.Declared(name)
+		oids, known = types, ok && sql == s.sent[name]
+	}
 	for i := range params {
 		switch {
 		case !known:
 			params[i].Declared = analysis.TypeUnknown
-		case i < len(d.oids):
-			params[i].Declared = d.oids[i]
+		case i < len(oids):
+			params[i].Declared = oids[i]
 		}
 	}
 	return params
@@ -1306,19 +1312,26 @@ func (s *session) namedReadable() bool {
 // or a procedure). Only at the first message of a unit. It reports
 // whether it could.
 func (s *session) readNamed(ctx context.Context) bool {
-	res, err := s.be.Exec(ctx, "SELECT name, statement, from_sql FROM pg_catalog.pg_prepared_statements")
+	res, err := s.be.Exec(ctx, "SELECT name, statement, from_sql, parameter_types::pg_catalog.oid[] FROM pg_catalog.pg_prepared_statements")
 	if err != nil || res.Err != nil {
 		return false
 	}
 	names := make(map[string]string, len(res.Rows))
+	types := make(map[string][]uint32, len(res.Rows))
 	s.fromSQL = map[string]string{}
 	for _, r := range res.Rows {
+		if len(r) != 4 {
+			return false
+		}
 		names[r[0]] = r[1]
 		if r[2] == "t" {
 			s.fromSQL[r[0]] = r[1]
 		}
+		if oids, ok := oidArray(r[3]); ok {
+			types[r[0]] = oids
+		}
 	}
-	s.be.LearnNamed(names)
+	s.be.LearnNamed(names, types)
 	return true
 }
 
@@ -2423,4 +2436,26 @@ func (s *session) ReadyForQuery(status byte) {
 func (s *session) Close() {
 	s.consEnd()
 	s.h.forget(s)
+}
+
+// oidArray reads an oid[] in PostgreSQL's text form ("{23,701}").
+func oidArray(text string) ([]uint32, bool) {
+	inner, ok1 := strings.CutPrefix(text, "{")
+	inner, ok2 := strings.CutSuffix(inner, "}")
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	if inner == "" {
+		return []uint32{}, true
+	}
+	parts := strings.Split(inner, ",")
+	oids := make([]uint32, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return nil, false
+		}
+		oids[i] = uint32(n)
+	}
+	return oids, true
 }

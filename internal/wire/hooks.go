@@ -297,11 +297,20 @@ type Backend interface {
 	// a simple query, only names parsed since are known). Exact for a
 	// name not parsed or closed earlier in the batch.
 	Named(name string) (sql string, exists, known bool)
+	// Declared returns the text PostgreSQL holds as the client's prepared
+	// statement name ("" the unnamed one) and the parameter types its
+	// Parse declared (0: a type left to PostgreSQL to infer), or those
+	// LearnNamed was given; ok false if the session cannot tell. Exact
+	// where Named and Unnamed are, for a name not parsed or closed
+	// earlier in the batch: unlike the client's last Parse of the name,
+	// which may have been refused or skipped.
+	Declared(name string) (sql string, types []uint32, ok bool)
 	// LearnNamed tells the session what PostgreSQL holds as the client's
 	// named prepared statements (name to text, as pg_prepared_statements
-	// shows them; the wire layer keeps the map), read by an Exec at the
-	// first message of a unit: from then on Named knows every name again.
-	LearnNamed(names map[string]string)
+	// shows them), and the parameter types of those in types, read by an
+	// Exec at the first message of a unit: from then on Named knows every
+	// name again.
+	LearnNamed(names map[string]string, types map[string][]uint32)
 	// NamedKnown reports whether Named knows every name (false after
 	// SQL's PREPARE, DEALLOCATE or DISCARD, until LearnNamed).
 	NamedKnown() bool

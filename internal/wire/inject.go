@@ -196,8 +196,15 @@ func (ss *session) Named(name string) (sql string, exists, known bool) {
 // NamedKnown implements Backend.
 func (ss *session) NamedKnown() bool { return ss.unnamed.namedKnown() }
 
+// Declared implements Backend.
+func (ss *session) Declared(name string) (string, []uint32, bool) {
+	return ss.unnamed.declaredTypes(name)
+}
+
 // LearnNamed implements Backend.
-func (ss *session) LearnNamed(names map[string]string) { ss.unnamed.learnNamed(names) }
+func (ss *session) LearnNamed(names map[string]string, types map[string][]uint32) {
+	ss.unnamed.learnNamed(names, types)
+}
 
 // Failed implements Backend.
 func (ss *session) Failed(ctx context.Context) (bool, error) {

@@ -46,7 +46,7 @@ type unnamedTracker struct {
 	stmt *pgproto3.Parse
 	// named holds the client's named statements PostgreSQL is known to
 	// hold; namedUnsure: a name not in it may be held too.
-	named       map[string]string
+	named       map[string]heldStatement
 	namedUnsure bool
 	// deallocated: a DEALLOCATE of one name ran since the names were
 	// last all known (a PREPARE after it may reuse the name).
@@ -117,7 +117,8 @@ func (u *unnamedTracker) sentInjectedCloses() {
 // noteShowPortal notes what a Bind that succeeded (bind) put in its
 // portal: a statement that answers a SHOW, or another. u.mu is held.
 func (u *unnamedTracker) noteShowPortal(bind trackedMsg) {
-	sql, ok := u.named[bind.stmt]
+	held, ok := u.named[bind.stmt]
+	sql := held.sql
 	if bind.stmt == "" {
 		ok = u.stmt != nil
 		if ok {
@@ -330,9 +331,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 				u.stmt = front.parse
 			} else {
 				if u.named == nil {
-					u.named = make(map[string]string)
+					u.named = make(map[string]heldStatement)
 				}
-				u.named[front.parse.Name] = front.parse.Query
+				u.named[front.parse.Name] = heldStatement{sql: front.parse.Query, types: front.parse.ParameterOIDs, typed: true}
 			}
 		case trackedCloseUnnamed:
 			u.stmt = nil
@@ -405,10 +406,39 @@ func (u *unnamedTracker) forgetNamed() {
 func (u *unnamedTracker) namedStatement(name string) (sql string, exists, known bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if sql, ok := u.named[name]; ok {
-		return sql, true, true
+	if held, ok := u.named[name]; ok {
+		return held.sql, true, true
 	}
 	return "", false, !u.namedUnsure
+}
+
+// heldStatement is a named statement PostgreSQL holds: its text, and the
+// parameter types its Parse declared (typed false: not known).
+type heldStatement struct {
+	sql   string
+	types []uint32
+	typed bool
+}
+
+// declaredTypes returns the text PostgreSQL holds as the client's
+// statement name ("" the unnamed one) and the parameter types its Parse
+// declared (0: left to PostgreSQL); ok false if the tracker cannot tell
+// either. Exact, like namedStatement and current, for a name not parsed
+// or closed since the replies so far.
+func (u *unnamedTracker) declaredTypes(name string) (sql string, types []uint32, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if name == "" {
+		if u.stmt == nil {
+			return "", nil, false
+		}
+		return u.stmt.Query, u.stmt.ParameterOIDs, true
+	}
+	held, ok := u.named[name]
+	if !ok || !held.typed {
+		return "", nil, false
+	}
+	return held.sql, held.types, true
 }
 
 // namedKnown reports whether every name is known (namedStatement).
@@ -419,13 +449,17 @@ func (u *unnamedTracker) namedKnown() bool {
 }
 
 // learnNamed replaces what the tracker knows of the client's named
-// statements with names (read from PostgreSQL; the tracker keeps the
-// map): every name is known again. Only while no message of the
-// client's is awaiting its reply.
-func (u *unnamedTracker) learnNamed(names map[string]string) {
+// statements with names (read from PostgreSQL), with the parameter
+// types of those in types: every name is known again. Only while no
+// message of the client's is awaiting its reply.
+func (u *unnamedTracker) learnNamed(names map[string]string, types map[string][]uint32) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.named = names
+	u.named = make(map[string]heldStatement, len(names))
+	for name, sql := range names {
+		ts, typed := types[name]
+		u.named[name] = heldStatement{sql: sql, types: ts, typed: typed}
+	}
 	u.namedUnsure, u.deallocated = false, false
 }
 

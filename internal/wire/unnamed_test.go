@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	want("unknown after SQL's PREPARE", "e", "", false, false)
 
 	// The session reads them from PostgreSQL (learnNamed): known again.
-	u.learnNamed(map[string]string{"c": "PREPARE c AS DELETE FROM t", "d": "select 4"})
+	u.learnNamed(map[string]string{"c": "PREPARE c AS DELETE FROM t", "d": "select 4"}, nil)
 	if !u.namedKnown() {
 		t.Fatal("a name unknown after learnNamed")
 	}
@@ -99,7 +100,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	reply(tag("PREPARE"), rfq)
 	want("after DEALLOCATE then PREPARE", "f", "", false, false)
 	// A PREPARE alone cannot replace a name: those held are kept.
-	u.learnNamed(map[string]string{"f": "prepare f as delete from t"})
+	u.learnNamed(map[string]string{"f": "prepare f as delete from t"}, nil)
 	send(&pgproto3.Query{String: "prepare g as select 7"})
 	reply(tag("PREPARE"), rfq)
 	want("kept after a PREPARE", "f", "prepare f as delete from t", true, true)
@@ -111,7 +112,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	// unnamed statement too (the session fuzzer found a DECLARE CURSOR
 	// taken for a statement that may write after such a call, and run
 	// in a block of Ordo's).
-	u.learnNamed(map[string]string{"h": "select 8"})
+	u.learnNamed(map[string]string{"h": "select 8"}, nil)
 	send(&pgproto3.Parse{Query: "select 9"}, &pgproto3.Sync{})
 	reply(&pgproto3.ParseComplete{}, rfq)
 	send(&pgproto3.FunctionCall{Function: 1397})
@@ -290,7 +291,7 @@ func TestTrackerShowPortals(t *testing.T) {
 		t.Fatalf("show portals %v after the transaction ended", u.showPortals)
 	}
 	for _, tag := range []string{"DO", "CALL"} {
-		u.learnNamed(map[string]string{"sh": show})
+		u.learnNamed(map[string]string{"sh": show}, nil)
 		u.sent(&pgproto3.Query{String: tag})
 		u.reply(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 		u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
@@ -389,4 +390,57 @@ func TestPendingPortals(t *testing.T) {
 	if p.pending("") || p.pendingBut("\x00") {
 		t.Error("pending portals kept after their unit")
 	}
+}
+
+// TestTrackerKnowsDeclaredTypes: the parameter types a statement is held
+// with are those of the Parse PostgreSQL accepted, not of the client's
+// last Parse of the name, which may have been refused or skipped.
+func TestTrackerKnowsDeclaredTypes(t *testing.T) {
+	const float8, int8 = 701, 20
+	var u unnamedTracker
+	send := func(msgs ...pgproto3.FrontendMessage) {
+		for _, m := range msgs {
+			u.sent(m)
+		}
+	}
+	reply := func(msgs ...pgproto3.BackendMessage) {
+		for _, m := range msgs {
+			u.reply(m)
+		}
+	}
+	want := func(step, name, sql string, types []uint32, ok bool) {
+		t.Helper()
+		gs, gt, gok := u.declaredTypes(name)
+		if gs != sql || !slices.Equal(gt, types) || gok != ok {
+			t.Fatalf("%s: %q is (%q, %v, ok %v), want (%q, %v, %v)", step, name, gs, gt, gok, sql, types, ok)
+		}
+	}
+	rfq := &pgproto3.ReadyForQuery{TxStatus: 'I'}
+	const q = "select v from t where id = $1"
+	failing := []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "bad", Query: "select 1/0"}, &pgproto3.Bind{PreparedStatement: "bad"}, &pgproto3.Execute{}}
+	failed := []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.ErrorResponse{Code: "22012"}, rfq}
+
+	want("at start", "", "", nil, false)
+	send(&pgproto3.Parse{Query: q, ParameterOIDs: []uint32{float8}}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	want("unnamed parsed", "", q, []uint32{float8}, true)
+	send(append(failing, &pgproto3.Parse{Query: q, ParameterOIDs: []uint32{int8}}, &pgproto3.Sync{})...)
+	reply(failed...)
+	want("unnamed Parse skipped", "", q, []uint32{float8}, true)
+
+	send(&pgproto3.Parse{Name: "s", Query: q, ParameterOIDs: []uint32{float8}}, &pgproto3.Sync{})
+	reply(&pgproto3.ParseComplete{}, rfq)
+	want("named parsed", "s", q, []uint32{float8}, true)
+	send(&pgproto3.Parse{Name: "s", Query: q, ParameterOIDs: []uint32{int8}}, &pgproto3.Sync{})
+	reply(&pgproto3.ErrorResponse{Code: "42P05"}, rfq)
+	want("named Parse refused", "s", q, []uint32{float8}, true)
+	send(append(failing, &pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Parse{Name: "s", Query: q, ParameterOIDs: []uint32{int8}}, &pgproto3.Sync{})...)
+	reply(failed...)
+	want("named Close and Parse skipped", "s", q, []uint32{float8}, true)
+
+	// Names read from PostgreSQL: typed where the types were read.
+	u.learnNamed(map[string]string{"s": q, "p": "PREPARE p(int8) AS " + q}, map[string][]uint32{"p": {int8}})
+	want("learned without types", "s", "", nil, false)
+	want("learned with types", "p", "PREPARE p(int8) AS "+q, []uint32{int8}, true)
+	want("a name not held", "x", "", nil, false)
 }

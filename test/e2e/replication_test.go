@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -439,6 +440,56 @@ func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	err = tb.Commit(ctx)
 	require.Error(t, err, "the read of row 6 through a parameter PostgreSQL typed float8 must conflict with the change of row 6")
 	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+
+	// The types are those of the statement PostgreSQL holds, not of the
+	// client's last Parse of its name: that one was skipped after an
+	// error earlier in its batch. The client binds what it takes for an
+	// int8 (the bits of the float8 5.0); PostgreSQL, holding the float8
+	// statement, reads row 5.
+	pc, err := pgconn.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	const q, int8 = "SELECT v FROM big WHERE id = $1", 20
+	failing := []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "bad", Query: "SELECT 1/0"}, &pgproto3.Bind{PreparedStatement: "bad"}, &pgproto3.Execute{}}
+	// BEGIN as a named statement: a simple Query would drop the unnamed one.
+	require.NotContains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "begin", Query: "BEGIN"}, &pgproto3.Sync{}}), "Error")
+	for i, name := range []string{"", "s"} {
+		require.NotContains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: q, ParameterOIDs: []uint32{float8}}, &pgproto3.Sync{}}), "Error")
+		again := append(failing[:3:3], &pgproto3.Parse{Name: name, Query: q, ParameterOIDs: []uint32{int8}}, &pgproto3.Sync{})
+		if name != "" {
+			again = append(failing[:3:3], &pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Parse{Name: name, Query: q, ParameterOIDs: []uint32{int8}}, &pgproto3.Sync{})
+		}
+		require.Contains(t, exchange(t, h, again), "Error ERROR 22012")
+		require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "begin"}, &pgproto3.Execute{}, &pgproto3.Sync{}}), "Ready T")
+		out := exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: []int16{1}, Parameters: [][]byte{five}},
+			&pgproto3.Execute{}, &pgproto3.Sync{}})
+		require.Equal(t, 1, strings.Count(out, "Row "), "PostgreSQL reads row 5 through the float8 statement it holds (%q): %s", name, out)
+		require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "UPDATE big SET v = v + 1 WHERE id = 9"}}), "Complete UPDATE 1")
+		_, err = b.Exec(ctx, "UPDATE big SET v = $1 WHERE id = 5", 200+i)
+		require.NoError(t, err)
+		out = exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}})
+		require.Contains(t, out, "Error ERROR 40001", "statement %q: the read of row 5 must conflict with the change of row 5", name)
+		require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "bad"}, &pgproto3.Sync{}}), "Ready I")
+	}
+
+	// After SQL's PREPARE the node reads the names PostgreSQL holds, with
+	// their types: a statement declared int8 still reads by row, and a
+	// change of another row is no conflict.
+	three := make([]byte, 8)
+	binary.BigEndian.PutUint64(three, 3)
+	require.NotContains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "p8", Query: q, ParameterOIDs: []uint32{int8}}, &pgproto3.Sync{}}), "Error")
+	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "PREPARE other AS SELECT 1"}}), "Complete PREPARE")
+	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "begin"}, &pgproto3.Execute{}, &pgproto3.Sync{}}), "Ready T")
+	out := exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "p8", ParameterFormatCodes: []int16{1}, Parameters: [][]byte{three}},
+		&pgproto3.Execute{}, &pgproto3.Sync{}})
+	require.Equal(t, 1, strings.Count(out, "Row "), out)
+	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "UPDATE big SET v = v + 1 WHERE id = 9"}}), "Complete UPDATE 1")
+	_, err = b.Exec(ctx, "UPDATE big SET v = 300 WHERE id = 4")
+	require.NoError(t, err)
+	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}), "Complete COMMIT",
+		"a read of row 3 through an int8 statement read back from PostgreSQL does not conflict with a change of row 4")
 	c.requireConverged("big")
 }
 
