@@ -285,40 +285,6 @@ func scalar(v val, typ string, params []Param) (string, bool) {
 	return "", false
 }
 
-// declaredTypes are the parameter types (OIDs) whose values a key column
-// of each type compares as its own, as scalars and as arrays.
-var declaredTypes = map[string]struct{ scalar, array []uint32 }{
-	"int2":    {[]uint32{21, 23, 20}, []uint32{1005, 1007, 1016}},
-	"int4":    {[]uint32{21, 23, 20}, []uint32{1005, 1007, 1016}},
-	"int8":    {[]uint32{21, 23, 20}, []uint32{1005, 1007, 1016}},
-	"oid":     {[]uint32{26, 21, 23, 20}, []uint32{1028, 1005, 1007, 1016}},
-	"text":    {[]uint32{25, 1043}, []uint32{1009, 1015}},
-	"varchar": {[]uint32{25, 1043}, []uint32{1009, 1015}},
-	"bool":    {[]uint32{16}, []uint32{1000}},
-	"uuid":    {[]uint32{2950}, []uint32{2951}},
-}
-
-// declaredAs reports whether a parameter declared of type oid (0: not
-// declared) is compared with a key column of type typ as a value of that
-// type: undeclared, or declared of a type whose values the column's
-// compares as its own.
-func declaredAs(oid uint32, typ string, array bool) bool {
-	if oid == 0 {
-		return true
-	}
-	d := declaredTypes[typ]
-	ok := d.scalar
-	if array {
-		ok = d.array
-	}
-	for _, o := range ok {
-		if o == oid {
-			return true
-		}
-	}
-	return false
-}
-
 // appendRange appends every integer from lo to hi (canonical texts of an
 // integer column of type typ; without lo itself if loExcl, without hi if
 // hiExcl) to out, or reports false if typ is not an integer type or there

@@ -766,19 +766,6 @@ func (w *walker) dropSharedParams(a *access) {
 	}
 }
 
-// typeFamily groups the key column types whose values a parameter of one
-// of them gives the same key for: canonicalBinary reads an integer of
-// any width, text and varchar are the same bytes.
-func typeFamily(typ string) string {
-	switch typ {
-	case "int2", "int4", "int8":
-		return "int"
-	case "text", "varchar":
-		return "text"
-	}
-	return typ
-}
-
 func sortedNames(m map[catalog.Name]bool) []catalog.Name {
 	if len(m) == 0 {
 		return nil

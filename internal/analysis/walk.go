@@ -780,21 +780,3 @@ func castType(tn *pg.TypeName) (string, bool) {
 	}
 	return name, len(tn.ArrayBounds) > 0
 }
-
-// castKeeps reports whether casting a value to cast and comparing it with
-// a column of type col compares the value itself (no rounding, truncation
-// or change of equality).
-func castKeeps(cast, col string) bool {
-	ints := map[string]bool{"int2": true, "int4": true, "int8": true}
-	texts := map[string]bool{"text": true, "varchar": true}
-	switch {
-	case ints[col]:
-		return ints[cast]
-	case col == "oid":
-		return cast == "oid" || ints[cast]
-	case texts[col]:
-		return texts[cast]
-	default:
-		return cast == col
-	}
-}
