@@ -52,12 +52,7 @@ func encodeTxn(t *Txn, protocol string, maxEntry int, fragment func(payload []by
 			}
 		}
 	}
-	for _, km := range t.Keys {
-		e.Keys = append(e.Keys, &ordov1.Key{
-			Level: uint32(km.Key.Level), Schema: km.Key.Schema, Table: km.Key.Table,
-			Column: km.Key.Column, Value: km.Key.Value, Mode: uint32(km.Mode),
-		})
-	}
+	e.KeyRuns = encodeKeys(t.Keys)
 	whole := &ordov1.Entry{Kind: &ordov1.Entry_Txn{Txn: e}}
 	var rows []capture.Row
 	if t.WriteSet != nil {
@@ -216,13 +211,44 @@ func encodeAbort(gid txn.GID, label string) ([]byte, error) {
 	return proto.Marshal(&ordov1.Entry{Kind: &ordov1.Entry_Abort{Abort: &ordov1.AbortEntry{Gid: string(gid), Label: label}}})
 }
 
-// decodeKeys returns the keys of a delivered transaction.
+// encodeKeys writes keys in runs of one column (ordov1.KeyRun): each
+// run of consecutive keys that differ only in their values. Keys come
+// sorted (by table and column first), so a range read's keys make one.
+func encodeKeys(keys []txn.KeyMode) []*ordov1.KeyRun {
+	var runs []*ordov1.KeyRun
+	var last *ordov1.KeyRun
+	for _, km := range keys {
+		k := km.Key
+		if last == nil || last.Level != uint32(k.Level) || last.Mode != uint32(km.Mode) ||
+			last.Column != k.Column || last.Table != k.Table || last.Schema != k.Schema {
+			last = &ordov1.KeyRun{Level: uint32(k.Level), Schema: k.Schema, Table: k.Table, Column: k.Column, Mode: uint32(km.Mode)}
+			runs = append(runs, last)
+		}
+		last.Values = append(last.Values, k.Value)
+	}
+	return runs
+}
+
+// decodeKeys returns the keys of a delivered transaction: those of its
+// keys (entries of an earlier version), then those of its runs.
 func decodeKeys(e *ordov1.TxnEntry) []txn.KeyMode {
-	out := make([]txn.KeyMode, len(e.Keys))
-	for i, k := range e.Keys {
-		out[i] = txn.KeyMode{
+	n := len(e.Keys)
+	for _, r := range e.KeyRuns {
+		n += len(r.Values)
+	}
+	out := make([]txn.KeyMode, 0, n)
+	for _, k := range e.Keys {
+		out = append(out, txn.KeyMode{
 			Key:  txn.Key{Level: txn.Level(k.Level), Schema: k.Schema, Table: k.Table, Column: k.Column, Value: k.Value},
 			Mode: txn.Mode(k.Mode),
+		})
+	}
+	for _, r := range e.KeyRuns {
+		for _, v := range r.Values {
+			out = append(out, txn.KeyMode{
+				Key:  txn.Key{Level: txn.Level(r.Level), Schema: r.Schema, Table: r.Table, Column: r.Column, Value: v},
+				Mode: txn.Mode(r.Mode),
+			})
 		}
 	}
 	return out
@@ -447,9 +473,17 @@ func fromNewerVersion(e *ordov1.Entry) bool {
 				}
 			}
 		}
+		badKey := func(level, mode uint32) bool {
+			return level < uint32(txn.LevelTable) || level > uint32(txn.LevelUnique) ||
+				txn.Mode(mode)&^(txn.S|txn.IX|txn.X|txn.R) != 0
+		}
 		for _, key := range k.Txn.Keys {
-			if unknown(key) || key.Level < uint32(txn.LevelTable) || key.Level > uint32(txn.LevelUnique) ||
-				txn.Mode(key.Mode)&^(txn.S|txn.IX|txn.X|txn.R) != 0 {
+			if unknown(key) || badKey(key.Level, key.Mode) {
+				return true
+			}
+		}
+		for _, run := range k.Txn.KeyRuns {
+			if unknown(run) || badKey(run.Level, run.Mode) {
 				return true
 			}
 		}
