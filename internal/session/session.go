@@ -640,7 +640,15 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// unknown statement): assume the worst.
 			stmts = []*analysis.Statement{opaque("a statement this session did not see prepared")}
 		}
+		if st.Name != "" && s.unitNames[st.Name] && s.unitSQLPrepared[st.Name] && s.txStatus() != 'E' {
+			// Parsed in the unit, then maybe deallocated and prepared
+			// again by SQL's DEALLOCATE and PREPARE bound since.
+			stmts = []*analysis.Statement{opaque("a statement named by SQL's PREPARE in the same batch")}
+		}
 		params := s.declaredParams(st.Name, boundParams(st.Params, st.ParamFormats))
+		// What this Bind runs may change the names for later Binds of the
+		// unit (an SQL PREPARE or DEALLOCATE parsed in an earlier unit).
+		s.noteSQLNames(stmts)
 		if !first && !s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
 			// The block is Ordo's, opened for an update the batch only
 			// parsed: nothing of the batch ran yet, and PostgreSQL runs
@@ -1318,6 +1326,7 @@ func (s *session) readNamed(ctx context.Context) bool {
 	}
 	names := make(map[string]string, len(res.Rows))
 	types := make(map[string][]uint32, len(res.Rows))
+	fromSQL := make(map[string]bool)
 	s.fromSQL = map[string]string{}
 	for _, r := range res.Rows {
 		if len(r) != 4 {
@@ -1326,12 +1335,13 @@ func (s *session) readNamed(ctx context.Context) bool {
 		names[r[0]] = r[1]
 		if r[2] == "t" {
 			s.fromSQL[r[0]] = r[1]
+			fromSQL[r[0]] = true
 		}
 		if oids, ok := oidArray(r[3]); ok {
 			types[r[0]] = oids
 		}
 	}
-	s.be.LearnNamed(names, types)
+	s.be.LearnNamed(names, fromSQL, types)
 	return true
 }
 

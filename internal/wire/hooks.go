@@ -307,10 +307,11 @@ type Backend interface {
 	Declared(name string) (sql string, types []uint32, ok bool)
 	// LearnNamed tells the session what PostgreSQL holds as the client's
 	// named prepared statements (name to text, as pg_prepared_statements
-	// shows them), and the parameter types of those in types, read by an
-	// Exec at the first message of a unit: from then on Named knows every
-	// name again.
-	LearnNamed(names map[string]string, types map[string][]uint32)
+	// shows them; fromSQL: those SQL's PREPARE made; types: the parameter
+	// types PostgreSQL resolved), read by an Exec at the first message of
+	// a unit: from then on Named knows every name again. A statement the
+	// client's Parse made keeps the types that Parse declared.
+	LearnNamed(names map[string]string, fromSQL map[string]bool, types map[string][]uint32)
 	// NamedKnown reports whether Named knows every name (false after
 	// SQL's PREPARE, DEALLOCATE or DISCARD, until LearnNamed).
 	NamedKnown() bool

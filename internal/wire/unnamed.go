@@ -48,6 +48,11 @@ type unnamedTracker struct {
 	// hold; namedUnsure: a name not in it may be held too.
 	named       map[string]heldStatement
 	namedUnsure bool
+	// parsed holds, by name, the last Parse of the client's PostgreSQL
+	// accepted (until a Close of it was), kept when named is forgotten:
+	// learnNamed takes its types for a statement PostgreSQL still holds
+	// with its text.
+	parsed map[string]heldStatement
 	// deallocated: a DEALLOCATE of one name ran since the names were
 	// last all known (a PREPARE after it may reuse the name).
 	deallocated bool
@@ -332,13 +337,16 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			} else {
 				if u.named == nil {
 					u.named = make(map[string]heldStatement)
+					u.parsed = make(map[string]heldStatement)
 				}
-				u.named[front.parse.Name] = heldStatement{sql: front.parse.Query, types: front.parse.ParameterOIDs, typed: true}
+				held := heldStatement{sql: front.parse.Query, types: front.parse.ParameterOIDs, typed: true}
+				u.named[front.parse.Name], u.parsed[front.parse.Name] = held, held
 			}
 		case trackedCloseUnnamed:
 			u.stmt = nil
 		case trackedCloseNamed:
 			delete(u.named, front.name)
+			delete(u.parsed, front.name)
 		}
 	default:
 		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
@@ -392,6 +400,7 @@ func (u *unnamedTracker) lost() {
 	u.lastExecute = false
 	u.stmt = nil
 	u.forgetNamed()
+	clear(u.parsed)
 	clear(u.showPortals)
 }
 
@@ -449,14 +458,21 @@ func (u *unnamedTracker) namedKnown() bool {
 }
 
 // learnNamed replaces what the tracker knows of the client's named
-// statements with names (read from PostgreSQL), with the parameter
-// types of those in types: every name is known again. Only while no
-// message of the client's is awaiting its reply.
-func (u *unnamedTracker) learnNamed(names map[string]string, types map[string][]uint32) {
+// statements with names (read from PostgreSQL): every name is known
+// again. A statement a Parse of the client's made, with the text the
+// tracker saw it accepted with, keeps the types that Parse declared (0
+// for those left to PostgreSQL); the others take those of types (what
+// PostgreSQL resolved), if there. fromSQL: the names SQL's PREPARE made.
+// Only while no message of the client's is awaiting its reply.
+func (u *unnamedTracker) learnNamed(names map[string]string, fromSQL map[string]bool, types map[string][]uint32) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.named = make(map[string]heldStatement, len(names))
 	for name, sql := range names {
+		if p, ok := u.parsed[name]; ok && p.sql == sql && !fromSQL[name] {
+			u.named[name] = p
+			continue
+		}
 		ts, typed := types[name]
 		u.named[name] = heldStatement{sql: sql, types: ts, typed: typed}
 	}

@@ -67,7 +67,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	want("unknown after SQL's PREPARE", "e", "", false, false)
 
 	// The session reads them from PostgreSQL (learnNamed): known again.
-	u.learnNamed(map[string]string{"c": "PREPARE c AS DELETE FROM t", "d": "select 4"}, nil)
+	u.learnNamed(map[string]string{"c": "PREPARE c AS DELETE FROM t", "d": "select 4"}, nil, nil)
 	if !u.namedKnown() {
 		t.Fatal("a name unknown after learnNamed")
 	}
@@ -100,7 +100,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	reply(tag("PREPARE"), rfq)
 	want("after DEALLOCATE then PREPARE", "f", "", false, false)
 	// A PREPARE alone cannot replace a name: those held are kept.
-	u.learnNamed(map[string]string{"f": "prepare f as delete from t"}, nil)
+	u.learnNamed(map[string]string{"f": "prepare f as delete from t"}, nil, nil)
 	send(&pgproto3.Query{String: "prepare g as select 7"})
 	reply(tag("PREPARE"), rfq)
 	want("kept after a PREPARE", "f", "prepare f as delete from t", true, true)
@@ -112,7 +112,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	// unnamed statement too (the session fuzzer found a DECLARE CURSOR
 	// taken for a statement that may write after such a call, and run
 	// in a block of Ordo's).
-	u.learnNamed(map[string]string{"h": "select 8"}, nil)
+	u.learnNamed(map[string]string{"h": "select 8"}, nil, nil)
 	send(&pgproto3.Parse{Query: "select 9"}, &pgproto3.Sync{})
 	reply(&pgproto3.ParseComplete{}, rfq)
 	send(&pgproto3.FunctionCall{Function: 1397})
@@ -291,7 +291,7 @@ func TestTrackerShowPortals(t *testing.T) {
 		t.Fatalf("show portals %v after the transaction ended", u.showPortals)
 	}
 	for _, tag := range []string{"DO", "CALL"} {
-		u.learnNamed(map[string]string{"sh": show}, nil)
+		u.learnNamed(map[string]string{"sh": show}, nil, nil)
 		u.sent(&pgproto3.Query{String: tag})
 		u.reply(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 		u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
@@ -438,9 +438,22 @@ func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 	reply(failed...)
 	want("named Close and Parse skipped", "s", q, []uint32{float8}, true)
 
-	// Names read from PostgreSQL: typed where the types were read.
-	u.learnNamed(map[string]string{"s": q, "p": "PREPARE p(int8) AS " + q}, map[string][]uint32{"p": {int8}})
-	want("learned without types", "s", "", nil, false)
-	want("learned with types", "p", "PREPARE p(int8) AS "+q, []uint32{int8}, true)
+	// Names read from PostgreSQL (after SQL's PREPARE, a DO block…): a
+	// statement the client parsed keeps its Parse's types, and the others
+	// take those PostgreSQL resolved, if read.
+	send(&pgproto3.Query{String: "DO $$ BEGIN END $$"})
+	reply(&pgproto3.CommandComplete{CommandTag: []byte("DO")}, rfq)
+	want("forgotten after a DO block", "s", "", nil, false)
+	u.learnNamed(map[string]string{"s": q, "p": "PREPARE p(int8) AS " + q, "t": "select $1"},
+		map[string]bool{"p": true}, map[string][]uint32{"s": {int8}, "p": {int8}})
+	want("learned, parsed by the client", "s", q, []uint32{float8}, true)
+	want("learned, made by SQL's PREPARE", "p", "PREPARE p(int8) AS "+q, []uint32{int8}, true)
+	want("learned without types", "t", "", nil, false)
 	want("a name not held", "x", "", nil, false)
+
+	// A statement under the name with another text is not the one parsed.
+	send(&pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+	reply(&pgproto3.CloseComplete{}, rfq)
+	u.learnNamed(map[string]string{"s": q}, map[string]bool{"s": true}, nil)
+	want("learned after its Close, made by SQL's PREPARE", "s", "", nil, false)
 }

@@ -490,6 +490,35 @@ func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}), "Complete COMMIT",
 		"a read of row 3 through an int8 statement read back from PostgreSQL does not conflict with a change of row 4")
+
+	// SQL's DEALLOCATE and PREPARE, prepared earlier and bound in the
+	// batch before the name's Bind, give the name another statement
+	// (here of float8), whether the batch parsed the name itself or not.
+	for i, parsedInBatch := range []bool{false, true} {
+		name := fmt.Sprintf("sq%d", i)
+		require.NotContains(t, exchange(t, h, []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: "dealloc" + name, Query: "DEALLOCATE " + name},
+			&pgproto3.Parse{Name: "prep" + name, Query: "PREPARE " + name + "(float8) AS " + q},
+			&pgproto3.Sync{}}), "Error")
+		batch := []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: q, ParameterOIDs: []uint32{int8}}}
+		if !parsedInBatch {
+			require.NotContains(t, exchange(t, h, append(batch, &pgproto3.Sync{})), "Error")
+			batch = nil
+		}
+		require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "begin"}, &pgproto3.Execute{}, &pgproto3.Sync{}}), "Ready T")
+		batch = append(batch,
+			&pgproto3.Bind{PreparedStatement: "dealloc" + name}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "prep" + name}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: []int16{1}, Parameters: [][]byte{five}}, &pgproto3.Execute{},
+			&pgproto3.Sync{})
+		out := exchange(t, h, batch)
+		require.Equal(t, 1, strings.Count(out, "Row "), "PostgreSQL reads row 5 through the float8 statement SQL's PREPARE made: %s", out)
+		require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "UPDATE big SET v = v + 1 WHERE id = 9"}}), "Complete UPDATE 1")
+		_, err = b.Exec(ctx, "UPDATE big SET v = $1 WHERE id = 5", 400+i)
+		require.NoError(t, err)
+		require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}), "Error ERROR 40001",
+			"the read of row 5 through %s (parsed in the batch: %v) must conflict with the change of row 5", name, parsedInBatch)
+	}
 	c.requireConverged("big")
 }
 
