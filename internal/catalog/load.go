@@ -21,6 +21,7 @@ var execFunctions = map[string]bool{
 	"cursor_to_xml": true, "cursor_to_xmlschema": true,
 	"schema_to_xml": true, "schema_to_xmlschema": true, "schema_to_xml_and_xmlschema": true,
 	"database_to_xml": true, "database_to_xmlschema": true, "database_to_xml_and_xmlschema": true,
+	"ts_stat": true, "ts_rewrite": true, // ts_rewrite(tsquery, text): its second argument is a query
 }
 
 const (

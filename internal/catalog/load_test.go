@@ -158,6 +158,7 @@ func TestLoadFromPostgreSQL(t *testing.T) {
 		{"pg_catalog", "random"}:       {Volatile, false},
 		{"pg_catalog", "lower"}:        {Immutable, false},
 		{"pg_catalog", "query_to_xml"}: {Volatile, true},
+		{"pg_catalog", "ts_stat"}:      {Volatile, true},
 	} {
 		f, ok := cat.Func(nil, name.Schema, name.Name)
 		if !ok || f.Volatility != w.vol || f.ReadsData != w.reads {
