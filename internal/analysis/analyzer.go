@@ -49,6 +49,9 @@ func NewEnv(searchPath []string) Env {
 // SearchPath returns the schemas of the environment.
 func (e Env) SearchPath() []string { return e.searchPath }
 
+// Key identifies the environment (Statement.Env).
+func (e Env) Key() string { return e.key }
+
 // Analyzer analyzes SQL text against the current catalog and caches the
 // results by text and environment. Safe for concurrent use.
 type Analyzer struct {
@@ -220,6 +223,9 @@ func (a *Analyzer) analyze(cat *catalog.Catalog, sql string, env Env) (stmts []*
 	}
 	if len(out) == 0 {
 		out = append(out, &Statement{SQL: "", Kind: KindEmpty, static: &Footprint{}})
+	}
+	for _, st := range out {
+		st.CatalogVersion, st.Env = cat.Version(), env.key
 	}
 	return out, nil
 }

@@ -247,6 +247,12 @@ type Statement struct {
 	// under (catalog.Catalog.GranuleSeqno): its granule keys are of that
 	// configuration.
 	GranuleSeqno uint64
+	// CatalogVersion and Env are the catalog version (catalog.Catalog.Version)
+	// and the search path (Env.Key) it was analyzed under; 0 and "" for a
+	// statement the analyzer did not make. PostgreSQL analyzes a prepared
+	// statement again when either changed: so must a session.
+	CatalogVersion uint64
+	Env            string
 
 	acc    []access
 	static *Footprint // set when no key depends on a parameter

@@ -627,9 +627,10 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				s.stmts[""], s.sent[""] = stmts, sql
 			}
 		}
-		if cat := s.h.cfg.Catalog.Current(); cat != nil && len(stmts) > 0 && stmts[0].GranuleSeqno != cat.GranuleSeqno() {
-			// Analyzed before the granule columns of the conflict
-			// classes changed: its keys would be of the old ones.
+		if s.analyzedBefore(stmts) {
+			// PostgreSQL analyzes the statement again, under the
+			// search path and catalog of now; and its granule keys
+			// would be of the conflict classes' old granule columns.
 			if sql, ok := s.sent[st.Name]; ok {
 				stmts = s.analyze(sql)
 				s.stmts[st.Name] = stmts
@@ -1351,6 +1352,12 @@ func opaque(why string) *analysis.Statement {
 }
 
 func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
+	s.freshEnv()
+	return s.h.cfg.Analyzer.Analyze(sql, s.env)
+}
+
+// freshEnv reads the search path again if it may have changed.
+func (s *session) freshEnv() {
 	if s.envStale {
 		s.envStale = false
 		// SHOW, not a SELECT: it takes no snapshot, so in a block before
@@ -1362,7 +1369,21 @@ func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 			s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 		}
 	}
-	return s.h.cfg.Analyzer.Analyze(sql, s.env)
+}
+
+// analyzedBefore reports whether stmts, the analysis of a prepared
+// statement (made by the analyzer, not a stand-in of the session's), was
+// made under another catalog, search path or granule epoch than now's.
+func (s *session) analyzedBefore(stmts []*analysis.Statement) bool {
+	cat := s.h.cfg.Catalog.Current()
+	if cat == nil || len(stmts) == 0 || stmts[0].CatalogVersion == 0 {
+		return false
+	}
+	if stmts[0].CatalogVersion != cat.Version() || stmts[0].GranuleSeqno != cat.GranuleSeqno() {
+		return true
+	}
+	s.freshEnv()
+	return stmts[0].Env != s.env.Key()
 }
 
 func notifyTag(parseNode string) string {

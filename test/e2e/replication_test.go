@@ -522,6 +522,70 @@ func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	c.requireConverged("big")
 }
 
+// TestPreparedStatementsReadWhatPostgreSQLRuns: PostgreSQL analyzes a
+// prepared statement again at its Bind when the search path or a
+// relation it reads changed since its Parse; its read set must be
+// certified as PostgreSQL runs it then, not as it was parsed.
+func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	for _, sql := range []string{
+		"CREATE SCHEMA s1", "CREATE SCHEMA s2",
+		"CREATE TABLE s1.t (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE base1 (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE base2 (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO s1.t SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO s2.t SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO base1 SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO base2 SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO other VALUES (1, 0)",
+		"CREATE VIEW vv AS SELECT * FROM base1",
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+
+	readThenConflict := func(what, stmt, conflicting string) {
+		t.Helper()
+		tx, err := a.Begin(ctx)
+		require.NoError(t, err)
+		var v int
+		require.NoError(t, tx.QueryRow(ctx, stmt, 5).Scan(&v), what)
+		_, err = tx.Exec(ctx, "UPDATE public.other SET v = v + 1 WHERE id = 1")
+		require.NoError(t, err)
+		_, err = b.Exec(ctx, conflicting)
+		require.NoError(t, err)
+		err = tx.Commit(ctx)
+		require.Error(t, err, "%s: the read of row 5 must conflict with %q on another node", what, conflicting)
+		require.Equal(t, "40001", sqlstate(err), "%s: %v", what, err)
+	}
+
+	// Prepared under search_path s1, bound under s2: PostgreSQL reads s2.t.
+	_, err := a.Exec(ctx, "SET search_path = s1")
+	require.NoError(t, err)
+	_, err = a.Prepare(ctx, "by_path", "SELECT v FROM t WHERE id = $1")
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "SET search_path = s2")
+	require.NoError(t, err)
+	readThenConflict("search path changed after the Parse", "by_path", "UPDATE s2.t SET v = v + 1 WHERE id = 5")
+	_, err = a.Exec(ctx, "RESET search_path")
+	require.NoError(t, err)
+
+	// Prepared on a view of base1, bound after the view reads base2.
+	_, err = a.Prepare(ctx, "by_view", "SELECT v FROM vv WHERE id = $1")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "CREATE OR REPLACE VIEW vv AS SELECT * FROM base2")
+	require.NoError(t, err)
+	c.waitConverged()
+	readThenConflict("view redefined after the Parse", "by_view", "UPDATE base2 SET v = v + 1 WHERE id = 5")
+	c.requireConverged("other", "base2")
+}
+
 // TestBank runs random transfers between 10 accounts from 8 clients spread
 // over 3 nodes; every read sums to the total, replicas end identical,
 // nothing commits unreplicated, and certification aborts happen.
