@@ -683,6 +683,7 @@ func (w *walker) finish() {
 	}
 	st.SetsSequence = w.setval
 	st.SetsOrdoConfig = w.setsOrdoConfig
+	st.SetsSearchPath = w.setsSearchPath
 	st.LargeObjects, st.WritesLargeObjects = w.largeObjects, w.largeObjectWrites
 	if w.refused != "" {
 		st.Kind, st.Reason = KindRefused, w.refused

@@ -228,6 +228,10 @@ type Statement struct {
 	// or on a setting whose name is not a constant; the session reads them
 	// from PostgreSQL again.
 	SetsOrdoConfig bool
+	// SetsSearchPath: the statement calls set_config on search_path, role
+	// or session_authorization, or on a setting whose name is not a
+	// constant: the names of statements after it may resolve otherwise.
+	SetsSearchPath bool
 	// LargeObjects: the statement calls a function on large objects
 	// (lo_open, loread, lo_get, …); WritesLargeObjects: one that changes
 	// one (lo_creat, lowrite, lo_unlink, …), which makes it an update.

@@ -26,6 +26,7 @@ type walker struct {
 	readsAll             string // reason, "" if none
 	setval               bool   // calls pg_catalog.setval
 	setsOrdoConfig       bool   // calls set_config on an ordo. setting, default_transaction_isolation, or one it cannot name
+	setsSearchPath       bool   // calls set_config on search_path, role, session_authorization, or one it cannot name
 	// largeObjects: calls a function on large objects;
 	// largeObjectWrites: one that changes one.
 	largeObjects, largeObjectWrites bool
@@ -571,6 +572,7 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 			w.st.pinned = append(w.st.pinned, c.Location)
 		}
 		w.setsOrdoConfig = w.setsOrdoConfig || setsOrdoConfig(fc)
+		w.setsSearchPath = w.setsSearchPath || setsSearchPath(fc)
 	}
 	loWrites, lo := largeObjectFunctions[name]
 	lo = lo && (schema == "" || schema == "pg_catalog") // pg_catalog's, even where the catalog was not loaded
@@ -617,6 +619,25 @@ func setsOrdoConfig(fc *pg.FuncCall) bool {
 	}
 	name := strings.ToLower(strings.TrimSpace(c.GetSval().GetSval()))
 	return strings.HasPrefix(name, "ordo.") || name == "default_transaction_isolation"
+}
+
+// setsSearchPath reports whether a call of set_config may change how
+// names resolve: its first argument names search_path, role or
+// session_authorization (which "$user" in the path follows), or is not a
+// string constant.
+func setsSearchPath(fc *pg.FuncCall) bool {
+	if len(fc.Args) == 0 {
+		return false
+	}
+	c := settingNameConst(fc)
+	if c == nil {
+		return true
+	}
+	switch strings.ToLower(strings.TrimSpace(c.GetSval().GetSval())) {
+	case "search_path", "role", "session_authorization":
+		return true
+	}
+	return false
 }
 
 // settingNameConst returns set_config's first argument if it is a string

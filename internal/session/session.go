@@ -47,6 +47,12 @@ type session struct {
 	searchPath string
 	env        analysis.Env
 	envStale   bool // a SET may have changed search_path
+	// roleStale: a SET ROLE or SESSION AUTHORIZATION may have changed the
+	// user "$user" in the search path names (user). namesPending: such a
+	// statement, or one on search_path, ran since the session last stood
+	// outside any transaction; it may be undone (SET LOCAL, a rollback),
+	// so the path is read again once outside one.
+	roleStale, namesPending bool
 
 	// stmts holds the analysis of prepared statements by name ("" is the
 	// unnamed statement).
@@ -367,6 +373,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	}
 	if st.Unit != s.unit {
 		s.unit = st.Unit
+		if s.namesPending && s.be.TxStatus() == 'I' {
+			// What the statements that moved the names left, now that
+			// no transaction can undo it any more.
+			s.namesPending = false
+			s.envStale, s.roleStale = true, true
+		}
 		clear(s.unitNames)
 		clear(s.declared)
 		s.unitSQLNames = false
@@ -1356,8 +1368,22 @@ func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 	return s.h.cfg.Analyzer.Analyze(sql, s.env)
 }
 
-// freshEnv reads the search path again if it may have changed.
+// freshEnv reads the search path again if it may have changed, and the
+// user that "$user" in it names.
 func (s *session) freshEnv() {
+	if s.roleStale {
+		s.roleStale = false
+		// SET ROLE names the current user ("none" when unset), else
+		// SET SESSION AUTHORIZATION does (the login user by default).
+		role, auth := s.showSetting("role"), s.showSetting("session_authorization")
+		switch {
+		case role != "" && role != "none":
+			s.user = role
+		case auth != "":
+			s.user = auth
+		}
+		s.envStale = true
+	}
 	if s.envStale {
 		s.envStale = false
 		// SHOW, not a SELECT: it takes no snapshot, so in a block before
@@ -1369,6 +1395,16 @@ func (s *session) freshEnv() {
 			s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 		}
 	}
+}
+
+// showSetting returns a setting's value as SHOW gives it, "" if it could
+// not be read. SHOW takes no snapshot.
+func (s *session) showSetting(name string) string {
+	res, err := s.be.Exec(context.Background(), "SHOW "+name)
+	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		return ""
+	}
+	return res.Rows[0][0]
 }
 
 // analyzedBefore reports whether stmts, the analysis of a prepared
@@ -1499,6 +1535,9 @@ func (s *session) rolledBackTo() {
 	if s.txStatus() == 'E' {
 		s.unitStatus = 'T'
 	}
+	if s.namesPending {
+		s.envStale, s.roleStale = true, true // the rollback may undo a SET
+	}
 }
 
 // hasTxn reports whether stmts hold a transaction-control statement op.
@@ -1618,7 +1657,18 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			"ordo: a query string that both controls the transaction (BEGIN/COMMIT/ROLLBACK) and writes must be sent as separate statements")
 	}
 
+	namesMoved := false // a statement before a, in this string, may change how its names resolve
 	for _, a := range stmts {
+		if namesMoved && a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession && a.Kind != analysis.KindEmpty {
+			// Analyzed with the whole string, before that one ran.
+			a = opaque("a statement after a change of search_path or role in the same query string")
+		}
+		if changesNames(a) {
+			namesMoved = true
+			if a.Kind != analysis.KindSession {
+				s.namesMoved() // a set_config call (a SET is noted by setting)
+			}
+		}
 		if a.TempNamespace && m.kind != wire.KindParse {
 			// Even if it does nothing (IF NOT EXISTS): the probe sees
 			// no trace of such a statement, PostgreSQL's PREPARE does.
@@ -1982,12 +2032,14 @@ func (s *session) setting(a *analysis.Statement) {
 	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
 		s.consistencyStale = true // DISCARD ALL resets every setting
 	}
+	if changesNames(a) {
+		s.namesMoved()
+	}
 	if st == nil {
 		return
 	}
 	switch {
 	case st.Name == "search_path" || st.Name == "all":
-		s.envStale = true
 		if st.Name == "all" {
 			s.consistencyStale = true
 		}
@@ -2010,6 +2062,31 @@ func (s *session) setting(a *analysis.Statement) {
 		}
 		s.labelResetPending = false
 	}
+}
+
+// changesNames reports whether a statement may change how the names of
+// the statements after it resolve: a SET or RESET of search_path, role
+// or session_authorization (which "$user" in the path follows), RESET
+// ALL, DISCARD ALL, or a set_config call on one of them.
+func changesNames(a *analysis.Statement) bool {
+	if a.SetsSearchPath || a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
+		return true
+	}
+	if st := a.Setting; st != nil && !st.Show {
+		switch st.Name {
+		case "search_path", "all", "role", "session_authorization":
+			return true
+		}
+	}
+	return false
+}
+
+// namesMoved notes a statement that may change how names resolve
+// (changesNames): the search path and the user are read again before
+// the next analysis, and again once the session is outside any
+// transaction (which may have undone the change).
+func (s *session) namesMoved() {
+	s.envStale, s.roleStale, s.namesPending = true, true, true
 }
 
 // readConsistencySQL reads the session's ordo.read_consistency, as

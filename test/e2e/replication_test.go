@@ -586,6 +586,102 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 	c.requireConverged("other", "base2")
 }
 
+// TestReadsFollowTheSearchPath: a read is certified on the table
+// PostgreSQL resolves its name to, after every way a session's search
+// path changes: a SET earlier in the same query string, a SET LOCAL
+// undone at the end of its block, a DISCARD ALL (a pooler's reset), a
+// set_config call.
+func TestReadsFollowTheSearchPath(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	for _, sql := range []string{
+		"CREATE SCHEMA s2",
+		"CREATE TABLE public.t (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE public.other (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO public.t SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO s2.t SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO public.other VALUES (1, 0)",
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	simple := a.PgConn()
+	// run sends sql as a simple query and returns the last value of its
+	// last row.
+	run := func(sql string) string {
+		t.Helper()
+		res, err := simple.Exec(ctx, sql).ReadAll()
+		require.NoError(t, err, sql)
+		last := ""
+		for _, r := range res {
+			require.NoError(t, r.Err, sql)
+			if n := len(r.Rows); n > 0 && len(r.Rows[n-1]) > 0 {
+				last = string(r.Rows[n-1][len(r.Rows[n-1])-1])
+			}
+		}
+		return last
+	}
+	// mustConflict runs a block of the given statements (the first
+	// reads row 5 of t as its search path resolves it), has node 2
+	// change row 5 of want meanwhile, and expects the COMMIT refused.
+	n := 0
+	mustConflict := func(what, read, want string) {
+		t.Helper()
+		n++
+		run("BEGIN")
+		run(read)
+		run("UPDATE public.other SET v = v + 1 WHERE id = 1")
+		_, err := b.Exec(ctx, fmt.Sprintf("UPDATE %s SET v = %d WHERE id = 5", want, n))
+		require.NoError(t, err)
+		res, got := simple.Exec(ctx, "COMMIT").ReadAll()
+		for _, r := range res {
+			if r.Err != nil {
+				got = r.Err
+			}
+		}
+		require.Error(t, got, "%s: the read of %s row 5 must conflict with its change on another node", what, want)
+		require.Equal(t, "40001", sqlstate(got), "%s: %v", what, got)
+	}
+
+	mustConflict("a SET earlier in the query string", "SET search_path = s2; SELECT v FROM t WHERE id = 5", "s2.t")
+	run("RESET search_path")
+
+	run("BEGIN; SET LOCAL search_path = s2; COMMIT")
+	mustConflict("after a SET LOCAL's block", "SELECT v FROM t WHERE id = 5", "public.t")
+
+	run("SET search_path = s2")
+	require.Equal(t, "0", run("SELECT v FROM t WHERE id = 1"))
+	run("DISCARD ALL")
+	mustConflict("after DISCARD ALL", "SELECT v FROM t WHERE id = 5", "public.t")
+
+	run("RESET search_path")
+	require.Equal(t, "0", run("SELECT v FROM t WHERE id = 1"))
+	run("SELECT set_config('search_path', 's2', false)")
+	mustConflict("after set_config", "SELECT v FROM t WHERE id = 5", "s2.t")
+	run("RESET search_path")
+
+	// "$user" in the default search path names the role SET ROLE took.
+	for _, sql := range []string{
+		"CREATE ROLE path_role", "CREATE SCHEMA path_role",
+		"CREATE TABLE path_role.t (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO path_role.t SELECT g, 0 FROM generate_series(1, 9) g",
+		"GRANT USAGE ON SCHEMA path_role TO path_role", "GRANT SELECT ON path_role.t TO path_role",
+		"GRANT UPDATE, SELECT ON public.other TO path_role",
+	} {
+		run(sql)
+	}
+	c.waitConverged()
+	require.Equal(t, "0", run("SELECT v FROM t WHERE id = 1"))
+	run("SET ROLE path_role")
+	mustConflict("after SET ROLE", "SELECT v FROM t WHERE id = 5", "path_role.t")
+	run("RESET ROLE")
+	c.requireConverged("other")
+}
+
 // TestBank runs random transfers between 10 accounts from 8 clients spread
 // over 3 nodes; every read sums to the total, replicas end identical,
 // nothing commits unreplicated, and certification aborts happen.
