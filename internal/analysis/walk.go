@@ -75,6 +75,9 @@ type relRef struct {
 	alias string            // the name column references qualify with
 	rel   *catalog.Relation // nil for CTEs, subqueries, functions, unknown
 	acc   int               // index into Statement.acc, -1 if none
+	// inner are the relations a subquery or a join under this alias
+	// reads: a locking clause naming the alias locks their rows.
+	inner []*catalog.Relation
 }
 
 type scope struct {
@@ -244,6 +247,7 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, quals, later *[]*pg.Node) {
 		sc.rels = append(sc.rels, w.relation(x.RangeVar, sc, true, false))
 	case *pg.Node_JoinExpr:
 		j := x.JoinExpr
+		first := len(w.st.acc)
 		w.fromItem(j.Larg, sc, quals, later)
 		w.fromItem(j.Rarg, sc, quals, later)
 		if j.Quals != nil {
@@ -256,11 +260,12 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, quals, later *[]*pg.Node) {
 		if j.Alias != nil {
 			// Columns are then referenced through the join alias, which
 			// resolves to nothing: no predicate refines these tables.
-			sc.rels = append(sc.rels, relRef{alias: j.Alias.Aliasname, acc: -1})
+			sc.rels = append(sc.rels, relRef{alias: j.Alias.Aliasname, acc: -1, inner: w.accessedSince(first)})
 		}
 	case *pg.Node_RangeSubselect:
+		first := len(w.st.acc)
 		w.query(x.RangeSubselect.Subquery, &scope{parent: sc})
-		sc.rels = append(sc.rels, relRef{alias: aliasName(x.RangeSubselect.Alias), acc: -1})
+		sc.rels = append(sc.rels, relRef{alias: aliasName(x.RangeSubselect.Alias), acc: -1, inner: w.accessedSince(first)})
 	case *pg.Node_RangeFunction:
 		for _, f := range x.RangeFunction.Functions {
 			w.expr(f, sc)
@@ -353,8 +358,24 @@ func (w *walker) lockingClause(lcs []*pg.Node, sc *scope) {
 	}
 }
 
+// accessedSince returns the relations of the accesses recorded since
+// the first-th.
+func (w *walker) accessedSince(first int) []*catalog.Relation {
+	var out []*catalog.Relation
+	for _, a := range w.st.acc[first:] {
+		out = append(out, a.table)
+	}
+	return out
+}
+
 func (w *walker) lockRef(r relRef) {
 	if r.rel == nil {
+		// A subquery's or a join's: PostgreSQL locks the rows of every
+		// table it reads (not a WITH query's, which takes a clause of
+		// its own).
+		for _, t := range r.inner {
+			w.lockRef(relRef{rel: t})
+		}
 		return
 	}
 	if r.rel.Kind == catalog.KindView {
