@@ -214,6 +214,12 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		}
 		return ref
 	}
+	if rel.PolicyReads {
+		// Row security adds its policies' conditions to a read, and
+		// checks a written row with them: they read other tables or
+		// call functions.
+		w.escalate("table " + rel.Name.String() + " has row security policies that read other tables or call functions")
+	}
 	if write && rel.Triggers {
 		// Triggers and rules run code the analyzer cannot see: its reads
 		// and writes are unknown (decoding still captures the writes).

@@ -67,6 +67,9 @@ type Relation struct {
 	// Triggers is set on a table with user triggers or rules: writing it
 	// runs code that may read and write anything.
 	Triggers bool
+	// PolicyReads is set on a table with row security whose policies use
+	// other relations or user functions: reading it may read anything.
+	PolicyReads bool
 }
 
 // Column returns the named column.
@@ -108,6 +111,9 @@ type TableDesc struct {
 	PK      []string `json:"pk,omitempty"`
 	// Triggers: the table has user (non-internal) triggers or rules.
 	Triggers bool `json:"triggers,omitempty"`
+	// PolicyReads: row security is on, and a policy uses another
+	// relation or a user function.
+	PolicyReads bool `json:"policy_reads,omitempty"`
 }
 
 // ViewDesc is a view and what its definition uses directly.
@@ -165,7 +171,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, PolicyReads: t.PolicyReads}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)

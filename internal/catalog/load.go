@@ -28,8 +28,10 @@ const (
 	// qRelations reads each table, view, materialized and foreign table
 	// with its columns (names, and type names: '' for a column whose
 	// collation is not deterministic, whose equal values may differ in
-	// bytes), its primary key's columns in key order, and whether it has
-	// user triggers or rules, in one query (one round trip, each
+	// bytes), its primary key's columns in key order, whether it has
+	// user triggers or rules, and whether row security is on with a
+	// policy that uses another relation or a function of the user's
+	// (PostgreSQL records no dependency on built-in ones), in one query (one round trip, each
 	// relation's catalog rows found through their indexes): a node
 	// reloads its catalog after every DDL.
 	qRelations = `
@@ -44,7 +46,11 @@ SELECT n.nspname, c.relname, c.relkind::text,
             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
             WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
   EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
-    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid))
+    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid)),
+  c.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
+    JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
+    WHERE pol.polrelid = c.oid
+      AND (d.refclassid = 'pg_proc'::regclass OR d.refclassid = 'pg_class'::regclass AND d.refobjid <> c.oid))
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r','p','m','f','v')
   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
@@ -141,8 +147,8 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		var n Name
 		var kind string
 		var cols, types, pk []string
-		var triggers bool
-		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers); err != nil {
+		var triggers, policyReads bool
+		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers, &policyReads); err != nil {
 			return err
 		}
 		if len(cols) != len(types) {
@@ -158,7 +164,7 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		if kind == "v" {
 			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name, Columns: columns}
 		} else {
-			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers}
+			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers, PolicyReads: policyReads}
 		}
 		order = append(order, n)
 		return nil

@@ -92,6 +92,28 @@ func TestLoadFromPostgreSQL(t *testing.T) {
 	if district.Triggers {
 		t.Error("foreign-key triggers are internal and do not count")
 	}
+	// Row security whose policy reads another table, or only a setting.
+	if _, err := conn.Exec(ctx, `
+CREATE TABLE app.grants (doc int, who text);
+CREATE TABLE app.docs (id int PRIMARY KEY, body text);
+ALTER TABLE app.docs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY by_grant ON app.docs USING (EXISTS (SELECT 1 FROM app.grants g WHERE g.doc = id AND g.who = current_user));
+CREATE TABLE app.notes (id int PRIMARY KEY, tenant text);
+ALTER TABLE app.notes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY by_tenant ON app.notes USING (tenant = current_setting('app.tenant', true))`); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Load(ctx, conn, granules); err != nil {
+		t.Fatal(err)
+	}
+	if cat, err = New(d, 2); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"docs": true, "notes": false, "grants": false, "district": false} {
+		if r, _ := cat.Lookup(Name{"app", name}); r == nil || r.PolicyReads != want {
+			t.Errorf("app.%s: PolicyReads %v, want %v", name, r != nil && r.PolicyReads, want)
+		}
+	}
 	// A column whose collation is not deterministic has no type: its
 	// equal values may differ in bytes. (A column of a type without
 	// collation has none to look up.)

@@ -682,6 +682,44 @@ func TestReadsFollowTheSearchPath(t *testing.T) {
 	c.requireConverged("other")
 }
 
+// TestRowSecurityPoliciesAreReads: a read of a table whose row security
+// policy reads another table reads that table too.
+func TestRowSecurityPoliciesAreReads(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	for _, sql := range []string{
+		"CREATE TABLE grants (doc int PRIMARY KEY, open bool NOT NULL)",
+		"CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)",
+		"CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO grants SELECT g, true FROM generate_series(1, 9) g",
+		"INSERT INTO docs SELECT g, 'doc' FROM generate_series(1, 9) g",
+		"INSERT INTO other VALUES (1, 0)",
+		"ALTER TABLE docs ENABLE ROW LEVEL SECURITY",
+		"ALTER TABLE docs FORCE ROW LEVEL SECURITY", // its owner, this test's user, too
+		"CREATE POLICY open_docs ON docs USING (EXISTS (SELECT 1 FROM grants g WHERE g.doc = id AND g.open))",
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM docs WHERE id = 5").Scan(&n))
+	require.Equal(t, 1, n, "document 5 is open")
+	_, err = tx.Exec(ctx, "UPDATE other SET v = v + 1 WHERE id = 1")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "UPDATE grants SET open = false WHERE doc = 5")
+	require.NoError(t, err)
+	err = tx.Commit(ctx)
+	require.Error(t, err, "the read of document 5 read its grant, which another node closed")
+	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	c.requireConverged("other", "grants")
+}
+
 // TestBank runs random transfers between 10 accounts from 8 clients spread
 // over 3 nodes; every read sums to the total, replicas end identical,
 // nothing commits unreplicated, and certification aborts happen.
