@@ -1659,9 +1659,16 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 
 	namesMoved := false // a statement before a, in this string, may change how its names resolve
 	for _, a := range stmts {
-		if namesMoved && a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession && a.Kind != analysis.KindEmpty {
-			// Analyzed with the whole string, before that one ran.
-			a = opaque("a statement after a change of search_path or role in the same query string")
+		if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession && a.Kind != analysis.KindEmpty {
+			switch {
+			case namesMoved:
+				// Analyzed with the whole string, before that one ran.
+				a = opaque("a statement after a change of search_path or role in the same query string")
+			case strings.Contains(a.SQL, `\`) && s.be.NonStandardStrings():
+				// The analysis reads strings as standard_conforming_strings
+				// on does: with it off, a backslash may end one elsewhere.
+				a = opaque("a statement with a backslash while standard_conforming_strings is off")
+			}
 		}
 		if changesNames(a) {
 			namesMoved = true

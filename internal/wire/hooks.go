@@ -297,6 +297,10 @@ type Backend interface {
 	// a simple query, only names parsed since are known). Exact for a
 	// name not parsed or closed earlier in the batch.
 	Named(name string) (sql string, exists, known bool)
+	// NonStandardStrings reports whether PostgreSQL last reported
+	// standard_conforming_strings off: a backslash in a plain string
+	// literal then escapes, as the analysis of a text does not read it.
+	NonStandardStrings() bool
 	// Declared returns the text PostgreSQL holds as the client's prepared
 	// statement name ("" the unnamed one) and the parameter types its
 	// Parse declared (0: a type left to PostgreSQL to infer), or those

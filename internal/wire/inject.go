@@ -196,6 +196,17 @@ func (ss *session) Named(name string) (sql string, exists, known bool) {
 // NamedKnown implements Backend.
 func (ss *session) NamedKnown() bool { return ss.unnamed.namedKnown() }
 
+// noteParameter follows the settings PostgreSQL reports that the
+// session's reading of statements depends on.
+func (ss *session) noteParameter(ps *pgproto3.ParameterStatus) {
+	if ps.Name == "standard_conforming_strings" {
+		ss.nonStandardStrings.Store(ps.Value == "off")
+	}
+}
+
+// NonStandardStrings implements Backend.
+func (ss *session) NonStandardStrings() bool { return ss.nonStandardStrings.Load() }
+
 // Declared implements Backend.
 func (ss *session) Declared(name string) (string, []uint32, bool) {
 	return ss.unnamed.declaredTypes(name)

@@ -61,6 +61,10 @@ type session struct {
 	events          []byte     // ReadyForQuery statuses not yet delivered to hooks
 	nev             atomic.Int32
 
+	// nonStandardStrings: PostgreSQL reported standard_conforming_strings
+	// off (ParameterStatus): a backslash in a plain string escapes.
+	nonStandardStrings atomic.Bool
+
 	txStatus    atomic.Uint32
 	outstanding atomic.Int64 // Query/Sync/FunctionCall sent minus ReadyForQuery received
 	waiters     atomic.Int32
@@ -1352,6 +1356,9 @@ func (ss *session) backendLoop() {
 		if err != nil {
 			ss.backendFailed(err)
 			return
+		}
+		if ps, ok := msg.(*pgproto3.ParameterStatus); ok {
+			ss.noteParameter(ps)
 		}
 		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
 			continue

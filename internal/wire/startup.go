@@ -355,7 +355,9 @@ func (s *Server) establish(raw, conn net.Conn, cr *clientReader, be *pgproto3.Ba
 			ok = true
 			ss.established = true
 			return ss, nil
-		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+		case *pgproto3.ParameterStatus:
+			ss.noteParameter(m)
+		case *pgproto3.NoticeResponse:
 		default:
 			ss.sendClient(fatal(codeProtocolViolation, "ordo: unexpected message %T from PostgreSQL during startup", msg))
 			_ = ss.flushClient()

@@ -720,6 +720,45 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 	c.requireConverged("other", "grants")
 }
 
+// TestReadsWithNonStandardStrings: with standard_conforming_strings off a
+// backslash escapes a quote, so PostgreSQL reads a text otherwise than
+// the analysis (which reads strings as the setting on does); such a read
+// reads anything.
+func TestReadsWithNonStandardStrings(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	for _, sql := range []string{
+		"CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL)",
+		"CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO t SELECT g, 'x' FROM generate_series(1, 9) g",
+		"INSERT INTO other VALUES (1, 0)",
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	c.waitConverged()
+	pc := a.PgConn()
+	_, err := pc.Exec(ctx, "SET standard_conforming_strings = off").ReadAll()
+	require.NoError(t, err)
+	_, err = pc.Exec(ctx, "BEGIN").ReadAll()
+	require.NoError(t, err)
+	// PostgreSQL reads the string 'a\' AND id = 5 --' and then OR true:
+	// every row. Read as standard, it is 'a\' and the row with id 5.
+	res, err := pc.Exec(ctx, `SELECT id FROM t WHERE v = 'a\' AND id = 5 --' OR true`).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, res[0].Rows, 9, "PostgreSQL reads every row")
+	_, err = pc.Exec(ctx, "UPDATE other SET v = v + 1 WHERE id = 1").ReadAll()
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "UPDATE t SET v = 'y' WHERE id = 7")
+	require.NoError(t, err)
+	_, err = pc.Exec(ctx, "COMMIT").ReadAll()
+	require.Error(t, err, "the read of every row must conflict with the change of row 7")
+	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	c.requireConverged("other", "t")
+}
+
 // TestBank runs random transfers between 10 accounts from 8 clients spread
 // over 3 nodes; every read sums to the total, replicas end identical,
 // nothing commits unreplicated, and certification aborts happen.
