@@ -300,18 +300,31 @@ func (c *Catalog) Resolve(searchPath []string, schema, name string) (*Relation, 
 	return nil, false
 }
 
-// Func finds a function like Resolve finds a relation.
+// Func finds a function like Resolve finds a relation. An unqualified
+// name found in several schemas of the path is the first of them, as
+// volatile and as likely to read data as the worst of them: PostgreSQL
+// picks among them by the arguments' types (public.upper(int) over
+// pg_catalog.upper(text) for upper(5)), which the analysis does not know.
 func (c *Catalog) Func(searchPath []string, schema, name string) (*Function, bool) {
 	if schema != "" {
 		f, ok := c.funcs[Name{schema, name}]
 		return f, ok
 	}
+	var found *Function
 	for _, s := range effectivePath(searchPath) {
-		if f, ok := c.funcs[Name{s, name}]; ok {
-			return f, true
+		f, ok := c.funcs[Name{s, name}]
+		switch {
+		case !ok:
+		case found == nil:
+			found = f
+		case worse(found.Volatility, f.Volatility) != found.Volatility || f.ReadsData && !found.ReadsData:
+			merged := *found
+			merged.Volatility = worse(found.Volatility, f.Volatility)
+			merged.ReadsData = found.ReadsData || f.ReadsData
+			found = &merged
 		}
 	}
-	return nil, false
+	return found, found != nil
 }
 
 // DefaultSchema returns the schema an unqualified CREATE would use: the

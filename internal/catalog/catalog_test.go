@@ -133,3 +133,36 @@ func TestCurrentWaitsForTheRefreshAfterInvalidate(t *testing.T) {
 		t.Fatal("the refresh did not fail")
 	}
 }
+
+// TestFunctionsOfOneNameInSeveralSchemas: PostgreSQL picks among functions
+// of one name on the search path by their arguments' types, so an
+// unqualified call is as volatile and as likely to read data as the worst
+// of them (a review found upper(5) taken for pg_catalog.upper while
+// PostgreSQL ran public.upper(int), which reads a table).
+func TestFunctionsOfOneNameInSeveralSchemas(t *testing.T) {
+	c, err := New(Description{Functions: []FuncDesc{
+		{Schema: "pg_catalog", Name: "upper", Volatility: "immutable"},
+		{Schema: "public", Name: "upper", Volatility: "volatile", ReadsData: true},
+		{Schema: "other", Name: "lower", Volatility: "stable", ReadsData: true},
+		{Schema: "pg_catalog", Name: "lower", Volatility: "immutable"},
+	}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := c.Func([]string{"public"}, "", "upper")
+	if !ok || f.Name != (Name{"pg_catalog", "upper"}) || f.Volatility != Volatile || !f.ReadsData {
+		t.Errorf("upper on public's path: %+v", f)
+	}
+	if f, _ := c.Func([]string{"public"}, "pg_catalog", "upper"); f.Volatility != Immutable || f.ReadsData {
+		t.Errorf("pg_catalog.upper named: %+v", f)
+	}
+	if f, _ := c.Func([]string{"public"}, "", "lower"); f.Volatility != Immutable || f.ReadsData {
+		t.Errorf("lower: other is not on the path: %+v", f)
+	}
+	if f, _ := c.Func([]string{"other"}, "", "lower"); f.Volatility != Stable || !f.ReadsData {
+		t.Errorf("lower on other's path: %+v", f)
+	}
+	if g, _ := c.Func([]string{"public"}, "", "upper"); g.Volatility != Volatile || c.funcs[Name{"pg_catalog", "upper"}].Volatility != Immutable {
+		t.Error("the catalog's own entries are not changed by a lookup")
+	}
+}
