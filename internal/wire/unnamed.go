@@ -337,6 +337,8 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			} else {
 				if u.named == nil {
 					u.named = make(map[string]heldStatement)
+				}
+				if u.parsed == nil {
 					u.parsed = make(map[string]heldStatement)
 				}
 				held := heldStatement{sql: front.parse.Query, types: front.parse.ParameterOIDs, typed: true}

@@ -457,3 +457,19 @@ func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 	u.learnNamed(map[string]string{"s": q}, map[string]bool{"s": true}, nil)
 	want("learned after its Close, made by SQL's PREPARE", "s", "", nil, false)
 }
+
+// TestTrackerParseAfterLearnedNames: a Parse accepted after the names
+// were read from PostgreSQL (learnNamed made the map of names) is kept
+// with its types (it panicked: the map of parsed statements was made
+// only with the names').
+func TestTrackerParseAfterLearnedNames(t *testing.T) {
+	var u unnamedTracker
+	u.learnNamed(map[string]string{"p": "PREPARE p AS SELECT 1"}, map[string]bool{"p": true}, nil)
+	u.sent(&pgproto3.Parse{Name: "s", Query: "select $1", ParameterOIDs: []uint32{20}})
+	u.sent(&pgproto3.Sync{})
+	u.reply(&pgproto3.ParseComplete{})
+	u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if sql, types, ok := u.declaredTypes("s"); !ok || sql != "select $1" || !slices.Equal(types, []uint32{20}) {
+		t.Fatalf("s: %q %v %v", sql, types, ok)
+	}
+}
