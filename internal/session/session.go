@@ -48,11 +48,11 @@ type session struct {
 	env        analysis.Env
 	envStale   bool // a SET may have changed search_path
 	// roleStale: a SET ROLE or SESSION AUTHORIZATION may have changed the
-	// user "$user" in the search path names (user). namesPending: such a
-	// statement, or one on search_path, ran since the session last stood
-	// outside any transaction; it may be undone (SET LOCAL, a rollback),
-	// so the path is read again once outside one.
-	roleStale, namesPending bool
+	// user "$user" in the search path names (user). namesPending,
+	// rolePending: such a statement, or one on search_path, ran since the
+	// session last stood outside any transaction; it may be undone (SET
+	// LOCAL, a rollback), so they are read again once outside one.
+	roleStale, namesPending, rolePending bool
 
 	// stmts holds the analysis of prepared statements by name ("" is the
 	// unnamed statement).
@@ -376,8 +376,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		if s.namesPending && s.be.TxStatus() == 'I' {
 			// What the statements that moved the names left, now that
 			// no transaction can undo it any more.
-			s.namesPending = false
-			s.envStale, s.roleStale = true, true
+			s.settleNames()
 		}
 		clear(s.unitNames)
 		clear(s.declared)
@@ -639,14 +638,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				s.stmts[""], s.sent[""] = stmts, sql
 			}
 		}
-		if s.analyzedBefore(stmts) {
+		if s.analyzedBefore(stmts) && len(stmts) == 1 {
 			// PostgreSQL analyzes the statement again, under the
 			// search path and catalog of now; and its granule keys
 			// would be of the conflict classes' old granule columns.
-			if sql, ok := s.sent[st.Name]; ok {
-				stmts = s.analyze(sql)
-				s.stmts[st.Name] = stmts
-			}
+			// From the text it was analyzed from (the client's: sent
+			// may hold what Ordo rewrote it to, a NOTIFY call's no-op).
+			stmts = s.analyze(stmts[0].SQL)
+			s.stmts[st.Name] = stmts
 		}
 		if stmts == nil {
 			// Never parsed through this session (PostgreSQL will report an
@@ -1372,39 +1371,42 @@ func (s *session) analyzeText(sql string) ([]*analysis.Statement, error) {
 // user that "$user" in it names.
 func (s *session) freshEnv() {
 	if s.roleStale {
-		s.roleStale = false
 		// SET ROLE names the current user ("none" when unset), else
 		// SET SESSION AUTHORIZATION does (the login user by default).
-		role, auth := s.showSetting("role"), s.showSetting("session_authorization")
-		switch {
-		case role != "" && role != "none":
+		role, rok := s.showSetting("role")
+		auth, aok := s.showSetting("session_authorization")
+		if !rok || !aok {
+			return // still stale: execute reads its statements as reading anything
+		}
+		s.roleStale, s.envStale = false, true
+		if role != "none" {
 			s.user = role
-		case auth != "":
+		} else {
 			s.user = auth
 		}
-		s.envStale = true
 	}
 	if s.envStale {
-		s.envStale = false
 		// SHOW, not a SELECT: it takes no snapshot, so in a block before
 		// its first query the snapshot stays the first query's (whose
 		// seqno certification uses, and before which Ordo may still set
 		// the block's level).
-		if res, err := s.be.Exec(context.Background(), "SHOW search_path"); err == nil && res.Err == nil && len(res.Rows) == 1 {
-			s.searchPath = res.Rows[0][0]
+		if path, ok := s.showSetting("search_path"); ok {
+			s.envStale = false
+			s.searchPath = path
 			s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 		}
 	}
 }
 
-// showSetting returns a setting's value as SHOW gives it, "" if it could
-// not be read. SHOW takes no snapshot.
-func (s *session) showSetting(name string) string {
+// showSetting returns a setting's value as SHOW gives it; false if it
+// could not be read (not at a boundary of the client's messages, in a
+// failed block). SHOW takes no snapshot.
+func (s *session) showSetting(name string) (string, bool) {
 	res, err := s.be.Exec(context.Background(), "SHOW "+name)
 	if err != nil || res.Err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
-		return ""
+		return "", false
 	}
-	return res.Rows[0][0]
+	return res.Rows[0][0], true
 }
 
 // analyzedBefore reports whether stmts, the analysis of a prepared
@@ -1536,7 +1538,7 @@ func (s *session) rolledBackTo() {
 		s.unitStatus = 'T'
 	}
 	if s.namesPending {
-		s.envStale, s.roleStale = true, true // the rollback may undo a SET
+		s.undoneNames() // the rollback may undo a SET
 	}
 }
 
@@ -1657,24 +1659,23 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 			"ordo: a query string that both controls the transaction (BEGIN/COMMIT/ROLLBACK) and writes must be sent as separate statements")
 	}
 
-	namesMoved := false // a statement before a, in this string, may change how its names resolve
 	for _, a := range stmts {
-		if a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession && a.Kind != analysis.KindEmpty {
+		if !a.ReadsAll && a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession && a.Kind != analysis.KindEmpty && a.Kind != analysis.KindNotify {
 			switch {
-			case namesMoved:
-				// Analyzed with the whole string, before that one ran.
-				a = opaque("a statement after a change of search_path or role in the same query string")
+			case s.envStale || s.roleStale:
+				// Analyzed under a search path that may not be
+				// PostgreSQL's when it runs: after a change of it earlier
+				// in the same string, or one the session could not read
+				// back yet. It reads anything (and keeps all else).
+				a = readsAnything(a, "a statement after a change of search_path or role the session has not read back")
 			case strings.Contains(a.SQL, `\`) && s.be.NonStandardStrings():
 				// The analysis reads strings as standard_conforming_strings
 				// on does: with it off, a backslash may end one elsewhere.
-				a = opaque("a statement with a backslash while standard_conforming_strings is off")
+				a = readsAnything(a, "a statement with a backslash while standard_conforming_strings is off")
 			}
 		}
-		if changesNames(a) {
-			namesMoved = true
-			if a.Kind != analysis.KindSession {
-				s.namesMoved() // a set_config call (a SET is noted by setting)
-			}
+		if a.SetsSearchPath {
+			s.namesMoved(true) // a set_config call (a SET is noted by setting)
 		}
 		if a.TempNamespace && m.kind != wire.KindParse {
 			// Even if it does nothing (IF NOT EXISTS): the probe sees
@@ -1693,6 +1694,11 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		}
 		switch a.Kind {
 		case analysis.KindTxn:
+			if s.namesPending && (a.Txn.Op == analysis.TxnCommit || a.Txn.Op == analysis.TxnRollback) {
+				// Its end may undo a SET LOCAL or, rolled back, a SET
+				// (AND CHAIN too: the next block starts from what is left).
+				s.undoneNames()
+			}
 			if err := s.txnControl(ctx, a, m); err != nil {
 				return err
 			}
@@ -2039,8 +2045,8 @@ func (s *session) setting(a *analysis.Statement) {
 	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
 		s.consistencyStale = true // DISCARD ALL resets every setting
 	}
-	if changesNames(a) {
-		s.namesMoved()
+	if path, role := changesNames(a); path || role {
+		s.namesMoved(role)
 	}
 	if st == nil {
 		return
@@ -2072,28 +2078,63 @@ func (s *session) setting(a *analysis.Statement) {
 }
 
 // changesNames reports whether a statement may change how the names of
-// the statements after it resolve: a SET or RESET of search_path, role
-// or session_authorization (which "$user" in the path follows), RESET
-// ALL, DISCARD ALL, or a set_config call on one of them.
-func changesNames(a *analysis.Statement) bool {
-	if a.SetsSearchPath || a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
-		return true
+// the statements after it resolve: path, a SET or RESET of search_path,
+// RESET ALL, DISCARD ALL, or a set_config call that may set it; role, one
+// of role or session_authorization (which "$user" in the path follows),
+// DISCARD ALL, or such a set_config call.
+func changesNames(a *analysis.Statement) (path, role bool) {
+	if a.SetsSearchPath {
+		return true, true
+	}
+	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
+		return true, true
 	}
 	if st := a.Setting; st != nil && !st.Show {
 		switch st.Name {
-		case "search_path", "all", "role", "session_authorization":
-			return true
+		case "search_path", "all":
+			return true, false
+		case "role", "session_authorization":
+			return true, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // namesMoved notes a statement that may change how names resolve
-// (changesNames): the search path and the user are read again before
-// the next analysis, and again once the session is outside any
+// (changesNames): the search path, and the user if role, are read again
+// before the next analysis, and again once the session is outside any
 // transaction (which may have undone the change).
-func (s *session) namesMoved() {
-	s.envStale, s.roleStale, s.namesPending = true, true, true
+func (s *session) namesMoved(role bool) {
+	s.envStale, s.namesPending = true, true
+	if role {
+		s.roleStale, s.rolePending = true, true
+	}
+}
+
+// undoneNames notes that a rollback, or the end of a transaction, may
+// have undone the changes namesMoved noted: they are read again.
+func (s *session) undoneNames() {
+	s.envStale = true
+	if s.rolePending {
+		s.roleStale = true
+	}
+}
+
+// settleNames reads the names again outside any transaction, where what
+// namesMoved noted is settled.
+func (s *session) settleNames() {
+	s.undoneNames()
+	s.namesPending, s.rolePending = false, false
+}
+
+// readsAnything returns a copy of a that reads anything, for why.
+func readsAnything(a *analysis.Statement, why string) *analysis.Statement {
+	c := *a
+	c.ReadsAll = true
+	if c.Reason == "" {
+		c.Reason = why
+	}
+	return &c
 }
 
 // readConsistencySQL reads the session's ordo.read_consistency, as

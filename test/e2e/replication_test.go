@@ -679,6 +679,17 @@ func TestReadsFollowTheSearchPath(t *testing.T) {
 	run("SET ROLE path_role")
 	mustConflict("after SET ROLE", "SELECT v FROM t WHERE id = 5", "path_role.t")
 	run("RESET ROLE")
+
+	// Statements after a SET in their string keep all else: DDL is
+	// replicated, a setval too.
+	run("SET search_path = s2; CREATE TABLE made_after_set (id int PRIMARY KEY); CREATE SEQUENCE seq_after_set")
+	run("SET search_path = s2; SELECT setval('seq_after_set', 1000)")
+	run("RESET search_path")
+	c.waitConverged()
+	var last int64
+	require.NoError(t, b.QueryRow(ctx, "SELECT count(*) FROM s2.made_after_set").Scan(&last), "the table reached node 2")
+	require.NoError(t, b.QueryRow(ctx, "SELECT last_value FROM s2.seq_after_set").Scan(&last))
+	require.GreaterOrEqual(t, last, int64(1000), "the setval reached node 2")
 	c.requireConverged("other")
 }
 
@@ -756,6 +767,26 @@ func TestReadsWithNonStandardStrings(t *testing.T) {
 	_, err = pc.Exec(ctx, "COMMIT").ReadAll()
 	require.Error(t, err, "the read of every row must conflict with the change of row 7")
 	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+
+	// All else of such a statement stays: a notification sent by one
+	// (its backslash in a comment) reaches another node's listener,
+	// alone and from a writing block.
+	_, err = b.Exec(ctx, "LISTEN jobs")
+	require.NoError(t, err)
+	for _, sql := range []string{
+		`SELECT pg_notify('jobs', 'ab') -- a \ here`,
+		"BEGIN", "UPDATE other SET v = v + 1 WHERE id = 1", `SELECT pg_notify('jobs', 'cd') -- a \ here`, "COMMIT",
+	} {
+		_, err = pc.Exec(ctx, sql).ReadAll()
+		require.NoError(t, err, sql)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, want := range []string{"ab", "cd"} {
+		n, err := b.WaitForNotification(wctx)
+		require.NoError(t, err, "node 2's listener waits for %q", want)
+		require.Equal(t, want, n.Payload)
+	}
 	c.requireConverged("other", "t")
 }
 
