@@ -637,15 +637,8 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 // Ordo's settings: its first argument names one ("ordo.…", any case), or
 // is not a string constant.
 func setsOrdoConfig(fc *pg.FuncCall) bool {
-	if len(fc.Args) == 0 {
-		return false
-	}
-	c := settingNameConst(fc)
-	if c == nil {
-		return true
-	}
-	name := strings.ToLower(strings.TrimSpace(c.GetSval().GetSval()))
-	return strings.HasPrefix(name, "ordo.") || name == "default_transaction_isolation"
+	name, known := setConfigName(fc)
+	return !known || strings.HasPrefix(name, "ordo.") || name == "default_transaction_isolation"
 }
 
 // setsSearchPath reports whether a call of set_config may change how
@@ -653,18 +646,26 @@ func setsOrdoConfig(fc *pg.FuncCall) bool {
 // session_authorization (which "$user" in the path follows), or is not a
 // string constant.
 func setsSearchPath(fc *pg.FuncCall) bool {
+	switch name, known := setConfigName(fc); {
+	case !known:
+		return true
+	default:
+		return name == "search_path" || name == "role" || name == "session_authorization"
+	}
+}
+
+// setConfigName returns the setting a call of set_config sets, lowercased
+// ("" for a call without arguments); known false if its first argument is
+// not a string constant.
+func setConfigName(fc *pg.FuncCall) (string, bool) {
 	if len(fc.Args) == 0 {
-		return false
+		return "", true
 	}
 	c := settingNameConst(fc)
 	if c == nil {
-		return true
+		return "", false
 	}
-	switch strings.ToLower(strings.TrimSpace(c.GetSval().GetSval())) {
-	case "search_path", "role", "session_authorization":
-		return true
-	}
-	return false
+	return strings.ToLower(strings.TrimSpace(c.GetSval().GetSval())), true
 }
 
 // settingNameConst returns set_config's first argument if it is a string

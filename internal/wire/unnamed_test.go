@@ -8,20 +8,25 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
+// sendAll notes msgs sent to PostgreSQL, in order.
+func (u *unnamedTracker) sendAll(msgs ...pgproto3.FrontendMessage) {
+	for _, m := range msgs {
+		u.sent(m)
+	}
+}
+
+// replyAll feeds PostgreSQL's replies msgs, in order.
+func (u *unnamedTracker) replyAll(msgs ...pgproto3.BackendMessage) {
+	for _, m := range msgs {
+		u.reply(m)
+	}
+}
+
 // TestTrackerFollowsNamedStatements: the tracker knows what PostgreSQL
 // holds under a name from its replies, not from what the client sent.
 func TestTrackerFollowsNamedStatements(t *testing.T) {
 	var u unnamedTracker
-	send := func(msgs ...pgproto3.FrontendMessage) {
-		for _, m := range msgs {
-			u.sent(m)
-		}
-	}
-	reply := func(msgs ...pgproto3.BackendMessage) {
-		for _, m := range msgs {
-			u.reply(m)
-		}
-	}
+	send, reply := u.sendAll, u.replyAll
 	want := func(step, name, sql string, exists, known bool) {
 		t.Helper()
 		gs, ge, gk := u.namedStatement(name)
@@ -398,16 +403,7 @@ func TestPendingPortals(t *testing.T) {
 func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 	const float8, int8 = 701, 20
 	var u unnamedTracker
-	send := func(msgs ...pgproto3.FrontendMessage) {
-		for _, m := range msgs {
-			u.sent(m)
-		}
-	}
-	reply := func(msgs ...pgproto3.BackendMessage) {
-		for _, m := range msgs {
-			u.reply(m)
-		}
-	}
+	send, reply := u.sendAll, u.replyAll
 	want := func(step, name, sql string, types []uint32, ok bool) {
 		t.Helper()
 		gs, gt, gok := u.declaredTypes(name)
@@ -465,10 +461,8 @@ func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 func TestTrackerParseAfterLearnedNames(t *testing.T) {
 	var u unnamedTracker
 	u.learnNamed(map[string]string{"p": "PREPARE p AS SELECT 1"}, map[string]bool{"p": true}, nil)
-	u.sent(&pgproto3.Parse{Name: "s", Query: "select $1", ParameterOIDs: []uint32{20}})
-	u.sent(&pgproto3.Sync{})
-	u.reply(&pgproto3.ParseComplete{})
-	u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	u.sendAll(&pgproto3.Parse{Name: "s", Query: "select $1", ParameterOIDs: []uint32{20}}, &pgproto3.Sync{})
+	u.replyAll(&pgproto3.ParseComplete{}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	if sql, types, ok := u.declaredTypes("s"); !ok || sql != "select $1" || !slices.Equal(types, []uint32{20}) {
 		t.Fatalf("s: %q %v %v", sql, types, ok)
 	}

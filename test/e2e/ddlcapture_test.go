@@ -298,3 +298,13 @@ func mustExec(t *testing.T, conn *pgx.Conn) func(sql string) {
 		require.NoError(t, err, sql)
 	}
 }
+
+// execAll runs each statement on conn in turn and fails the test at the
+// first that fails.
+func execAll(t *testing.T, conn *pgx.Conn, sqls ...string) {
+	t.Helper()
+	for _, sql := range sqls {
+		_, err := conn.Exec(context.Background(), sql)
+		require.NoError(t, err, sql)
+	}
+}

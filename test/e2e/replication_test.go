@@ -531,7 +531,7 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
-	for _, sql := range []string{
+	execAll(t, a,
 		"CREATE SCHEMA s1", "CREATE SCHEMA s2",
 		"CREATE TABLE s1.t (id int PRIMARY KEY, v int NOT NULL)",
 		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
@@ -544,10 +544,7 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 		"INSERT INTO base2 SELECT g, 0 FROM generate_series(1, 9) g",
 		"INSERT INTO other VALUES (1, 0)",
 		"CREATE VIEW vv AS SELECT * FROM base1",
-	} {
-		_, err := a.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	)
 	c.waitConverged()
 
 	readThenConflict := func(what, stmt, conflicting string) {
@@ -596,7 +593,7 @@ func TestReadsFollowTheSearchPath(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
-	for _, sql := range []string{
+	execAll(t, a,
 		"CREATE SCHEMA s2",
 		"CREATE TABLE public.t (id int PRIMARY KEY, v int NOT NULL)",
 		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
@@ -604,10 +601,7 @@ func TestReadsFollowTheSearchPath(t *testing.T) {
 		"INSERT INTO public.t SELECT g, 0 FROM generate_series(1, 9) g",
 		"INSERT INTO s2.t SELECT g, 0 FROM generate_series(1, 9) g",
 		"INSERT INTO public.other VALUES (1, 0)",
-	} {
-		_, err := a.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	)
 	c.waitConverged()
 	simple := a.PgConn()
 	// run sends sql as a simple query and returns the last value of its
@@ -700,7 +694,7 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
-	for _, sql := range []string{
+	execAll(t, a,
 		"CREATE TABLE grants (doc int PRIMARY KEY, open bool NOT NULL)",
 		"CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)",
 		"CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)",
@@ -710,10 +704,7 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 		"ALTER TABLE docs ENABLE ROW LEVEL SECURITY",
 		"ALTER TABLE docs FORCE ROW LEVEL SECURITY", // its owner, this test's user, too
 		"CREATE POLICY open_docs ON docs USING (EXISTS (SELECT 1 FROM grants g WHERE g.doc = id AND g.open))",
-	} {
-		_, err := a.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	)
 	c.waitConverged()
 
 	tx, err := a.Begin(ctx)
@@ -740,15 +731,12 @@ func TestReadsWithNonStandardStrings(t *testing.T) {
 	c := startCluster(t, 3, "dbsm")
 	ctx := context.Background()
 	a, b := c.connect(0), c.connect(1)
-	for _, sql := range []string{
+	execAll(t, a,
 		"CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL)",
 		"CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)",
 		"INSERT INTO t SELECT g, 'x' FROM generate_series(1, 9) g",
 		"INSERT INTO other VALUES (1, 0)",
-	} {
-		_, err := a.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	)
 	c.waitConverged()
 	pc := a.PgConn()
 	_, err := pc.Exec(ctx, "SET standard_conforming_strings = off").ReadAll()
