@@ -244,7 +244,7 @@ func values(vs []val, typ string, params []Param, limit int) ([]string, bool) {
 					out = append(out, c)
 				}
 			} else {
-				elems, ok := textArray(string(p.Value))
+				elems, ok := TextArray(string(p.Value))
 				if !ok {
 					return nil, false
 				}

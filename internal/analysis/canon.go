@@ -106,9 +106,9 @@ func canonicalBinary(typ string, b []byte) (string, bool) {
 	return "", false
 }
 
-// textArray splits the text form of a one-dimensional array ("{1,2,\"a b\"}").
+// TextArray splits the text form of a one-dimensional array ("{1,2,\"a b\"}").
 // NULL elements and anything it cannot parse make it return false.
-func textArray(s string) ([]string, bool) {
+func TextArray(s string) ([]string, bool) {
 	s = strings.TrimSpace(s)
 	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
 		return nil, false

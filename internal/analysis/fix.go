@@ -379,7 +379,7 @@ func (w *walker) arrayValues(n *pg.Node) (colVal, bool) {
 	}
 	if c := n.GetAConst(); c != nil && c.GetSval() != nil {
 		w.st.pinned = append(w.st.pinned, c.Location)
-		elems, ok := textArray(c.GetSval().Sval)
+		elems, ok := TextArray(c.GetSval().Sval)
 		if !ok {
 			return colVal{}, false
 		}

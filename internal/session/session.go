@@ -1338,7 +1338,6 @@ func (s *session) readNamed(ctx context.Context) bool {
 	}
 	names := make(map[string]string, len(res.Rows))
 	types := make(map[string][]uint32, len(res.Rows))
-	fromSQL := make(map[string]bool)
 	s.fromSQL = map[string]string{}
 	for _, r := range res.Rows {
 		if len(r) != 4 {
@@ -1347,13 +1346,12 @@ func (s *session) readNamed(ctx context.Context) bool {
 		names[r[0]] = r[1]
 		if r[2] == "t" {
 			s.fromSQL[r[0]] = r[1]
-			fromSQL[r[0]] = true
 		}
 		if oids, ok := oidArray(r[3]); ok {
 			types[r[0]] = oids
 		}
 	}
-	s.be.LearnNamed(names, fromSQL, types)
+	s.be.LearnNamed(names, s.fromSQL, types)
 	return true
 }
 
@@ -1668,7 +1666,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				// in the same string, or one the session could not read
 				// back yet. It reads anything (and keeps all else).
 				a = readsAnything(a, "a statement after a change of search_path or role the session has not read back")
-			case strings.Contains(a.SQL, `\`) && s.be.NonStandardStrings():
+			case s.be.NonStandardStrings() && strings.Contains(a.SQL, `\`):
 				// The analysis reads strings as standard_conforming_strings
 				// on does: with it off, a backslash may end one elsewhere.
 				a = readsAnything(a, "a statement with a backslash while standard_conforming_strings is off")
@@ -2042,7 +2040,7 @@ func checkSetting(a *analysis.Statement) error {
 // setting notes session settings Ordo interprets.
 func (s *session) setting(a *analysis.Statement) {
 	st := a.Setting
-	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
+	if discardsAll(a) {
 		s.consistencyStale = true // DISCARD ALL resets every setting
 	}
 	if path, role := changesNames(a); path || role {
@@ -2086,7 +2084,7 @@ func changesNames(a *analysis.Statement) (path, role bool) {
 	if a.SetsSearchPath {
 		return true, true
 	}
-	if a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL") {
+	if discardsAll(a) {
 		return true, true
 	}
 	if st := a.Setting; st != nil && !st.Show {
@@ -2098,6 +2096,11 @@ func changesNames(a *analysis.Statement) (path, role bool) {
 		}
 	}
 	return false, false
+}
+
+// discardsAll reports whether a is DISCARD ALL.
+func discardsAll(a *analysis.Statement) bool {
+	return a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL")
 }
 
 // namesMoved notes a statement that may change how names resolve
@@ -2596,15 +2599,10 @@ func (s *session) Close() {
 
 // oidArray reads an oid[] in PostgreSQL's text form ("{23,701}").
 func oidArray(text string) ([]uint32, bool) {
-	inner, ok1 := strings.CutPrefix(text, "{")
-	inner, ok2 := strings.CutSuffix(inner, "}")
-	if !ok1 || !ok2 {
+	parts, ok := analysis.TextArray(text)
+	if !ok {
 		return nil, false
 	}
-	if inner == "" {
-		return []uint32{}, true
-	}
-	parts := strings.Split(inner, ",")
 	oids := make([]uint32, len(parts))
 	for i, p := range parts {
 		n, err := strconv.ParseUint(p, 10, 32)

@@ -315,7 +315,7 @@ type Backend interface {
 	// types PostgreSQL resolved), read by an Exec at the first message of
 	// a unit: from then on Named knows every name again. A statement the
 	// client's Parse made keeps the types that Parse declared.
-	LearnNamed(names map[string]string, fromSQL map[string]bool, types map[string][]uint32)
+	LearnNamed(names, fromSQL map[string]string, types map[string][]uint32)
 	// NamedKnown reports whether Named knows every name (false after
 	// SQL's PREPARE, DEALLOCATE or DISCARD, until LearnNamed).
 	NamedKnown() bool

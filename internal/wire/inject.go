@@ -213,7 +213,7 @@ func (ss *session) Declared(name string) (string, []uint32, bool) {
 }
 
 // LearnNamed implements Backend.
-func (ss *session) LearnNamed(names map[string]string, fromSQL map[string]bool, types map[string][]uint32) {
+func (ss *session) LearnNamed(names, fromSQL map[string]string, types map[string][]uint32) {
 	ss.unnamed.learnNamed(names, fromSQL, types)
 }
 

@@ -466,13 +466,13 @@ func (u *unnamedTracker) namedKnown() bool {
 // for those left to PostgreSQL); the others take those of types (what
 // PostgreSQL resolved), if there. fromSQL: the names SQL's PREPARE made.
 // Only while no message of the client's is awaiting its reply.
-func (u *unnamedTracker) learnNamed(names map[string]string, fromSQL map[string]bool, types map[string][]uint32) {
+func (u *unnamedTracker) learnNamed(names, fromSQL map[string]string, types map[string][]uint32) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.named = make(map[string]heldStatement, len(names))
 	for name, sql := range names {
-		if p, ok := u.parsed[name]; ok && p.sql == sql && !fromSQL[name] {
-			u.named[name] = p
+		if _, prepared := fromSQL[name]; !prepared && u.parsed[name].typed && u.parsed[name].sql == sql {
+			u.named[name] = u.parsed[name]
 			continue
 		}
 		ts, typed := types[name]

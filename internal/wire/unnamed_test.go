@@ -441,7 +441,7 @@ func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 	reply(&pgproto3.CommandComplete{CommandTag: []byte("DO")}, rfq)
 	want("forgotten after a DO block", "s", "", nil, false)
 	u.learnNamed(map[string]string{"s": q, "p": "PREPARE p(int8) AS " + q, "t": "select $1"},
-		map[string]bool{"p": true}, map[string][]uint32{"s": {int8}, "p": {int8}})
+		map[string]string{"p": "PREPARE p AS SELECT 1"}, map[string][]uint32{"s": {int8}, "p": {int8}})
 	want("learned, parsed by the client", "s", q, []uint32{float8}, true)
 	want("learned, made by SQL's PREPARE", "p", "PREPARE p(int8) AS "+q, []uint32{int8}, true)
 	want("learned without types", "t", "", nil, false)
@@ -450,7 +450,7 @@ func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 	// A statement under the name with another text is not the one parsed.
 	send(&pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
 	reply(&pgproto3.CloseComplete{}, rfq)
-	u.learnNamed(map[string]string{"s": q}, map[string]bool{"s": true}, nil)
+	u.learnNamed(map[string]string{"s": q}, map[string]string{"s": q}, nil)
 	want("learned after its Close, made by SQL's PREPARE", "s", "", nil, false)
 }
 
@@ -460,7 +460,7 @@ func TestTrackerKnowsDeclaredTypes(t *testing.T) {
 // only with the names').
 func TestTrackerParseAfterLearnedNames(t *testing.T) {
 	var u unnamedTracker
-	u.learnNamed(map[string]string{"p": "PREPARE p AS SELECT 1"}, map[string]bool{"p": true}, nil)
+	u.learnNamed(map[string]string{"p": "PREPARE p AS SELECT 1"}, map[string]string{"p": "PREPARE p AS SELECT 1"}, nil)
 	u.sendAll(&pgproto3.Parse{Name: "s", Query: "select $1", ParameterOIDs: []uint32{20}}, &pgproto3.Sync{})
 	u.replyAll(&pgproto3.ParseComplete{}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	if sql, types, ok := u.declaredTypes("s"); !ok || sql != "select $1" || !slices.Equal(types, []uint32{20}) {
