@@ -256,8 +256,16 @@ func TestLearnerPromotedThenRemoved(t *testing.T) {
 		t.Fatalf("raft progress of node 4 is not a learner's: %+v", st.Progress[newID])
 	}
 	must(t, tn.Promote(ctx, newID)) // a learner promotes itself
-	if found, learner, _ := role(lead, newID); !found || learner {
-		t.Fatalf("after Promote the leader sees node 4 as found=%v learner=%v", found, learner)
+	// Promote returns once node 4 applied the change; the leader applies
+	// it at its own pace (CI, on a loaded machine, once looked first).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		found, learner, _ := role(lead, newID)
+		if found && !learner {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Promote the leader sees node 4 as found=%v learner=%v", found, learner)
+		}
 	}
 	for p, s := range c.proposeRetry([]uint64{1, 2, 3, newID}, 1, 5, "c") {
 		acks[p] = s
