@@ -163,6 +163,7 @@ func (w *walker) top(n *pg.Node) {
 		st.Reason = "CALL runs a procedure the analyzer cannot see into"
 		w.escalate(st.Reason)
 		st.WritesAll = true
+		w.setsSearchPath = true // it may run SET search_path, or set_config
 		if fc := x.CallStmt.Funccall; fc != nil {
 			w.exprs(fc.Args, nil)
 		}
@@ -171,6 +172,7 @@ func (w *walker) top(n *pg.Node) {
 		st.Reason = "DO runs an anonymous code block the analyzer cannot see into"
 		w.escalate(st.Reason)
 		st.WritesAll = true
+		w.setsSearchPath = true // it may run SET search_path, or set_config
 	case *pg.Node_ExplainStmt:
 		analyze := false
 		for _, o := range x.ExplainStmt.Options {

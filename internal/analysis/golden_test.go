@@ -163,6 +163,9 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		if s.SetsSequence {
 			fmt.Fprintf(&b, "\n  sets-sequence")
 		}
+		if s.SetsSearchPath {
+			fmt.Fprintf(&b, "\n  sets-search-path")
+		}
 		if s.WritesLargeObjects {
 			fmt.Fprintf(&b, "\n  large-objects: writes")
 		} else if s.LargeObjects {

@@ -586,9 +586,37 @@ func funcName(fc *pg.FuncCall) (schema, name, full string) {
 	return schema, name, full
 }
 
+// operator notes the use of an operator (its name as the parse tree
+// holds it: the symbol, after its schema if qualified) whose function may
+// read data (catalog.Operator); every other operator reads nothing, as
+// the built-in ones.
+func (w *walker) operator(names []*pg.Node) {
+	var schema, symbol string
+	switch len(names) {
+	case 0:
+		return
+	case 1:
+		symbol = names[0].GetString_().GetSval()
+	default:
+		schema, symbol = names[len(names)-2].GetString_().GetSval(), names[len(names)-1].GetString_().GetSval()
+	}
+	f, ok := w.cat.Operator(w.sp, schema, symbol)
+	if !ok || !f.ReadsData {
+		return
+	}
+	w.escalate("uses operator " + f.Name.String() + ", whose function may read any table")
+	if f.Volatility == catalog.Volatile && w.opaque == "" {
+		w.opaque = "uses operator " + f.Name.String() + ", whose volatile function may write"
+	}
+}
+
 func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	schema, name, full := funcName(fc)
 	f, ok := w.cat.Func(w.sp, schema, name)
+	if ok && f.ChangesNames {
+		// Its body may set search_path or the role for the session.
+		w.setsSearchPath = true
+	}
 	if ok && f.Name.Schema == "pg_catalog" && f.Name.Name == "setval" {
 		w.setval = true
 	}
@@ -614,6 +642,7 @@ func (w *walker) funcCall(fc *pg.FuncCall, sc *scope) {
 	}
 	switch {
 	case !ok:
+		w.setsSearchPath = true // as one whose body may (created since the catalog was read)
 		w.markUnknown(full + "()")
 		w.escalate("unknown function " + full)
 		if w.opaque == "" {
@@ -705,6 +734,7 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
 		w.query(n, sc)
 	case *pg.Node_SubLink:
+		w.operator(x.SubLink.OperName)
 		w.expr(x.SubLink.Testexpr, sc)
 		w.query(x.SubLink.Subselect, sc)
 	case *pg.Node_FuncCall:
@@ -712,6 +742,14 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_RangeVar:
 		w.relation(x.RangeVar, sc, true, false)
 	case *pg.Node_AExpr:
+		switch x.AExpr.Kind {
+		case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN,
+			pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+			w.operator([]*pg.Node{pg.MakeStrNode(">=")})
+			w.operator([]*pg.Node{pg.MakeStrNode("<=")})
+		default:
+			w.operator(x.AExpr.Name)
+		}
 		w.expr(x.AExpr.Lexpr, sc)
 		w.expr(x.AExpr.Rexpr, sc)
 	case *pg.Node_BoolExpr:
@@ -724,6 +762,7 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_List:
 		w.exprs(x.List.Items, sc)
 	case *pg.Node_SortBy:
+		w.operator(x.SortBy.UseOp)
 		w.expr(x.SortBy.Node, sc)
 	default:
 		w.generic(n.ProtoReflect(), sc)

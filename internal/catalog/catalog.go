@@ -101,6 +101,9 @@ type Function struct {
 	// ReadsData: calling it may read (or write) user tables the analyzer
 	// cannot see, so a statement calling it reads everything.
 	ReadsData bool
+	// ChangesNames: its body may change how the session resolves names
+	// (search_path, the role), or runs SQL it builds (FuncDesc).
+	ChangesNames bool
 }
 
 // TableDesc, ViewDesc and FuncDesc form a Description.
@@ -133,6 +136,10 @@ type FuncDesc struct {
 	Name       string `json:"name"`
 	Volatility string `json:"volatility"` // "immutable", "stable" or "volatile"
 	ReadsData  bool   `json:"reads_data,omitempty"`
+	// ChangesNames: its body (as Load reads it) may set search_path or
+	// the role for the session, runs SQL it builds as text, or calls a
+	// user function that does.
+	ChangesNames bool `json:"changes_names,omitempty"`
 }
 
 // Description is the plain form of a catalog: what Load reads from
@@ -141,6 +148,10 @@ type Description struct {
 	Tables    []TableDesc `json:"tables"`
 	Views     []ViewDesc  `json:"views,omitempty"`
 	Functions []FuncDesc  `json:"functions,omitempty"`
+	// Operators are the operators, by symbol, whose function may read
+	// data (Load keeps no other): Name is the operator's symbol and
+	// Schema its schema, the rest is its function's.
+	Operators []FuncDesc `json:"operators,omitempty"`
 	// Granules maps "schema.table" to its granule column (cluster
 	// configuration, e.g. TPC-C's warehouse id columns); GranuleSeqno is
 	// the epoch of that configuration (classes.GranuleSeqnoAt).
@@ -154,6 +165,7 @@ type Catalog struct {
 	granuleSeqno uint64
 	rels         map[Name]*Relation
 	funcs        map[Name]*Function
+	ops          map[Name]*Function
 }
 
 // GranuleSeqno is the epoch of the granule configuration the catalog's
@@ -168,7 +180,7 @@ var ErrInvalid = errors.New("catalog: invalid description")
 // New builds a catalog from d. version distinguishes successive snapshots
 // (analysis results cached under one version are not used under another).
 func New(d Description, version uint64) (*Catalog, error) {
-	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function)}
+	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
 		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, PolicyReads: t.PolicyReads}
@@ -189,25 +201,11 @@ func New(d Description, version uint64) (*Catalog, error) {
 		}
 		r.Granule = col
 	}
-	for _, f := range d.Functions {
-		n := Name{f.Schema, f.Name}
-		v := Volatility(0)
-		switch f.Volatility {
-		case "immutable", "i":
-			v = Immutable
-		case "stable", "s":
-			v = Stable
-		case "volatile", "v":
-			v = Volatile
-		default:
-			return nil, fmt.Errorf("%w: function %s has volatility %q", ErrInvalid, n, f.Volatility)
-		}
-		if old, ok := c.funcs[n]; ok {
-			old.Volatility = worse(old.Volatility, v)
-			old.ReadsData = old.ReadsData || f.ReadsData
-			continue
-		}
-		c.funcs[n] = &Function{Name: n, Volatility: v, ReadsData: f.ReadsData}
+	if err := addFunctions(c.funcs, d.Functions, "function"); err != nil {
+		return nil, err
+	}
+	if err := addFunctions(c.ops, d.Operators, "operator"); err != nil {
+		return nil, err
 	}
 	views := make(map[Name]ViewDesc)
 	for _, v := range d.Views {
@@ -229,6 +227,41 @@ func New(d Description, version uint64) (*Catalog, error) {
 		sort.Slice(r.Bases, func(i, j int) bool { return r.Bases[i].String() < r.Bases[j].String() })
 	}
 	return c, nil
+}
+
+// addFunctions adds descs to m, merging those of one name (overloads) to
+// the worst of them.
+func addFunctions(m map[Name]*Function, descs []FuncDesc, what string) error {
+	for _, f := range descs {
+		n := Name{f.Schema, f.Name}
+		v := Volatility(0)
+		switch f.Volatility {
+		case "immutable", "i":
+			v = Immutable
+		case "stable", "s":
+			v = Stable
+		case "volatile", "v":
+			v = Volatile
+		default:
+			return fmt.Errorf("%w: %s %s has volatility %q", ErrInvalid, what, n, f.Volatility)
+		}
+		if old, ok := m[n]; ok {
+			*old = old.merge(&Function{Volatility: v, ReadsData: f.ReadsData, ChangesNames: f.ChangesNames})
+			continue
+		}
+		m[n] = &Function{Name: n, Volatility: v, ReadsData: f.ReadsData, ChangesNames: f.ChangesNames}
+	}
+	return nil
+}
+
+// merge returns f as volatile, as likely to read data and to change
+// names as the worse of f and g (f's name).
+func (f *Function) merge(g *Function) Function {
+	m := *f
+	m.Volatility = worse(f.Volatility, g.Volatility)
+	m.ReadsData = f.ReadsData || g.ReadsData
+	m.ChangesNames = f.ChangesNames || g.ChangesNames
+	return m
 }
 
 func worse(a, b Volatility) Volatility {
@@ -306,22 +339,35 @@ func (c *Catalog) Resolve(searchPath []string, schema, name string) (*Relation, 
 // picks among them by the arguments' types (public.upper(int) over
 // pg_catalog.upper(text) for upper(5)), which the analysis does not know.
 func (c *Catalog) Func(searchPath []string, schema, name string) (*Function, bool) {
+	return lookupFunc(c.funcs, searchPath, schema, name)
+}
+
+// Operator finds an operator whose function may read data
+// (Description.Operators) by its symbol, like Func: false for every
+// other operator.
+func (c *Catalog) Operator(searchPath []string, schema, symbol string) (*Function, bool) {
+	if len(c.ops) == 0 {
+		return nil, false
+	}
+	return lookupFunc(c.ops, searchPath, schema, symbol)
+}
+
+func lookupFunc(m map[Name]*Function, searchPath []string, schema, name string) (*Function, bool) {
 	if schema != "" {
-		f, ok := c.funcs[Name{schema, name}]
+		f, ok := m[Name{schema, name}]
 		return f, ok
 	}
 	var found *Function
 	for _, s := range effectivePath(searchPath) {
-		f, ok := c.funcs[Name{s, name}]
+		f, ok := m[Name{s, name}]
 		switch {
 		case !ok:
 		case found == nil:
 			found = f
-		case worse(found.Volatility, f.Volatility) != found.Volatility || f.ReadsData && !found.ReadsData:
-			merged := *found
-			merged.Volatility = worse(found.Volatility, f.Volatility)
-			merged.ReadsData = found.ReadsData || f.ReadsData
-			found = &merged
+		default:
+			if merged := found.merge(f); merged != *found {
+				found = &merged
+			}
 		}
 	}
 	return found, found != nil

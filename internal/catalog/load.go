@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -29,12 +30,34 @@ const (
 	// with its columns (names, and type names: '' for a column whose
 	// collation is not deterministic, whose equal values may differ in
 	// bytes), its primary key's columns in key order, whether it has
-	// user triggers or rules, and whether row security is on with a
+	// user triggers or rules or a write runs a user function that may
+	// read data (wcode: in a column's default, a check constraint, a
+	// check of a column's domain, or of the domain its domain or array is
+	// of; generated columns and indexes take IMMUTABLE functions only,
+	// which the analysis takes for pure), and whether row security is on with a
 	// policy that uses another relation or a function of the user's
 	// (PostgreSQL records no dependency on built-in ones), in one query (one round trip, each
 	// relation's catalog rows found through their indexes): a node
 	// reloads its catalog after every DDL.
 	qRelations = `
+WITH RECURSIVE ufn AS (
+  SELECT p.oid FROM pg_proc p JOIN pg_namespace pn ON pn.oid = p.pronamespace
+  WHERE p.provolatile <> 'i' AND pn.nspname NOT IN ('pg_catalog', 'information_schema')),
+udep AS (
+  SELECT d.classid, d.objid FROM pg_depend d
+  WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT oid FROM ufn)),
+rdom(oid) AS (
+  SELECT co.contypid FROM pg_constraint co
+  JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid
+  WHERE co.contypid <> 0
+  UNION
+  SELECT t.oid FROM pg_type t JOIN rdom ON t.typbasetype = rdom.oid OR t.typelem = rdom.oid),
+wcode(relid) AS (
+  SELECT ad.adrelid FROM pg_attrdef ad JOIN udep ON udep.classid = 'pg_attrdef'::regclass AND udep.objid = ad.oid
+  UNION SELECT co.conrelid FROM pg_constraint co
+  JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid WHERE co.conrelid <> 0
+  UNION SELECT a.attrelid FROM pg_attribute a
+  WHERE a.atttypid IN (SELECT oid FROM rdom) AND a.attnum > 0 AND NOT a.attisdropped)
 SELECT n.nspname, c.relname, c.relkind::text,
   coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
@@ -46,7 +69,8 @@ SELECT n.nspname, c.relname, c.relkind::text,
             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
             WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
   EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
-    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid)),
+    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid))
+    OR c.oid IN (SELECT relid FROM wcode),
   c.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
     JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
     WHERE pol.polrelid = c.oid
@@ -76,11 +100,26 @@ WHERE (EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgis
    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid)))
   AND {scope n}
 ORDER BY 1, 2`
+	// qFunctions reads every function, with the body of a user one
+	// (scanned by changesNames) unless it is C or internal: its symbol.
 	qFunctions = `
-SELECT n.nspname, p.proname, p.provolatile::text, l.lanname, p.prokind::text
+SELECT n.nspname, p.proname, p.provolatile::text, l.lanname, p.prokind::text,
+  CASE WHEN n.nspname IN ('pg_catalog', 'information_schema') OR l.lanname IN ('c', 'internal') THEN ''
+       WHEN p.prosqlbody IS NOT NULL THEN pg_get_function_sqlbody(p.oid)
+       ELSE p.prosrc END
 FROM pg_proc p
 JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
+WHERE {scope n}
+ORDER BY 1, 2`
+	// qOperators reads every operator with its function's schema, name,
+	// volatility and kind.
+	qOperators = `
+SELECT n.nspname, o.oprname, pn.nspname, p.proname, p.provolatile::text, p.prokind::text
+FROM pg_operator o
+JOIN pg_namespace n ON n.oid = o.oprnamespace
+JOIN pg_proc p ON p.oid = o.oprcode
+JOIN pg_namespace pn ON pn.oid = p.pronamespace
 WHERE {scope n}
 ORDER BY 1, 2`
 	// qSystemSignature counts the objects created in the system schemas
@@ -192,23 +231,34 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	if err != nil {
 		return d, err
 	}
+	var bodies []string
 	err = each(ctx, q, qFunctions, sc, func(r pgx.Rows) error {
 		var f FuncDesc
-		var vol, lang, kind string
-		if err := r.Scan(&f.Schema, &f.Name, &vol, &lang, &kind); err != nil {
+		var vol, lang, kind, body string
+		if err := r.Scan(&f.Schema, &f.Name, &vol, &lang, &kind, &body); err != nil {
 			return err
 		}
 		f.Volatility = vol
-		builtin := f.Schema == "pg_catalog" || f.Schema == "information_schema"
-		switch {
-		case builtin:
-			f.ReadsData = execFunctions[f.Name]
-		case kind == "p":
-			f.ReadsData = true
-		default:
-			f.ReadsData = vol != "i"
-		}
+		f.ReadsData = readsData(f.Schema, f.Name, vol, kind)
 		d.Functions = append(d.Functions, f)
+		bodies = append(bodies, body)
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	markChangesNames(d.Functions, bodies)
+	err = each(ctx, q, qOperators, sc, func(r pgx.Rows) error {
+		var o FuncDesc
+		var fschema, fname, vol, kind string
+		if err := r.Scan(&o.Schema, &o.Name, &fschema, &fname, &vol, &kind); err != nil {
+			return err
+		}
+		if !readsData(fschema, fname, vol, kind) {
+			return nil // as the built-in operators: what the analysis assumes of any
+		}
+		o.Volatility, o.ReadsData = vol, true
+		d.Operators = append(d.Operators, o)
 		return nil
 	})
 	if err != nil {
@@ -222,6 +272,72 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		}
 	}
 	return d, nil
+}
+
+// readsData reports whether calling a function may read (or write) user
+// data: a built-in one only if it runs SQL given as text
+// (execFunctions), a user one unless it is an IMMUTABLE function.
+func readsData(schema, name, volatility, kind string) bool {
+	switch {
+	case schema == "pg_catalog" || schema == "information_schema":
+		return execFunctions[name]
+	case kind == "p":
+		return true
+	default:
+		return volatility != "i"
+	}
+}
+
+// namesBody matches what in a function's body may change how the
+// session resolves names: SET or RESET of search_path, the role or
+// everything, set_config (any setting: its name may be computed), DISCARD
+// ALL, and EXECUTE (PL/pgSQL's SQL built as text, a PL's plpy.execute or
+// spi_exec…), in lower case.
+var namesBody = regexp.MustCompile(`\b(?:(?:set|reset)\s+(?:(?:local|session)\s+)?(?:search_path|role|session\s+authorization|all)\b|set_config\b|discard\s+all\b|execute\b|exec\b|spi_exec)`)
+
+// identifier matches the words of a body that may name a function.
+var identifier = regexp.MustCompile(`[a-z_][a-z0-9_$]*`)
+
+// markChangesNames sets ChangesNames on the functions (bodies[i] is
+// fns[i]'s, "" if none was read) whose body may change how the session
+// resolves names (namesBody), or names a function that does: a call
+// through another user function changes them as well. A function is
+// matched by its name only, in any schema.
+func markChangesNames(fns []FuncDesc, bodies []string) {
+	changing := make(map[string]bool)
+	for i, b := range bodies {
+		if b != "" && namesBody.MatchString(strings.ToLower(b)) {
+			fns[i].ChangesNames = true
+			changing[strings.ToLower(fns[i].Name)] = true
+		}
+	}
+	if len(changing) == 0 {
+		return
+	}
+	words := make([]map[string]bool, len(fns))
+	for i, b := range bodies {
+		if b == "" || fns[i].ChangesNames {
+			continue
+		}
+		words[i] = make(map[string]bool)
+		for _, w := range identifier.FindAllString(strings.ToLower(b), -1) {
+			words[i][w] = true
+		}
+	}
+	for more := true; more; {
+		more = false
+		for i := range fns {
+			if fns[i].ChangesNames || words[i] == nil {
+				continue
+			}
+			for w := range words[i] {
+				if changing[w] {
+					fns[i].ChangesNames, changing[strings.ToLower(fns[i].Name)], more = true, true, true
+					break
+				}
+			}
+		}
+	}
 }
 
 func each(ctx context.Context, q Querier, sql string, sc scope, f func(pgx.Rows) error) error {

@@ -339,3 +339,92 @@ func describe(d Description) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestLoadUserCodeOnWrites: a write to a table runs the user functions
+// of its columns' defaults, its check constraints and its columns'
+// domains' checks; one that may read data makes the table count as one
+// with triggers. Immutable functions (the only ones PostgreSQL allows in
+// generated columns and indexes) and built-in ones do not.
+func TestLoadUserCodeOnWrites(t *testing.T) {
+	conn, ctx := connect(t)
+	if _, err := conn.Exec(ctx, `
+CREATE SCHEMA uc;
+CREATE TABLE uc.limits (n int);
+CREATE FUNCTION uc.reads(int) RETURNS int LANGUAGE sql STABLE AS 'SELECT coalesce(max(n), 0) FROM uc.limits';
+CREATE FUNCTION uc.ok(int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 <= (SELECT coalesce(max(n), 0) FROM uc.limits)';
+CREATE FUNCTION uc.pure(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + 1';
+CREATE DOMAIN uc.capped AS int CHECK (uc.ok(VALUE));
+CREATE DOMAIN uc.capped2 AS uc.capped;
+CREATE TABLE uc.by_default (id int PRIMARY KEY, v int DEFAULT uc.reads(1));
+CREATE TABLE uc.by_check (id int PRIMARY KEY, v int CHECK (uc.ok(v)));
+CREATE TABLE uc.by_domain (id int PRIMARY KEY, v uc.capped2);
+CREATE TABLE uc.by_domain_array (id int PRIMARY KEY, v uc.capped[]);
+CREATE TABLE uc.pure (id int PRIMARY KEY, v int DEFAULT uc.pure(1) CHECK (uc.pure(v) > 0), w timestamptz DEFAULT now(),
+  g int GENERATED ALWAYS AS (uc.pure(v)) STORED);
+CREATE INDEX ON uc.pure (uc.pure(v));`); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(ctx, conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := New(d, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"by_default": true, "by_check": true, "by_domain": true, "by_domain_array": true, "pure": false, "limits": false} {
+		if r, _ := cat.Lookup(Name{"uc", name}); r == nil || r.Triggers != want {
+			t.Errorf("uc.%s: Triggers %v, want %v", name, r != nil && r.Triggers, want)
+		}
+	}
+}
+
+// TestLoadOperatorsAndNameChanges: the operators whose function may read
+// data are loaded (no other), and functions whose body may change the
+// session's search path or role, or call one that does, are marked.
+func TestLoadOperatorsAndNameChanges(t *testing.T) {
+	conn, ctx := connect(t)
+	if _, err := conn.Exec(ctx, `
+CREATE SCHEMA op;
+CREATE TABLE op.allowed (a int, b int);
+CREATE FUNCTION op.allowed(int, int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT EXISTS (SELECT 1 FROM op.allowed WHERE a = $1 AND b = $2)';
+CREATE OPERATOR op.=== (FUNCTION = op.allowed, LEFTARG = int, RIGHTARG = int);
+CREATE FUNCTION op.same(int, int) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT $1 = $2';
+CREATE OPERATOR op.=~= (FUNCTION = op.same, LEFTARG = int, RIGHTARG = int);
+CREATE FUNCTION op.go_to(s text) RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('search_path', s, false); END$$;
+CREATE FUNCTION op.Via() RETURNS void LANGUAGE sql AS 'SELECT op.go_to(''x'')';
+CREATE FUNCTION op.via_via() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM op.via(); RETURN 1; END$$;
+CREATE FUNCTION op.be(r text) RETURNS void LANGUAGE plpgsql AS $$BEGIN EXECUTE format('SET ROLE %I', r); END$$;
+CREATE FUNCTION op.path_local() RETURNS void LANGUAGE plpgsql AS $$BEGIN SET LOCAL search_path = op; END$$;
+CREATE FUNCTION op.atomic() RETURNS text LANGUAGE sql BEGIN ATOMIC SELECT set_config('role', 'x', false); END;
+CREATE FUNCTION op.plain(int) RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN (SELECT count(*) FROM op.allowed WHERE a = $1); END$$;`); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(ctx, conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := New(d, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := cat.Operator(nil, "op", "==="); !ok || !o.ReadsData || o.Volatility != Stable {
+		t.Errorf("op.===: %+v %v", o, ok)
+	}
+	if o, ok := cat.Operator([]string{"op"}, "", "==="); !ok || !o.ReadsData {
+		t.Errorf("=== on op's path: %+v %v", o, ok)
+	}
+	for _, sym := range []string{"=~=", "=", "<"} {
+		if o, ok := cat.Operator([]string{"op"}, "", sym); ok {
+			t.Errorf("%s is loaded: %+v", sym, o)
+		}
+	}
+	for name, want := range map[string]bool{"go_to": true, "via": true, "via_via": true, "be": true, "path_local": true, "atomic": true, "plain": false, "allowed": false} {
+		if f, ok := cat.Func(nil, "op", name); !ok || f.ChangesNames != want {
+			t.Errorf("op.%s: ChangesNames %v, want %v", name, ok && f.ChangesNames, want)
+		}
+	}
+	if f, _ := cat.Func(nil, "pg_catalog", "set_config"); f.ChangesNames {
+		t.Error("set_config is marked: built-in functions' bodies are not read (the analysis knows it)")
+	}
+}

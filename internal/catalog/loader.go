@@ -117,6 +117,7 @@ func (l *Loader) loadLocked(ctx context.Context) (Description, error) {
 		Tables:       slices.Concat(l.system.Tables, user.Tables),
 		Views:        slices.Concat(l.system.Views, user.Views),
 		Functions:    slices.Concat(l.system.Functions, user.Functions),
+		Operators:    slices.Concat(l.system.Operators, user.Operators),
 		Granules:     l.usableGranules(user.Tables),
 		GranuleSeqno: l.granuleSeqno,
 	}, nil

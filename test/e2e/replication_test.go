@@ -722,6 +722,76 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 	c.requireConverged("other", "grants")
 }
 
+// TestUserCodeReadsAreReads: PostgreSQL runs user functions where no
+// call names them: an operator's, a check constraint's on a write. One
+// that reads a table makes the statement read anything. And a function
+// that sets the session's search_path changes what the statements after
+// it read.
+func TestUserCodeReadsAreReads(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a, b := c.connect(0), c.connect(1)
+	execAll(t, a,
+		"CREATE TABLE pairs (x int, y int)",
+		"CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE limits (id int PRIMARY KEY, n int NOT NULL)",
+		"INSERT INTO pairs VALUES (5, 5)",
+		"INSERT INTO t SELECT g, 0 FROM generate_series(1, 9) g",
+		"INSERT INTO other VALUES (1, 0)",
+		"INSERT INTO limits VALUES (1, 10)",
+		"CREATE FUNCTION paired(int, int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT EXISTS (SELECT 1 FROM pairs WHERE x = $1 AND y = $2)'",
+		"CREATE OPERATOR === (FUNCTION = paired, LEFTARG = int, RIGHTARG = int)",
+		"CREATE FUNCTION within(int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 <= (SELECT n FROM limits WHERE id = 1)'",
+		"CREATE TABLE checked (id int PRIMARY KEY, v int NOT NULL CHECK (within(v)))",
+		"CREATE SCHEMA s2",
+		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO s2.t SELECT g, 0 FROM generate_series(1, 9) g",
+		"CREATE FUNCTION go_to(p text) RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('search_path', p, false); END$$",
+	)
+	c.waitConverged()
+
+	// Each case reads through user code in a block that also writes,
+	// while node 2 changes what that code read: the commit must fail.
+	cases := []struct {
+		name, read, concurrent string
+	}{
+		{"operator", "SELECT count(*) FROM t WHERE id === 5", "DELETE FROM pairs"},
+		{"check constraint", "INSERT INTO checked VALUES (1, 5)", "UPDATE limits SET n = 0"},
+	}
+	for _, tc := range cases {
+		tx, err := a.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, tc.read)
+		require.NoError(t, err, tc.name)
+		_, err = tx.Exec(ctx, "UPDATE other SET v = v + 1 WHERE id = 1")
+		require.NoError(t, err)
+		_, err = b.Exec(ctx, tc.concurrent)
+		require.NoError(t, err, tc.name)
+		err = tx.Commit(ctx)
+		require.Error(t, err, "%s: the block read what node 2 changed", tc.name)
+		require.Equal(t, "40001", sqlstate(err), "%s: commit: %v", tc.name, err)
+	}
+
+	// A function moves the session to s2: t is s2.t from then on.
+	p := c.connect(0)
+	_, err := p.Exec(ctx, "SELECT go_to('s2, public')")
+	require.NoError(t, err)
+	tx, err := p.Begin(ctx)
+	require.NoError(t, err)
+	var v int
+	require.NoError(t, tx.QueryRow(ctx, "SELECT v FROM t WHERE id = 5").Scan(&v))
+	_, err = tx.Exec(ctx, "UPDATE other SET v = v + 1 WHERE id = 1")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "UPDATE s2.t SET v = 1 WHERE id = 5")
+	require.NoError(t, err)
+	err = tx.Commit(ctx)
+	require.Error(t, err, "the read of s2.t's row 5 must conflict with its change")
+	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	c.requireConverged("other", "limits", "checked", "s2.t")
+}
+
 // TestReadsWithNonStandardStrings: with standard_conforming_strings off a
 // backslash escapes a quote, so PostgreSQL reads a text otherwise than
 // the analysis (which reads strings as the setting on does); such a read
