@@ -141,9 +141,10 @@ func (r *Replica) leftoverDone(gid txn.GID) {
 // snapshot calls it first. It fails with termination.ErrStopped if the
 // loop stopped with a told commit not visible, and with
 // termination.ErrReplaying if the leftovers of a restart are not carried
-// out within CommitTimeout, and with termination.ErrClientCanceled once
-// canceled is closed (the client's CancelRequest).
-func (r *Replica) AwaitTold(ctx context.Context, canceled <-chan struct{}) error {
+// out within CommitTimeout, with termination.ErrClientCanceled once
+// canceled is closed (the client's CancelRequest), and with
+// termination.ErrBruteForced once aborted is closed.
+func (r *Replica) AwaitTold(ctx context.Context, canceled, aborted <-chan struct{}) error {
 	target := r.tg.told.Load()
 	if r.tg.known.Load() && r.tg.visible.Load() >= target && !r.tg.leftover.Load() {
 		return nil // the common case: three atomic loads
@@ -155,6 +156,8 @@ func (r *Replica) AwaitTold(ctx context.Context, canceled <-chan struct{}) error
 		case <-r.tg.knownCh:
 		case <-canceled:
 			return termination.ErrClientCanceled
+		case <-aborted:
+			return termination.ErrBruteForced
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.down:
@@ -187,6 +190,8 @@ func (r *Replica) AwaitTold(ctx context.Context, canceled <-chan struct{}) error
 				termination.ErrReplaying, left, r.cfg.CommitTimeout, r.prefix.Load())
 		case <-canceled:
 			return termination.ErrClientCanceled
+		case <-aborted:
+			return termination.ErrBruteForced
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.down:

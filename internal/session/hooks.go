@@ -270,6 +270,10 @@ func (h *Hooks) Abort(pids []int, ddl bool) (unknown []int) {
 			h.cfg.OnBruteForce()
 		}
 		s.be.Abort(errBruteForce)
+		// A statement of it waiting for this node's told commits
+		// (awaitTold) is inside its hook, where the wire layer cannot
+		// roll it back: it stops waiting.
+		s.wakeAborted()
 	}
 	return unknown
 }

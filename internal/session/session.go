@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -92,6 +93,12 @@ type session struct {
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
+	// abortCh is closed by Hooks.Abort, to end a wait inside Ordo of the
+	// transaction it aborts (abortWait); abortClosed: it was. Under
+	// abortMu.
+	abortMu     sync.Mutex
+	abortCh     chan struct{}
+	abortClosed bool
 	// inTxn: a transaction block is open or being opened (read by
 	// Hooks.Abort on another goroutine).
 	inTxn atomic.Bool
@@ -268,13 +275,38 @@ type txState struct {
 	cons consTx
 }
 
+// abortWait returns a channel Hooks.Abort closes when it aborts the
+// session's transaction (at once closed if it already did).
+func (s *session) abortWait() <-chan struct{} {
+	s.abortMu.Lock()
+	defer s.abortMu.Unlock()
+	if s.abortCh == nil || s.abortClosed && !s.aborted.Load() {
+		s.abortCh, s.abortClosed = make(chan struct{}), false // a new transaction
+	}
+	return s.abortCh
+}
+
+// wakeAborted ends the session's wait inside Ordo (abortWait) for
+// Hooks.Abort, which set aborted first.
+func (s *session) wakeAborted() {
+	s.abortMu.Lock()
+	defer s.abortMu.Unlock()
+	if s.abortCh != nil && !s.abortClosed {
+		close(s.abortCh)
+		s.abortClosed = true
+	}
+}
+
 // awaitTold waits, before a statement that may take a snapshot, until the
 // commits this node told before they were visible are (ToldAwaiter).
 func (s *session) awaitTold(ctx context.Context) error {
 	if s.h.told == nil {
 		return nil
 	}
-	if err := s.h.told.AwaitTold(ctx, s.canceled); err != nil {
+	if err := s.h.told.AwaitTold(ctx, s.canceled, s.abortWait()); err != nil {
+		if errors.Is(err, termination.ErrBruteForced) {
+			return errBruteForce
+		}
 		if errors.Is(err, termination.ErrClientCanceled) {
 			return pgErr(codeQueryCanceled, "ordo: %v (it waited for this node's latest commits to become visible)", err)
 		}

@@ -55,6 +55,12 @@ var ErrReplaying = errors.New("this node is still replaying its log")
 // running nothing of the session's, so Ordo ends the wait itself.
 var ErrClientCanceled = errors.New("canceling statement due to user request")
 
+// ErrBruteForced ends a wait of a session inside Ordo whose transaction
+// the node chose for a brute-force abort (it holds locks the apply of a
+// transaction placed first by the order needs): the session fails its
+// statement with 40001 and its transaction is rolled back.
+var ErrBruteForced = errors.New("a replication conflict aborted this transaction")
+
 // ErrPostgresRestarted is returned by the engine when the local
 // PostgreSQL restarted under a running node: the applies and commits it
 // acknowledged without flushing them may be lost, so the node must

@@ -85,9 +85,11 @@ type VisiblePrefixer interface {
 // sees after hearing of a commit holds it. A wait ends with
 // ErrClientCanceled once canceled is closed (the client sent a
 // CancelRequest: PostgreSQL, to which it is forwarded, runs nothing of the
-// session's to cancel).
+// session's to cancel), and with ErrBruteForced once aborted is closed
+// (the node chose the session's transaction for a brute-force abort: it
+// holds locks an apply needs, and the wait must not outlast them).
 type ToldAwaiter interface {
-	AwaitTold(ctx context.Context, canceled <-chan struct{}) error
+	AwaitTold(ctx context.Context, canceled, aborted <-chan struct{}) error
 }
 
 // ClassScheduler is the optional capability of a conservative protocol
