@@ -27,6 +27,7 @@ type walker struct {
 	setval               bool   // calls pg_catalog.setval
 	setsOrdoConfig       bool   // calls set_config on an ordo. setting, default_transaction_isolation, or one it cannot name
 	setsSearchPath       bool   // calls set_config on search_path, role, session_authorization, or one it cannot name
+	deleting             bool   // relation: the target of a DELETE (which runs no default or check)
 	// largeObjects: calls a function on large objects;
 	// largeObjectWrites: one that changes one.
 	largeObjects, largeObjectWrites bool
@@ -204,6 +205,9 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		}
 		for _, b := range rel.Bases {
 			bt, _ := w.cat.Lookup(b)
+			if write && bt != nil && bt.WriteCode && !w.deleting {
+				w.escalate("table " + bt.Name.String() + " has a default or check that calls a function which may read any table")
+			}
 			w.st.acc = append(w.st.acc, access{table: bt, read: read, write: write, tableOnly: true})
 			if read {
 				w.reads[b] = true
@@ -219,6 +223,11 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		// checks a written row with them: they read other tables or
 		// call functions.
 		w.escalate("table " + rel.Name.String() + " has row security policies that read other tables or call functions")
+	}
+	if write && rel.WriteCode && !w.deleting {
+		// A default, a check or a domain's check calls a user function
+		// that may read data (a DELETE runs none of them).
+		w.escalate("table " + rel.Name.String() + " has a default or check that calls a function which may read any table")
 	}
 	if write && rel.Triggers {
 		// Triggers and rules run code the analyzer cannot see: its reads
@@ -253,6 +262,9 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, quals, later *[]*pg.Node) {
 		sc.rels = append(sc.rels, w.relation(x.RangeVar, sc, true, false))
 	case *pg.Node_JoinExpr:
 		j := x.JoinExpr
+		if j.IsNatural || len(j.UsingClause) > 0 {
+			w.operator(opNamed("=")) // the columns' equality
+		}
 		first := len(w.st.acc)
 		w.fromItem(j.Larg, sc, quals, later)
 		w.fromItem(j.Rarg, sc, quals, later)
@@ -517,24 +529,26 @@ func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
 }
 
 func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
-	sc := w.changeRows(s.WithClause, s.Relation, s.FromClause, s.WhereClause, parent)
+	sc := w.changeRows(s.WithClause, s.Relation, s.FromClause, s.WhereClause, parent, false)
 	w.exprs(s.TargetList, sc)
 	w.exprs(s.ReturningList, sc)
 }
 
 func (w *walker) deleteStmt(s *pg.DeleteStmt, parent *scope) {
-	sc := w.changeRows(s.WithClause, s.Relation, s.UsingClause, s.WhereClause, parent)
+	sc := w.changeRows(s.WithClause, s.Relation, s.UsingClause, s.WhereClause, parent, true)
 	w.exprs(s.ReturningList, sc)
 }
 
 // changeRows walks what UPDATE and DELETE share: the WITH clause, the
 // target (read and written), the FROM/USING items and the WHERE clause,
 // whose equalities fix the target's keys. It returns the statement's scope.
-func (w *walker) changeRows(with *pg.WithClause, target *pg.RangeVar, from []*pg.Node, where *pg.Node, parent *scope) *scope {
+func (w *walker) changeRows(with *pg.WithClause, target *pg.RangeVar, from []*pg.Node, where *pg.Node, parent *scope, deleting bool) *scope {
 	w.dml = true
 	sc := &scope{parent: parent}
 	w.with(with, sc)
+	w.deleting = deleting
 	sc.rels = append(sc.rels, w.relation(target, sc, true, true))
+	w.deleting = false
 	var quals, later []*pg.Node
 	for _, f := range from {
 		w.fromItem(f, sc, &quals, &later)
@@ -586,6 +600,9 @@ func funcName(fc *pg.FuncCall) (schema, name, full string) {
 	return schema, name, full
 }
 
+// opNamed is the parse tree's name of the operator symbol.
+func opNamed(symbol string) []*pg.Node { return []*pg.Node{pg.MakeStrNode(symbol)} }
+
 // operator notes the use of an operator (its name as the parse tree
 // holds it: the symbol, after its schema if qualified) whose function may
 // read data (catalog.Operator); every other operator reads nothing, as
@@ -603,6 +620,9 @@ func (w *walker) operator(names []*pg.Node) {
 	f, ok := w.cat.Operator(w.sp, schema, symbol)
 	if !ok || !f.ReadsData {
 		return
+	}
+	if f.ChangesNames {
+		w.setsSearchPath = true
 	}
 	w.escalate("uses operator " + f.Name.String() + ", whose function may read any table")
 	if f.Volatility == catalog.Volatile && w.opaque == "" {
@@ -734,6 +754,9 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
 		w.query(n, sc)
 	case *pg.Node_SubLink:
+		if x.SubLink.SubLinkType == pg.SubLinkType_ANY_SUBLINK && len(x.SubLink.OperName) == 0 {
+			w.operator(opNamed("=")) // x IN (SELECT …)
+		}
 		w.operator(x.SubLink.OperName)
 		w.expr(x.SubLink.Testexpr, sc)
 		w.query(x.SubLink.Subselect, sc)
@@ -743,10 +766,12 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 		w.relation(x.RangeVar, sc, true, false)
 	case *pg.Node_AExpr:
 		switch x.AExpr.Kind {
-		case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN,
-			pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
-			w.operator([]*pg.Node{pg.MakeStrNode(">=")})
-			w.operator([]*pg.Node{pg.MakeStrNode("<=")})
+		case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_BETWEEN_SYM:
+			w.operator(opNamed(">="))
+			w.operator(opNamed("<="))
+		case pg.A_Expr_Kind_AEXPR_NOT_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+			w.operator(opNamed("<"))
+			w.operator(opNamed(">"))
 		default:
 			w.operator(x.AExpr.Name)
 		}
@@ -761,6 +786,11 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 		w.exprs(x.ResTarget.Indirection, sc)
 	case *pg.Node_List:
 		w.exprs(x.List.Items, sc)
+	case *pg.Node_CaseExpr:
+		if x.CaseExpr.Arg != nil {
+			w.operator(opNamed("=")) // CASE x WHEN v: x = v
+		}
+		w.generic(n.ProtoReflect(), sc)
 	case *pg.Node_SortBy:
 		w.operator(x.SortBy.UseOp)
 		w.expr(x.SortBy.Node, sc)

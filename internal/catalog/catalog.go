@@ -67,6 +67,9 @@ type Relation struct {
 	// Triggers is set on a table with user triggers or rules: writing it
 	// runs code that may read and write anything.
 	Triggers bool
+	// WriteCode is set on a table an INSERT or UPDATE of which may run a
+	// user function that may read data (TableDesc.WriteCode).
+	WriteCode bool
 	// PolicyReads is set on a table with row security whose policies use
 	// other relations or user functions: reading it may read anything.
 	PolicyReads bool
@@ -114,6 +117,10 @@ type TableDesc struct {
 	PK      []string `json:"pk,omitempty"`
 	// Triggers: the table has user (non-internal) triggers or rules.
 	Triggers bool `json:"triggers,omitempty"`
+	// WriteCode: an INSERT or UPDATE of it may run a user function that
+	// may read data (a column default's, a check constraint's, a
+	// column domain's check; or those of a partition or child).
+	WriteCode bool `json:"write_code,omitempty"`
 	// PolicyReads: row security is on, and a policy uses another
 	// relation or a user function.
 	PolicyReads bool `json:"policy_reads,omitempty"`
@@ -183,7 +190,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, PolicyReads: t.PolicyReads}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, WriteCode: t.WriteCode, PolicyReads: t.PolicyReads}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)

@@ -30,34 +30,12 @@ const (
 	// with its columns (names, and type names: '' for a column whose
 	// collation is not deterministic, whose equal values may differ in
 	// bytes), its primary key's columns in key order, whether it has
-	// user triggers or rules or a write runs a user function that may
-	// read data (wcode: in a column's default, a check constraint, a
-	// check of a column's domain, or of the domain its domain or array is
-	// of; generated columns and indexes take IMMUTABLE functions only,
-	// which the analysis takes for pure), and whether row security is on with a
+	// user triggers or rules, and whether row security is on with a
 	// policy that uses another relation or a function of the user's
 	// (PostgreSQL records no dependency on built-in ones), in one query (one round trip, each
 	// relation's catalog rows found through their indexes): a node
 	// reloads its catalog after every DDL.
 	qRelations = `
-WITH RECURSIVE ufn AS (
-  SELECT p.oid FROM pg_proc p JOIN pg_namespace pn ON pn.oid = p.pronamespace
-  WHERE p.provolatile <> 'i' AND pn.nspname NOT IN ('pg_catalog', 'information_schema')),
-udep AS (
-  SELECT d.classid, d.objid FROM pg_depend d
-  WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT oid FROM ufn)),
-rdom(oid) AS (
-  SELECT co.contypid FROM pg_constraint co
-  JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid
-  WHERE co.contypid <> 0
-  UNION
-  SELECT t.oid FROM pg_type t JOIN rdom ON t.typbasetype = rdom.oid OR t.typelem = rdom.oid),
-wcode(relid) AS (
-  SELECT ad.adrelid FROM pg_attrdef ad JOIN udep ON udep.classid = 'pg_attrdef'::regclass AND udep.objid = ad.oid
-  UNION SELECT co.conrelid FROM pg_constraint co
-  JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid WHERE co.conrelid <> 0
-  UNION SELECT a.attrelid FROM pg_attribute a
-  WHERE a.atttypid IN (SELECT oid FROM rdom) AND a.attnum > 0 AND NOT a.attisdropped)
 SELECT n.nspname, c.relname, c.relkind::text,
   coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
@@ -69,8 +47,7 @@ SELECT n.nspname, c.relname, c.relkind::text,
             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
             WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
   EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
-    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid))
-    OR c.oid IN (SELECT relid FROM wcode),
+    OR (c.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid)),
   c.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
     JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
     WHERE pol.polrelid = c.oid
@@ -79,6 +56,53 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r','p','m','f','v')
   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
 ORDER BY 1, 2`
+	// qWriteCode reads the tables (wcode) an INSERT or UPDATE of which may call a
+	// user function that may read data (ufn: not IMMUTABLE, and not C,
+	// which Ordo takes for what extensions' C code is, pure, as it takes
+	// PostgreSQL's own) directly or through an operator: in a column's
+	// default, a check constraint, or a check of a column's domain
+	// (rdom: or of the domain its domain, array or composite type is
+	// of, through tlink; a table's row type as a column's type is not
+	// followed), and the tables a write of which may reach one of those
+	// (partitioned tables and inheritance parents). Generated columns
+	// and indexes take IMMUTABLE functions only.
+	qWriteCode = `
+WITH RECURSIVE ufn AS (
+  SELECT p.oid FROM pg_proc p
+  JOIN pg_namespace pn ON pn.oid = p.pronamespace
+  JOIN pg_language l ON l.oid = p.prolang
+  WHERE p.provolatile <> 'i' AND pn.nspname NOT IN ('pg_catalog', 'information_schema')
+    AND l.lanname NOT IN ('c', 'internal')),
+udep AS (
+  SELECT d.classid, d.objid FROM pg_depend d
+  WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT oid FROM ufn)
+     OR d.refclassid = 'pg_operator'::regclass
+        AND d.refobjid IN (SELECT o.oid FROM pg_operator o WHERE o.oprcode IN (SELECT oid FROM ufn))),
+tlink(oid, of) AS (
+  SELECT t.oid, t.typbasetype FROM pg_type t WHERE t.typtype = 'd'
+  UNION ALL SELECT t.oid, t.typelem FROM pg_type t WHERE t.typcategory = 'A' AND t.typelem <> 0
+  UNION ALL SELECT ct.oid, a.atttypid FROM pg_class k
+  JOIN pg_type ct ON ct.typrelid = k.oid
+  JOIN pg_attribute a ON a.attrelid = k.oid AND a.attnum > 0 AND NOT a.attisdropped
+  WHERE k.relkind = 'c'),
+rdom(oid) AS (
+  SELECT co.contypid FROM pg_constraint co
+  JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid
+  WHERE co.contypid <> 0
+  UNION
+  SELECT tl.oid FROM tlink tl JOIN rdom ON tl.of = rdom.oid),
+wown(relid) AS (
+  SELECT ad.adrelid FROM pg_attrdef ad JOIN udep ON udep.classid = 'pg_attrdef'::regclass AND udep.objid = ad.oid
+  UNION SELECT co.conrelid FROM pg_constraint co
+  JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid WHERE co.conrelid <> 0
+  UNION SELECT a.attrelid FROM pg_attribute a
+  WHERE a.atttypid IN (SELECT oid FROM rdom) AND a.attnum > 0 AND NOT a.attisdropped),
+wcode(relid) AS (
+  SELECT relid FROM wown
+  UNION SELECT i.inhparent FROM pg_inherits i JOIN wcode ON i.inhrelid = wcode.relid)
+SELECT n.nspname, c.relname
+FROM wcode JOIN pg_class c ON c.oid = wcode.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE {scope n}`
 	qViewDeps = `
 SELECT DISTINCT vn.nspname, v.relname,
        CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
@@ -113,13 +137,14 @@ JOIN pg_language l ON l.oid = p.prolang
 WHERE {scope n}
 ORDER BY 1, 2`
 	// qOperators reads every operator with its function's schema, name,
-	// volatility and kind.
+	// volatility, kind and language.
 	qOperators = `
-SELECT n.nspname, o.oprname, pn.nspname, p.proname, p.provolatile::text, p.prokind::text
+SELECT n.nspname, o.oprname, pn.nspname, p.proname, p.provolatile::text, p.prokind::text, l.lanname
 FROM pg_operator o
 JOIN pg_namespace n ON n.oid = o.oprnamespace
 JOIN pg_proc p ON p.oid = o.oprcode
 JOIN pg_namespace pn ON pn.oid = p.pronamespace
+JOIN pg_language l ON l.oid = p.prolang
 WHERE {scope n}
 ORDER BY 1, 2`
 	// qSystemSignature counts the objects created in the system schemas
@@ -211,6 +236,19 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	if err != nil {
 		return d, err
 	}
+	err = each(ctx, q, qWriteCode, sc, func(r pgx.Rows) error {
+		var n Name
+		if err := r.Scan(&n.Schema, &n.Name); err != nil {
+			return err
+		}
+		if t, ok := tables[n]; ok {
+			t.WriteCode = true
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
 	err = each(ctx, q, qViewDeps, sc, func(r pgx.Rows) error {
 		var v, dep Name
 		var kind string
@@ -247,17 +285,22 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	if err != nil {
 		return d, err
 	}
-	markChangesNames(d.Functions, bodies)
+	changing := markChangesNames(d.Functions, bodies)
 	err = each(ctx, q, qOperators, sc, func(r pgx.Rows) error {
 		var o FuncDesc
-		var fschema, fname, vol, kind string
-		if err := r.Scan(&o.Schema, &o.Name, &fschema, &fname, &vol, &kind); err != nil {
+		var fschema, fname, vol, kind, lang string
+		if err := r.Scan(&o.Schema, &o.Name, &fschema, &fname, &vol, &kind, &lang); err != nil {
 			return err
 		}
-		if !readsData(fschema, fname, vol, kind) {
-			return nil // as the built-in operators: what the analysis assumes of any
+		if !readsData(fschema, fname, vol, kind) || lang == "c" || lang == "internal" {
+			// As the built-in operators, and those of extensions
+			// written in C (pg_trgm's %, citext's =, PostGIS's &&):
+			// what the analysis assumes of any operator. Matched by
+			// symbol only, they would make every % or = read anything.
+			return nil
 		}
 		o.Volatility, o.ReadsData = vol, true
+		o.ChangesNames = changing[Name{fschema, fname}]
 		d.Operators = append(d.Operators, o)
 		return nil
 	})
@@ -288,56 +331,123 @@ func readsData(schema, name, volatility, kind string) bool {
 	}
 }
 
-// namesBody matches what in a function's body may change how the
-// session resolves names: SET or RESET of search_path, the role or
+// namesBody matches what in a function's body (lower case, comments
+// stripped) may change how the session resolves names: SET or RESET of
+// search_path (quoted or not, or its alias SCHEMA), the role or
 // everything, set_config (any setting: its name may be computed), DISCARD
 // ALL, and EXECUTE (PL/pgSQL's SQL built as text, a PL's plpy.execute or
-// spi_exec…), in lower case.
-var namesBody = regexp.MustCompile(`\b(?:(?:set|reset)\s+(?:(?:local|session)\s+)?(?:search_path|role|session\s+authorization|all)\b|set_config\b|discard\s+all\b|execute\b|exec\b|spi_exec)`)
+// spi_exec…).
+var namesBody = regexp.MustCompile(`\b(?:(?:set|reset)\s+(?:(?:local|session)\s+)?(?:"?search_path"?|schema|"?role"?|session\s+authorization|all)(?:\s|=|;|'|$)|set_config\b|discard\s+all\b|execute\b|exec\b|spi_exec)`)
 
-// identifier matches the words of a body that may name a function.
-var identifier = regexp.MustCompile(`[a-z_][a-z0-9_$]*`)
+// called matches a name in call position in a body (lower case): a
+// word or a quoted identifier, before an opening parenthesis.
+var called = regexp.MustCompile(`("(?:[^"]|"")+"|[a-z_][a-z0-9_$]*)\s*\(`)
 
 // markChangesNames sets ChangesNames on the functions (bodies[i] is
 // fns[i]'s, "" if none was read) whose body may change how the session
-// resolves names (namesBody), or names a function that does: a call
-// through another user function changes them as well. A function is
-// matched by its name only, in any schema.
-func markChangesNames(fns []FuncDesc, bodies []string) {
-	changing := make(map[string]bool)
+// resolves names (namesBody), or calls a function that does, by its name
+// in any schema: a call through another user function changes them as
+// well. It returns the functions it marked.
+func markChangesNames(fns []FuncDesc, bodies []string) map[Name]bool {
+	marked := make(map[Name]bool)
+	changing := make(map[string]bool) // names, lower case
+	code := make([]string, len(bodies))
 	for i, b := range bodies {
-		if b != "" && namesBody.MatchString(strings.ToLower(b)) {
+		if b == "" {
+			continue
+		}
+		code[i] = stripComments(strings.ToLower(b))
+		if namesBody.MatchString(code[i]) {
 			fns[i].ChangesNames = true
 			changing[strings.ToLower(fns[i].Name)] = true
 		}
 	}
-	if len(changing) == 0 {
-		return
-	}
-	words := make([]map[string]bool, len(fns))
-	for i, b := range bodies {
-		if b == "" || fns[i].ChangesNames {
-			continue
-		}
-		words[i] = make(map[string]bool)
-		for _, w := range identifier.FindAllString(strings.ToLower(b), -1) {
-			words[i][w] = true
-		}
-	}
-	for more := true; more; {
-		more = false
-		for i := range fns {
-			if fns[i].ChangesNames || words[i] == nil {
+	if len(changing) > 0 {
+		calls := make([][]string, len(fns))
+		for i, c := range code {
+			if c == "" || fns[i].ChangesNames {
 				continue
 			}
-			for w := range words[i] {
-				if changing[w] {
-					fns[i].ChangesNames, changing[strings.ToLower(fns[i].Name)], more = true, true, true
-					break
+			for _, m := range called.FindAllStringSubmatch(c, -1) {
+				name := m[1]
+				if strings.HasPrefix(name, `"`) {
+					name = strings.ReplaceAll(name[1:len(name)-1], `""`, `"`)
+				}
+				calls[i] = append(calls[i], name)
+			}
+		}
+		for more := true; more; {
+			more = false
+			for i := range fns {
+				if fns[i].ChangesNames {
+					continue
+				}
+				for _, name := range calls[i] {
+					if changing[name] {
+						fns[i].ChangesNames, changing[strings.ToLower(fns[i].Name)], more = true, true, true
+						break
+					}
 				}
 			}
 		}
 	}
+	for _, f := range fns {
+		if f.ChangesNames {
+			marked[Name{f.Schema, f.Name}] = true
+		}
+	}
+	return marked
+}
+
+// stripComments returns body without its SQL comments (-- to the end of
+// the line, /* */ nested), outside single-quoted strings.
+func stripComments(body string) string {
+	if !strings.Contains(body, "--") && !strings.Contains(body, "/*") {
+		return body
+	}
+	var b strings.Builder
+	for i := 0; i < len(body); {
+		switch {
+		case body[i] == '\'':
+			j := i + 1
+			for j < len(body) {
+				if body[j] == '\'' {
+					if j+1 < len(body) && body[j+1] == '\'' {
+						j += 2
+						continue
+					}
+					j++
+					break
+				}
+				j++
+			}
+			b.WriteString(body[i:j])
+			i = j
+		case strings.HasPrefix(body[i:], "--"):
+			for i < len(body) && body[i] != '\n' {
+				i++
+			}
+		case strings.HasPrefix(body[i:], "/*"):
+			depth := 0
+			for i < len(body) {
+				if strings.HasPrefix(body[i:], "/*") {
+					depth, i = depth+1, i+2
+				} else if strings.HasPrefix(body[i:], "*/") {
+					depth, i = depth-1, i+2
+					if depth == 0 {
+						break
+					}
+				} else {
+					i++
+				}
+			}
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(body[i])
+			i++
+		}
+	}
+	return b.String()
 }
 
 func each(ctx context.Context, q Querier, sql string, sc scope, f func(pgx.Rows) error) error {

@@ -340,11 +340,12 @@ func describe(d Description) []string {
 	return out
 }
 
-// TestLoadUserCodeOnWrites: a write to a table runs the user functions
-// of its columns' defaults, its check constraints and its columns'
-// domains' checks; one that may read data makes the table count as one
-// with triggers. Immutable functions (the only ones PostgreSQL allows in
-// generated columns and indexes) and built-in ones do not.
+// TestLoadUserCodeOnWrites: an INSERT or UPDATE runs the user functions
+// of the table's column defaults, check constraints and columns' domains'
+// checks (directly or through an operator), and those of its partitions
+// and children; one that may read data makes the table's WriteCode.
+// Immutable functions (the only ones PostgreSQL allows in generated
+// columns and indexes), built-in ones and C ones (extensions') do not.
 func TestLoadUserCodeOnWrites(t *testing.T) {
 	conn, ctx := connect(t)
 	if _, err := conn.Exec(ctx, `
@@ -353,15 +354,28 @@ CREATE TABLE uc.limits (n int);
 CREATE FUNCTION uc.reads(int) RETURNS int LANGUAGE sql STABLE AS 'SELECT coalesce(max(n), 0) FROM uc.limits';
 CREATE FUNCTION uc.ok(int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 <= (SELECT coalesce(max(n), 0) FROM uc.limits)';
 CREATE FUNCTION uc.pure(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + 1';
+CREATE FUNCTION uc.below(int, int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 < $2 + (SELECT count(*) FROM uc.limits)';
+CREATE OPERATOR uc.<<< (FUNCTION = uc.below, LEFTARG = int, RIGHTARG = int);
 CREATE DOMAIN uc.capped AS int CHECK (uc.ok(VALUE));
 CREATE DOMAIN uc.capped2 AS uc.capped;
+CREATE TYPE uc.pair AS (a uc.capped, b int);
 CREATE TABLE uc.by_default (id int PRIMARY KEY, v int DEFAULT uc.reads(1));
 CREATE TABLE uc.by_check (id int PRIMARY KEY, v int CHECK (uc.ok(v)));
+CREATE TABLE uc.by_operator (id int PRIMARY KEY, v int CHECK (v OPERATOR(uc.<<<) 3));
 CREATE TABLE uc.by_domain (id int PRIMARY KEY, v uc.capped2);
 CREATE TABLE uc.by_domain_array (id int PRIMARY KEY, v uc.capped[]);
+CREATE TABLE uc.by_composite (id int PRIMARY KEY, v uc.pair);
+CREATE TABLE uc.parted (id int, v int) PARTITION BY RANGE (id);
+CREATE TABLE uc.part1 PARTITION OF uc.parted FOR VALUES FROM (0) TO (10);
+CREATE TABLE uc.part2 PARTITION OF uc.parted FOR VALUES FROM (10) TO (20);
+ALTER TABLE uc.part1 ADD CHECK (uc.ok(v));
+CREATE TABLE uc.parent (id int, v int);
+CREATE TABLE uc.child (w int CHECK (uc.ok(w))) INHERITS (uc.parent);
 CREATE TABLE uc.pure (id int PRIMARY KEY, v int DEFAULT uc.pure(1) CHECK (uc.pure(v) > 0), w timestamptz DEFAULT now(),
   g int GENERATED ALWAYS AS (uc.pure(v)) STORED);
-CREATE INDEX ON uc.pure (uc.pure(v));`); err != nil {
+CREATE INDEX ON uc.pure (uc.pure(v));
+CREATE EXTENSION IF NOT EXISTS "uuid-ossp";
+CREATE TABLE uc.by_c_default (id uuid PRIMARY KEY DEFAULT uuid_generate_v4());`); err != nil {
 		t.Fatal(err)
 	}
 	d, err := Load(ctx, conn, nil)
@@ -372,9 +386,14 @@ CREATE INDEX ON uc.pure (uc.pure(v));`); err != nil {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]bool{"by_default": true, "by_check": true, "by_domain": true, "by_domain_array": true, "pure": false, "limits": false} {
-		if r, _ := cat.Lookup(Name{"uc", name}); r == nil || r.Triggers != want {
-			t.Errorf("uc.%s: Triggers %v, want %v", name, r != nil && r.Triggers, want)
+	for name, want := range map[string]bool{
+		"by_default": true, "by_check": true, "by_operator": true, "by_domain": true, "by_domain_array": true, "by_composite": true,
+		"part1": true, "parted": true, "part2": false, "child": true, "parent": true,
+		"pure": false, "limits": false, "by_c_default": false,
+	} {
+		r, _ := cat.Lookup(Name{"uc", name})
+		if r == nil || r.WriteCode != want || r.Triggers {
+			t.Errorf("uc.%s: WriteCode %v, want %v (Triggers %v)", name, r != nil && r.WriteCode, want, r != nil && r.Triggers)
 		}
 	}
 }
@@ -397,7 +416,19 @@ CREATE FUNCTION op.via_via() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM op.
 CREATE FUNCTION op.be(r text) RETURNS void LANGUAGE plpgsql AS $$BEGIN EXECUTE format('SET ROLE %I', r); END$$;
 CREATE FUNCTION op.path_local() RETURNS void LANGUAGE plpgsql AS $$BEGIN SET LOCAL search_path = op; END$$;
 CREATE FUNCTION op.atomic() RETURNS text LANGUAGE sql BEGIN ATOMIC SELECT set_config('role', 'x', false); END;
-CREATE FUNCTION op.plain(int) RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN (SELECT count(*) FROM op.allowed WHERE a = $1); END$$;`); err != nil {
+CREATE FUNCTION op.plain(int) RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN (SELECT count(*) FROM op.allowed WHERE a = $1); END$$;
+CREATE FUNCTION op.schema_alias() RETURNS void LANGUAGE plpgsql AS $$BEGIN SET SCHEMA 'op'; END$$;
+CREATE FUNCTION op.quoted() RETURNS void LANGUAGE plpgsql AS $$BEGIN SET "search_path" = op; END$$;
+CREATE FUNCTION op."Odd Name"() RETURNS void LANGUAGE sql AS 'SELECT set_config(''role'', ''x'', false)';
+CREATE FUNCTION op.via_odd() RETURNS void LANGUAGE sql AS 'SELECT op."Odd Name"()';
+CREATE FUNCTION op.commented() RETURNS int LANGUAGE plpgsql AS $$BEGIN
+  -- go_to is not called here, nor is /* go_to( */ set_config
+  RETURN (SELECT count(*) FROM op.allowed WHERE a = 1); -- SET search_path = x
+END$$;
+CREATE FUNCTION op.text_of_a_string() RETURNS text LANGUAGE sql AS $$SELECT 'a -- b' || 'set_config'$$;
+CREATE FUNCTION op.changer(int, int) RETURNS bool LANGUAGE plpgsql STABLE AS $$BEGIN PERFORM set_config('search_path', 'op', false); RETURN true; END$$;
+CREATE OPERATOR op.<~> (FUNCTION = op.changer, LEFTARG = int, RIGHTARG = int);
+CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
 		t.Fatal(err)
 	}
 	d, err := Load(ctx, conn, nil)
@@ -419,7 +450,16 @@ CREATE FUNCTION op.plain(int) RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN (SE
 			t.Errorf("%s is loaded: %+v", sym, o)
 		}
 	}
-	for name, want := range map[string]bool{"go_to": true, "via": true, "via_via": true, "be": true, "path_local": true, "atomic": true, "plain": false, "allowed": false} {
+	if o, ok := cat.Operator([]string{"public"}, "", "%"); ok {
+		t.Errorf("pg_trgm's %% (a C function) is loaded: %+v", o)
+	}
+	if o, ok := cat.Operator(nil, "op", "<~>"); !ok || !o.ChangesNames {
+		t.Errorf("op.<~>, whose function sets search_path: %+v %v", o, ok)
+	}
+	for name, want := range map[string]bool{
+		"go_to": true, "via": true, "via_via": true, "be": true, "path_local": true, "atomic": true, "plain": false, "allowed": false,
+		"schema_alias": true, "quoted": true, "Odd Name": true, "via_odd": true, "commented": false, "text_of_a_string": true,
+	} {
 		if f, ok := cat.Func(nil, "op", name); !ok || f.ChangesNames != want {
 			t.Errorf("op.%s: ChangesNames %v, want %v", name, ok && f.ChangesNames, want)
 		}
