@@ -3,8 +3,11 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-db/ordo/internal/termination"
 	"github.com/ordo-db/ordo/internal/wire"
@@ -73,10 +76,57 @@ func TestBruteForceEndsTheToldWait(t *testing.T) {
 	}
 
 	// The next transaction (ReadyForQuery 'I' reset aborted) waits again.
-	s.aborted.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := s.awaitTold(ctx); errors.Is(err, errBruteForce) || err == nil {
+	s.resetAborted()
+	if err := waitBriefly(s); err != nil {
 		t.Errorf("the next transaction's wait: %v, want it to wait until its deadline", err)
 	}
+	// An abort whose transaction ended (reset) before its wake came: the
+	// wake does not end the next transaction's wait.
+	s.aborted.Store(true) // Hooks.Abort's first step, for the last transaction
+	s.resetAborted()      // which ended
+	next := s.abortWait() // the next one waits
+	s.wakeAborted()       // the abort's last step, late
+	select {
+	case <-next:
+		t.Error("a late wake ended the next transaction's wait")
+	default:
+	}
+
+	// Aborted before any wait began: the wait ends at once.
+	s2 := &session{h: h, be: be, pid: 8}
+	h.byPID[8] = s2
+	s2.inTxn.Store(true)
+	h.Abort([]int{8}, false)
+	<-be.aborts
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s2.awaitTold(ctx); !errors.Is(err, errBruteForce) {
+		t.Errorf("aborted before the wait: %v", err)
+	}
+
+	// A blocked DDL's abort of a session outside any transaction (its
+	// statement ended since): the session's wait goes on, and the
+	// transaction its next unit begins does not inherit the abort.
+	s3 := &session{h: h, be: be, pid: 9}
+	h.byPID[9] = s3
+	if err := waitBriefly(s3); err != nil { // (an earlier wait)
+		t.Fatal(err)
+	}
+	h.Abort([]int{9}, true)
+	<-be.aborts
+	if err := waitBriefly(s3); err != nil {
+		t.Errorf("wait outside a transaction after a DDL's abort: %v", err)
+	}
+}
+
+// waitBriefly waits in awaitTold for 50 ms; nil if it waited them out.
+func waitBriefly(s *session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := s.awaitTold(ctx)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != codeQueryCanceled || errors.Is(err, errBruteForce) || ctx.Err() == nil {
+		return fmt.Errorf("ended with %v", err)
+	}
+	return nil
 }

@@ -270,10 +270,13 @@ func (h *Hooks) Abort(pids []int, ddl bool) (unknown []int) {
 			h.cfg.OnBruteForce()
 		}
 		s.be.Abort(errBruteForce)
-		// A statement of it waiting for this node's told commits
-		// (awaitTold) is inside its hook, where the wire layer cannot
-		// roll it back: it stops waiting.
-		s.wakeAborted()
+		if s.inTxn.Load() {
+			// A statement of it waiting for this node's told commits
+			// (awaitTold) is inside its hook, where the wire layer
+			// cannot roll it back: it stops waiting. (One outside a
+			// transaction holds no lock: it waits on.)
+			s.wakeAborted()
+		}
 	}
 	return unknown
 }

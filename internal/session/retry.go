@@ -249,7 +249,7 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 		return false, pgErr(codeQueryCanceled, "canceling statement due to user request")
 	}
 	// A new transaction: an abort was the last attempt's.
-	s.aborted.Store(false)
+	s.resetAborted()
 	s.h.m.retries.Inc()
 	s.h.cfg.Logger.Debug("session: an autocommit statement aborted by a replication conflict runs again", "attempt", attempt+1, "conflict", last)
 	if err := s.beginWrapped(ctx); err != nil {
@@ -257,7 +257,9 @@ func (s *session) retryStatement(ctx context.Context, r *retryStmt, attempt int,
 	}
 	if err := s.awaitTold(ctx); err != nil {
 		s.rollback(ctx)
-		return false, err
+		// Aborted while it waited (it holds nothing now): another
+		// attempt, if any is left.
+		return errors.Is(err, errBruteForce), err
 	}
 	if err := s.beforeSnapshot(ctx, true); err != nil {
 		s.rollback(ctx)

@@ -276,24 +276,40 @@ type txState struct {
 }
 
 // abortWait returns a channel Hooks.Abort closes when it aborts the
-// session's transaction (at once closed if it already did).
+// session's transaction, closed already if it did.
 func (s *session) abortWait() <-chan struct{} {
 	s.abortMu.Lock()
 	defer s.abortMu.Unlock()
-	if s.abortCh == nil || s.abortClosed && !s.aborted.Load() {
-		s.abortCh, s.abortClosed = make(chan struct{}), false // a new transaction
+	if s.abortCh == nil {
+		s.abortCh = make(chan struct{})
+	}
+	if s.aborted.Load() && s.inTxn.Load() && !s.abortClosed {
+		close(s.abortCh) // aborted before the wait began
+		s.abortClosed = true
 	}
 	return s.abortCh
 }
 
-// wakeAborted ends the session's wait inside Ordo (abortWait) for
-// Hooks.Abort, which set aborted first.
+// wakeAborted ends the wait inside Ordo (abortWait) of the transaction
+// Hooks.Abort aborted (it set aborted first; a transaction that ended
+// since reset it, and the wait of the next one goes on).
 func (s *session) wakeAborted() {
 	s.abortMu.Lock()
 	defer s.abortMu.Unlock()
-	if s.abortCh != nil && !s.abortClosed {
+	if s.aborted.Load() && s.abortCh != nil && !s.abortClosed {
 		close(s.abortCh)
 		s.abortClosed = true
+	}
+}
+
+// resetAborted forgets a brute-force abort: the transaction it was for
+// is over. The next wait gets a channel of its own.
+func (s *session) resetAborted() {
+	s.abortMu.Lock()
+	defer s.abortMu.Unlock()
+	s.aborted.Store(false)
+	if s.abortClosed {
+		s.abortCh, s.abortClosed = nil, false
 	}
 }
 
@@ -380,7 +396,9 @@ func (s *session) refusedBeforeRun(st *wire.Statement, err error) error {
 	case analysis.TxnRollback:
 		return nil
 	case analysis.TxnCommit:
-		if st.Kind == wire.KindParse || !s.tx.pgSnap || s.txStatus() != 'T' {
+		if st.Kind == wire.KindParse || !s.tx.pgSnap || s.txStatus() != 'T' || errors.Is(err, errBruteForce) {
+			// (A brute-forced block's COMMIT rolls it back and records
+			// its label: the commit path does that.)
 			return nil
 		}
 	}
@@ -400,6 +418,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	}()
 	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
 	first := st.AtBoundary
+	if first && s.be.TxStatus() == 'I' && s.aborted.Load() {
+		// An abort that came while the session stood idle, outside any
+		// transaction (a blocked DDL's, after the statement it was for
+		// ended): nothing of it is left to abort, and the transaction
+		// this unit begins must not inherit it.
+		s.resetAborted()
+	}
 	if first || s.canceled == nil {
 		s.canceled = s.be.CancelRequested()
 	}
@@ -2617,7 +2642,7 @@ func (s *session) ReadyForQuery(status byte) {
 		}
 		s.consEnd()
 		s.tx = txState{}
-		s.aborted.Store(false)
+		s.resetAborted()
 	} else if status == 'T' && !s.tx.active {
 		s.tx.active = true
 	}

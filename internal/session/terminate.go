@@ -678,7 +678,7 @@ func (s *session) endWrapped() {
 		// Over: no relayed ReadyForQuery says so (BeforeReady's is
 		// Ordo's), and an Abort that raced with its end must not fail
 		// the client's next transaction.
-		s.aborted.Store(false)
+		s.resetAborted()
 		s.inTxn.Store(false)
 	}
 }
