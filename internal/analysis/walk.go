@@ -203,10 +203,13 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		if rel.Opaque && write {
 			w.st.WritesAll = true
 		}
+		if write && rel.WriteCode && !w.deleting {
+			w.escalate("view " + rel.Name.String() + " has a default that calls a function which may read any table")
+		}
 		for _, b := range rel.Bases {
 			bt, _ := w.cat.Lookup(b)
-			if write && bt != nil && bt.WriteCode && !w.deleting {
-				w.escalate("table " + bt.Name.String() + " has a default or check that calls a function which may read any table")
+			if write && bt != nil && runsCode(bt, w.deleting) {
+				w.escalate(codeReason(bt, w.deleting))
 			}
 			w.st.acc = append(w.st.acc, access{table: bt, read: read, write: write, tableOnly: true})
 			if read {
@@ -224,10 +227,11 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		// call functions.
 		w.escalate("table " + rel.Name.String() + " has row security policies that read other tables or call functions")
 	}
-	if write && rel.WriteCode && !w.deleting {
+	if write && runsCode(rel, w.deleting) {
 		// A default, a check or a domain's check calls a user function
-		// that may read data (a DELETE runs none of them).
-		w.escalate("table " + rel.Name.String() + " has a default or check that calls a function which may read any table")
+		// that may read data (a DELETE runs them only through a foreign
+		// key's action).
+		w.escalate(codeReason(rel, w.deleting))
 	}
 	if write && rel.Triggers {
 		// Triggers and rules run code the analyzer cannot see: its reads
@@ -262,9 +266,6 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, quals, later *[]*pg.Node) {
 		sc.rels = append(sc.rels, w.relation(x.RangeVar, sc, true, false))
 	case *pg.Node_JoinExpr:
 		j := x.JoinExpr
-		if j.IsNatural || len(j.UsingClause) > 0 {
-			w.operator(opNamed("=")) // the columns' equality
-		}
 		first := len(w.st.acc)
 		w.fromItem(j.Larg, sc, quals, later)
 		w.fromItem(j.Rarg, sc, quals, later)
@@ -534,6 +535,23 @@ func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
 	w.exprs(s.ReturningList, sc)
 }
 
+// runsCode reports whether a write of rel, a DELETE if deleting, may run
+// a user function that may read data (catalog.Relation.WriteCode).
+func runsCode(rel *catalog.Relation, deleting bool) bool {
+	if deleting {
+		return rel.DeleteCode
+	}
+	return rel.WriteCode
+}
+
+// codeReason says why a write of rel reads anything (runsCode).
+func codeReason(rel *catalog.Relation, deleting bool) string {
+	if deleting {
+		return "a foreign key's action on deleting from " + rel.Name.String() + " runs a default or check that calls a function which may read any table"
+	}
+	return "table " + rel.Name.String() + " has a default or check that calls a function which may read any table"
+}
+
 func (w *walker) deleteStmt(s *pg.DeleteStmt, parent *scope) {
 	sc := w.changeRows(s.WithClause, s.Relation, s.UsingClause, s.WhereClause, parent, true)
 	w.exprs(s.ReturningList, sc)
@@ -600,13 +618,12 @@ func funcName(fc *pg.FuncCall) (schema, name, full string) {
 	return schema, name, full
 }
 
-// opNamed is the parse tree's name of the operator symbol.
-func opNamed(symbol string) []*pg.Node { return []*pg.Node{pg.MakeStrNode(symbol)} }
-
 // operator notes the use of an operator (its name as the parse tree
 // holds it: the symbol, after its schema if qualified) whose function may
 // read data (catalog.Operator); every other operator reads nothing, as
-// the built-in ones.
+// the built-in ones. The catalog holds none named like a built-in one,
+// so the operators PostgreSQL applies unnamed (the = of IN (SELECT …), of
+// CASE x WHEN, of JOIN … USING; BETWEEN's) are never such.
 func (w *walker) operator(names []*pg.Node) {
 	var schema, symbol string
 	switch len(names) {
@@ -754,9 +771,6 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
 		w.query(n, sc)
 	case *pg.Node_SubLink:
-		if x.SubLink.SubLinkType == pg.SubLinkType_ANY_SUBLINK && len(x.SubLink.OperName) == 0 {
-			w.operator(opNamed("=")) // x IN (SELECT …)
-		}
 		w.operator(x.SubLink.OperName)
 		w.expr(x.SubLink.Testexpr, sc)
 		w.query(x.SubLink.Subselect, sc)
@@ -765,16 +779,7 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_RangeVar:
 		w.relation(x.RangeVar, sc, true, false)
 	case *pg.Node_AExpr:
-		switch x.AExpr.Kind {
-		case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_BETWEEN_SYM:
-			w.operator(opNamed(">="))
-			w.operator(opNamed("<="))
-		case pg.A_Expr_Kind_AEXPR_NOT_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
-			w.operator(opNamed("<"))
-			w.operator(opNamed(">"))
-		default:
-			w.operator(x.AExpr.Name)
-		}
+		w.operator(x.AExpr.Name)
 		w.expr(x.AExpr.Lexpr, sc)
 		w.expr(x.AExpr.Rexpr, sc)
 	case *pg.Node_BoolExpr:
@@ -786,11 +791,6 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 		w.exprs(x.ResTarget.Indirection, sc)
 	case *pg.Node_List:
 		w.exprs(x.List.Items, sc)
-	case *pg.Node_CaseExpr:
-		if x.CaseExpr.Arg != nil {
-			w.operator(opNamed("=")) // CASE x WHEN v: x = v
-		}
-		w.generic(n.ProtoReflect(), sc)
 	case *pg.Node_SortBy:
 		w.operator(x.SortBy.UseOp)
 		w.expr(x.SortBy.Node, sc)

@@ -67,9 +67,10 @@ type Relation struct {
 	// Triggers is set on a table with user triggers or rules: writing it
 	// runs code that may read and write anything.
 	Triggers bool
-	// WriteCode is set on a table an INSERT or UPDATE of which may run a
-	// user function that may read data (TableDesc.WriteCode).
-	WriteCode bool
+	// WriteCode is set on a table (or view) an INSERT or UPDATE of which
+	// may run a user function that may read data, DeleteCode on one a
+	// DELETE of which may (TableDesc).
+	WriteCode, DeleteCode bool
 	// PolicyReads is set on a table with row security whose policies use
 	// other relations or user functions: reading it may read anything.
 	PolicyReads bool
@@ -119,8 +120,11 @@ type TableDesc struct {
 	Triggers bool `json:"triggers,omitempty"`
 	// WriteCode: an INSERT or UPDATE of it may run a user function that
 	// may read data (a column default's, a check constraint's, a
-	// column domain's check; or those of a partition or child).
-	WriteCode bool `json:"write_code,omitempty"`
+	// column domain's check; or those of a partition or child, or of a
+	// table a foreign key carries the update to); DeleteCode: a DELETE
+	// may (a foreign key's ON DELETE SET NULL or SET DEFAULT).
+	WriteCode  bool `json:"write_code,omitempty"`
+	DeleteCode bool `json:"delete_code,omitempty"`
 	// PolicyReads: row security is on, and a policy uses another
 	// relation or a user function.
 	PolicyReads bool `json:"policy_reads,omitempty"`
@@ -135,6 +139,9 @@ type ViewDesc struct {
 	// Functions are the functions its query calls, "schema.name".
 	Functions []string `json:"functions,omitempty"`
 	Columns   []Column `json:"columns,omitempty"`
+	// WriteCode: an INSERT or UPDATE through it may run a user function
+	// that may read data in a column default of its own.
+	WriteCode bool `json:"write_code,omitempty"`
 }
 
 // FuncDesc describes one function name.
@@ -190,7 +197,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, WriteCode: t.WriteCode, PolicyReads: t.PolicyReads}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, PolicyReads: t.PolicyReads}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)
@@ -218,7 +225,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	for _, v := range d.Views {
 		n := Name{v.Schema, v.Name}
 		views[n] = v
-		c.rels[n] = &Relation{Name: n, Kind: KindView, Columns: v.Columns}
+		c.rels[n] = &Relation{Name: n, Kind: KindView, Columns: v.Columns, WriteCode: v.WriteCode}
 	}
 	for n := range views {
 		bases := make(map[Name]bool)

@@ -63,9 +63,13 @@ ORDER BY 1, 2`
 	// default, a check constraint, or a check of a column's domain
 	// (rdom: or of the domain its domain, array or composite type is
 	// of, through tlink; a table's row type as a column's type is not
-	// followed), and the tables a write of which may reach one of those
-	// (partitioned tables and inheritance parents). Generated columns
-	// and indexes take IMMUTABLE functions only.
+	// followed), and the tables an INSERT or UPDATE of which may reach
+	// one of those (wup: partitioned tables and inheritance parents,
+	// tables whose update a foreign key's ON UPDATE CASCADE, SET NULL or
+	// SET DEFAULT carries to one). Generated columns and indexes take
+	// IMMUTABLE functions only. With each, whether a DELETE may run such
+	// code (wdel): a foreign key's ON DELETE SET NULL or SET DEFAULT
+	// updates one, maybe through ON DELETE CASCADE and partitions.
 	qWriteCode = `
 WITH RECURSIVE ufn AS (
   SELECT p.oid FROM pg_proc p
@@ -97,12 +101,22 @@ wown(relid) AS (
   JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid WHERE co.conrelid <> 0
   UNION SELECT a.attrelid FROM pg_attribute a
   WHERE a.atttypid IN (SELECT oid FROM rdom) AND a.attnum > 0 AND NOT a.attisdropped),
+wup(down, up) AS (
+  SELECT i.inhrelid, i.inhparent FROM pg_inherits i
+  UNION ALL SELECT f.conrelid, f.confrelid FROM pg_constraint f WHERE f.contype = 'f' AND f.confupdtype IN ('c', 'n', 'd')),
 wcode(relid) AS (
   SELECT relid FROM wown
-  UNION SELECT i.inhparent FROM pg_inherits i JOIN wcode ON i.inhrelid = wcode.relid)
-SELECT n.nspname, c.relname
-FROM wcode JOIN pg_class c ON c.oid = wcode.relid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE {scope n}`
+  UNION SELECT e.up FROM wcode JOIN wup e ON e.down = wcode.relid),
+wdown(down, up) AS (
+  SELECT i.inhrelid, i.inhparent FROM pg_inherits i
+  UNION ALL SELECT f.conrelid, f.confrelid FROM pg_constraint f WHERE f.contype = 'f' AND f.confdeltype = 'c'),
+wdel(relid) AS (
+  SELECT f.confrelid FROM pg_constraint f JOIN wcode ON f.conrelid = wcode.relid
+  WHERE f.contype = 'f' AND f.confdeltype IN ('n', 'd')
+  UNION SELECT e.up FROM wdel JOIN wdown e ON e.down = wdel.relid)
+SELECT n.nspname, c.relname, c.oid IN (SELECT relid FROM wcode), c.oid IN (SELECT relid FROM wdel)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid IN (SELECT relid FROM wcode UNION SELECT relid FROM wdel) AND {scope n}`
 	qViewDeps = `
 SELECT DISTINCT vn.nspname, v.relname,
        CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
@@ -137,7 +151,10 @@ JOIN pg_language l ON l.oid = p.prolang
 WHERE {scope n}
 ORDER BY 1, 2`
 	// qOperators reads every operator with its function's schema, name,
-	// volatility, kind and language.
+	// volatility, kind and language, but those named like one of
+	// PostgreSQL's (=, <, %…): the analysis matches operators by symbol,
+	// not knowing the operands' types, and one such of the user's would
+	// make every comparison in the path read anything.
 	qOperators = `
 SELECT n.nspname, o.oprname, pn.nspname, p.proname, p.provolatile::text, p.prokind::text, l.lanname
 FROM pg_operator o
@@ -146,6 +163,7 @@ JOIN pg_proc p ON p.oid = o.oprcode
 JOIN pg_namespace pn ON pn.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
 WHERE {scope n}
+  AND NOT EXISTS (SELECT 1 FROM pg_operator b WHERE b.oprname = o.oprname AND b.oprnamespace = 'pg_catalog'::regnamespace)
 ORDER BY 1, 2`
 	// qSystemSignature counts the objects created in the system schemas
 	// since initdb (whose objects have lower OIDs): extensions created in
@@ -238,11 +256,14 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	}
 	err = each(ctx, q, qWriteCode, sc, func(r pgx.Rows) error {
 		var n Name
-		if err := r.Scan(&n.Schema, &n.Name); err != nil {
+		var write, del bool
+		if err := r.Scan(&n.Schema, &n.Name, &write, &del); err != nil {
 			return err
 		}
 		if t, ok := tables[n]; ok {
-			t.WriteCode = true
+			t.WriteCode, t.DeleteCode = write, del
+		} else if v, ok := views[n]; ok {
+			v.WriteCode = write // a view's own column defaults
 		}
 		return nil
 	})
@@ -331,13 +352,15 @@ func readsData(schema, name, volatility, kind string) bool {
 	}
 }
 
-// namesBody matches what in a function's body (lower case, comments
-// stripped) may change how the session resolves names: SET or RESET of
-// search_path (quoted or not, or its alias SCHEMA), the role or
-// everything, set_config (any setting: its name may be computed), DISCARD
-// ALL, and EXECUTE (PL/pgSQL's SQL built as text, a PL's plpy.execute or
-// spi_exec…).
-var namesBody = regexp.MustCompile(`\b(?:(?:set|reset)\s+(?:(?:local|session)\s+)?(?:"?search_path"?|schema|"?role"?|session\s+authorization|all)(?:\s|=|;|'|$)|set_config\b|discard\s+all\b|execute\b|exec\b|spi_exec)`)
+// namesBody matches what in a function's body (lower case) may change
+// how the session resolves names: SET or RESET of search_path (quoted or
+// not, or its alias SCHEMA), the role, the session authorization or
+// everything, set_config (any setting: its name may be computed),
+// DISCARD ALL, and EXECUTE (PL/pgSQL's SQL built as text, a PL's
+// plpy.execute or spi_exec…). Comments and strings count: a string may
+// be SQL the body runs, and a scanner of the body's quoting (escape
+// strings, dollar quoting) would be one more place to get wrong.
+var namesBody = regexp.MustCompile(`\b(?:(?:set|reset)\s+(?:(?:local|session)\s+)?(?:"?search_path"?|schema|"?role"?|"?session[\s_]+authorization"?|all)(?:\s|=|;|'|$)|set_config\b|discard\s+all\b|execute\b|exec\b|spi_exec)`)
 
 // called matches a name in call position in a body (lower case): a
 // word or a quoted identifier, before an opening parenthesis.
@@ -356,7 +379,7 @@ func markChangesNames(fns []FuncDesc, bodies []string) map[Name]bool {
 		if b == "" {
 			continue
 		}
-		code[i] = stripComments(strings.ToLower(b))
+		code[i] = strings.ToLower(b)
 		if namesBody.MatchString(code[i]) {
 			fns[i].ChangesNames = true
 			changing[strings.ToLower(fns[i].Name)] = true
@@ -397,57 +420,6 @@ func markChangesNames(fns []FuncDesc, bodies []string) map[Name]bool {
 		}
 	}
 	return marked
-}
-
-// stripComments returns body without its SQL comments (-- to the end of
-// the line, /* */ nested), outside single-quoted strings.
-func stripComments(body string) string {
-	if !strings.Contains(body, "--") && !strings.Contains(body, "/*") {
-		return body
-	}
-	var b strings.Builder
-	for i := 0; i < len(body); {
-		switch {
-		case body[i] == '\'':
-			j := i + 1
-			for j < len(body) {
-				if body[j] == '\'' {
-					if j+1 < len(body) && body[j+1] == '\'' {
-						j += 2
-						continue
-					}
-					j++
-					break
-				}
-				j++
-			}
-			b.WriteString(body[i:j])
-			i = j
-		case strings.HasPrefix(body[i:], "--"):
-			for i < len(body) && body[i] != '\n' {
-				i++
-			}
-		case strings.HasPrefix(body[i:], "/*"):
-			depth := 0
-			for i < len(body) {
-				if strings.HasPrefix(body[i:], "/*") {
-					depth, i = depth+1, i+2
-				} else if strings.HasPrefix(body[i:], "*/") {
-					depth, i = depth-1, i+2
-					if depth == 0 {
-						break
-					}
-				} else {
-					i++
-				}
-			}
-			b.WriteByte(' ')
-		default:
-			b.WriteByte(body[i])
-			i++
-		}
-	}
-	return b.String()
 }
 
 func each(ctx context.Context, q Querier, sql string, sc scope, f func(pgx.Rows) error) error {

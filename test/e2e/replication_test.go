@@ -723,7 +723,8 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 }
 
 // TestUserCodeReadsAreReads: PostgreSQL runs user functions where no
-// call names them: an operator's, a check constraint's on a write. One
+// call names them: an operator's, a check constraint's on a write, or on
+// the rows a foreign key's ON DELETE SET NULL updates. One
 // that reads a table makes the statement read anything. And a function
 // that sets the session's search_path changes what the statements after
 // it read.
@@ -745,6 +746,10 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		"CREATE OPERATOR === (FUNCTION = paired, LEFTARG = int, RIGHTARG = int)",
 		"CREATE FUNCTION within(int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 <= (SELECT n FROM limits WHERE id = 1)'",
 		"CREATE TABLE checked (id int PRIMARY KEY, v int NOT NULL CHECK (within(v)))",
+		"CREATE TABLE fk_parent (id int PRIMARY KEY)",
+		"CREATE TABLE fk_child (id int PRIMARY KEY, p int REFERENCES fk_parent ON DELETE SET NULL CHECK (within(coalesce(p, 0))))",
+		"INSERT INTO fk_parent VALUES (1), (2)",
+		"INSERT INTO fk_child VALUES (1, 1), (2, 2)",
 		"CREATE SCHEMA s2",
 		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
 		"INSERT INTO s2.t SELECT g, 0 FROM generate_series(1, 9) g",
@@ -759,6 +764,7 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 	}{
 		{"operator", "SELECT count(*) FROM t WHERE id === 5", "DELETE FROM pairs"},
 		{"check constraint", "INSERT INTO checked VALUES (1, 5)", "UPDATE limits SET n = 0"},
+		{"foreign key action", "DELETE FROM fk_parent WHERE id = 1", "UPDATE limits SET n = -1"},
 	}
 	for _, tc := range cases {
 		tx, err := a.Begin(ctx)
@@ -789,7 +795,7 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 	err = tx.Commit(ctx)
 	require.Error(t, err, "the read of s2.t's row 5 must conflict with its change")
 	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
-	c.requireConverged("other", "limits", "checked", "s2.t")
+	c.requireConverged("other", "limits", "checked", "fk_parent", "fk_child", "s2.t")
 }
 
 // TestReadsWithNonStandardStrings: with standard_conforming_strings off a
