@@ -238,6 +238,9 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		// and writes are unknown (decoding still captures the writes).
 		w.escalate("table " + rel.Name.String() + " has triggers or rules")
 		w.st.WritesAll = true
+		if rel.TriggersChangeNames {
+			w.setsSearchPath = true
+		}
 	}
 	ref.acc = len(w.st.acc)
 	a := access{table: rel, read: read, write: write}

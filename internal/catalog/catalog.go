@@ -65,8 +65,9 @@ type Relation struct {
 	// catalog cannot attribute; reading it reads everything.
 	Opaque bool
 	// Triggers is set on a table with user triggers or rules: writing it
-	// runs code that may read and write anything.
-	Triggers bool
+	// runs code that may read and write anything; TriggersChangeNames
+	// (TableDesc) may change the session's names too.
+	Triggers, TriggersChangeNames bool
 	// WriteCode is set on a table (or view) an INSERT or UPDATE of which
 	// may run a user function that may read data, DeleteCode on one a
 	// DELETE of which may (TableDesc).
@@ -116,8 +117,11 @@ type TableDesc struct {
 	Name    string   `json:"name"`
 	Columns []Column `json:"columns"`
 	PK      []string `json:"pk,omitempty"`
-	// Triggers: the table has user (non-internal) triggers or rules.
-	Triggers bool `json:"triggers,omitempty"`
+	// Triggers: the table has user (non-internal) triggers or rules;
+	// TriggersChangeNames: one of them runs a function whose body may
+	// change the session's search path or role (FuncDesc.ChangesNames).
+	Triggers            bool `json:"triggers,omitempty"`
+	TriggersChangeNames bool `json:"triggers_change_names,omitempty"`
 	// WriteCode: an INSERT or UPDATE of it may run a user function that
 	// may read data (a column default's, a check constraint's, a
 	// column domain's check; or those of a partition or child, or of a
@@ -197,7 +201,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, PolicyReads: t.PolicyReads}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, PolicyReads: t.PolicyReads}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)

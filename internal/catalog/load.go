@@ -117,6 +117,16 @@ wdel(relid) AS (
 SELECT n.nspname, c.relname, c.oid IN (SELECT relid FROM wcode), c.oid IN (SELECT relid FROM wdel)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid IN (SELECT relid FROM wcode UNION SELECT relid FROM wdel) AND {scope n}`
+	// qTriggerFunctions reads the functions the user triggers of each
+	// table run.
+	qTriggerFunctions = `
+SELECT DISTINCT n.nspname, c.relname, pn.nspname, p.proname
+FROM pg_trigger t
+JOIN pg_class c ON c.oid = t.tgrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_proc p ON p.oid = t.tgfoid
+JOIN pg_namespace pn ON pn.oid = p.pronamespace
+WHERE NOT t.tgisinternal AND {scope n}`
 	qViewDeps = `
 SELECT DISTINCT vn.nspname, v.relname,
        CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
@@ -307,6 +317,21 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		return d, err
 	}
 	changing := markChangesNames(d.Functions, bodies)
+	if len(changing) > 0 {
+		err = each(ctx, q, qTriggerFunctions, sc, func(r pgx.Rows) error {
+			var n, f Name
+			if err := r.Scan(&n.Schema, &n.Name, &f.Schema, &f.Name); err != nil {
+				return err
+			}
+			if t, ok := tables[n]; ok && changing[f] {
+				t.TriggersChangeNames = true
+			}
+			return nil
+		})
+		if err != nil {
+			return d, err
+		}
+	}
 	err = each(ctx, q, qOperators, sc, func(r pgx.Rows) error {
 		var o FuncDesc
 		var fschema, fname, vol, kind, lang string

@@ -459,6 +459,12 @@ CREATE FUNCTION op.text_of_a_string() RETURNS text LANGUAGE sql AS $$SELECT 'a -
 CREATE FUNCTION op.changer(int, int) RETURNS bool LANGUAGE plpgsql STABLE AS $$BEGIN PERFORM set_config('search_path', 'op', false); RETURN true; END$$;
 CREATE OPERATOR op.<~> (FUNCTION = op.changer, LEFTARG = int, RIGHTARG = int);
 CREATE OPERATOR op.= (FUNCTION = op.allowed, LEFTARG = int, RIGHTARG = int);
+CREATE FUNCTION op.moving() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM op.go_to('x'); RETURN NEW; END$$;
+CREATE FUNCTION op.still() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TABLE op.moved (id int);
+CREATE TRIGGER moving BEFORE INSERT ON op.moved FOR EACH ROW EXECUTE FUNCTION op.moving();
+CREATE TABLE op.kept (id int);
+CREATE TRIGGER still BEFORE INSERT ON op.kept FOR EACH ROW EXECUTE FUNCTION op.still();
 CREATE FUNCTION op.auth() RETURNS void LANGUAGE plpgsql AS $$BEGIN SET session_authorization = 'x'; END$$;
 CREATE FUNCTION op.e_string() RETURNS void LANGUAGE plpgsql AS $f$BEGIN RAISE NOTICE E'it\'s -- x'; SET search_path = op; END$f$;
 CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
@@ -497,6 +503,11 @@ CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
 	} {
 		if f, ok := cat.Func(nil, "op", name); !ok || f.ChangesNames != want {
 			t.Errorf("op.%s: ChangesNames %v, want %v", name, ok && f.ChangesNames, want)
+		}
+	}
+	for name, want := range map[string]bool{"moved": true, "kept": false} {
+		if r, _ := cat.Lookup(Name{"op", name}); r == nil || !r.Triggers || r.TriggersChangeNames != want {
+			t.Errorf("op.%s: %+v, want TriggersChangeNames %v", name, r, want)
 		}
 	}
 	if f, _ := cat.Func(nil, "pg_catalog", "set_config"); f.ChangesNames {

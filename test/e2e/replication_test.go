@@ -754,6 +754,9 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		"CREATE TABLE s2.t (id int PRIMARY KEY, v int NOT NULL)",
 		"INSERT INTO s2.t SELECT g, 0 FROM generate_series(1, 9) g",
 		"CREATE FUNCTION go_to(p text) RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('search_path', p, false); END$$",
+		"CREATE TABLE moves (id int)",
+		"CREATE FUNCTION moving() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM go_to('s2, public'); RETURN NEW; END$$",
+		"CREATE TRIGGER moving BEFORE INSERT ON moves FOR EACH ROW EXECUTE FUNCTION moving()",
 	)
 	c.waitConverged()
 
@@ -780,21 +783,24 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		require.Equal(t, "40001", sqlstate(err), "%s: commit: %v", tc.name, err)
 	}
 
-	// A function moves the session to s2: t is s2.t from then on.
-	p := c.connect(0)
-	_, err := p.Exec(ctx, "SELECT go_to('s2, public')")
-	require.NoError(t, err)
-	tx, err := p.Begin(ctx)
-	require.NoError(t, err)
-	var v int
-	require.NoError(t, tx.QueryRow(ctx, "SELECT v FROM t WHERE id = 5").Scan(&v))
-	_, err = tx.Exec(ctx, "UPDATE other SET v = v + 1 WHERE id = 1")
-	require.NoError(t, err)
-	_, err = b.Exec(ctx, "UPDATE s2.t SET v = 1 WHERE id = 5")
-	require.NoError(t, err)
-	err = tx.Commit(ctx)
-	require.Error(t, err, "the read of s2.t's row 5 must conflict with its change")
-	require.Equal(t, "40001", sqlstate(err), "commit: %v", err)
+	// A function, or a trigger's, moves the session to s2: t is s2.t
+	// from then on.
+	for i, move := range []string{"SELECT go_to('s2, public')", "INSERT INTO moves VALUES (1)"} {
+		p := c.connect(0)
+		_, err := p.Exec(ctx, move)
+		require.NoError(t, err, move)
+		tx, err := p.Begin(ctx)
+		require.NoError(t, err)
+		var v int
+		require.NoError(t, tx.QueryRow(ctx, "SELECT v FROM t WHERE id = 5").Scan(&v))
+		_, err = tx.Exec(ctx, "UPDATE other SET v = v + 1 WHERE id = 1")
+		require.NoError(t, err)
+		_, err = b.Exec(ctx, fmt.Sprintf("UPDATE s2.t SET v = %d WHERE id = 5", i+1))
+		require.NoError(t, err)
+		err = tx.Commit(ctx)
+		require.Error(t, err, "%s: the read of s2.t's row 5 must conflict with its change", move)
+		require.Equal(t, "40001", sqlstate(err), "%s: commit: %v", move, err)
+	}
 	c.requireConverged("other", "limits", "checked", "fk_parent", "fk_child", "s2.t")
 }
 
