@@ -386,14 +386,7 @@ CREATE TABLE uc.fk_plain (id int PRIMARY KEY, p int REFERENCES uc.fk_parent);
 CREATE VIEW uc.v AS SELECT id FROM uc.limits_view_base;`); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Load(ctx, conn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := New(d, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := loaded(ctx, t, conn, 1)
 	for name, want := range map[string][2]bool{ // WriteCode, DeleteCode
 		"by_default": {true, false}, "by_check": {true, false}, "by_operator": {true, false}, "by_domain": {true, false},
 		"by_domain_array": {true, false}, "by_composite": {true, false},
@@ -417,13 +410,7 @@ CREATE VIEW uc.v AS SELECT id FROM uc.limits_view_base;`); err != nil {
 	if _, err := conn.Exec(ctx, "ALTER VIEW uc.v ALTER COLUMN id SET DEFAULT uc.reads(2)"); err != nil {
 		t.Fatal(err)
 	}
-	if d, err = Load(ctx, conn, nil); err != nil {
-		t.Fatal(err)
-	}
-	if cat, err = New(d, 2); err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := cat.Lookup(Name{"uc", "v"}); r == nil || !r.WriteCode {
+	if r, _ := loaded(ctx, t, conn, 2).Lookup(Name{"uc", "v"}); r == nil || !r.WriteCode {
 		t.Errorf("uc.v with a reading default: %+v", r)
 	}
 }
@@ -470,14 +457,7 @@ CREATE FUNCTION op.e_string() RETURNS void LANGUAGE plpgsql AS $f$BEGIN RAISE NO
 CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Load(ctx, conn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := New(d, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := loaded(ctx, t, conn, 1)
 	if o, ok := cat.Operator(nil, "op", "==="); !ok || !o.ReadsData || o.Volatility != Stable {
 		t.Errorf("op.===: %+v %v", o, ok)
 	}
@@ -513,4 +493,18 @@ CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
 	if f, _ := cat.Func(nil, "pg_catalog", "set_config"); f.ChangesNames {
 		t.Error("set_config is marked: built-in functions' bodies are not read (the analysis knows it)")
 	}
+}
+
+// loaded loads the catalog of conn's database, as version.
+func loaded(ctx context.Context, t *testing.T, conn *pgx.Conn, version uint64) *Catalog {
+	t.Helper()
+	d, err := Load(ctx, conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := New(d, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat
 }
