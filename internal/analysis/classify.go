@@ -163,8 +163,11 @@ func (w *walker) top(n *pg.Node) {
 		st.Reason = "CALL runs a procedure the analyzer cannot see into"
 		w.escalate(st.Reason)
 		st.WritesAll = true
-		w.setsSearchPath = true // it may run SET search_path, or set_config
 		if fc := x.CallStmt.Funccall; fc != nil {
+			schema, name, _ := funcName(fc)
+			if f, ok := w.cat.Func(w.sp, schema, name); !ok || f.ChangesNames {
+				w.setsSearchPath = true // its body may run SET search_path, or set_config
+			}
 			w.exprs(fc.Args, nil)
 		}
 	case *pg.Node_DoStmt:

@@ -452,6 +452,8 @@ CREATE TABLE op.moved (id int);
 CREATE TRIGGER moving BEFORE INSERT ON op.moved FOR EACH ROW EXECUTE FUNCTION op.moving();
 CREATE TABLE op.kept (id int);
 CREATE TRIGGER still BEFORE INSERT ON op.kept FOR EACH ROW EXECUTE FUNCTION op.still();
+CREATE PROCEDURE op.proc_moving() LANGUAGE sql AS 'SELECT set_config(''search_path'', ''x'', false)';
+CREATE PROCEDURE op.proc_still() LANGUAGE sql AS 'SELECT 1';
 CREATE FUNCTION op.auth() RETURNS void LANGUAGE plpgsql AS $$BEGIN SET session_authorization = 'x'; END$$;
 CREATE FUNCTION op.e_string() RETURNS void LANGUAGE plpgsql AS $f$BEGIN RAISE NOTICE E'it\'s -- x'; SET search_path = op; END$f$;
 CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
@@ -478,7 +480,7 @@ CREATE EXTENSION IF NOT EXISTS pg_trgm;`); err != nil {
 	for name, want := range map[string]bool{
 		"go_to": true, "via": true, "via_via": true, "be": true, "path_local": true, "atomic": true, "plain": false, "allowed": false,
 		"schema_alias": true, "quoted": true, "Odd Name": true, "via_odd": true, "text_of_a_string": true,
-		"auth": true, "e_string": true,
+		"auth": true, "e_string": true, "proc_moving": true, "proc_still": false,
 		"commented": true, // comments count: a string may run as SQL, and a scanner of quoting is not worth its risk
 	} {
 		if f, ok := cat.Func(nil, "op", name); !ok || f.ChangesNames != want {
