@@ -621,6 +621,24 @@ func funcName(fc *pg.FuncCall) (schema, name, full string) {
 	return schema, name, full
 }
 
+// castTo notes a cast to t: to a domain whose check calls a user
+// function that may read data (catalog.ReadingType), or a composite type
+// holding one, it reads anything.
+func (w *walker) castTo(t *pg.TypeName) {
+	if t == nil || len(t.Names) == 0 {
+		return
+	}
+	var schema, name string
+	names := t.Names
+	name = names[len(names)-1].GetString_().GetSval()
+	if len(names) > 1 {
+		schema = names[len(names)-2].GetString_().GetSval()
+	}
+	if w.cat.ReadingType(w.sp, schema, name) {
+		w.escalate("casts to " + name + ", whose check calls a function which may read any table")
+	}
+}
+
 // operator notes the use of an operator (its name as the parse tree
 // holds it: the symbol, after its schema if qualified) whose function may
 // read data (catalog.Operator); every other operator reads nothing, as
@@ -788,6 +806,7 @@ func (w *walker) expr(n *pg.Node, sc *scope) {
 	case *pg.Node_BoolExpr:
 		w.exprs(x.BoolExpr.Args, sc)
 	case *pg.Node_TypeCast:
+		w.castTo(x.TypeCast.TypeName)
 		w.expr(x.TypeCast.Arg, sc)
 	case *pg.Node_ResTarget:
 		w.expr(x.ResTarget.Val, sc)

@@ -170,6 +170,10 @@ type Description struct {
 	// data (Load keeps no other): Name is the operator's symbol and
 	// Schema its schema, the rest is its function's.
 	Operators []FuncDesc `json:"operators,omitempty"`
+	// ReadingTypes are the domains, and composite types holding one, a
+	// cast to which runs a check calling a user function that may read
+	// data.
+	ReadingTypes []Name `json:"reading_types,omitempty"`
 	// Granules maps "schema.table" to its granule column (cluster
 	// configuration, e.g. TPC-C's warehouse id columns); GranuleSeqno is
 	// the epoch of that configuration (classes.GranuleSeqnoAt).
@@ -184,6 +188,7 @@ type Catalog struct {
 	rels         map[Name]*Relation
 	funcs        map[Name]*Function
 	ops          map[Name]*Function
+	readingTypes map[Name]bool
 }
 
 // GranuleSeqno is the epoch of the granule configuration the catalog's
@@ -224,6 +229,12 @@ func New(d Description, version uint64) (*Catalog, error) {
 	}
 	if err := addFunctions(c.ops, d.Operators, "operator"); err != nil {
 		return nil, err
+	}
+	for _, t := range d.ReadingTypes {
+		if c.readingTypes == nil {
+			c.readingTypes = make(map[Name]bool)
+		}
+		c.readingTypes[t] = true
 	}
 	views := make(map[Name]ViewDesc)
 	for _, v := range d.Views {
@@ -358,6 +369,24 @@ func (c *Catalog) Resolve(searchPath []string, schema, name string) (*Relation, 
 // pg_catalog.upper(text) for upper(5)), which the analysis does not know.
 func (c *Catalog) Func(searchPath []string, schema, name string) (*Function, bool) {
 	return lookupFunc(c.funcs, searchPath, schema, name)
+}
+
+// ReadingType reports whether a cast to the named type (resolved as a
+// relation is) runs a check calling a user function that may read data
+// (Description.ReadingTypes).
+func (c *Catalog) ReadingType(searchPath []string, schema, name string) bool {
+	if len(c.readingTypes) == 0 {
+		return false
+	}
+	if schema != "" {
+		return c.readingTypes[Name{schema, name}]
+	}
+	for _, s := range effectivePath(searchPath) {
+		if c.readingTypes[Name{s, name}] {
+			return true
+		}
+	}
+	return false
 }
 
 // Operator finds an operator whose function may read data

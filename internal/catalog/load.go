@@ -56,21 +56,9 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r','p','m','f','v')
   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}
 ORDER BY 1, 2`
-	// qWriteCode reads the tables (wcode) an INSERT or UPDATE of which may call a
-	// user function that may read data (ufn: not IMMUTABLE, and not C,
-	// which Ordo takes for what extensions' C code is, pure, as it takes
-	// PostgreSQL's own) directly or through an operator: in a column's
-	// default, a check constraint, or a check of a column's domain
-	// (rdom: or of the domain its domain, array or composite type is
-	// of, through tlink; a table's row type as a column's type is not
-	// followed), and the tables an INSERT or UPDATE of which may reach
-	// one of those (wup: partitioned tables and inheritance parents,
-	// tables whose update a foreign key's ON UPDATE CASCADE, SET NULL or
-	// SET DEFAULT carries to one). Generated columns and indexes take
-	// IMMUTABLE functions only. With each, whether a DELETE may run such
-	// code (wdel): a foreign key's ON DELETE SET NULL or SET DEFAULT
-	// updates one, maybe through ON DELETE CASCADE and partitions.
-	qWriteCode = `
+	// userCode holds qWriteCode's first common table expressions (ufn,
+	// udep, tlink, rdom: see qWriteCode).
+	userCode = `
 WITH RECURSIVE ufn AS (
   SELECT p.oid FROM pg_proc p
   JOIN pg_namespace pn ON pn.oid = p.pronamespace
@@ -94,7 +82,24 @@ rdom(oid) AS (
   JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid
   WHERE co.contypid <> 0
   UNION
-  SELECT tl.oid FROM tlink tl JOIN rdom ON tl.of = rdom.oid),
+  SELECT tl.oid FROM tlink tl JOIN rdom ON tl.of = rdom.oid)`
+	// qWriteCode reads the tables (wcode) an INSERT or UPDATE of which may call a
+	// user function that may read data (ufn: not IMMUTABLE, and not C,
+	// which Ordo takes for what extensions' C code is, pure, as it takes
+	// PostgreSQL's own) directly or through an operator: in a column's
+	// default, a check constraint, or a check of a column's domain
+	// (rdom: or of the domain its domain, array or composite type is
+	// of, through tlink; a table's row type as a column's type is not
+	// followed), and the tables an INSERT or UPDATE of which may reach
+	// one of those (wup: partitioned tables and inheritance parents,
+	// tables whose update a foreign key's ON UPDATE CASCADE, SET NULL or
+	// SET DEFAULT carries to one). Generated columns and indexes take
+	// IMMUTABLE functions only. With each, whether a DELETE may run such
+	// code (wdel): a foreign key's ON DELETE SET NULL or SET DEFAULT
+	// updates one, maybe through ON DELETE CASCADE and partitions. Rows
+	// of kind 't' are the domains (and composite types holding one) a
+	// cast to which runs such a check (rdom).
+	qWriteCode = userCode + `,
 wown(relid) AS (
   SELECT ad.adrelid FROM pg_attrdef ad JOIN udep ON udep.classid = 'pg_attrdef'::regclass AND udep.objid = ad.oid
   UNION SELECT co.conrelid FROM pg_constraint co
@@ -114,9 +119,13 @@ wdel(relid) AS (
   SELECT f.confrelid FROM pg_constraint f JOIN wcode ON f.conrelid = wcode.relid
   WHERE f.contype = 'f' AND f.confdeltype IN ('n', 'd')
   UNION SELECT e.up FROM wdel JOIN wdown e ON e.down = wdel.relid)
-SELECT n.nspname, c.relname, c.oid IN (SELECT relid FROM wcode), c.oid IN (SELECT relid FROM wdel)
+SELECT 'r', n.nspname, c.relname, c.oid IN (SELECT relid FROM wcode), c.oid IN (SELECT relid FROM wdel)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid IN (SELECT relid FROM wcode UNION SELECT relid FROM wdel) AND {scope n}`
+WHERE c.oid IN (SELECT relid FROM wcode UNION SELECT relid FROM wdel) AND {scope n}
+UNION ALL
+SELECT 't', n.nspname, t.typname, false, false
+FROM rdom JOIN pg_type t ON t.oid = rdom.oid JOIN pg_namespace n ON n.oid = t.typnamespace
+WHERE t.typcategory <> 'A' AND {scope n}`
 	// qTriggerFunctions reads the functions the user triggers of each
 	// table run.
 	qTriggerFunctions = `
@@ -265,10 +274,15 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		return d, err
 	}
 	err = each(ctx, q, qWriteCode, sc, func(r pgx.Rows) error {
+		var kind string
 		var n Name
 		var write, del bool
-		if err := r.Scan(&n.Schema, &n.Name, &write, &del); err != nil {
+		if err := r.Scan(&kind, &n.Schema, &n.Name, &write, &del); err != nil {
 			return err
+		}
+		if kind == "t" {
+			d.ReadingTypes = append(d.ReadingTypes, n)
+			return nil
 		}
 		if t, ok := tables[n]; ok {
 			t.WriteCode, t.DeleteCode = write, del

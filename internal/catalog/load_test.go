@@ -403,6 +403,16 @@ CREATE VIEW uc.v AS SELECT id FROM uc.limits_view_base;`); err != nil {
 			t.Errorf("uc.%s: WriteCode %v, DeleteCode %v, want %v (Triggers %v)", name, r != nil && r.WriteCode, r != nil && r.DeleteCode, want, r != nil && r.Triggers)
 		}
 	}
+	// Casts to the domains (and the composite type holding one) run
+	// their checks.
+	for _, n := range []Name{{"uc", "capped"}, {"uc", "capped2"}, {"uc", "pair"}} {
+		if !cat.ReadingType(nil, n.Schema, n.Name) {
+			t.Errorf("%s is not a reading type", n)
+		}
+	}
+	if !cat.ReadingType([]string{"uc"}, "", "capped") || cat.ReadingType([]string{"public"}, "", "capped") || cat.ReadingType(nil, "pg_catalog", "int4") {
+		t.Error("reading types resolve through the path")
+	}
 	// A view's own column default.
 	if r, _ := cat.Lookup(Name{"uc", "v"}); r == nil || r.WriteCode {
 		t.Errorf("uc.v before its default: %+v", r)

@@ -118,6 +118,7 @@ func (l *Loader) loadLocked(ctx context.Context) (Description, error) {
 		Views:        slices.Concat(l.system.Views, user.Views),
 		Functions:    slices.Concat(l.system.Functions, user.Functions),
 		Operators:    slices.Concat(l.system.Operators, user.Operators),
+		ReadingTypes: slices.Concat(l.system.ReadingTypes, user.ReadingTypes),
 		Granules:     l.usableGranules(user.Tables),
 		GranuleSeqno: l.granuleSeqno,
 	}, nil

@@ -724,7 +724,8 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 
 // TestUserCodeReadsAreReads: PostgreSQL runs user functions where no
 // call names them: an operator's, a check constraint's on a write, or on
-// the rows a foreign key's ON DELETE SET NULL updates. One
+// the rows a foreign key's ON DELETE SET NULL updates, a domain's on a
+// cast. One
 // that reads a table makes the statement read anything. And a function
 // that sets the session's search_path changes what the statements after
 // it read.
@@ -746,6 +747,7 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		"CREATE OPERATOR === (FUNCTION = paired, LEFTARG = int, RIGHTARG = int)",
 		"CREATE FUNCTION within(int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 <= (SELECT n FROM limits WHERE id = 1)'",
 		"CREATE TABLE checked (id int PRIMARY KEY, v int NOT NULL CHECK (within(v)))",
+		"CREATE DOMAIN capped AS int CHECK (within(VALUE))",
 		"CREATE TABLE fk_parent (id int PRIMARY KEY)",
 		"CREATE TABLE fk_child (id int PRIMARY KEY, p int REFERENCES fk_parent ON DELETE SET NULL CHECK (within(coalesce(p, 0))))",
 		"INSERT INTO fk_parent VALUES (1), (2)",
@@ -768,6 +770,7 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		{"operator", "SELECT count(*) FROM t WHERE id === 5", "DELETE FROM pairs"},
 		{"check constraint", "INSERT INTO checked VALUES (1, 5)", "UPDATE limits SET n = 0"},
 		{"foreign key action", "DELETE FROM fk_parent WHERE id = 1", "UPDATE limits SET n = -1"},
+		{"cast to a domain", "SELECT (-9)::capped", "UPDATE limits SET n = -2"},
 	}
 	for _, tc := range cases {
 		tx, err := a.Begin(ctx)
