@@ -163,11 +163,10 @@ func (w *walker) top(n *pg.Node) {
 		st.Reason = "CALL runs a procedure the analyzer cannot see into"
 		w.escalate(st.Reason)
 		st.WritesAll = true
+		// Its body may run SET search_path, or set_config, or write a
+		// table whose trigger does (which ChangesNames does not follow).
+		w.setsSearchPath = true
 		if fc := x.CallStmt.Funccall; fc != nil {
-			schema, name, _ := funcName(fc)
-			if f, ok := w.cat.Func(w.sp, schema, name); !ok || f.ChangesNames {
-				w.setsSearchPath = true // its body may run SET search_path, or set_config
-			}
 			w.exprs(fc.Args, nil)
 		}
 	case *pg.Node_DoStmt:
@@ -545,7 +544,9 @@ func (w *walker) copyStmt(c *pg.CopyStmt) {
 	if c.IsFrom {
 		st.Kind = KindCopyFrom
 		if c.Relation != nil {
+			w.writing = 'i'
 			ref := w.relation(c.Relation, nil, false, true)
+			w.writing = 0
 			if ref.acc >= 0 {
 				w.st.acc[ref.acc].tableOnly = true
 			}

@@ -27,7 +27,7 @@ type walker struct {
 	setval               bool   // calls pg_catalog.setval
 	setsOrdoConfig       bool   // calls set_config on an ordo. setting, default_transaction_isolation, or one it cannot name
 	setsSearchPath       bool   // calls set_config on search_path, role, session_authorization, or one it cannot name
-	deleting             bool   // relation: the target of a DELETE (which runs no default or check)
+	writing              byte   // relation: what writes the target: 'i' INSERT, 'u' UPDATE, 'd' DELETE, 'm' MERGE or INSERT … ON CONFLICT DO UPDATE (runsCode)
 	// largeObjects: calls a function on large objects;
 	// largeObjectWrites: one that changes one.
 	largeObjects, largeObjectWrites bool
@@ -203,13 +203,18 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		if rel.Opaque && write {
 			w.st.WritesAll = true
 		}
-		if write && rel.WriteCode && !w.deleting {
+		if write && rel.WriteCode && w.writing != 'd' {
 			w.escalate("view " + rel.Name.String() + " has a default that calls a function which may read any table")
+		}
+		if write && rel.Triggers {
+			// INSTEAD OF triggers or rules: code the analyzer cannot see.
+			w.escalate("view " + rel.Name.String() + " has triggers or rules")
+			w.st.WritesAll = true
 		}
 		for _, b := range rel.Bases {
 			bt, _ := w.cat.Lookup(b)
-			if write && bt != nil && runsCode(bt, w.deleting) {
-				w.escalate(codeReason(bt, w.deleting))
+			if write && bt != nil {
+				w.writeCode(bt)
 			}
 			w.st.acc = append(w.st.acc, access{table: bt, read: read, write: write, tableOnly: true})
 			if read {
@@ -227,20 +232,8 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		// call functions.
 		w.escalate("table " + rel.Name.String() + " has row security policies that read other tables or call functions")
 	}
-	if write && runsCode(rel, w.deleting) {
-		// A default, a check or a domain's check calls a user function
-		// that may read data (a DELETE runs them only through a foreign
-		// key's action).
-		w.escalate(codeReason(rel, w.deleting))
-	}
-	if write && rel.Triggers {
-		// Triggers and rules run code the analyzer cannot see: its reads
-		// and writes are unknown (decoding still captures the writes).
-		w.escalate("table " + rel.Name.String() + " has triggers or rules")
-		w.st.WritesAll = true
-		if rel.TriggersChangeNames {
-			w.setsSearchPath = true
-		}
+	if write {
+		w.writeCode(rel)
 	}
 	ref.acc = len(w.st.acc)
 	a := access{table: rel, read: read, write: write}
@@ -292,6 +285,7 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, quals, later *[]*pg.Node) {
 		for _, f := range x.RangeFunction.Functions {
 			w.expr(f, sc)
 		}
+		w.exprs(x.RangeFunction.Coldeflist, sc) // AS x(a capped): its types
 		sc.rels = append(sc.rels, relRef{alias: aliasName(x.RangeFunction.Alias), acc: -1})
 	case *pg.Node_RangeTableSample:
 		w.fromItem(x.RangeTableSample.Relation, sc, quals, later)
@@ -414,7 +408,12 @@ func (w *walker) insertStmt(s *pg.InsertStmt, parent *scope) {
 	sc := &scope{parent: parent}
 	w.with(s.WithClause, sc)
 	conflict := s.OnConflictClause != nil
+	w.writing = 'i'
+	if conflict && s.OnConflictClause.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
+		w.writing = 'm'
+	}
 	target := w.relation(s.Relation, sc, conflict, true)
+	w.writing = 0
 	// Predict the written rows from VALUES lists.
 	if sel := s.SelectStmt.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 && sel.WithClause == nil && target.acc >= 0 {
 		w.insertValues(&w.st.acc[target.acc], s.Cols, sel.ValuesLists)
@@ -533,43 +532,51 @@ func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
 }
 
 func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
-	sc := w.changeRows(s.WithClause, s.Relation, s.FromClause, s.WhereClause, parent, false)
+	sc := w.changeRows(s.WithClause, s.Relation, s.FromClause, s.WhereClause, parent, 'u')
 	w.exprs(s.TargetList, sc)
 	w.exprs(s.ReturningList, sc)
 }
 
-// runsCode reports whether a write of rel, a DELETE if deleting, may run
-// a user function that may read data (catalog.Relation.WriteCode).
-func runsCode(rel *catalog.Relation, deleting bool) bool {
-	if deleting {
-		return rel.DeleteCode
+// writeCode notes what a write of table rel (w.writing) makes PostgreSQL
+// run unseen: its triggers and rules (or, through partitions, children
+// and foreign keys' actions, other tables'), whose reads and writes are
+// unknown (decoding still captures the writes); a default, a check or a
+// domain's check calling a user function that may read data.
+func (w *walker) writeCode(rel *catalog.Relation) {
+	switch {
+	case rel.WriteCode && w.writing != 'd':
+		w.escalate("table " + rel.Name.String() + " has a default or check that calls a function which may read any table")
+	case rel.DeleteCode && (w.writing == 'd' || w.writing == 'm'):
+		w.escalate("a foreign key's action on deleting from " + rel.Name.String() + " runs a default or check that calls a function which may read any table")
 	}
-	return rel.WriteCode
-}
-
-// codeReason says why a write of rel reads anything (runsCode).
-func codeReason(rel *catalog.Relation, deleting bool) string {
-	if deleting {
-		return "a foreign key's action on deleting from " + rel.Name.String() + " runs a default or check that calls a function which may read any table"
+	if rel.Triggers || rel.CascadeTriggers && w.writing != 'i' {
+		if rel.Triggers {
+			w.escalate("table " + rel.Name.String() + " has triggers or rules")
+		} else {
+			w.escalate("a foreign key's action on changing " + rel.Name.String() + " fires triggers")
+		}
+		w.st.WritesAll = true
+		if rel.TriggersChangeNames {
+			w.setsSearchPath = true
+		}
 	}
-	return "table " + rel.Name.String() + " has a default or check that calls a function which may read any table"
 }
 
 func (w *walker) deleteStmt(s *pg.DeleteStmt, parent *scope) {
-	sc := w.changeRows(s.WithClause, s.Relation, s.UsingClause, s.WhereClause, parent, true)
+	sc := w.changeRows(s.WithClause, s.Relation, s.UsingClause, s.WhereClause, parent, 'd')
 	w.exprs(s.ReturningList, sc)
 }
 
 // changeRows walks what UPDATE and DELETE share: the WITH clause, the
 // target (read and written), the FROM/USING items and the WHERE clause,
 // whose equalities fix the target's keys. It returns the statement's scope.
-func (w *walker) changeRows(with *pg.WithClause, target *pg.RangeVar, from []*pg.Node, where *pg.Node, parent *scope, deleting bool) *scope {
+func (w *walker) changeRows(with *pg.WithClause, target *pg.RangeVar, from []*pg.Node, where *pg.Node, parent *scope, writing byte) *scope {
 	w.dml = true
 	sc := &scope{parent: parent}
 	w.with(with, sc)
-	w.deleting = deleting
+	w.writing = writing
 	sc.rels = append(sc.rels, w.relation(target, sc, true, true))
-	w.deleting = false
+	w.writing = 0
 	var quals, later []*pg.Node
 	for _, f := range from {
 		w.fromItem(f, sc, &quals, &later)
@@ -587,7 +594,9 @@ func (w *walker) mergeStmt(s *pg.MergeStmt, parent *scope) {
 	w.dml = true
 	sc := &scope{parent: parent}
 	w.with(s.WithClause, sc)
+	w.writing = 'm'
 	target := w.relation(s.Relation, sc, true, true)
+	w.writing = 0
 	if target.acc >= 0 {
 		w.st.acc[target.acc].tableOnly = true
 	}
@@ -834,6 +843,10 @@ func (w *walker) msg(m proto.Message, sc *scope) {
 		w.funcCall(x, sc)
 	case *pg.ParamRef:
 		w.param(x.Number)
+	case *pg.TypeName:
+		// A type a value is converted to outside a cast: JSON's
+		// RETURNING, XMLTABLE's columns (a cast's own is castTo's).
+		w.castTo(x)
 	case *pg.WithClause:
 		w.with(x, sc)
 	default:

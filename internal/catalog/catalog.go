@@ -72,6 +72,9 @@ type Relation struct {
 	// may run a user function that may read data, DeleteCode on one a
 	// DELETE of which may (TableDesc).
 	WriteCode, DeleteCode bool
+	// CascadeTriggers is set on a table an UPDATE or DELETE of which may
+	// fire user triggers through foreign keys' actions (TableDesc).
+	CascadeTriggers bool
 	// PolicyReads is set on a table with row security whose policies use
 	// other relations or user functions: reading it may read anything.
 	PolicyReads bool
@@ -129,6 +132,10 @@ type TableDesc struct {
 	// may (a foreign key's ON DELETE SET NULL or SET DEFAULT).
 	WriteCode  bool `json:"write_code,omitempty"`
 	DeleteCode bool `json:"delete_code,omitempty"`
+	// CascadeTriggers: an UPDATE or DELETE of it may fire user triggers
+	// through foreign keys' actions (Triggers covers its own, and its
+	// partitions' and children's).
+	CascadeTriggers bool `json:"cascade_triggers,omitempty"`
 	// PolicyReads: row security is on, and a policy uses another
 	// relation or a user function.
 	PolicyReads bool `json:"policy_reads,omitempty"`
@@ -144,8 +151,10 @@ type ViewDesc struct {
 	Functions []string `json:"functions,omitempty"`
 	Columns   []Column `json:"columns,omitempty"`
 	// WriteCode: an INSERT or UPDATE through it may run a user function
-	// that may read data in a column default of its own.
+	// that may read data in a column default of its own; Triggers: it
+	// has INSTEAD OF triggers or rules of its own.
 	WriteCode bool `json:"write_code,omitempty"`
+	Triggers  bool `json:"triggers,omitempty"`
 }
 
 // FuncDesc describes one function name.
@@ -206,7 +215,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, PolicyReads: t.PolicyReads}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, CascadeTriggers: t.CascadeTriggers, PolicyReads: t.PolicyReads}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)
@@ -240,7 +249,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	for _, v := range d.Views {
 		n := Name{v.Schema, v.Name}
 		views[n] = v
-		c.rels[n] = &Relation{Name: n, Kind: KindView, Columns: v.Columns, WriteCode: v.WriteCode}
+		c.rels[n] = &Relation{Name: n, Kind: KindView, Columns: v.Columns, WriteCode: v.WriteCode, Triggers: v.Triggers}
 	}
 	for n := range views {
 		bases := make(map[Name]bool)

@@ -73,10 +73,11 @@ udep AS (
 tlink(oid, of) AS (
   SELECT t.oid, t.typbasetype FROM pg_type t WHERE t.typtype = 'd'
   UNION ALL SELECT t.oid, t.typelem FROM pg_type t WHERE t.typcategory = 'A' AND t.typelem <> 0
-  UNION ALL SELECT ct.oid, a.atttypid FROM pg_class k
-  JOIN pg_type ct ON ct.typrelid = k.oid
-  JOIN pg_attribute a ON a.attrelid = k.oid AND a.attnum > 0 AND NOT a.attisdropped
-  WHERE k.relkind = 'c'),
+  UNION ALL SELECT ct.oid, a.atttypid FROM pg_type ct
+  JOIN pg_attribute a ON a.attrelid = ct.typrelid AND a.attnum > 0 AND NOT a.attisdropped
+  WHERE ct.typtype = 'c'
+  UNION ALL SELECT r.rngtypid, r.rngsubtype FROM pg_range r
+  UNION ALL SELECT r.rngmultitypid, r.rngtypid FROM pg_range r),
 rdom(oid) AS (
   SELECT co.contypid FROM pg_constraint co
   JOIN udep ON udep.classid = 'pg_constraint'::regclass AND udep.objid = co.oid
@@ -89,16 +90,20 @@ rdom(oid) AS (
 	// PostgreSQL's own) directly or through an operator: in a column's
 	// default, a check constraint, or a check of a column's domain
 	// (rdom: or of the domain its domain, array or composite type is
-	// of, through tlink; a table's row type as a column's type is not
-	// followed), and the tables an INSERT or UPDATE of which may reach
+	// of, through tlink, as is a range's or a table's row type), and the tables an INSERT or UPDATE of which may reach
 	// one of those (wup: partitioned tables and inheritance parents,
 	// tables whose update a foreign key's ON UPDATE CASCADE, SET NULL or
 	// SET DEFAULT carries to one). Generated columns and indexes take
 	// IMMUTABLE functions only. With each, whether a DELETE may run such
 	// code (wdel): a foreign key's ON DELETE SET NULL or SET DEFAULT
-	// updates one, maybe through ON DELETE CASCADE and partitions. Rows
-	// of kind 't' are the domains (and composite types holding one) a
-	// cast to which runs such a check (rdom).
+	// updates one, maybe through ON DELETE CASCADE and partitions. And
+	// whether a write of it may fire user triggers or rules (tall: its
+	// own, a view's INSTEAD OF ones, or a partition's or child's), and
+	// whether an UPDATE or DELETE may, through foreign keys' actions
+	// (tcasc). Rows of kind 't' are the domains (and composite, range
+	// types holding one) a cast to which runs such a check (rdom), but
+	// those named like one of PostgreSQL's types (a cast to text would
+	// read anything).
 	qWriteCode = userCode + `,
 wown(relid) AS (
   SELECT ad.adrelid FROM pg_attrdef ad JOIN udep ON udep.classid = 'pg_attrdef'::regclass AND udep.objid = ad.oid
@@ -118,14 +123,32 @@ wdown(down, up) AS (
 wdel(relid) AS (
   SELECT f.confrelid FROM pg_constraint f JOIN wcode ON f.conrelid = wcode.relid
   WHERE f.contype = 'f' AND f.confdeltype IN ('n', 'd')
-  UNION SELECT e.up FROM wdel JOIN wdown e ON e.down = wdel.relid)
-SELECT 'r', n.nspname, c.relname, c.oid IN (SELECT relid FROM wcode), c.oid IN (SELECT relid FROM wdel)
+  UNION SELECT e.up FROM wdel JOIN wdown e ON e.down = wdel.relid),
+trig(relid) AS (
+  SELECT t.tgrelid FROM pg_trigger t WHERE NOT t.tgisinternal
+  UNION SELECT r.ev_class FROM pg_rewrite r WHERE r.rulename <> '_RETURN'),
+tall(relid) AS (
+  SELECT relid FROM trig
+  UNION SELECT i.inhparent FROM pg_inherits i JOIN tall ON i.inhrelid = tall.relid),
+tedge(down, up) AS (
+  SELECT i.inhrelid, i.inhparent FROM pg_inherits i
+  UNION ALL SELECT f.conrelid, f.confrelid FROM pg_constraint f
+  WHERE f.contype = 'f' AND (f.confdeltype IN ('c', 'n', 'd') OR f.confupdtype IN ('c', 'n', 'd'))),
+tcasc(relid) AS (
+  SELECT f.confrelid FROM pg_constraint f JOIN tall ON f.conrelid = tall.relid
+  WHERE f.contype = 'f' AND (f.confdeltype IN ('c', 'n', 'd') OR f.confupdtype IN ('c', 'n', 'd'))
+  UNION SELECT e.up FROM tcasc JOIN tedge e ON e.down = tcasc.relid),
+flagged(relid) AS (
+  SELECT relid FROM wcode UNION SELECT relid FROM wdel UNION SELECT relid FROM tall UNION SELECT relid FROM tcasc)
+SELECT 'r', n.nspname, c.relname, c.oid IN (SELECT relid FROM wcode), c.oid IN (SELECT relid FROM wdel),
+  c.oid IN (SELECT relid FROM tall), c.oid IN (SELECT relid FROM tcasc)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid IN (SELECT relid FROM wcode UNION SELECT relid FROM wdel) AND {scope n}
+WHERE c.oid IN (SELECT relid FROM flagged) AND {scope n}
 UNION ALL
-SELECT 't', n.nspname, t.typname, false, false
+SELECT 't', n.nspname, t.typname, false, false, false, false
 FROM rdom JOIN pg_type t ON t.oid = rdom.oid JOIN pg_namespace n ON n.oid = t.typnamespace
-WHERE t.typcategory <> 'A' AND {scope n}`
+WHERE (t.typcategory <> 'A' OR t.typtype = 'd') AND {scope n}
+  AND NOT EXISTS (SELECT 1 FROM pg_type b WHERE b.typname = t.typname AND b.typnamespace = 'pg_catalog'::regnamespace)`
 	// qTriggerFunctions reads the functions the user triggers of each
 	// table run.
 	qTriggerFunctions = `
@@ -276,8 +299,8 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	err = each(ctx, q, qWriteCode, sc, func(r pgx.Rows) error {
 		var kind string
 		var n Name
-		var write, del bool
-		if err := r.Scan(&kind, &n.Schema, &n.Name, &write, &del); err != nil {
+		var write, del, trig, casc bool
+		if err := r.Scan(&kind, &n.Schema, &n.Name, &write, &del, &trig, &casc); err != nil {
 			return err
 		}
 		if kind == "t" {
@@ -285,9 +308,10 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 			return nil
 		}
 		if t, ok := tables[n]; ok {
-			t.WriteCode, t.DeleteCode = write, del
+			t.WriteCode, t.DeleteCode, t.CascadeTriggers = write, del, casc
+			t.Triggers = t.Triggers || trig
 		} else if v, ok := views[n]; ok {
-			v.WriteCode = write // a view's own column defaults
+			v.WriteCode, v.Triggers = write, trig // a view's own defaults, INSTEAD OF triggers, rules
 		}
 		return nil
 	})

@@ -383,7 +383,26 @@ CREATE TABLE uc.fk_grand (id int PRIMARY KEY);
 CREATE TABLE uc.fk_mid (id int PRIMARY KEY, g int REFERENCES uc.fk_grand ON DELETE CASCADE);
 CREATE TABLE uc.fk_leaf (id int PRIMARY KEY, m int REFERENCES uc.fk_mid ON DELETE SET DEFAULT DEFAULT uc.reads(1));
 CREATE TABLE uc.fk_plain (id int PRIMARY KEY, p int REFERENCES uc.fk_parent);
-CREATE VIEW uc.v AS SELECT id FROM uc.limits_view_base;`); err != nil {
+CREATE VIEW uc.v AS SELECT id FROM uc.limits_view_base;
+CREATE FUNCTION uc.audit() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TABLE uc.tparted (id int, v int) PARTITION BY RANGE (id);
+CREATE TABLE uc.tpart1 PARTITION OF uc.tparted FOR VALUES FROM (0) TO (10);
+CREATE TRIGGER audit BEFORE INSERT ON uc.tpart1 FOR EACH ROW EXECUTE FUNCTION uc.audit();
+CREATE TABLE uc.tparent (id int PRIMARY KEY);
+CREATE TABLE uc.tchild (id int PRIMARY KEY, p int REFERENCES uc.tparent ON DELETE CASCADE);
+CREATE TRIGGER audit BEFORE DELETE ON uc.tchild FOR EACH ROW EXECUTE FUNCTION uc.audit();
+CREATE TABLE uc.tplain_parent (id int PRIMARY KEY);
+CREATE TABLE uc.tplain_child (id int PRIMARY KEY, p int REFERENCES uc.tplain_parent);
+CREATE TRIGGER audit BEFORE DELETE ON uc.tplain_child FOR EACH ROW EXECUTE FUNCTION uc.audit();
+CREATE VIEW uc.vtrig AS SELECT id FROM uc.limits_view_base;
+CREATE FUNCTION uc.instead() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TRIGGER instead INSTEAD OF INSERT ON uc.vtrig FOR EACH ROW EXECUTE FUNCTION uc.instead();
+CREATE VIEW uc.vrule AS SELECT id FROM uc.limits_view_base;
+CREATE RULE r AS ON INSERT TO uc.vrule DO INSTEAD INSERT INTO uc.limits VALUES (NEW.id);
+CREATE DOMAIN uc.cappeds AS int[] CHECK (uc.ok(VALUE[1]));
+CREATE TYPE uc.crange AS RANGE (subtype = uc.capped);
+CREATE TABLE uc.rowt (a uc.capped, b int);
+CREATE DOMAIN uc.text AS text CHECK (uc.ok(length(VALUE)));`); err != nil {
 		t.Fatal(err)
 	}
 	cat := loaded(ctx, t, conn, 1)
@@ -399,16 +418,34 @@ CREATE VIEW uc.v AS SELECT id FROM uc.limits_view_base;`); err != nil {
 		"fk_plain": {false, false},
 	} {
 		r, _ := cat.Lookup(Name{"uc", name})
-		if r == nil || r.WriteCode != want[0] || r.DeleteCode != want[1] || r.Triggers {
+		if r == nil || r.WriteCode != want[0] || r.DeleteCode != want[1] || r.Triggers || r.CascadeTriggers {
 			t.Errorf("uc.%s: WriteCode %v, DeleteCode %v, want %v (Triggers %v)", name, r != nil && r.WriteCode, r != nil && r.DeleteCode, want, r != nil && r.Triggers)
 		}
 	}
-	// Casts to the domains (and the composite type holding one) run
-	// their checks.
-	for _, n := range []Name{{"uc", "capped"}, {"uc", "capped2"}, {"uc", "pair"}} {
+	// Triggers: of a partition (its partitioned table's writes fire
+	// them), of a view (INSTEAD OF, or a rule); through a foreign key's
+	// action (an UPDATE or DELETE of the referenced table fires them).
+	for name, want := range map[string][2]bool{ // Triggers, CascadeTriggers
+		"tpart1": {true, false}, "tparted": {true, false},
+		"tchild": {true, false}, "tparent": {false, true},
+		"tplain_child": {true, false}, "tplain_parent": {false, false},
+		"vtrig": {true, false}, "vrule": {true, false}, "v": {false, false},
+	} {
+		r, _ := cat.Lookup(Name{"uc", name})
+		if r == nil || r.Triggers != want[0] || r.CascadeTriggers != want[1] {
+			t.Errorf("uc.%s: Triggers %v, CascadeTriggers %v, want %v", name, r != nil && r.Triggers, r != nil && r.CascadeTriggers, want)
+		}
+	}
+	// Casts to the domains (and the composite, range and row types
+	// holding one, and a domain over an array) run their checks; a type
+	// named like one of PostgreSQL's is left out.
+	for _, n := range []Name{{"uc", "capped"}, {"uc", "capped2"}, {"uc", "pair"}, {"uc", "cappeds"}, {"uc", "crange"}, {"uc", "rowt"}} {
 		if !cat.ReadingType(nil, n.Schema, n.Name) {
 			t.Errorf("%s is not a reading type", n)
 		}
+	}
+	if cat.ReadingType([]string{"uc"}, "", "text") {
+		t.Error("uc.text, named like pg_catalog.text, is a reading type: every ::text would read anything")
 	}
 	if !cat.ReadingType([]string{"uc"}, "", "capped") || cat.ReadingType([]string{"public"}, "", "capped") || cat.ReadingType(nil, "pg_catalog", "int4") {
 		t.Error("reading types resolve through the path")

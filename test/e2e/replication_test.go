@@ -725,7 +725,7 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 // TestUserCodeReadsAreReads: PostgreSQL runs user functions where no
 // call names them: an operator's, a check constraint's on a write, or on
 // the rows a foreign key's ON DELETE SET NULL updates, a domain's on a
-// cast. One
+// cast, a partition's trigger on a write of its partitioned table. One
 // that reads a table makes the statement read anything. And a function
 // that sets the session's search_path changes what the statements after
 // it read.
@@ -748,6 +748,10 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		"CREATE FUNCTION within(int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 <= (SELECT n FROM limits WHERE id = 1)'",
 		"CREATE TABLE checked (id int PRIMARY KEY, v int NOT NULL CHECK (within(v)))",
 		"CREATE DOMAIN capped AS int CHECK (within(VALUE))",
+		"CREATE TABLE parted (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)",
+		"CREATE TABLE parted1 PARTITION OF parted FOR VALUES FROM (0) TO (100)",
+		"CREATE FUNCTION looks() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM count(*) FROM limits; RETURN NEW; END$$",
+		"CREATE TRIGGER looks BEFORE INSERT ON parted1 FOR EACH ROW EXECUTE FUNCTION looks()",
 		"CREATE TABLE fk_parent (id int PRIMARY KEY)",
 		"CREATE TABLE fk_child (id int PRIMARY KEY, p int REFERENCES fk_parent ON DELETE SET NULL CHECK (within(coalesce(p, 0))))",
 		"INSERT INTO fk_parent VALUES (1), (2)",
@@ -771,6 +775,7 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		{"check constraint", "INSERT INTO checked VALUES (1, 5)", "UPDATE limits SET n = 0"},
 		{"foreign key action", "DELETE FROM fk_parent WHERE id = 1", "UPDATE limits SET n = -1"},
 		{"cast to a domain", "SELECT (-9)::capped", "UPDATE limits SET n = -2"},
+		{"trigger of a partition", "INSERT INTO parted VALUES (1, 5)", "UPDATE limits SET n = -4"},
 	}
 	for _, tc := range cases {
 		tx, err := a.Begin(ctx)
@@ -804,7 +809,7 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		require.Error(t, err, "%s: the read of s2.t's row 5 must conflict with its change", move)
 		require.Equal(t, "40001", sqlstate(err), "%s: commit: %v", move, err)
 	}
-	c.requireConverged("other", "limits", "checked", "fk_parent", "fk_child", "s2.t")
+	c.requireConverged("other", "limits", "checked", "fk_parent", "fk_child", "parted", "s2.t")
 }
 
 // TestReadsWithNonStandardStrings: with standard_conforming_strings off a
