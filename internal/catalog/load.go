@@ -425,6 +425,18 @@ func readsData(schema, name, volatility, kind string) bool {
 // strings, dollar quoting) would be one more place to get wrong.
 var namesBody = regexp.MustCompile(`\b(?:(?:set|reset)\s+(?:(?:local|session)\s+)?(?:"?search_path"?|schema|"?role"?|"?session[\s_]+authorization"?|all)(?:\s|=|;|'|$)|set_config\b|discard\s+all\b|execute\b|exec\b|spi_exec)`)
 
+// mayChangeNames reports whether namesBody may match body (lower case):
+// whether it holds a word every match holds one of. The regular
+// expression is slow on the bodies it cannot match.
+func mayChangeNames(body string) bool {
+	for _, w := range []string{"search_path", "schema", "role", "authorization", "all", "set_config", "exec"} {
+		if strings.Contains(body, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // called matches a name in call position in a body (lower case): a
 // word or a quoted identifier, before an opening parenthesis.
 var called = regexp.MustCompile(`("(?:[^"]|"")+"|[a-z_][a-z0-9_$]*)\s*\(`)
@@ -443,7 +455,7 @@ func markChangesNames(fns []FuncDesc, bodies []string) map[Name]bool {
 			continue
 		}
 		code[i] = strings.ToLower(b)
-		if namesBody.MatchString(code[i]) {
+		if mayChangeNames(code[i]) && namesBody.MatchString(code[i]) {
 			fns[i].ChangesNames = true
 			changing[strings.ToLower(fns[i].Name)] = true
 		}
