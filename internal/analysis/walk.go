@@ -203,13 +203,8 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		if rel.Opaque && write {
 			w.st.WritesAll = true
 		}
-		if write && rel.WriteCode && w.writing != 'd' {
-			w.escalate("view " + rel.Name.String() + " has a default that calls a function which may read any table")
-		}
-		if write && rel.Triggers {
-			// INSTEAD OF triggers or rules: code the analyzer cannot see.
-			w.escalate("view " + rel.Name.String() + " has triggers or rules")
-			w.st.WritesAll = true
+		if write {
+			w.writeCode(rel) // its own defaults, INSTEAD OF triggers, rules
 		}
 		for _, b := range rel.Bases {
 			bt, _ := w.cat.Lookup(b)
@@ -543,15 +538,19 @@ func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
 // unknown (decoding still captures the writes); a default, a check or a
 // domain's check calling a user function that may read data.
 func (w *walker) writeCode(rel *catalog.Relation) {
+	kind := "table "
+	if rel.Kind == catalog.KindView {
+		kind = "view "
+	}
 	switch {
 	case rel.WriteCode && w.writing != 'd':
-		w.escalate("table " + rel.Name.String() + " has a default or check that calls a function which may read any table")
+		w.escalate(kind + rel.Name.String() + " has a default or check that calls a function which may read any table")
 	case rel.DeleteCode && (w.writing == 'd' || w.writing == 'm'):
 		w.escalate("a foreign key's action on deleting from " + rel.Name.String() + " runs a default or check that calls a function which may read any table")
 	}
 	if rel.Triggers || rel.CascadeTriggers && w.writing != 'i' {
 		if rel.Triggers {
-			w.escalate("table " + rel.Name.String() + " has triggers or rules")
+			w.escalate(kind + rel.Name.String() + " has triggers or rules")
 		} else {
 			w.escalate("a foreign key's action on changing " + rel.Name.String() + " fires triggers")
 		}
@@ -630,6 +629,16 @@ func funcName(fc *pg.FuncCall) (schema, name, full string) {
 	return schema, name, full
 }
 
+// qualified returns the schema ("" if none) and name of a parse tree's
+// qualified name (its last two parts).
+func qualified(names []*pg.Node) (schema, name string) {
+	name = names[len(names)-1].GetString_().GetSval()
+	if len(names) > 1 {
+		schema = names[len(names)-2].GetString_().GetSval()
+	}
+	return schema, name
+}
+
 // castTo notes a cast to t: to a domain whose check calls a user
 // function that may read data (catalog.ReadingType), or a composite type
 // holding one, it reads anything.
@@ -637,12 +646,7 @@ func (w *walker) castTo(t *pg.TypeName) {
 	if t == nil || len(t.Names) == 0 {
 		return
 	}
-	var schema, name string
-	names := t.Names
-	name = names[len(names)-1].GetString_().GetSval()
-	if len(names) > 1 {
-		schema = names[len(names)-2].GetString_().GetSval()
-	}
+	schema, name := qualified(t.Names)
 	if w.cat.ReadingType(w.sp, schema, name) {
 		w.escalate("casts to " + name + ", whose check calls a function which may read any table")
 	}
@@ -655,15 +659,10 @@ func (w *walker) castTo(t *pg.TypeName) {
 // so the operators PostgreSQL applies unnamed (the = of IN (SELECT …), of
 // CASE x WHEN, of JOIN … USING; BETWEEN's) are never such.
 func (w *walker) operator(names []*pg.Node) {
-	var schema, symbol string
-	switch len(names) {
-	case 0:
+	if len(names) == 0 {
 		return
-	case 1:
-		symbol = names[0].GetString_().GetSval()
-	default:
-		schema, symbol = names[len(names)-2].GetString_().GetSval(), names[len(names)-1].GetString_().GetSval()
 	}
+	schema, symbol := qualified(names)
 	f, ok := w.cat.Operator(w.sp, schema, symbol)
 	if !ok || !f.ReadsData {
 		return

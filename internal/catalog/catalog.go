@@ -360,15 +360,22 @@ func (c *Catalog) Lookup(n Name) (*Relation, bool) {
 // looked up directly; an unqualified one in pg_catalog first (unless the
 // path names it explicitly), then each schema of the path in order.
 func (c *Catalog) Resolve(searchPath []string, schema, name string) (*Relation, bool) {
+	return resolve(c.rels, searchPath, schema, name)
+}
+
+// resolve finds name in m as Resolve finds a relation.
+func resolve[V any](m map[Name]V, searchPath []string, schema, name string) (V, bool) {
 	if schema != "" {
-		return c.Lookup(Name{schema, name})
+		v, ok := m[Name{schema, name}]
+		return v, ok
 	}
 	for _, s := range effectivePath(searchPath) {
-		if r, ok := c.rels[Name{s, name}]; ok {
-			return r, true
+		if v, ok := m[Name{s, name}]; ok {
+			return v, true
 		}
 	}
-	return nil, false
+	var zero V
+	return zero, false
 }
 
 // Func finds a function like Resolve finds a relation. An unqualified
@@ -387,15 +394,8 @@ func (c *Catalog) ReadingType(searchPath []string, schema, name string) bool {
 	if len(c.readingTypes) == 0 {
 		return false
 	}
-	if schema != "" {
-		return c.readingTypes[Name{schema, name}]
-	}
-	for _, s := range effectivePath(searchPath) {
-		if c.readingTypes[Name{s, name}] {
-			return true
-		}
-	}
-	return false
+	_, ok := resolve(c.readingTypes, searchPath, schema, name)
+	return ok
 }
 
 // Operator finds an operator whose function may read data

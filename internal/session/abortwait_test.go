@@ -36,12 +36,14 @@ type abortable struct {
 
 func (a abortable) Abort(err error) { a.aborts <- err }
 
-// TestBruteForceEndsTheToldWait: a transaction chosen for a brute-force
-// abort while a statement of it waits for this node's told commits
-// (inside its hook, where the wire layer cannot roll it back) stops
-// waiting and fails with the brute-force error; the session's next
-// transaction waits again.
-func TestBruteForceEndsTheToldWait(t *testing.T) {
+// TestAbortWaitChannel checks the session's bookkeeping of the channel a
+// wait for this node's told commits ends on (a unit test, with a gate
+// that never opens and a fake client backend: the wait and the abort
+// themselves are the replica's and the node's). A transaction chosen for
+// a brute-force abort while a statement of it waits (inside its hook,
+// where the wire layer cannot roll it back) stops waiting and fails with
+// the brute-force error; the session's next transaction waits again.
+func TestAbortWaitChannel(t *testing.T) {
 	h := &Hooks{told: shutGate{}, byPID: map[uint32]*session{}, m: newMetrics(nil)}
 	be := abortable{aborts: make(chan error, 4)}
 	s := &session{h: h, be: be, pid: 7}

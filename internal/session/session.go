@@ -93,12 +93,13 @@ type session struct {
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
-	// abortCh is closed by Hooks.Abort, to end a wait inside Ordo of the
-	// transaction it aborts (abortWait); abortClosed: it was. Under
-	// abortMu.
-	abortMu     sync.Mutex
-	abortCh     chan struct{}
-	abortClosed bool
+	// abortCh is the channel the waits inside Ordo of the session's
+	// transaction end on (abortWait); Hooks.Abort closes it and takes it
+	// away (wakeAborted). abortMu orders a wake after the reset of
+	// aborted (resetAborted): a late wake never closes the channel of the
+	// transaction after the one it aborted.
+	abortMu sync.Mutex
+	abortCh atomic.Pointer[chan struct{}]
 	// inTxn: a transaction block is open or being opened (read by
 	// Hooks.Abort on another goroutine).
 	inTxn atomic.Bool
@@ -276,19 +277,30 @@ type txState struct {
 }
 
 // abortWait returns a channel Hooks.Abort closes when it aborts the
-// session's transaction, closed already if it did.
+// session's transaction, closed already if it did. Without an abort it
+// takes two atomic loads: every statement that may take a snapshot asks.
 func (s *session) abortWait() <-chan struct{} {
+	if !s.aborted.Load() {
+		if p := s.abortCh.Load(); p != nil {
+			return *p
+		}
+	}
 	s.abortMu.Lock()
 	defer s.abortMu.Unlock()
-	if s.abortCh == nil {
-		s.abortCh = make(chan struct{})
+	if s.aborted.Load() && s.inTxn.Load() {
+		return closedChan // aborted before the wait began
 	}
-	if s.aborted.Load() && s.inTxn.Load() && !s.abortClosed {
-		close(s.abortCh) // aborted before the wait began
-		s.abortClosed = true
+	p := s.abortCh.Load()
+	if p == nil {
+		ch := make(chan struct{})
+		p = &ch
+		s.abortCh.Store(p)
 	}
-	return s.abortCh
+	return *p
 }
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // wakeAborted ends the wait inside Ordo (abortWait) of the transaction
 // Hooks.Abort aborted (it set aborted first; a transaction that ended
@@ -296,21 +308,23 @@ func (s *session) abortWait() <-chan struct{} {
 func (s *session) wakeAborted() {
 	s.abortMu.Lock()
 	defer s.abortMu.Unlock()
-	if s.aborted.Load() && s.abortCh != nil && !s.abortClosed {
-		close(s.abortCh)
-		s.abortClosed = true
+	if !s.aborted.Load() {
+		return
+	}
+	if p := s.abortCh.Swap(nil); p != nil {
+		close(*p)
 	}
 }
 
 // resetAborted forgets a brute-force abort: the transaction it was for
-// is over. The next wait gets a channel of its own.
+// is over.
 func (s *session) resetAborted() {
-	s.abortMu.Lock()
-	defer s.abortMu.Unlock()
-	s.aborted.Store(false)
-	if s.abortClosed {
-		s.abortCh, s.abortClosed = nil, false
+	if !s.aborted.Load() {
+		return // (ReadyForQuery's path: no lock)
 	}
+	s.abortMu.Lock()
+	s.aborted.Store(false)
+	s.abortMu.Unlock()
 }
 
 // awaitTold waits, before a statement that may take a snapshot, until the
