@@ -35,7 +35,16 @@ func TestTPCC(t *testing.T) {
 	t0 := time.Now()
 	c := startCluster(t, 3, "dbsm")
 	dsns := []string{c.dsn(0), c.dsn(1), c.dsn(2)}
+	conns := []*pgx.Conn{c.connect(0), c.connect(1), c.connect(2)}
 	require.NoError(t, tpcc.Load(ctx, dsns, 3, tpcc.Small, 1))
+	// Load returns once every node holds every warehouse: a terminal's
+	// first remote stock line or payment, on a node that has not applied
+	// that warehouse yet, would find no row.
+	for i, conn := range conns {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM stock").Scan(&n))
+		require.Equal(t, 3*tpcc.Small.Items, n, "stock rows on node %d right after the load", i+1)
+	}
 	t.Logf("cluster up and loaded: %v", time.Since(t0))
 	// Remote payments are 15 % of them: counted over every run, since a
 	// run of 15 payments on a loaded machine has none 9 % of the time.

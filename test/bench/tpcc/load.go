@@ -243,7 +243,34 @@ func Load(ctx context.Context, dsns []string, warehouses int, s Scale, seed uint
 			first = err
 		}
 	}
-	return first
+	if first != nil {
+		return first
+	}
+	for _, dsn := range dsns {
+		if err := awaitLoad(ctx, dsn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitLoad returns once the server behind dsn holds every warehouse: an
+// Ordo node applies what the others loaded shortly after they commit it,
+// and a terminal's first remote stock line or payment would otherwise
+// find no row. A read with ordo.read_consistency = 'sync' waits until
+// the node has applied what the cluster committed before it (on plain
+// PostgreSQL the setting is an unused placeholder).
+func awaitLoad(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SET ordo.read_consistency = 'sync'"); err != nil {
+		return err
+	}
+	var n int
+	return conn.QueryRow(ctx, "SELECT count(*) FROM warehouse").Scan(&n)
 }
 
 // waitForSchema waits until the server conn is connected to has the
