@@ -110,6 +110,12 @@ type session struct {
 	// heldUnnamed is the NOTIFY, LISTEN or UNLISTEN held in place of the
 	// unnamed prepared statement (see heldNoop).
 	heldUnnamed string
+	// unnamedSQL is the client's text of the unnamed statement, which
+	// sent[""] holds rewritten if its Parse was (rewriteIsolation).
+	unnamedSQL string
+	// aheadParse: the client's text of the unnamed statement, to be
+	// parsed again just before the Bind being reported (sendAhead).
+	aheadParse string
 	// syncRead makes every transaction wait for the cluster's latest
 	// commits before its snapshot (ordo.read_consistency = 'sync').
 	syncRead bool
@@ -465,8 +471,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			if sql, ok := s.be.Unnamed(); !ok {
 				delete(s.stmts, "")
 				delete(s.sent, "")
+				s.unnamedSQL = ""
 			} else if sql != s.sent[""] {
-				s.stmts[""], s.sent[""] = s.analyze(sql), sql
+				s.stmts[""], s.sent[""], s.unnamedSQL = s.analyze(sql), sql, sql
 			}
 		}
 	}
@@ -578,6 +585,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
+		if st.Name == "" {
+			s.unnamedSQL = st.SQL
+		}
 		s.declare(st.Name, sentText(st), st.ParamOIDs)
 		if st.Name == "" {
 			s.heldUnnamed = ""
@@ -706,8 +716,25 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 			if sql != s.sent[""] {
 				stmts = s.analyze(sql)
-				s.stmts[""], s.sent[""] = stmts, sql
+				s.stmts[""], s.sent[""], s.unnamedSQL = stmts, sql, sql
 			}
+		}
+		sent := s.sent[st.Name]
+		if st.Name == "" && onlyBegin(stmts) && s.unnamedSQL != "" && sent != s.unnamedSQL && s.txStatus() != 'E' &&
+			(s.tx.active || s.txStatus() == 'T' || !s.unitFresh || s.unitParsed) {
+			// A BEGIN rewritten with Ordo's isolation level at its Parse,
+			// where nothing had run (rewriteIsolation), bound after a
+			// statement ran or inside a block: PostgreSQL would refuse
+			// the level there (25001) where the client's BEGIN makes the
+			// batch's implicit transaction its block, or warns. Parse
+			// the client's text again (session fuzzer, seed
+			// 1796161711157417662). Not in a failed block: PostgreSQL
+			// refuses a Parse of BEGIN there, and drops the statement
+			// the Bind would have been refused with 25P02 for (seed
+			// 1796168281970492786). Sent last, just before the Bind
+			// (sendAhead): an Exec of the hooks' in between would end
+			// the batch it is in.
+			s.aheadParse, sent = s.unnamedSQL, s.unnamedSQL
 		}
 		if s.analyzedBefore(stmts) && len(stmts) == 1 {
 			// PostgreSQL analyzes the statement again, under the
@@ -772,7 +799,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 			return nil // acted on when parsed earlier in this unit
 		}
-		return s.execute(ctx, stmts, params, at{kind: wire.KindBind, first: first, sent: s.sent[st.Name], msg: st})
+		return s.execute(ctx, stmts, params, at{kind: wire.KindBind, first: first, sent: sent, msg: st})
 	case wire.KindFunctionCall:
 		return s.fastPath(ctx, st)
 	case wire.KindCloseStatement:
@@ -2266,7 +2293,7 @@ func (s *session) wrapAhead() {
 }
 
 // sendAhead sends the BEGIN wrapAhead queued, if it is still to be sent,
-// ahead of the message being reported.
+// and the Parse of aheadParse ahead of the message being reported.
 func (s *session) sendAhead(failed error) {
 	if set := s.aheadSet; set != "" {
 		s.aheadSet = ""
@@ -2279,13 +2306,18 @@ func (s *session) sendAhead(failed error) {
 			s.be.SetHere(set)
 		}
 	}
-	begin := s.takeAhead()
-	if begin == "" {
-		return
+	if begin := s.takeAhead(); begin != "" {
+		s.noteWrap(true)
+		s.tx.injected = true
+		s.be.BeginHere(begin)
 	}
-	s.noteWrap(true)
-	s.tx.injected = true
-	s.be.BeginHere(begin)
+	if sql := s.aheadParse; sql != "" {
+		s.aheadParse = ""
+		if failed == nil {
+			s.be.ParseHere(sql)
+			s.sent[""] = sql
+		}
+	}
 }
 
 // takeAhead returns the BEGIN wrapAhead queued and forgets it: "" if

@@ -28,6 +28,15 @@ func (ss *session) BeginHere(begin string) { ss.sendInjected(injectBegin, begin)
 // as no BEGIN.
 func (ss *session) SetHere(sql string) { ss.sendInjected(injectSet, sql) }
 
+// ParseHere implements Backend: the Parse goes before the message being
+// reported, its ParseComplete dropped through unnamedTracker, which then
+// holds sql as the unnamed statement.
+func (ss *session) ParseHere(sql string) {
+	p := &pgproto3.Parse{Query: sql}
+	ss.unnamed.sentInjectedParse(p)
+	ss.sendServer(p)
+}
+
 // injectKind says what an injected statement is.
 type injectKind int
 

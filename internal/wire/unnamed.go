@@ -110,6 +110,13 @@ func (u *unnamedTracker) sentInjected(quiet, begin bool) {
 	u.mu.Unlock()
 }
 
+// sentInjectedParse notes ParseHere's Parse of the unnamed statement.
+func (u *unnamedTracker) sentInjectedParse(p *pgproto3.Parse) {
+	u.mu.Lock()
+	u.push(trackedMsg{kind: trackedParse, parse: &pgproto3.Parse{Query: p.Query}, injected: true})
+	u.mu.Unlock()
+}
+
 // sentInjectedCloses notes Ordo's Close of the unnamed statement and
 // portal before a refused Query (PostgreSQL drops both at a Query): their
 // replies are dropped.
@@ -322,6 +329,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			u.stmt = nil // the client's, or Ordo's Close of it for a refused Query
 		}
 		if front.injected {
+			if front.kind == trackedParse {
+				u.stmt = front.parse // ParseHere's
+			}
 			return true, front.begin, false
 		}
 		if _, ok := msg.(*pgproto3.BindComplete); ok && front.bind {

@@ -129,6 +129,41 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"select, bind named begin, commit", batch(ext("", "select 1"),
 			[]pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "nb"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb"}},
 			ext("", "commit"))},
+		// The unnamed BEGIN parsed first in its batch, bound after a
+		// statement ran: Ordo rewrote it with its isolation level at the
+		// Parse, where nothing had run, and PostgreSQL refused the level
+		// at the Bind (25001; the session fuzzer, seed
+		// 1796161711157417662). An insert or a read in between; and a
+		// block opened in between, where PostgreSQL refuses another
+		// level too.
+		{"parse unnamed begin, insert, bind it", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "start transaction"}},
+			ext("i6", "insert into pc values (80, 'ab') on conflict (id) do update set v = excluded.v"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "i6"}})},
+		{"commit it", batch(ext("", "commit"))},
+		{"parse unnamed begin, select, bind it", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}},
+			ext("s6", "select count(*) from pc"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "s6"}},
+			ext("u6", "update pc set v = 'ac' where id = 80"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "u6"}})},
+		{"commit that", batch(ext("", "commit"))},
+		{"parse unnamed begin, begin (named), select, bind it", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin isolation level serializable"}},
+			ext("b6", "begin"), ext("s7", "select count(*) from pc"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Close{ObjectType: 'S', Name: "b6"}, &pgproto3.Close{ObjectType: 'S', Name: "s7"}})},
+		{"the block goes on", batch(ext("", "update pc set v = 'ad' where id = 80"), ext("", "commit"))},
+		// Bound again in a batch of its own, nothing run before it: the
+		// level is set again.
+		{"parse unnamed begin again", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin isolation level serializable"}})},
+		{"bind it first", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}},
+			ext("", "select count(*) from pc"), ext("", "show transaction_isolation"), ext("", "commit"))},
+		// Bound in a failed block: PostgreSQL refuses it (25P02), and
+		// would refuse to parse it again there (the session fuzzer's
+		// seed 1796168281970492786 under dbsm-si found Ordo's Parse
+		// failing there, then an Exec of its own ending the batch).
+		{"unnamed begin, fail", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "start transaction"}, &pgproto3.Bind{}, &pgproto3.Execute{}},
+			ext("f7", "do $$ begin execute 'prepare f7 as select 1'; end $$"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "f7"}})},
+		{"bind it in the failed block", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
+		{"rollback the failed block", batch(ext("r7", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "r7"},
+			&pgproto3.Close{ObjectType: 'S', Name: "f7"}})},
 		// COMMIT AND CHAIN ends no implicit transaction: PostgreSQL
 		// refuses it there.
 		{"insert, commit and chain (implicit)", batch(ext("", "insert into pc values (18, 'r')"), ext("", "commit and chain"))},
