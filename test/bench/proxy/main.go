@@ -18,7 +18,7 @@
 //
 //	RESULT ordo_direct_ratio=<select-only simple> ordo_pgbouncer_ratio=<worst mode> rss_per_idle_kib=<n> node_direct_ratio=<select-only simple> node_pgbouncer_ratio=<select-only simple> node_direct_ratio_prepared=<select-only prepared> node_pgbouncer_ratio_prepared=<…>
 //
-// -relays adds two byte relays, one per design (relays.go), as bounds.
+// -relays adds byte relays, one per design (relays.go), as bounds.
 //
 // Run with `make bench-proxy` (go run ./test/bench/proxy). Not part of
 // `go test`.
@@ -85,7 +85,7 @@ func main() {
 	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the node's process to this file")
 	memprofile := flag.String("memprofile", "", "write a heap profile of the node's process (allocations included) to this file when it stops")
-	relays := flag.Bool("relays", false, "also measure two byte relays, one per design (goroutines, epoll), that bound what a relay can reach (relays.go)")
+	relays := flag.Bool("relays", false, "also measure byte relays, one per design (goroutines; epoll on a thread, with GOMAXPROCS 1 and default; epoll in Go's netpoller), that bound what a relay can reach (relays.go)")
 	flag.Parse()
 	// The node's child process writes the profiles: it is told where by
 	// environment variables, as absolute paths.
@@ -351,7 +351,7 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string, re
 	pids := map[string]int{"ordo": child.Process.Pid, "node": nodeChild.Process.Pid, "pgbouncer": bouncerPID}
 	var relayNames []string
 	if relays {
-		for _, kind := range []string{"go", "epoll"} {
+		for _, kind := range []string{"go", "epoll", "epoll-procs", "netpoll"} {
 			rl, rc, err := startChild(self, "ORDO_BENCH_RELAY="+kind+" "+pg.Addr())
 			if err != nil {
 				return err
@@ -449,7 +449,7 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string, re
 			b := median(results[m]["pgbouncer"])
 			for _, name := range relayNames {
 				r := median(results[m][name])
-				fmt.Printf("%-11s %-8s %-11s tps %9.1f  ÷ pgbouncer %5.3f  CPU %5.1f µs/tx (pgbouncer %5.1f)\n",
+				fmt.Printf("%-11s %-8s %-17s tps %9.1f  ÷ pgbouncer %5.3f  CPU %5.1f µs/tx (pgbouncer %5.1f)\n",
 					m.workload, m.protocol, name, r.tps, r.tps/b.tps, r.cpuUsPerTx, b.cpuUsPerTx)
 			}
 		}

@@ -20,6 +20,15 @@ import (
 //     per read).
 //   - epoll-relay: one OS thread waiting in epoll_wait for every socket and
 //     forwarding what one read returns with one write (PgBouncer's design).
+//     It is relay-loop.md's way (a) for the node's loop: a goroutine in a
+//     blocking epoll_wait, which holds its OS thread while it waits. The
+//     epoll-procs-relay is the same with the default GOMAXPROCS, as in
+//     the node.
+//   - netpoll-relay: the same loop, waiting in Go's netpoller instead
+//     (relay-loop.md's way (b)): its epoll descriptor is registered with
+//     the runtime, which parks the goroutine without a thread and wakes it
+//     when any socket is ready; the sockets themselves stay out of the
+//     netpoller. Default GOMAXPROCS, as the node would run it.
 //
 // They are measurement tools for issue 17's relay lever, not Ordo code:
 // no authentication, no protocol, no limits.
@@ -40,7 +49,11 @@ func runRelay(kind, backend string) error {
 	case "go":
 		return goRelay(ln, backend)
 	case "epoll":
-		return epollRelay(ln.(*net.TCPListener), backend)
+		return epollRelay(ln.(*net.TCPListener), backend, true)
+	case "epoll-procs":
+		return epollRelay(ln.(*net.TCPListener), backend, false)
+	case "netpoll":
+		return netpollRelay(ln.(*net.TCPListener), backend)
 	}
 	return fmt.Errorf("no relay %q", kind)
 }
@@ -75,8 +88,16 @@ func goRelay(ln net.Listener, backend string) error {
 // (level-triggered) says which can be read, one read takes what is there,
 // and one write hands it on (a write blocks only when the peer's buffer is
 // full, which pgbench's small messages never make it).
-func epollRelay(ln *net.TCPListener, backend string) error {
-	runtime.GOMAXPROCS(1)
+//
+// one: GOMAXPROCS 1 (PgBouncer's one thread); without it, the runtime's
+// other processor is there as it would be in the node, which runs Raft
+// and gRPC beside the loop (epoll-procs-relay): sysmon may then retake
+// the loop's processor while it waits in epoll_wait, and the loop must
+// get one back when it wakes.
+func epollRelay(ln *net.TCPListener, backend string, one bool) error {
+	if one {
+		runtime.GOMAXPROCS(1)
+	}
 	runtime.LockOSThread()
 	lf, err := ln.File() // a blocking duplicate of the listener
 	if err != nil {
@@ -167,6 +188,141 @@ func epollRelay(ln *net.TCPListener, backend string) error {
 				closePair(c)
 			}
 		}
+	}
+}
+
+// netpollRelay is epollRelay's loop (level-triggered, blocking sockets,
+// one read and one write per ready socket) waiting in Go's netpoller: its
+// epoll descriptor, made non-blocking, is an *os.File the runtime polls
+// (edge-triggered). The function given to RawConn.Read polls without
+// waiting (epoll_wait with a zero timeout) and declines only once a poll
+// finds nothing ready: the runtime resets the descriptor's readiness
+// before each call (prepareRead), and an edge comes only when the inner
+// set's ready list turns non-empty, so declining while a socket is still
+// ready would wait for ever (relay-loop.md, "How the loop waits").
+func netpollRelay(ln *net.TCPListener, backend string) error {
+	lf, err := ln.File()
+	if err != nil {
+		return err
+	}
+	lfd := int(lf.Fd()) // (Fd made it blocking: accept only when ready)
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	if err := syscall.SetNonblock(ep, true); err != nil {
+		return err
+	}
+	epf := os.NewFile(uintptr(ep), "epoll") // non-blocking: the netpoller's
+	rc, err := epf.SyscallConn()
+	if err != nil {
+		return err
+	}
+	l := &loop{ep: ep, lfd: lfd, peer: map[int]int{}, buf: make([]byte, 64<<10), events: make([]syscall.EpollEvent, 128)}
+	if err := l.add(lfd); err != nil {
+		return err
+	}
+	baddr, err := net.ResolveTCPAddr("tcp", backend)
+	if err != nil {
+		return err
+	}
+	copy(l.sa.Addr[:], baddr.IP.To4())
+	l.sa.Port = baddr.Port
+	var failed error
+	err = rc.Read(func(uintptr) bool {
+		for {
+			n, err := syscall.EpollWait(ep, l.events, 0)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				failed = err
+				return true
+			}
+			if n == 0 {
+				return false // park until the set has a ready socket
+			}
+			l.handle(l.events[:n])
+		}
+	})
+	if failed != nil {
+		return failed
+	}
+	return err
+}
+
+// loop is netpollRelay's state: epollRelay's, as fields.
+type loop struct {
+	ep, lfd int
+	sa      syscall.SockaddrInet4
+	peer    map[int]int
+	buf     []byte
+	events  []syscall.EpollEvent
+}
+
+func (l *loop) add(fd int) error {
+	return syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)})
+}
+
+func (l *loop) closePair(fd int) {
+	p := l.peer[fd]
+	for _, f := range []int{fd, p} {
+		_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, f, nil)
+		_ = syscall.Close(f)
+		delete(l.peer, f)
+	}
+}
+
+// handle forwards what one batch of events reports, as epollRelay does.
+func (l *loop) handle(events []syscall.EpollEvent) {
+	accept := false
+	for _, ev := range events {
+		fd := int(ev.Fd)
+		if fd == l.lfd {
+			accept = true
+			continue
+		}
+		p, ok := l.peer[fd]
+		if !ok {
+			continue
+		}
+		r, err := syscall.Read(fd, l.buf)
+		for errors.Is(err, syscall.EINTR) {
+			r, err = syscall.Read(fd, l.buf)
+		}
+		if r <= 0 || err != nil {
+			l.closePair(fd)
+			continue
+		}
+		if writeAll(p, l.buf[:r]) != nil {
+			l.closePair(fd)
+		}
+	}
+	if !accept {
+		return
+	}
+	c, _, err := syscall.Accept4(l.lfd, syscall.SOCK_CLOEXEC)
+	if err != nil {
+		return
+	}
+	b, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err == nil {
+		err = syscall.Connect(b, &l.sa)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "netpoll relay: connect:", err)
+		if b >= 0 {
+			_ = syscall.Close(b)
+		}
+		_ = syscall.Close(c)
+		return
+	}
+	for _, f := range []int{c, b} {
+		_ = syscall.SetsockoptInt(f, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+	}
+	l.peer[c], l.peer[b] = b, c
+	if l.add(c) != nil || l.add(b) != nil {
+		l.closePair(c)
 	}
 }
 
