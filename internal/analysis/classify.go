@@ -129,6 +129,9 @@ func (w *walker) top(n *pg.Node) {
 		iw := &walker{cat: w.cat, sp: w.sp, st: inner,
 			reads: map[catalog.Name]bool{}, writes: map[catalog.Name]bool{}, locks: map[catalog.Name]bool{}}
 		iw.top(x.PrepareStmt.Query)
+		for _, a := range x.PrepareStmt.Argtypes {
+			iw.castTo(a.GetTypeName()) // each EXECUTE casts its values to them
+		}
 		iw.finish()
 		st.Prepared, st.PreparedName = inner, x.PrepareStmt.Name
 	case *pg.Node_ExecuteStmt:

@@ -215,6 +215,9 @@ func render(a *Analyzer, sql string, params []Param, env Env) string {
 		}
 		if s.Prepared != nil {
 			fmt.Fprintf(&b, "\n  prepared: %s %s reads=%v writes=%v", s.Prepared.Kind, s.Prepared.Tag, names(s.Prepared.Reads), names(s.Prepared.Writes))
+			if s.Prepared.ReadsAll {
+				fmt.Fprintf(&b, " reads-all (%s)", s.Prepared.Reason)
+			}
 		}
 		fp, err := s.Bind(params)
 		if err != nil {

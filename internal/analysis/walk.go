@@ -527,6 +527,12 @@ func (w *walker) insertValues(a *access, cols []*pg.Node, rows []*pg.Node) {
 }
 
 func (w *walker) updateStmt(s *pg.UpdateStmt, parent *scope) {
+	if r := s.Relation; r != nil && r.Relname == "pg_settings" && (r.Schemaname == "" || r.Schemaname == "pg_catalog") {
+		// pg_settings' rule runs set_config for each row it updates: any
+		// setting, search_path and Ordo's own among them. (A table of
+		// that name of the user's is taken for it: a re-read too many.)
+		w.setsSearchPath, w.setsOrdoConfig = true, true
+	}
 	sc := w.changeRows(s.WithClause, s.Relation, s.FromClause, s.WhereClause, parent, 'u')
 	w.exprs(s.TargetList, sc)
 	w.exprs(s.ReturningList, sc)

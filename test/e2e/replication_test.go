@@ -725,10 +725,11 @@ func TestRowSecurityPoliciesAreReads(t *testing.T) {
 // TestUserCodeReadsAreReads: PostgreSQL runs user functions where no
 // call names them: an operator's, a check constraint's on a write, or on
 // the rows a foreign key's ON DELETE SET NULL updates, a domain's on a
-// cast, a partition's trigger on a write of its partitioned table. One
+// cast or a prepared statement's parameter, a partition's trigger on a
+// write of its partitioned table. One
 // that reads a table makes the statement read anything. And a function
-// that sets the session's search_path changes what the statements after
-// it read.
+// that sets the session's search_path (or an update of pg_settings)
+// changes what the statements after it read.
 func TestUserCodeReadsAreReads(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
@@ -776,7 +777,10 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		{"foreign key action", "DELETE FROM fk_parent WHERE id = 1", "UPDATE limits SET n = -1"},
 		{"cast to a domain", "SELECT (-9)::capped", "UPDATE limits SET n = -2"},
 		{"trigger of a partition", "INSERT INTO parted VALUES (1, 5)", "UPDATE limits SET n = -4"},
+		{"parameter of a prepared statement", "EXECUTE pc(-9)", "UPDATE limits SET n = -5"},
 	}
+	_, err := a.Exec(ctx, "PREPARE pc(capped) AS SELECT $1") // its EXECUTEs cast to capped
+	require.NoError(t, err)
 	for _, tc := range cases {
 		tx, err := a.Begin(ctx)
 		require.NoError(t, err)
@@ -791,9 +795,11 @@ func TestUserCodeReadsAreReads(t *testing.T) {
 		require.Equal(t, "40001", sqlstate(err), "%s: commit: %v", tc.name, err)
 	}
 
-	// A function, or a trigger's, moves the session to s2: t is s2.t
-	// from then on.
-	for i, move := range []string{"SELECT go_to('s2, public')", "INSERT INTO moves VALUES (1)"} {
+	// A function, or a trigger's, or an update of pg_settings (whose
+	// rule calls set_config), moves the session to s2: t is s2.t from
+	// then on.
+	for i, move := range []string{"SELECT go_to('s2, public')", "INSERT INTO moves VALUES (1)",
+		"UPDATE pg_settings SET setting = 's2, public' WHERE name = 'search_path'"} {
 		p := c.connect(0)
 		_, err := p.Exec(ctx, move)
 		require.NoError(t, err, move)
