@@ -467,3 +467,49 @@ func TestTrackerParseAfterLearnedNames(t *testing.T) {
 		t.Fatalf("s: %q %v %v", sql, types, ok)
 	}
 }
+
+// TestTrackerInjectedParse: ParseHere's Parse of the unnamed statement
+// ahead of the client's Bind: its ParseComplete is dropped, the tracker
+// holds its text from then on; failed (in a failed block), its error is
+// the client's and the unnamed statement is gone, as PostgreSQL drops it.
+func TestTrackerInjectedParse(t *testing.T) {
+	var u unnamedTracker
+	rfq := &pgproto3.ReadyForQuery{TxStatus: 'T'}
+	u.sent(&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ"})
+	u.sent(&pgproto3.Sync{})
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, rfq} {
+		u.reply(m)
+	}
+	u.sentInjectedParse(&pgproto3.Parse{Query: "begin"})
+	u.sent(&pgproto3.Bind{})
+	u.sent(&pgproto3.Execute{})
+	u.sent(&pgproto3.Sync{})
+	if drop, _, _ := u.reply(&pgproto3.ParseComplete{}); !drop {
+		t.Fatal("the injected Parse's ParseComplete was relayed")
+	}
+	if p := u.current(); p == nil || p.Query != "begin" {
+		t.Fatalf("the unnamed statement after the injected Parse: %+v", p)
+	}
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, rfq} {
+		if drop, _, _ := u.reply(m); drop {
+			t.Fatalf("the client's %T was dropped", m)
+		}
+	}
+	if !u.answered() {
+		t.Fatal("a message is still awaiting its reply")
+	}
+
+	u.sentInjectedParse(&pgproto3.Parse{Query: "begin"})
+	u.sent(&pgproto3.Bind{})
+	u.sent(&pgproto3.Execute{})
+	u.sent(&pgproto3.Sync{})
+	if drop, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "25P02"}); drop {
+		t.Fatal("the injected Parse's error was dropped")
+	}
+	if u.current() != nil {
+		t.Fatal("a failed Parse of the unnamed statement leaves none")
+	}
+	if drop, _, _ := u.reply(&pgproto3.ReadyForQuery{TxStatus: 'E'}); drop || !u.answered() {
+		t.Fatal("the Sync's ReadyForQuery did not end the batch")
+	}
+}
