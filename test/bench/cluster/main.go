@@ -127,6 +127,9 @@ type result struct {
 	// process (the three Ordo nodes and the benchmark itself, which only
 	// waits for pgbench) and every PostgreSQL process on the machine.
 	ordoCPU, pgCPU float64
+	// steal: the largest share of the machine's time the hypervisor gave
+	// other guests during a run (0–1).
+	steal float64
 	// stmts: at 1 client, each statement of the script with its mean
 	// latency in ms (pgbench -r; the median over the runs), in order.
 	stmts []stmtLatency
@@ -248,8 +251,8 @@ func run() error {
 				return err
 			}
 			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
-			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms\n",
-				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU)
+			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms  stolen up to %.1f%%\n",
+				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU, 100*r.steal)
 			if b := benchcluster.Breakdown(before, benchcluster.ReadHistograms(nodes)); b != "" {
 				fmt.Printf("         where a commit's time goes (means, ms): %s\n", b)
 			}
@@ -303,13 +306,14 @@ func initPgbench(pgbench, dsn string) error {
 // returns the median total TPS and the median of per-run p50 latencies.
 func measure(pgbench string, dsns []string, clients int) (result, error) {
 	var tpss, p50s, ordoCPUs, pgCPUs []float64
+	var steal float64
 	var stmtRuns [][]stmtLatency
 	scriptFile, err := scriptPath()
 	if err != nil {
 		return result{}, err
 	}
 	for r := 0; r < *runs; r++ {
-		before := benchcluster.SampleCPU()
+		before, host := benchcluster.SampleCPU(), benchcluster.SampleHost()
 		dir, err := os.MkdirTemp("", "ordo-bench-cluster-")
 		if err != nil {
 			return result{}, err
@@ -368,6 +372,8 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 			return result{}, errs[0]
 		}
 		after := benchcluster.SampleCPU()
+		_, st := host.Until(benchcluster.SampleHost())
+		steal = max(steal, st)
 		lat, err := latencies(dir)
 		os.RemoveAll(dir)
 		if err != nil {
@@ -378,7 +384,7 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		ordoCPUs = append(ordoCPUs, (after.Self-before.Self).Seconds()*1000/float64(len(lat)))
 		pgCPUs = append(pgCPUs, (after.Postgres-before.Postgres).Seconds()*1000/float64(len(lat)))
 	}
-	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs)}
+	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal}
 	if len(stmtRuns) > 0 {
 		for i, st := range stmtRuns[0] {
 			var ms []float64

@@ -55,6 +55,7 @@ import (
 	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/ordo-db/ordo/internal/wire"
 	"github.com/ordo-db/ordo/pkg/config"
+	"github.com/ordo-db/ordo/test/internal/benchcluster"
 )
 
 func main() {
@@ -390,9 +391,10 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string, re
 				if tg.name == "node" {
 					before = analyzed()
 				}
-				cpu0, cs0 := cpuTicks(pid), ctxSwitches(pid)
+				cpu0, cs0, host0 := cpuTicks(pid), ctxSwitches(pid), benchcluster.SampleHost()
 				out, err := pgbenchCmd(env(tg), args...).CombinedOutput()
 				cpu, cs := cpuTicks(pid)-cpu0, ctxSwitches(pid)-cs0
+				busy, steal := host0.Until(benchcluster.SampleHost())
 				if err != nil {
 					return fmt.Errorf("pgbench %v against %s: %v\n%s", args, tg.name, err, out)
 				}
@@ -408,8 +410,8 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string, re
 					csPerTx = float64(cs) / (tps * duration.Seconds())
 				}
 				results[m][tg.name] = append(results[m][tg.name], sample{tps, lat, perTx})
-				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx, %4.2f context switches/tx\n",
-					r+1, m.workload, m.protocol, tg.name, tps, lat, perTx, csPerTx)
+				fmt.Printf("  run %d %-11s %-8s %-9s tps %9.1f  latency %6.3f ms  proxy CPU %5.1f µs/tx, %4.2f context switches/tx; machine busy %3.0f %%, stolen %4.1f %%\n",
+					r+1, m.workload, m.protocol, tg.name, tps, lat, perTx, csPerTx, 100*busy, 100*steal)
 				if tg.name == "node" {
 					fmt.Printf("      node's texts analyzed: %s before the run, %s after\n", before, analyzed())
 				}

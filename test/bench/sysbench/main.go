@@ -80,6 +80,9 @@ type sample struct {
 	// CPU per committed transaction, in ms: this process, every
 	// PostgreSQL process on the machine, and the walsenders among them.
 	selfCPU, pgCPU, walCPU float64
+	// steal: the share of the machine's time the hypervisor gave other
+	// guests during the run (0–1).
+	steal float64
 }
 
 func run() error {
@@ -166,8 +169,8 @@ func run() error {
 				key := fmt.Sprintf("%s/%d", t.name, n)
 				moved[key] = benchcluster.Moved(moved[key], before, benchcluster.ReadHistograms(t.metrics))
 				samples[key] = append(samples[key], s)
-				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (walsenders %.3fms)\n",
-					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, s.walCPU)
+				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (walsenders %.3fms)  stolen %.1f%%\n",
+					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, s.walCPU, 100*s.steal)
 			}
 		}
 	}
@@ -253,7 +256,7 @@ func measure(sb string, t target, threads int, d time.Duration) (sample, error) 
 		txns float64
 		errs []error
 	)
-	before := benchcluster.SampleCPU()
+	before, host := benchcluster.SampleCPU(), benchcluster.SampleHost()
 	for i, a := range addrs {
 		n := threads / len(addrs)
 		if i < threads%len(addrs) {
@@ -286,6 +289,7 @@ func measure(sb string, t target, threads int, d time.Duration) (sample, error) 
 	}
 	wg.Wait()
 	after := benchcluster.SampleCPU()
+	_, s.steal = host.Until(benchcluster.SampleHost())
 	if len(errs) > 0 {
 		return sample{}, errs[0]
 	}

@@ -62,3 +62,40 @@ func SampleCPU() CPUTimes {
 // clockTicks is USER_HZ, which Linux fixes at 100 on every architecture
 // Go supports.
 const clockTicks = 100
+
+// HostCPU is the machine's CPU time so far (the first line of
+// /proc/stat), in clock ticks: busy (user, nice, system, irq, softirq),
+// idle (idle, iowait) and stolen by the hypervisor for other guests.
+type HostCPU struct{ Busy, Idle, Steal int64 }
+
+// SampleHost reads HostCPU (zero if /proc/stat cannot be read).
+func SampleHost() HostCPU {
+	var h HostCPU
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return h
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return h
+	}
+	v := func(i int) int64 { n, _ := strconv.ParseInt(f[i], 10, 64); return n }
+	h.Busy = v(1) + v(2) + v(3) + v(6) + v(7)
+	h.Idle = v(4) + v(5)
+	h.Steal = v(8)
+	return h
+}
+
+// Until returns the shares of the machine's time between h and later
+// that were busy and that the hypervisor stole (0–1 each): a run whose
+// steal is high shared its cores with another guest, and its figures are
+// not comparable with one's that did not.
+func (h HostCPU) Until(later HostCPU) (busy, steal float64) {
+	b, i, s := later.Busy-h.Busy, later.Idle-h.Idle, later.Steal-h.Steal
+	total := b + i + s
+	if total <= 0 {
+		return 0, 0
+	}
+	return float64(b) / float64(total), float64(s) / float64(total)
+}
