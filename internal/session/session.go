@@ -110,9 +110,13 @@ type session struct {
 	// heldUnnamed is the NOTIFY, LISTEN or UNLISTEN held in place of the
 	// unnamed prepared statement (see heldNoop).
 	heldUnnamed string
-	// unnamedSQL is the client's text of the unnamed statement, which
-	// sent[""] holds rewritten if its Parse was (rewriteIsolation).
-	unnamedSQL string
+	// unnamedSQL is the client's text of the unnamed statement, and
+	// unnamedTypes the parameter types its Parse declared; if its Parse
+	// was rewritten (rewriteIsolation), unnamedRewritten is the text
+	// PostgreSQL received ("" if not), which sent[""] then holds unless
+	// the client's was parsed again since (ParseHere).
+	unnamedSQL, unnamedRewritten string
+	unnamedTypes                 []uint32
 	// aheadParse: the client's text of the unnamed statement, to be
 	// parsed again just before the Bind being reported (sendAhead).
 	aheadParse string
@@ -213,6 +217,10 @@ type session struct {
 
 type txState struct {
 	active bool // inside a transaction (explicit or wrapped)
+	// atDefault: a block Ordo made of the batch's implicit transaction
+	// (beginHere), which runs at the session's level, as PostgreSQL
+	// began it: Ordo set none.
+	atDefault bool
 	// tempNamed: a statement that creates a temporary table ran in it
 	// (analysis.Statement.TempNamespace).
 	tempNamed bool
@@ -471,9 +479,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			if sql, ok := s.be.Unnamed(); !ok {
 				delete(s.stmts, "")
 				delete(s.sent, "")
-				s.unnamedSQL = ""
+				s.unnamedSQL, s.unnamedRewritten = "", ""
 			} else if sql != s.sent[""] {
-				s.stmts[""], s.sent[""], s.unnamedSQL = s.analyze(sql), sql, sql
+				s.heldUnnamedText(sql)
 			}
 		}
 	}
@@ -586,7 +594,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.stmts[st.Name] = stmts
 		s.sent[st.Name] = sentText(st)
 		if st.Name == "" {
-			s.unnamedSQL = st.SQL
+			s.unnamedSQL, s.unnamedRewritten = st.SQL, ""
+			s.unnamedTypes = append(s.unnamedTypes[:0], st.ParamOIDs...)
+			if sent := sentText(st); sent != st.SQL {
+				s.unnamedRewritten = sent
+			}
 		}
 		s.declare(st.Name, sentText(st), st.ParamOIDs)
 		if st.Name == "" {
@@ -715,25 +727,31 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				return nil // PostgreSQL reports that it does not exist
 			}
 			if sql != s.sent[""] {
-				stmts = s.analyze(sql)
-				s.stmts[""], s.sent[""], s.unnamedSQL = stmts, sql, sql
+				s.heldUnnamedText(sql)
+				stmts = s.stmts[""]
 			}
 		}
 		sent := s.sent[st.Name]
-		if st.Name == "" && onlyBegin(stmts) && s.unnamedSQL != "" && sent != s.unnamedSQL && s.txStatus() != 'E' &&
-			(s.tx.active || s.txStatus() == 'T' || !s.unitFresh || s.unitParsed) {
+		if st.Name == "" && onlyBegin(stmts) && s.unnamedRewritten != "" && sent == s.unnamedRewritten && s.txStatus() != 'E' &&
+			(!s.unitFresh || s.unitParsed) && (!s.tx.active && s.txStatus() == 'I' || s.tx.atDefault) {
 			// A BEGIN rewritten with Ordo's isolation level at its Parse,
 			// where nothing had run (rewriteIsolation), bound after a
-			// statement ran or inside a block: PostgreSQL would refuse
-			// the level there (25001) where the client's BEGIN makes the
-			// batch's implicit transaction its block, or warns. Parse
-			// the client's text again (session fuzzer, seed
-			// 1796161711157417662). Not in a failed block: PostgreSQL
-			// refuses a Parse of BEGIN there, and drops the statement
-			// the Bind would have been refused with 25P02 for (seed
-			// 1796168281970492786). Sent last, just before the Bind
-			// (sendAhead): an Exec of the hooks' in between would end
-			// the batch it is in.
+			// statement of the batch's implicit transaction ran (or
+			// parsed, which takes a snapshot too): PostgreSQL would
+			// refuse the level there (25001) where the client's BEGIN
+			// makes that transaction its block. Parse the client's text
+			// again (session fuzzer, seed 1796161711157417662): it runs
+			// at the session's level, which PostgreSQL gave the
+			// transaction as it does alone, and a level the client names
+			// fails or not as it does alone. Not where Ordo set the
+			// level (its block for an autocommit write, the client's
+			// rewritten BEGIN), where the rewritten text asks for the
+			// level already set and the client's might not (review);
+			// not in a failed block: PostgreSQL refuses a Parse of BEGIN
+			// there, and drops the statement the Bind would have been
+			// refused with 25P02 for (seed 1796168281970492786). Sent
+			// last, just before the Bind (sendAhead): an Exec of the
+			// hooks' in between would end the batch it is in.
 			s.aheadParse, sent = s.unnamedSQL, s.unnamedSQL
 		}
 		if s.analyzedBefore(stmts) && len(stmts) == 1 {
@@ -783,7 +801,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// snapshot is no older than the unit's first statement.
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			s.tx = txState{active: true, atDefault: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
 			s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 			s.unitStatus = 'T'
 			return nil
@@ -2314,9 +2332,27 @@ func (s *session) sendAhead(failed error) {
 	if sql := s.aheadParse; sql != "" {
 		s.aheadParse = ""
 		if failed == nil {
-			s.be.ParseHere(sql)
+			s.be.ParseHere(sql, s.unnamedTypes)
 			s.sent[""] = sql
 		}
+	}
+}
+
+// heldUnnamedText follows sql, the text PostgreSQL holds as the unnamed
+// statement, where it is not sent[""]: the client's Parse failed or was
+// skipped, or a Query destroyed it, or ParseHere's Parse was skipped (an
+// error earlier in its batch) and PostgreSQL still holds what the
+// client's Parse was rewritten to.
+func (s *session) heldUnnamedText(sql string) {
+	if sql == s.unnamedRewritten {
+		s.sent[""] = sql
+		return
+	}
+	s.stmts[""], s.sent[""] = s.analyze(sql), sql
+	s.unnamedSQL, s.unnamedRewritten = sql, ""
+	s.unnamedTypes = s.unnamedTypes[:0]
+	if _, types, ok := s.be.Declared(""); ok {
+		s.unnamedTypes = append(s.unnamedTypes, types...)
 	}
 }
 
@@ -2570,7 +2606,7 @@ func (s *session) noteWrap(injected bool) {
 func (s *session) beginHere() {
 	s.noteWrap(true)
 	s.be.BeginHere("BEGIN")
-	s.tx = txState{active: true, wrapped: true, injected: true, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+	s.tx = txState{active: true, wrapped: true, injected: true, atDefault: true, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
 	s.unitStatus = 'T'
 	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.inTxn.Store(true)

@@ -198,13 +198,15 @@ type Backend interface {
 	// then skips the client's messages up to the Sync).
 	SetHere(sql string)
 	// ParseHere, called from SessionHooks.Statement for a Bind of the
-	// unnamed statement, parses sql as the unnamed statement just before
-	// the Bind, in the same round trip, in place of the text the client's
+	// unnamed statement, parses sql, with the parameter types the
+	// client's Parse declared, as the unnamed statement just before the
+	// Bind, in the same round trip, in place of the text the client's
 	// Parse was rewritten to (Statement.Rewrite) when that rewrite no
 	// longer holds where the statement runs. Its ParseComplete is not
 	// relayed, its error is (and PostgreSQL then skips the client's
-	// messages up to the Sync); Unnamed reports sql from then on.
-	ParseHere(sql string)
+	// messages up to the Sync); Unnamed reports sql from then on, unless
+	// PostgreSQL skipped it (an error earlier in the batch).
+	ParseHere(sql string, types []uint32)
 	// SyncHere, called from SessionHooks.Statement for a Parse or Bind
 	// that is not the first message of its batch, sends PostgreSQL a Sync
 	// of Ordo's before the message and waits for its ReadyForQuery (not

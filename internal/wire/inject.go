@@ -31,8 +31,8 @@ func (ss *session) SetHere(sql string) { ss.sendInjected(injectSet, sql) }
 // ParseHere implements Backend: the Parse goes before the message being
 // reported, its ParseComplete dropped through unnamedTracker, which then
 // holds sql as the unnamed statement.
-func (ss *session) ParseHere(sql string) {
-	p := &pgproto3.Parse{Query: sql}
+func (ss *session) ParseHere(sql string, types []uint32) {
+	p := &pgproto3.Parse{Query: sql, ParameterOIDs: types}
 	ss.unnamed.sentInjectedParse(p)
 	ss.sendServer(p)
 }

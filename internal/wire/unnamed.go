@@ -113,7 +113,7 @@ func (u *unnamedTracker) sentInjected(quiet, begin bool) {
 // sentInjectedParse notes ParseHere's Parse of the unnamed statement.
 func (u *unnamedTracker) sentInjectedParse(p *pgproto3.Parse) {
 	u.mu.Lock()
-	u.push(trackedMsg{kind: trackedParse, parse: &pgproto3.Parse{Query: p.Query}, injected: true})
+	u.push(trackedMsg{kind: trackedParse, parse: &pgproto3.Parse{Query: p.Query, ParameterOIDs: append([]uint32(nil), p.ParameterOIDs...)}, injected: true})
 	u.mu.Unlock()
 }
 

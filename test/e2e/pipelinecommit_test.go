@@ -155,6 +155,30 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"parse unnamed begin again", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin isolation level serializable"}})},
 		{"bind it first", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}},
 			ext("", "select count(*) from pc"), ext("", "show transaction_isolation"), ext("", "commit"))},
+		// The review's cases: in Ordo's own block for an autocommit
+		// write, the rewritten level is the block's (the client's
+		// would fail, 25001); the parameter types the client declared
+		// stay (a Bind with too many parameters, or too few); a
+		// re-parse PostgreSQL skipped after an error is tried again.
+		{"rollback before them", batch(ext("", "rollback"))},
+		{"parse unnamed begin read committed", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin isolation level read committed"}})},
+		{"insert (named), bind it", batch(ext("u8", "insert into pc values (81, 'ae')"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "u8"}})},
+		{"commit the insert", batch(ext("", "commit"))},
+		{"parse unnamed begin with a type", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin", ParameterOIDs: []uint32{23}}})},
+		{"select, bind it with a parameter", batch(ext("s9", "select 1"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Describe{ObjectType: 'S'},
+				&pgproto3.Close{ObjectType: 'S', Name: "s9"}})},
+		{"rollback that", batch(ext("r9", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "r9"}})},
+		{"parse unnamed begin with a type again", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin", ParameterOIDs: []uint32{23}}})},
+		{"select, bind it without", batch(ext("s10", "select 1"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "s10"}})},
+		{"parse unnamed begin, fail before binding it", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "start transaction"}},
+			ext("f11", "select 1/0"), []pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
+		{"select, bind it once more", batch(ext("s11", "select 1"),
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "s11"},
+				&pgproto3.Close{ObjectType: 'S', Name: "f11"}})},
+		{"rollback it", batch(ext("r11", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "r11"}})},
 		// Bound in a failed block: PostgreSQL refuses it (25P02), and
 		// would refuse to parse it again there (the session fuzzer's
 		// seed 1796168281970492786 under dbsm-si found Ordo's Parse
@@ -217,6 +241,16 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		require.Equal(t, want, got, "%s: through Ordo and on PostgreSQL", tc.name)
 	}
 
+	// A block the client began (by name) before the unnamed BEGIN it had
+	// parsed is bound, no snapshot taken yet: Ordo's level stays, where
+	// PostgreSQL alone would take the one the client's BEGIN names
+	// (compatibility.md: every block runs at REPEATABLE READ).
+	exchangeAll(t, ho, batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin isolation level read committed"}}))
+	exchangeAll(t, ho, batch(ext("b12", "begin isolation level repeatable read"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "b12"}}))
+	out := exchangeAll(t, ho, batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}},
+		ext("", "select current_setting('transaction_isolation')"), ext("", "rollback")))
+	require.Contains(t, out, `Row ["repeatable read"]`, out)
+
 	// The error of an earlier message has come back before the COMMIT
 	// or ROLLBACK is sent (the client flushed and read it): PostgreSQL
 	// skips every message after it, a Flush too, and Ordo must not wait
@@ -245,7 +279,7 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 	// A COMMIT bound while an earlier portal waits for its Execute would
 	// destroy that portal when Ordo ends the transaction: refused, and
 	// nothing is committed.
-	out := exchangeAll(t, ho, append(batch(ext("", "begin")), batch([]pgproto3.FrontendMessage{
+	out = exchangeAll(t, ho, append(batch(ext("", "begin")), batch([]pgproto3.FrontendMessage{
 		&pgproto3.Parse{Name: "p1", Query: "insert into pc values (50, 'bb')"},
 		&pgproto3.Bind{DestinationPortal: "p1", PreparedStatement: "p1"},
 		&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{},
