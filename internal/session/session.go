@@ -801,7 +801,16 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// snapshot is no older than the unit's first statement.
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, atDefault: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			ran := !s.unitFresh || s.unitParsed
+			s.tx = txState{active: true, atDefault: ran, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			if !ran {
+				// Only parsed before it (itself, a SET…): no snapshot
+				// yet, and the level is Ordo's to set before the first
+				// statement that takes one, if that begins a unit, as
+				// after a BEGIN at a boundary (a named BEGIN parsed and
+				// bound in one unit ran at the session's level: review).
+				s.tx.fixIsolation = s.needsIsolationFix(stmts[0], at{sent: sent})
+			}
 			s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 			s.unitStatus = 'T'
 			return nil

@@ -214,7 +214,7 @@ func TestWriteSkew(t *testing.T) {
 // snapshot at its first statement that takes one, which may be a
 // DEALLOCATE or a PREPARE (every utility statement but transaction
 // control, LOCK, SET, SHOW, SET CONSTRAINTS, FETCH, LISTEN, NOTIFY and
-// CHECKPOINT). Certification must check the block's reads against what
+// CHECKPOINT), or a Parse of a query in a round trip before its Bind. Certification must check the block's reads against what
 // committed after that snapshot: Ordo took the snapshot for the first
 // query's, and a read of a row another node changed between the two was
 // certified as current (a stale read committed under dbsm).
@@ -225,13 +225,22 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 	a, b := c.connect(0), c.connect(1)
 	simple := pgx.QueryExecModeSimpleProtocol
 	mustExec(t, a)("CREATE TABLE snapu (id int PRIMARY KEY, v int NOT NULL)")
-	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 4) g")
+	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 6) g")
 	c.waitConverged()
-	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1"} {
+	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1", "a Parse of the read"} {
 		row, other := 2*i+1, 2*i+2
 		ta, err := a.Begin(ctx)
 		require.NoError(t, err)
-		_, err = ta.Exec(ctx, first, simple)
+		read := "SELECT v FROM snapu WHERE id = $1"
+		if first == "a Parse of the read" {
+			// pgx prepares a statement in a round trip of its own
+			// (Parse, Describe, Sync) before it binds it: PostgreSQL
+			// takes the snapshot to parse it.
+			_, err = ta.Prepare(ctx, "snapu_read", read)
+			read = "snapu_read"
+		} else {
+			_, err = ta.Exec(ctx, first, simple)
+		}
 		require.NoError(t, err)
 		// Another node changes the row; node 1 applies it.
 		_, err = b.Exec(ctx, "UPDATE snapu SET v = 100 WHERE id = $1", row)
@@ -241,7 +250,7 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 			return c.direct(0).QueryRow(ctx, "SELECT v FROM snapu WHERE id = $1", row).Scan(&v) == nil && v == 100
 		}, 10*time.Second, 10*time.Millisecond)
 		var v int
-		require.NoError(t, ta.QueryRow(ctx, "SELECT v FROM snapu WHERE id = $1", row).Scan(&v))
+		require.NoError(t, ta.QueryRow(ctx, read, row).Scan(&v))
 		require.Equal(t, 0, v, "%s took the block's snapshot", first)
 		_, err = ta.Exec(ctx, "UPDATE snapu SET v = v + 1 WHERE id = $1", other)
 		require.NoError(t, err)
