@@ -154,9 +154,16 @@ type session struct {
 	// unitReads the read keys of its autocommit statements so far (dbsm):
 	// the snapshot_seqno and reads of its implicit transaction, should a
 	// later statement of the batch update (beginHere).
-	unitSnap  uint64
-	unitReads txn.ReadSet
-	unitGran  granuleEpoch
+	unitSnap uint64
+	// unitSnapLater: the batch's implicit transaction ended at a COMMIT
+	// (or ROLLBACK) in it, and unitSnap is to be read again at its next
+	// statement, after that statement's wait for the commits told before
+	// they were visible (awaitTold): read at the COMMIT, it could miss
+	// the COMMIT's own transaction, which the next snapshot holds (a
+	// self-conflict: the session fuzzer, seed 1796171387262507541).
+	unitSnapLater bool
+	unitReads     txn.ReadSet
+	unitGran      granuleEpoch
 	// unitTemp: a statement that creates a temporary table ran in the
 	// batch's implicit transaction (txState.tempNamed, should it become
 	// a block).
@@ -514,9 +521,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 		}
 	}
+	if s.unitSnapLater && !first {
+		s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
+	}
 	if first {
 		s.unitStatus = 0
-		s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
+		s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}
 		}
@@ -2589,7 +2599,7 @@ func (s *session) sync(ctx context.Context) error {
 // snapshot includes what committed so far.
 func (s *session) newImplicit() {
 	s.unitStatus = 'I'
-	s.unitSnap = s.h.cfg.Replica.AppliedPrefix()
+	s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), true
 	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.unitFresh, s.unitParsed = true, false
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ordo-db/ordo/test/internal/proccluster"
@@ -19,7 +21,8 @@ import (
 // With every fsync of node 1's PostgreSQL 300 ms slower, the commit is
 // answered while PostgreSQL still holds it prepared, and the reads that
 // follow see it at once; the client's next transaction on the same row
-// does not conflict with its last one.
+// does not conflict with its last one, in the same batch as its COMMIT
+// either.
 func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -77,6 +80,26 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 		_, err = a.Exec(ctx, "UPDATE told SET v = v - 1 WHERE k = 1")
 		require.NoError(t, err)
 	}
+	// A COMMIT, then a read and a write of the row in one batch
+	// (psycopg's pipeline, pgjdbc's batches): they run in a new implicit
+	// transaction, whose certification counts the commit before it (it
+	// was taken for a conflict with it: the session fuzzer, seed
+	// 1796171387262507541).
+	pc, err := pgconn.Connect(ctx, c.DSN(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	for i := 1; i <= 2; i++ {
+		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN; UPDATE told SET v = v + 1 WHERE k = 1"}})
+		out := exchangeAll(t, h, []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "SELECT v FROM told WHERE k = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "UPDATE told SET v = v - 1 WHERE k = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+		require.Contains(t, out, "Complete UPDATE 1\nReady I", "round %d: the write after a COMMIT in its batch:\n%s", i, out)
+		require.NotContains(t, out, "Error", "round %d: the write after a COMMIT in its batch:\n%s", i, out)
+	}
+	require.Equal(t, 4, value(b))
 	require.NoError(t, c.SlowPGSync(0, 0))
 }
 
