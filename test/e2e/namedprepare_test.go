@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,8 +52,7 @@ func TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit(t *testing.T) {
 // of its own (`statement: SET TRANSACTION …`), about 0.2 ms per
 // transaction at one client on the development machine; ahead of a named
 // statement's Parse it still does. The block runs at the level all the
-// same, and commits; so does one whose named BEGIN was parsed and bound in
-// one batch.
+// same, and commits.
 func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
@@ -111,26 +108,6 @@ func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	var v2 int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT v FROM nb WHERE id = 1").Scan(&v2))
 	require.Equal(t, 2, v2)
-
-	// A named BEGIN parsed and bound in one batch (pgbench -M prepared's
-	// first transaction), its block's first statement parsed in the next
-	// one: the level is set before that Parse, which takes the snapshot
-	// (the block ran at the session's READ COMMITTED: review).
-	pc, err := pgconn.Connect(ctx, c.dsn(0))
-	require.NoError(t, err)
-	h, err := pc.Hijack()
-	require.NoError(t, err)
-	defer h.Conn.Close()
-	for _, first := range []string{"select 1", "select v from nb where id = 1"} {
-		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_b", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "nb_b"},
-			&pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb_b"}, &pgproto3.Sync{}})
-		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_f", Query: first}, &pgproto3.Sync{}})
-		out := exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_l", Query: "select current_setting('transaction_isolation')"},
-			&pgproto3.Bind{PreparedStatement: "nb_l"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb_f"},
-			&pgproto3.Close{ObjectType: 'S', Name: "nb_l"}, &pgproto3.Sync{}})
-		require.Contains(t, out, `Row ["repeatable read"]`, "first parsed: %s\n%s", first, out)
-		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}})
-	}
 }
 
 // statementLog returns what node 1's PostgreSQL logged of the statements
