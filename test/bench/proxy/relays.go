@@ -99,95 +99,19 @@ func epollRelay(ln *net.TCPListener, backend string, one bool) error {
 		runtime.GOMAXPROCS(1)
 	}
 	runtime.LockOSThread()
-	lf, err := ln.File() // a blocking duplicate of the listener
+	l, err := newLoop(ln, backend)
 	if err != nil {
 		return err
 	}
-	lfd := int(lf.Fd())
-	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-	if err != nil {
-		return err
-	}
-	add := func(fd int) error {
-		return syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)})
-	}
-	if err := add(lfd); err != nil {
-		return err
-	}
-	baddr, err := net.ResolveTCPAddr("tcp", backend)
-	if err != nil {
-		return err
-	}
-	var sa syscall.SockaddrInet4
-	copy(sa.Addr[:], baddr.IP.To4())
-	sa.Port = baddr.Port
-	peer := map[int]int{}
-	closePair := func(fd int) {
-		p := peer[fd]
-		for _, f := range []int{fd, p} {
-			_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_DEL, f, nil)
-			_ = syscall.Close(f)
-			delete(peer, f)
-		}
-	}
-	events := make([]syscall.EpollEvent, 128)
-	buf := make([]byte, 64<<10)
 	for {
-		n, err := syscall.EpollWait(ep, events, -1)
+		n, err := syscall.EpollWait(l.ep, l.events, -1)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		accept := false
-		for _, ev := range events[:n] {
-			fd := int(ev.Fd)
-			if fd == lfd {
-				accept = true // after the batch: a closed fd's number is not reused under a stale event
-				continue
-			}
-			p, ok := peer[fd]
-			if !ok {
-				continue // closed earlier in this batch
-			}
-			r, err := syscall.Read(fd, buf)
-			for errors.Is(err, syscall.EINTR) {
-				r, err = syscall.Read(fd, buf)
-			}
-			if r <= 0 || err != nil {
-				closePair(fd)
-				continue
-			}
-			if writeAll(p, buf[:r]) != nil {
-				closePair(fd)
-			}
-		}
-		if accept {
-			c, _, err := syscall.Accept4(lfd, syscall.SOCK_CLOEXEC)
-			if err != nil {
-				continue
-			}
-			b, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-			if err == nil {
-				err = syscall.Connect(b, &sa)
-			}
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "epoll relay: connect:", err)
-				if b >= 0 {
-					_ = syscall.Close(b)
-				}
-				_ = syscall.Close(c)
-				continue
-			}
-			for _, f := range []int{c, b} {
-				_ = syscall.SetsockoptInt(f, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
-			}
-			peer[c], peer[b] = b, c
-			if add(c) != nil || add(b) != nil {
-				closePair(c)
-			}
-		}
+		l.handle(l.events[:n])
 	}
 }
 
@@ -201,37 +125,22 @@ func epollRelay(ln *net.TCPListener, backend string, one bool) error {
 // set's ready list turns non-empty, so declining while a socket is still
 // ready would wait for ever (relay-loop.md, "How the loop waits").
 func netpollRelay(ln *net.TCPListener, backend string) error {
-	lf, err := ln.File()
+	l, err := newLoop(ln, backend)
 	if err != nil {
 		return err
 	}
-	lfd := int(lf.Fd()) // (Fd made it blocking: accept only when ready)
-	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-	if err != nil {
+	if err := syscall.SetNonblock(l.ep, true); err != nil {
 		return err
 	}
-	if err := syscall.SetNonblock(ep, true); err != nil {
-		return err
-	}
-	epf := os.NewFile(uintptr(ep), "epoll") // non-blocking: the netpoller's
+	epf := os.NewFile(uintptr(l.ep), "epoll") // non-blocking: the netpoller's
 	rc, err := epf.SyscallConn()
 	if err != nil {
 		return err
 	}
-	l := &loop{ep: ep, lfd: lfd, peer: map[int]int{}, buf: make([]byte, 64<<10), events: make([]syscall.EpollEvent, 128)}
-	if err := l.add(lfd); err != nil {
-		return err
-	}
-	baddr, err := net.ResolveTCPAddr("tcp", backend)
-	if err != nil {
-		return err
-	}
-	copy(l.sa.Addr[:], baddr.IP.To4())
-	l.sa.Port = baddr.Port
 	var failed error
 	err = rc.Read(func(uintptr) bool {
 		for {
-			n, err := syscall.EpollWait(ep, l.events, 0)
+			n, err := syscall.EpollWait(l.ep, l.events, 0)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
@@ -251,13 +160,38 @@ func netpollRelay(ln *net.TCPListener, backend string) error {
 	return err
 }
 
-// loop is netpollRelay's state: epollRelay's, as fields.
+// loop is the state of both epoll relays: the epoll set (level-triggered)
+// and the listener in it, the backend's address, each socket's peer.
 type loop struct {
 	ep, lfd int
 	sa      syscall.SockaddrInet4
 	peer    map[int]int
 	buf     []byte
 	events  []syscall.EpollEvent
+}
+
+// newLoop makes a loop listening on ln (a blocking duplicate: accept
+// only when epoll says it is ready) for connections to backend.
+func newLoop(ln *net.TCPListener, backend string) (*loop, error) {
+	lf, err := ln.File()
+	if err != nil {
+		return nil, err
+	}
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	l := &loop{ep: ep, lfd: int(lf.Fd()), peer: map[int]int{}, buf: make([]byte, 64<<10), events: make([]syscall.EpollEvent, 128)}
+	if err := l.add(l.lfd); err != nil {
+		return nil, err
+	}
+	baddr, err := net.ResolveTCPAddr("tcp", backend)
+	if err != nil {
+		return nil, err
+	}
+	copy(l.sa.Addr[:], baddr.IP.To4())
+	l.sa.Port = baddr.Port
+	return l, nil
 }
 
 func (l *loop) add(fd int) error {
@@ -273,7 +207,9 @@ func (l *loop) closePair(fd int) {
 	}
 }
 
-// handle forwards what one batch of events reports, as epollRelay does.
+// handle forwards what one batch of events reports: one read of what a
+// ready socket holds, one write of it to its peer, and accepts after the
+// batch (a closed descriptor's number is not reused under a stale event).
 func (l *loop) handle(events []syscall.EpollEvent) {
 	accept := false
 	for _, ev := range events {
@@ -310,7 +246,7 @@ func (l *loop) handle(events []syscall.EpollEvent) {
 		err = syscall.Connect(b, &l.sa)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "netpoll relay: connect:", err)
+		fmt.Fprintln(os.Stderr, "relay: connect:", err)
 		if b >= 0 {
 			_ = syscall.Close(b)
 		}
