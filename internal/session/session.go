@@ -521,12 +521,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 		}
 	}
-	if s.unitSnapLater && !first {
+	if first || s.unitSnapLater {
 		s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
 	}
 	if first {
 		s.unitStatus = 0
-		s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}
 		}
@@ -2597,7 +2596,7 @@ func (s *session) sync(ctx context.Context) error {
 // snapshot includes what committed so far.
 func (s *session) newImplicit() {
 	s.unitStatus = 'I'
-	s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), true
+	s.unitSnapLater = true // (read at the next statement)
 	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.unitFresh, s.unitParsed = true, false
 }
