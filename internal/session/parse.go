@@ -17,13 +17,17 @@ import (
 
 // atParse runs, at the Parse of stmts, what must precede the transaction's
 // snapshot, if the Parse is inside a transaction whose snapshot is not
-// taken yet.
-func (s *session) atParse(ctx context.Context, stmts []*analysis.Statement, first bool) error {
+// taken yet. sent is the text PostgreSQL parses: a SHOW of the isolation
+// level answered by a SELECT (rewriteIsolation) takes the snapshot there.
+func (s *session) atParse(ctx context.Context, stmts []*analysis.Statement, first bool, sent string) error {
 	if s.tx.snapshot || !(s.tx.active || s.txStatus() == 'T') || s.txStatus() == 'E' {
 		return nil
 	}
 	for _, a := range stmts {
-		if !takesSnapshot(a) {
+		if showAnswered(a, sent) {
+			// Classes are taken as for a read of nothing in particular.
+			a = &analysis.Statement{Kind: analysis.KindRead, SQL: a.SQL}
+		} else if !takesSnapshot(a) {
 			continue
 		}
 		if _, err := s.consTake(ctx, a, nil, first); err != nil {

@@ -658,7 +658,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 			s.explainTermination(stmts)
 		}
-		if err := s.atParse(ctx, stmts, first); err != nil {
+		if err := s.atParse(ctx, stmts, first, sentText(st)); err != nil {
 			return err
 		}
 		if first && setsSequence(stmts) && s.txStatus() != 'E' {

@@ -214,7 +214,9 @@ func TestWriteSkew(t *testing.T) {
 // snapshot at its first statement that takes one, which may be a
 // DEALLOCATE or a PREPARE (every utility statement but transaction
 // control, LOCK, SET, SHOW, SET CONSTRAINTS, FETCH, LISTEN, NOTIFY and
-// CHECKPOINT), or a Parse of a query in a round trip before its Bind. Certification must check the block's reads against what
+// CHECKPOINT), or a Parse of a query in a round trip before its Bind
+// (a SHOW transaction_isolation too, which Ordo answers with a SELECT:
+// the stale read committed before 2026-12-02). Certification must check the block's reads against what
 // committed after that snapshot: Ordo took the snapshot for the first
 // query's, and a read of a row another node changed between the two was
 // certified as current (a stale read committed under dbsm).
@@ -225,9 +227,9 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 	a, b := c.connect(0), c.connect(1)
 	simple := pgx.QueryExecModeSimpleProtocol
 	mustExec(t, a)("CREATE TABLE snapu (id int PRIMARY KEY, v int NOT NULL)")
-	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 6) g")
+	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 8) g")
 	c.waitConverged()
-	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1", "a Parse of the read"} {
+	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1", "a Parse of the read", "a Parse of SHOW transaction_isolation"} {
 		row, other := 2*i+1, 2*i+2
 		ta, err := a.Begin(ctx)
 		require.NoError(t, err)
@@ -238,6 +240,10 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 			// takes the snapshot to parse it.
 			_, err = ta.Prepare(ctx, "snapu_read", read)
 			read = "snapu_read"
+		} else if first == "a Parse of SHOW transaction_isolation" {
+			// Ordo answers the SHOW with a SELECT of the client's
+			// level, which takes the snapshot at its Parse too.
+			_, err = ta.Prepare(ctx, "snapu_show", "SHOW transaction_isolation")
 		} else {
 			_, err = ta.Exec(ctx, first, simple)
 		}
