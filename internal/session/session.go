@@ -810,7 +810,16 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// snapshot is no older than the unit's first statement.
 			s.consBeginComment(stmts[0].SQL)
 			s.inTxn.Store(true)
-			s.tx = txState{active: true, atDefault: true, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			ran := !s.unitFresh || s.unitParsed
+			s.tx = txState{active: true, atDefault: ran, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			if !ran {
+				// Only parsed before it (itself, a SET…): no snapshot
+				// yet, and the level is Ordo's to set before the first
+				// statement that takes one, if that begins a unit, as
+				// after a BEGIN at a boundary (a named BEGIN parsed and
+				// bound in one unit ran at the session's level: review).
+				s.tx.fixIsolation = s.needsIsolationFix(stmts[0], at{sent: sent})
+			}
 			s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 			s.unitStatus = 'T'
 			return nil
@@ -2551,21 +2560,24 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 		return nil
 	}
 	s.tx.snapshot = true
-	if s.tx.fixIsolation && atBoundary && len(s.tx.savepoints) > 0 {
+	if s.tx.fixIsolation && len(s.tx.savepoints) > 0 {
 		// PostgreSQL sets no level in a subtransaction (25001, which
 		// would fail the block): it keeps the one it began at.
 		s.tx.fixIsolation = false
 	}
-	if s.tx.fixIsolation && atBoundary {
+	if s.tx.fixIsolation {
 		s.tx.fixIsolation = false
 		set := "SET TRANSACTION ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation))
-		if s.setAheadOK {
+		if s.setAheadOK || !atBoundary {
 			// In the client's round trip, just before its message
 			// (sendAhead): a named BEGIN (pgbench -M prepared, drivers
 			// that prepare what they repeat) cost a round trip more.
-			// Not ahead of a named statement's Parse, for the reason
-			// the BEGIN of a wrapped statement is not (Statement,
-			// TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit).
+			// At a boundary not ahead of a named statement's Parse,
+			// for the reason the BEGIN of a wrapped statement is not
+			// (Statement,
+			// TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit);
+			// inside a batch (its BEGIN bound earlier in it), where a
+			// round trip of Ordo's would end the batch, ahead of any.
 			s.aheadSet = set
 		} else if err := s.execSet(ctx, set); err != nil {
 			return err

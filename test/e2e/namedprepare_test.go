@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,7 +54,8 @@ func TestNamedPrepareKeepsOrdosBeginOutOfTheClientsUnit(t *testing.T) {
 // of its own (`statement: SET TRANSACTION …`), about 0.2 ms per
 // transaction at one client on the development machine; ahead of a named
 // statement's Parse it still does. The block runs at the level all the
-// same, and commits.
+// same, and commits; so does one whose named BEGIN was parsed and bound in
+// one batch.
 func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
@@ -108,6 +111,44 @@ func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 	var v2 int
 	require.NoError(t, c.direct(2).QueryRow(ctx, "SELECT v FROM nb WHERE id = 1").Scan(&v2))
 	require.Equal(t, 2, v2)
+
+	// A named BEGIN parsed and bound in one batch (pgbench -M prepared's
+	// first transaction), its block's first statement parsed in the next
+	// one: the level is set before that Parse, which takes the snapshot
+	// (the block ran at the session's READ COMMITTED: review).
+	pc, err := pgconn.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	for _, first := range []string{"select 1", "select v from nb where id = 1"} {
+		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_b", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "nb_b"},
+			&pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb_b"}, &pgproto3.Sync{}})
+		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_f", Query: first}, &pgproto3.Sync{}})
+		out := exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_l", Query: "select current_setting('transaction_isolation')"},
+			&pgproto3.Bind{PreparedStatement: "nb_l"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb_f"},
+			&pgproto3.Close{ObjectType: 'S', Name: "nb_l"}, &pgproto3.Sync{}})
+		require.Contains(t, out, `Row ["repeatable read"]`, "first parsed: %s\n%s", first, out)
+		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}})
+	}
+	// The block's first statement in the BEGIN's own batch: the level is
+	// set ahead of it there (a round trip of Ordo's would end the batch).
+	// A SHOW transaction_isolation, which Ordo answers with a SELECT that
+	// takes the snapshot at its Parse, says the level the client asked
+	// for, and a statement after it does not fail (25001, session fuzzer
+	// seed 1796172460055791629).
+	for _, first := range []string{"select current_setting('transaction_isolation')", "show transaction_isolation"} {
+		out := exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_b", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "nb_b"},
+			&pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb_b"}, &pgproto3.Parse{Query: first}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+		want := `Row ["repeatable read"]`
+		if strings.HasPrefix(first, "show") {
+			want = `Row ["read committed"]`
+		}
+		require.Contains(t, out, want, "first: %s\n%s", first, out)
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select current_setting('transaction_isolation')"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+		require.Contains(t, out, `Row ["repeatable read"]`, "after %s\n%s", first, out)
+		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}})
+	}
 }
 
 // statementLog returns what node 1's PostgreSQL logged of the statements
