@@ -166,7 +166,7 @@ func (h *Hooks) NewSession(ctx context.Context, info wire.SessionInfo, be wire.B
 		s.serverVersion = int(parseUint32(res.Rows[0][3]))
 		// (ALTER ROLE … SET, a connection's options)
 		s.syncRead = syncConsistency(res.Rows[0][4])
-		s.defaultSerializable = res.Rows[0][5] == "serializable"
+		s.defaultSerializable, s.defaultIsolation = res.Rows[0][5] == "serializable", res.Rows[0][5]
 	}
 	s.env = analysis.NewEnv(catalog.SearchPath(s.searchPath, s.user))
 	h.mu.Lock()

@@ -134,6 +134,8 @@ type session struct {
 	// block that asks for no level runs at it, and its reads are
 	// collected from its start (defaultLevel).
 	defaultSerializable bool
+	// defaultIsolation: that default_transaction_isolation, as last read.
+	defaultIsolation string
 	// unitStatus is the transaction status PostgreSQL will be in when it
 	// reaches the message being reported, where it differs from the last
 	// ReadyForQuery's: a ROLLBACK, COMMIT or BEGIN earlier in the batch
@@ -742,7 +744,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		sent := s.sent[st.Name]
 		if st.Name == "" && onlyBegin(stmts) && s.unnamedRewritten != "" && sent == s.unnamedRewritten && s.txStatus() != 'E' &&
-			(!s.unitFresh || s.unitParsed) && (!s.tx.active && s.txStatus() == 'I' || s.tx.atDefault) {
+			(!s.unitFresh || s.unitParsed) && (!s.tx.active && s.txStatus() == 'I' || s.tx.atDefault || s.refusesLevel(stmts[0])) {
 			// A BEGIN rewritten with Ordo's isolation level at its Parse,
 			// where nothing had run (rewriteIsolation), bound after a
 			// statement of the batch's implicit transaction ran (or
@@ -758,7 +760,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// level already set and the client's might not (review);
 			// not in a failed block: PostgreSQL refuses a Parse of BEGIN
 			// there, and drops the statement the Bind would have been
-			// refused with 25P02 for (seed 1796168281970492786). Sent
+			// refused with 25P02 for (seed 1796168281970492786). In a
+			// block at Ordo's level whose snapshot is taken, where the
+			// client's BEGIN names a level other than the block's as
+			// the client knows it, which PostgreSQL alone refuses
+			// (25001), the client's text fails as it would. Sent
 			// last, just before the Bind (sendAhead): an Exec of the
 			// hooks' in between would end the batch it is in.
 			s.aheadParse, sent = s.unnamedSQL, s.unnamedSQL
@@ -2301,7 +2307,7 @@ func (s *session) readConsistency(ctx context.Context) {
 		return // (stale still: read at the next unit)
 	}
 	s.syncRead, s.consistencyStale = syncConsistency(res.Rows[0][0]), false
-	s.defaultSerializable = res.Rows[0][1] == "serializable"
+	s.defaultSerializable, s.defaultIsolation = res.Rows[0][1] == "serializable", res.Rows[0][1]
 }
 
 // wrap starts a transaction block for an autocommit update statement and
@@ -2363,6 +2369,24 @@ func (s *session) sendAhead(failed error) {
 	}
 }
 
+// refusesLevel reports whether PostgreSQL alone would refuse BEGIN a
+// inside the open block once its snapshot is taken (25001): a names a
+// level, and not the one the block runs at as the client knows it.
+func (s *session) refusesLevel(a *analysis.Statement) bool {
+	if !s.tx.active || a.Txn.Isolation == "" {
+		return false
+	}
+	level := s.tx.isolation
+	if level == "" {
+		// The session's default, if it is known.
+		if s.consistencyStale || s.defaultIsolation == "" {
+			return false
+		}
+		level = s.defaultIsolation
+	}
+	return a.Txn.Isolation != level
+}
+
 // heldUnnamedText follows sql, the text PostgreSQL holds as the unnamed
 // statement, where it is not sent[""]: the client's Parse failed or was
 // skipped, or a Query destroyed it, or ParseHere's Parse was skipped (an
@@ -2373,8 +2397,18 @@ func (s *session) heldUnnamedText(sql string) {
 		s.sent[""] = sql
 		return
 	}
-	s.stmts[""], s.sent[""] = s.analyze(sql), sql
-	s.unnamedSQL, s.unnamedRewritten = sql, ""
+	client := s.be.UnnamedParsedAs()
+	if client == "" {
+		client = sql
+	}
+	// From the client's text: Ordo's may say another isolation level
+	// than the client asked for (session fuzzer, seed
+	// 1796173496328532457).
+	s.stmts[""], s.sent[""] = s.analyze(client), sql
+	s.unnamedSQL, s.unnamedRewritten = client, ""
+	if client != sql {
+		s.unnamedRewritten = sql
+	}
 	s.unnamedTypes = s.unnamedTypes[:0]
 	if _, types, ok := s.be.Declared(""); ok {
 		s.unnamedTypes = append(s.unnamedTypes, types...)

@@ -69,7 +69,7 @@ func (ss *session) exec1(ctx context.Context, abortable bool, sql string, more .
 		if ss.portals.unnamedLater && ss.txStatus.Load() == 'I' && !ss.batchOpen && ss.outstanding.Load() == 0 {
 			ss.portals.unnamedLater = false // it ended with its transaction
 		}
-		switch p := ss.unnamed.current(); {
+		switch p, _ := ss.unnamed.current(); {
 		case !ss.portals.unnamedLater && (p == nil || (ss.stmt.Kind == KindParse && ss.stmt.Name == "")):
 			// No unnamed statement the client may still bind (or it is
 			// replacing it right now), and no unnamed portal it may

@@ -301,6 +301,10 @@ type Backend interface {
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.
 	Unnamed() (sql string, ok bool)
+	// UnnamedParsedAs returns the text the client sent in its Parse of
+	// the unnamed statement Unnamed reports, where the hooks rewrote it
+	// (Statement.Rewrite), else "".
+	UnnamedParsedAs() string
 	// Named returns the text PostgreSQL holds as the client's prepared
 	// statement name: exists false if it holds none, known false if the
 	// session cannot tell (after SQL's PREPARE, DEALLOCATE or DISCARD in

@@ -191,10 +191,16 @@ func (ss *session) Begins() int64 { return ss.begins.Load() }
 
 // Unnamed implements Backend.
 func (ss *session) Unnamed() (string, bool) {
-	if p := ss.unnamed.current(); p != nil {
+	if p, _ := ss.unnamed.current(); p != nil {
 		return p.Query, true
 	}
 	return "", false
+}
+
+// UnnamedParsedAs implements Backend.
+func (ss *session) UnnamedParsedAs() string {
+	_, client := ss.unnamed.current()
+	return client
 }
 
 // Named implements Backend.

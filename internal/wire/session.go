@@ -628,6 +628,7 @@ func isProtocolError(err error) bool {
 func (ss *session) clientLoop() error {
 	for {
 		msg, err := receive(ss.be)
+		parsedAs := "" // the client's text of a Parse Ordo rewrote
 		if err != nil {
 			if ss.isClosed() {
 				return nil
@@ -706,7 +707,7 @@ func (ss *session) clientLoop() error {
 					continue
 				}
 				if ss.rewrite != "" {
-					m.Query = ss.rewrite
+					parsedAs, m.Query = m.Query, ss.rewrite
 				}
 			}
 			ss.batchOpen = true
@@ -844,7 +845,7 @@ func (ss *session) clientLoop() error {
 			return nil
 		}
 		if _, sync := msg.(*pgproto3.Sync); ss.srv.hooks != nil && (!sync || !ss.copying) {
-			seq := ss.unnamed.sent(msg) // (only hooks Exec or inject: a plain relay need not follow replies)
+			seq := ss.unnamed.sentAs(msg, parsedAs) // (only hooks Exec or inject: a plain relay need not follow replies)
 			if _, ok := msg.(*pgproto3.Execute); ok {
 				ss.lastExec = seq
 			}

@@ -42,8 +42,11 @@ type unnamedTracker struct {
 	// so it holds nothing.
 	spare []trackedMsg
 	// stmt is the client's unnamed statement as PostgreSQL holds it, nil
-	// if there is none, or if what became of it is unknown.
-	stmt *pgproto3.Parse
+	// if there is none, or if what became of it is unknown; stmtClient
+	// is the text the client sent for it where Ordo sent another
+	// (Statement.Rewrite), else "".
+	stmt       *pgproto3.Parse
+	stmtClient string
 	// named holds the client's named statements PostgreSQL is known to
 	// hold; namedUnsure: a name not in it may be held too.
 	named       map[string]heldStatement
@@ -87,6 +90,8 @@ type trackedMsg struct {
 	parse *pgproto3.Parse // trackedParse
 	// name: trackedCloseNamed's statement.
 	name string
+	// client: the text the client sent for a Parse Ordo rewrote.
+	client string
 	// injected: sent by Ordo (BeginHere, SyncHere), not the client: its
 	// reply is dropped; begin marks BeginHere's Execute of BEGIN (counted
 	// by Backend.InjectedBegins). quiet: SyncHere's, whose error and
@@ -181,11 +186,15 @@ func (u *unnamedTracker) quietFirst() bool {
 
 // sent notes a message sent to PostgreSQL for the client, and returns its
 // number (0 for a message that has no reply of its own).
-func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 {
+func (u *unnamedTracker) sent(msg pgproto3.FrontendMessage) uint64 { return u.sentAs(msg, "") }
+
+// sentAs is sent for a message Ordo rewrote: client is the text the
+// client sent in a Parse (current reports it).
+func (u *unnamedTracker) sentAs(msg pgproto3.FrontendMessage, client string) uint64 {
 	var m trackedMsg
 	switch x := msg.(type) {
 	case *pgproto3.Parse:
-		m = trackedMsg{kind: trackedParse, parse: &pgproto3.Parse{Name: x.Name, Query: x.Query, ParameterOIDs: append([]uint32(nil), x.ParameterOIDs...)}}
+		m = trackedMsg{kind: trackedParse, parse: &pgproto3.Parse{Name: x.Name, Query: x.Query, ParameterOIDs: append([]uint32(nil), x.ParameterOIDs...)}, client: client}
 	case *pgproto3.Close:
 		m.kind = trackedOther
 		if x.ObjectType == 'S' && x.Name == "" {
@@ -330,7 +339,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 		}
 		if front.injected {
 			if front.kind == trackedParse {
-				u.stmt = front.parse // ParseHere's
+				u.stmt, u.stmtClient = front.parse, "" // ParseHere's
 			}
 			return true, front.begin, false
 		}
@@ -343,7 +352,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 		switch front.kind {
 		case trackedParse:
 			if front.parse.Name == "" {
-				u.stmt = front.parse
+				u.stmt, u.stmtClient = front.parse, front.client
 			} else {
 				if u.named == nil {
 					u.named = make(map[string]heldStatement)
@@ -521,9 +530,12 @@ func (u *unnamedTracker) sqlNames(tag []byte) {
 }
 
 // current returns the client's unnamed statement, if it is known to
-// exist.
-func (u *unnamedTracker) current() *pgproto3.Parse {
+// exist, and the text the client sent for it if Ordo sent another.
+func (u *unnamedTracker) current() (*pgproto3.Parse, string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.stmt
+	if u.stmt == nil {
+		return nil, ""
+	}
+	return u.stmt, u.stmtClient
 }

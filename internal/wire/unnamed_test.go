@@ -487,8 +487,8 @@ func TestTrackerInjectedParse(t *testing.T) {
 	if drop, _, _ := u.reply(&pgproto3.ParseComplete{}); !drop {
 		t.Fatal("the injected Parse's ParseComplete was relayed")
 	}
-	if p := u.current(); p == nil || p.Query != "begin" {
-		t.Fatalf("the unnamed statement after the injected Parse: %+v", p)
+	if p, client := u.current(); p == nil || p.Query != "begin" || client != "" {
+		t.Fatalf("the unnamed statement after the injected Parse: %+v, the client's %q", p, client)
 	}
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, rfq} {
 		if drop, _, _ := u.reply(m); drop {
@@ -506,10 +506,37 @@ func TestTrackerInjectedParse(t *testing.T) {
 	if drop, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "25P02"}); drop {
 		t.Fatal("the injected Parse's error was dropped")
 	}
-	if u.current() != nil {
+	if p, _ := u.current(); p != nil {
 		t.Fatal("a failed Parse of the unnamed statement leaves none")
 	}
 	if drop, _, _ := u.reply(&pgproto3.ReadyForQuery{TxStatus: 'E'}); drop || !u.answered() {
 		t.Fatal("the Sync's ReadyForQuery did not end the batch")
+	}
+}
+
+// TestTrackerClientTextOfARewrittenParse: the tracker reports the text
+// the client sent for the unnamed statement PostgreSQL holds where Ordo
+// rewrote it, also after a later Parse of it was skipped (an error
+// earlier in its batch): the session analyzes the client's text (Ordo's
+// says another isolation level: session fuzzer, seed 1796173496328532457).
+func TestTrackerClientTextOfARewrittenParse(t *testing.T) {
+	var u unnamedTracker
+	u.sentAs(&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ"}, "begin")
+	u.sent(&pgproto3.Parse{Name: "s1", Query: "select 1"})
+	u.sent(&pgproto3.Parse{Query: "select 2"})
+	u.sent(&pgproto3.Sync{})
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.ErrorResponse{Code: "42P05"}, &pgproto3.ReadyForQuery{TxStatus: 'I'}} {
+		u.reply(m)
+	}
+	if p, client := u.current(); p == nil || p.Query != "BEGIN ISOLATION LEVEL REPEATABLE READ" || client != "begin" {
+		t.Fatalf("held after a skipped Parse: %+v, the client's %q", p, client)
+	}
+	u.sent(&pgproto3.Parse{Query: "select 3"})
+	u.sent(&pgproto3.Sync{})
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.ReadyForQuery{TxStatus: 'I'}} {
+		u.reply(m)
+	}
+	if p, client := u.current(); p == nil || p.Query != "select 3" || client != "" {
+		t.Fatalf("held after a Parse Ordo did not rewrite: %+v, the client's %q", p, client)
 	}
 }

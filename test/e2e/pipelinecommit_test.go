@@ -188,6 +188,17 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"bind it in the failed block", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
 		{"rollback the failed block", batch(ext("r7", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "r7"},
 			&pgproto3.Close{ObjectType: 'S', Name: "f7"}})},
+		// The unnamed BEGIN PostgreSQL holds, rewritten with Ordo's level,
+		// where the client's later Parse was skipped after an error:
+		// bound in the next batch it is the client's BEGIN, whose level
+		// a SHOW reports (the session fuzzer, seed 1796173496328532457:
+		// Ordo took its own text for the client's, and said repeatable
+		// read).
+		{"parse unnamed begin, fail, parse another", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}},
+			ext("f12", "select 1/0"), []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}})},
+		{"bind the begin, show the level", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}},
+			ext("", "show transaction_isolation"))},
+		{"rollback the begin", batch(ext("", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "f12"}})},
 		// What follows a COMMIT in its batch sees what it committed, its
 		// certification too, though the commit was answered before it
 		// was visible (the session fuzzer, seed 1796171387262507541: the
