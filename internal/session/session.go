@@ -680,7 +680,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 					"ordo: a NOTIFY, LISTEN or UNLISTEN prepared inside a transaction cannot be executed outside it; send it again")
 			}
 			s.tx.notify = append(s.tx.notify, s.heldUnnamed)
-			return nil
+			// The DO block PostgreSQL runs in its place takes the
+			// block's snapshot, if none is taken yet (it was read at the
+			// block's next statement, and a stale read committed under
+			// dbsm).
+			return s.utilitySnapshot(ctx, &analysis.Statement{Kind: analysis.KindLocal, SQL: heldNoop}, true, first)
 		}
 		stmts := s.stmts[st.Name]
 		if st.Name != "" && !s.unitNames[st.Name] {

@@ -227,9 +227,9 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 	a, b := c.connect(0), c.connect(1)
 	simple := pgx.QueryExecModeSimpleProtocol
 	mustExec(t, a)("CREATE TABLE snapu (id int PRIMARY KEY, v int NOT NULL)")
-	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 8) g")
+	mustExec(t, a)("INSERT INTO snapu SELECT g, 0 FROM generate_series(1, 10) g")
 	c.waitConverged()
-	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1", "a Parse of the read", "a Parse of SHOW transaction_isolation"} {
+	for i, first := range []string{"DEALLOCATE ALL", "PREPARE p AS SELECT 1", "a Parse of the read", "a Parse of SHOW transaction_isolation", "a NOTIFY as the unnamed statement"} {
 		row, other := 2*i+1, 2*i+2
 		ta, err := a.Begin(ctx)
 		require.NoError(t, err)
@@ -244,6 +244,10 @@ func TestSnapshotTakenByAUtilityStatement(t *testing.T) {
 			// Ordo answers the SHOW with a SELECT of the client's
 			// level, which takes the snapshot at its Parse too.
 			_, err = ta.Prepare(ctx, "snapu_show", "SHOW transaction_isolation")
+		} else if first == "a NOTIFY as the unnamed statement" {
+			// Held for the commit: PostgreSQL runs a DO block of
+			// Ordo's in its place, which takes the snapshot.
+			err = ta.Conn().PgConn().ExecParams(ctx, "NOTIFY snapu_ch", nil, nil, nil, nil).Read().Err
 		} else {
 			_, err = ta.Exec(ctx, first, simple)
 		}
