@@ -56,9 +56,6 @@ type unnamedTracker struct {
 	// learnNamed takes its types for a statement PostgreSQL still holds
 	// with its text.
 	parsed map[string]heldStatement
-	// deallocated: a DEALLOCATE of one name ran since the names were
-	// last all known (a PREPARE after it may reuse the name).
-	deallocated bool
 	// lastExecute: the last ErrorResponse followed answered an Execute,
 	// and the next message is a Sync (PostgreSQL skipped nothing).
 	lastExecute bool
@@ -497,7 +494,7 @@ func (u *unnamedTracker) learnNamed(names, fromSQL map[string]string, types map[
 		ts, typed := types[name]
 		u.named[name] = heldStatement{sql: sql, types: ts, typed: typed}
 	}
-	u.namedUnsure, u.deallocated = false, false
+	u.namedUnsure = false
 }
 
 // sqlNames follows what SQL's statements on prepared statements did, by
@@ -512,15 +509,14 @@ func (u *unnamedTracker) sqlNames(tag []byte) {
 	switch string(tag) {
 	case "DEALLOCATE ALL", "DISCARD ALL":
 		clear(u.named)
-		u.namedUnsure, u.deallocated = false, false
+		u.namedUnsure = false
 	case "DEALLOCATE":
-		u.deallocated = true
+		// Its tag does not say which name it freed: any name held may
+		// be gone (kept, a Bind of a deallocated COMMIT's name was
+		// taken for the COMMIT, and Ordo committed a block PostgreSQL
+		// then failed: session fuzzer, seed 1796181147388393039).
+		u.forgetNamed()
 	case "PREPARE":
-		if u.deallocated {
-			// It may reuse the name a DEALLOCATE freed, with another
-			// text: no name is known.
-			u.forgetNamed()
-		}
 		u.namedUnsure = true
 	case "DO", "CALL":
 		// Its dynamic SQL may have run a DEALLOCATE and a PREPARE of

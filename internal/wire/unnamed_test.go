@@ -79,17 +79,22 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	want("learned", "c", "PREPARE c AS DELETE FROM t", true, true)
 	want("learned absent", "e", "", false, true)
 
-	// DEALLOCATE of one name leaves the others as they were; the words
-	// in a query's text do nothing, its tags do.
-	send(&pgproto3.Query{String: "deallocate c; select 'prepare', 1 as discard"})
-	reply(tag("DEALLOCATE"), tag("SELECT 1"), rfq)
-	want("after DEALLOCATE of another", "d", "select 4", true, true)
+	// The words in a query's text do nothing, its tags do.
+	send(&pgproto3.Query{String: "select 'prepare', 1 as discard"})
+	reply(tag("SELECT 1"), rfq)
+	want("after a SELECT that says prepare", "d", "select 4", true, true)
 	want("still absent", "e", "", false, true)
-	// So does an Execute's.
+	// DEALLOCATE's tag does not say which name it freed: none is known
+	// (a Bind of a deallocated COMMIT's name was taken for the COMMIT).
+	send(&pgproto3.Query{String: "deallocate c"})
+	reply(tag("DEALLOCATE"), rfq)
+	want("after DEALLOCATE of another", "d", "", false, false)
+	u.learnNamed(map[string]string{"d": "select 4"}, nil, nil)
+	// An Execute's tags count too.
 	send(&pgproto3.Parse{Query: "prepare e as select 5"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	reply(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, tag("PREPARE"), rfq)
 	want("after an Execute of SQL's PREPARE", "e", "", false, false)
-	want("after DEALLOCATE, then an Execute of SQL's PREPARE", "d", "", false, false)
+	want("a name held, after an Execute of SQL's PREPARE", "d", "select 4", true, true)
 	send(&pgproto3.Query{String: "discard all"})
 	reply(tag("DISCARD ALL"), rfq)
 	want("after DISCARD ALL", "d", "", false, true)
@@ -100,7 +105,7 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	reply(&pgproto3.ParseComplete{}, rfq)
 	send(&pgproto3.Query{String: "deallocate f"})
 	reply(tag("DEALLOCATE"), rfq)
-	want("after DEALLOCATE of it", "f", "select 6", true, true)
+	want("after DEALLOCATE of it", "f", "", false, false)
 	send(&pgproto3.Query{String: "prepare f as delete from t"})
 	reply(tag("PREPARE"), rfq)
 	want("after DEALLOCATE then PREPARE", "f", "", false, false)

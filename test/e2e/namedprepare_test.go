@@ -176,3 +176,35 @@ func statementLog(t *testing.T, c *cluster, conn *pgx.Conn, run func()) string {
 	}, 10*time.Second, 50*time.Millisecond)
 	return logged[:strings.Index(logged, marker)]
 }
+
+// TestCompatDeallocatedCommitName: a COMMIT prepared under a name, which
+// SQL's DEALLOCATE then frees inside a block: a Bind of the name fails
+// (26000) and fails the block, which the client rolls back. Ordo took the
+// name for the COMMIT it no longer is (DEALLOCATE's tag does not say
+// which name it freed), committed the block's insert on every node, and
+// the client, told the block failed, saw it rolled back on PostgreSQL
+// alone (the session fuzzer, seed 1796181147388393039 under dbsm-rc).
+func TestCompatDeallocatedCommitName(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm")
+	ctx := context.Background()
+	o, p := sb.conns(t)
+	same(t, o, p, "create table dc (k int primary key)")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Name: "dc_commit", Query: "commit"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "begin; deallocate dc_commit; insert into dc values (1) returning k"}},
+		{&pgproto3.Bind{PreparedStatement: "dc_commit"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "rollback"}},
+		{&pgproto3.Query{String: "select count(*) from dc"}},
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+	sb.c.waitConverged()
+	for i := range sb.c.nodes {
+		var n int
+		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select count(*) from dc").Scan(&n))
+		require.Zero(t, n, "node %d holds the rolled-back insert", i+1)
+	}
+}
