@@ -39,10 +39,15 @@ func (s *session) atParse(ctx context.Context, stmts []*analysis.Statement, firs
 }
 
 // takesSnapshot reports whether parsing a makes PostgreSQL take the
-// transaction's snapshot.
+// transaction's snapshot (its analyze_requires_snapshot): a query or a
+// data-changing statement, a SELECT INTO a temporary table among them
+// (taken for a statement that takes none, a named BEGIN's level set
+// ahead of its Bind came too late: 25001, review).
 func takesSnapshot(a *analysis.Statement) bool {
 	switch a.Kind {
-	case analysis.KindTxn, analysis.KindSession, analysis.KindNotify, analysis.KindEmpty, analysis.KindLocal, analysis.KindRefused:
+	case analysis.KindLocal:
+		return a.Tag == "SelectInto"
+	case analysis.KindTxn, analysis.KindSession, analysis.KindNotify, analysis.KindEmpty, analysis.KindRefused:
 		return false
 	}
 	return true

@@ -54,10 +54,6 @@ type session struct {
 	// session last stood outside any transaction; it may be undone (SET
 	// LOCAL, a rollback), so they are read again once outside one.
 	roleStale, namesPending, rolePending bool
-	// movedSinceEnd: such a statement ran since the last COMMIT or
-	// ROLLBACK the session saw (or since it stood outside any
-	// transaction): only then can the next one undo a change of names.
-	movedSinceEnd bool
 
 	// stmts holds the analysis of prepared statements by name ("" is the
 	// unnamed statement).
@@ -752,7 +748,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		sent := s.sent[st.Name]
 		if st.Name == "" && onlyBegin(stmts) && s.unnamedRewritten != "" && sent == s.unnamedRewritten && s.txStatus() != 'E' &&
-			(!s.unitFresh || s.unitParsed) && (!s.tx.active && s.txStatus() == 'I' || s.tx.atDefault || s.refusesLevel(stmts[0])) {
+			((!s.unitFresh || s.unitParsed) && (!s.tx.active && s.txStatus() == 'I' || s.tx.atDefault) || s.refusesLevel(stmts[0])) {
 			// A BEGIN rewritten with Ordo's isolation level at its Parse,
 			// where nothing had run (rewriteIsolation), bound after a
 			// statement of the batch's implicit transaction ran (or
@@ -1840,20 +1836,10 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		}
 		switch a.Kind {
 		case analysis.KindTxn:
-			if a.Txn.Op == analysis.TxnCommit || a.Txn.Op == analysis.TxnRollback {
-				if s.namesPending && s.movedSinceEnd {
-					// Its end may undo a SET LOCAL or, rolled back, a
-					// SET (AND CHAIN too: the next block starts from
-					// what is left). Not where nothing moved the names
-					// since the last end, whose undoing is read back
-					// already or stays stale until it can be: read
-					// again, they would be unknown until the batch's
-					// end, and the statements after it in the batch
-					// read anything (under cons, those outside the
-					// declared classes failed).
-					s.undoneNames()
-				}
-				s.movedSinceEnd = false
+			if s.namesPending && (a.Txn.Op == analysis.TxnCommit || a.Txn.Op == analysis.TxnRollback) {
+				// Its end may undo a SET LOCAL or, rolled back, a SET
+				// (AND CHAIN too: the next block starts from what is left).
+				s.undoneNames()
 			}
 			if err := s.txnControl(ctx, a, m); err != nil {
 				return err
@@ -2280,7 +2266,7 @@ func discardsAll(a *analysis.Statement) bool {
 // before the next analysis, and again once the session is outside any
 // transaction (which may have undone the change).
 func (s *session) namesMoved(role bool) {
-	s.envStale, s.namesPending, s.movedSinceEnd = true, true, true
+	s.envStale, s.namesPending = true, true
 	if role {
 		s.roleStale, s.rolePending = true, true
 	}
@@ -2299,7 +2285,7 @@ func (s *session) undoneNames() {
 // namesMoved noted is settled.
 func (s *session) settleNames() {
 	s.undoneNames()
-	s.namesPending, s.rolePending, s.movedSinceEnd = false, false, false
+	s.namesPending, s.rolePending = false, false
 }
 
 // readsAnything returns a copy of a that reads anything, for why.
@@ -2395,10 +2381,12 @@ func (s *session) sendAhead(failed error) {
 }
 
 // refusesLevel reports whether PostgreSQL alone would refuse BEGIN a
-// inside the open block once its snapshot is taken (25001): a names a
-// level, and not the one the block runs at as the client knows it.
+// inside the open block (25001): its snapshot is surely taken (pgSnap:
+// not after a LOCK alone, where the client's text would set a level
+// below Ordo's: review), in this batch or an earlier one, and a names a
+// level, not the one the block runs at as the client knows it.
 func (s *session) refusesLevel(a *analysis.Statement) bool {
-	if !s.tx.active || a.Txn.Isolation == "" {
+	if !s.tx.active || !s.tx.pgSnap || a.Txn.Isolation == "" {
 		return false
 	}
 	level := s.tx.isolation

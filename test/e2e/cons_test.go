@@ -348,15 +348,6 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		// ran; 15 refuses it there). It was refused as one (the session
 		// fuzzer, seed 1796171111273905241).
 		batchMsgs("set local work_mem = '1MB'", "lock table cb in share mode", "insert into cb values (20, 1)"),
-		// A change of names in a block that committed (AND CHAIN: the
-		// session is never outside a block in between), then a ROLLBACK
-		// in a batch: nothing moved the names since the last end, so
-		// the statements after it are analyzed as usual (they read
-		// anything, and the read was refused as outside the classes).
-		queryMsg("begin"),
-		queryMsg("set search_path = public"),
-		queryMsg("commit and chain"),
-		endThenWrite,
 		// A change of names that PostgreSQL refuses, in a failed block,
 		// changes nothing either (the session fuzzer, seed
 		// 1796180004375575397 on PostgreSQL 18).

@@ -199,6 +199,15 @@ func TestCompatCommitAfterOtherStatementsOfABatch(t *testing.T) {
 		{"bind the begin, show the level", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}},
 			ext("", "show transaction_isolation"))},
 		{"rollback the begin", batch(ext("", "rollback"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "f12"}})},
+		// A rewritten unnamed BEGIN naming another level, bound first in
+		// its batch inside a block whose snapshot an earlier batch took:
+		// PostgreSQL refuses the level (25001), and so does Ordo (it
+		// bound its own text, asking for the level already set: review).
+		{"parse unnamed begin serializable", batch([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin isolation level serializable"}})},
+		{"named begin, select", batch(ext("b13", "begin"), ext("s13", "select 1"),
+			[]pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "b13"}, &pgproto3.Close{ObjectType: 'S', Name: "s13"}})},
+		{"bind the begin first", batch([]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}})},
+		{"rollback that block", batch(ext("", "rollback"))},
 		// What follows a COMMIT in its batch sees what it committed, its
 		// certification too, though the commit was answered before it
 		// was visible (the session fuzzer, seed 1796171387262507541: the

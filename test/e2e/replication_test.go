@@ -1472,3 +1472,48 @@ func TestSyncReadSetInTheSameQueryString(t *testing.T) {
 	require.Equal(t, "22023", sqlstate(err), "%v", err)
 	require.True(t, syncs(b), "the refused SET changed nothing")
 }
+
+// TestRollbackParsedEarlierUndoesTheSearchPath: a ROLLBACK the client
+// parsed in an earlier batch (a Parse runs nothing), bound in a block that
+// set search_path, undoes the SET: what follows it in its batch resolves
+// its names as PostgreSQL does, and certification checks the read of
+// public.t (a review of a change that forgot the names' change at the
+// Parse: the read was taken for one of s2.t, and a stale read committed
+// under dbsm).
+func TestRollbackParsedEarlierUndoesTheSearchPath(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	a := c.connect(0)
+	for _, sql := range []string{"create schema s2", "create table public.t (id int primary key, v int)",
+		"create table s2.t (id int primary key, v int)", "create table public.o (id int primary key, v int)",
+		"insert into public.t values (1, 0)", "insert into public.o values (1, 0)"} {
+		mustExec(t, a)(sql)
+	}
+	c.waitConverged()
+	pc, err := pgconn.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	q := func(sql string) string {
+		return exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}})
+	}
+	q("begin")
+	q("set search_path = s2, public")
+	q("select 1")
+	exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "r", Query: "rollback"}, &pgproto3.Sync{}})
+	q("select 2")
+	out := exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "r"}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "select v from t where id = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+	require.Contains(t, out, `Row ["0"]`, "the read of public.t")
+	_, err = c.connect(1).Exec(ctx, "update public.t set v = 100 where id = 1")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var v int
+		return c.direct(0).QueryRow(ctx, "select v from public.t where id = 1").Scan(&v) == nil && v == 100
+	}, 10*time.Second, 10*time.Millisecond)
+	q("update public.o set v = v + 1 where id = 1")
+	require.Contains(t, q("commit"), "40001", "a stale read of public.t committed")
+}
