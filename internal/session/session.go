@@ -2327,6 +2327,12 @@ func (s *session) wrap(ctx context.Context) error {
 	if err := s.beginWrapped(ctx); err != nil {
 		return err
 	}
+	// A query string runs whole in the block: a statement of it before
+	// this one that named a temporary table is the block's (lost, the
+	// probe saw no temporary object where an existing temporary table
+	// was created IF NOT EXISTS, and the PREPARE failed: session fuzzer,
+	// seed 1796181126423773066 on PostgreSQL 18).
+	s.tx.tempNamed = s.unitTemp
 	s.noteWrap(false)
 	s.unitStatus = 0 // Exec brought the status up to date
 	s.inTxn.Store(true)

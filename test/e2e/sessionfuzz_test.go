@@ -59,6 +59,17 @@ func TestSessionMessageSequencesUnderCons(t *testing.T) {
 	fuzzSessions(t, "cons", false)
 }
 
+// TestSessionFuzzerSeeds replays seeds of the fuzzers that found a
+// difference no other test reaches, each for as many rounds as it took:
+// a query string that created an existing temporary table IF NOT EXISTS,
+// then ran an EXECUTE (which Ordo takes for a statement that may write,
+// so the string ran in its block): the block lost the temporary table,
+// and PostgreSQL refused Ordo's PREPARE (round 23).
+func TestSessionFuzzerSeeds(t *testing.T) {
+	t.Parallel()
+	runFuzzSessions(t, "pgr", true, 1796181126423773066, 30)
+}
+
 // fuzzSessions runs the model client under protocol; temp: in a session
 // with a temporary table (TestSessionMessageSequencesWithTemporaryTables).
 func fuzzSessions(t *testing.T, protocol string, temp bool) {
@@ -70,6 +81,11 @@ func fuzzSessions(t *testing.T, protocol string, temp bool) {
 	if v, err := strconv.ParseUint(os.Getenv("ORDO_SESSION_FUZZ_SEED"), 10, 64); err == nil {
 		seed = v
 	}
+	runFuzzSessions(t, protocol, temp, seed, rounds)
+}
+
+// runFuzzSessions runs the model client for rounds from seed.
+func runFuzzSessions(t *testing.T, protocol string, temp bool, seed uint64, rounds int) {
 	t.Logf("seed %d (ORDO_SESSION_FUZZ_SEED), %d rounds, protocol %s, temporary table %v", seed, rounds, protocol, temp)
 	m := fuzzModel{begin: "begin", stmts: fuzzStatements}
 	if protocol == "cons" {
