@@ -90,6 +90,10 @@ type session struct {
 	// unitSQLPrepared: the names SQL's PREPAREs of the unit prepare.
 	unitSQLNames    bool
 	unitSQLPrepared map[string]bool
+	// unitFreedAll, unitFreed: a DEALLOCATE ALL or DISCARD ALL, or a
+	// DEALLOCATE of these names, bound earlier in the unit (noteFreed).
+	unitFreedAll bool
+	unitFreed    map[string]bool
 	// aborted is set by Hooks.Abort (another goroutine): the transaction
 	// was aborted for a replication conflict.
 	aborted atomic.Bool
@@ -292,6 +296,10 @@ type txState struct {
 	// clientBegan: one was bound in it.
 	begins      int64
 	clientBegan bool
+	// bindUnit, bindPortal: the block was taken as begun at the Bind of
+	// a BEGIN into bindPortal, in unit bindUnit (beginNotRun).
+	bindUnit   uint64
+	bindPortal string
 	// injected: Ordo's block was opened by beginHere, and the client's
 	// BEGINs after it are counted by Backend.BeginsSinceInjected.
 	injected bool
@@ -474,7 +482,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		clear(s.unitNames)
 		clear(s.declared)
-		s.unitSQLNames = false
+		s.unitSQLNames, s.unitFreedAll = false, false
+		clear(s.unitFreed)
 		clear(s.unitSQLPrepared)
 		if !(st.Kind == wire.KindParse && st.Name == "") {
 			// What PostgreSQL holds as the unnamed statement, which is
@@ -690,6 +699,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			sql, exists, known := s.be.Named(st.Name)
 			prepared, ok := s.fromSQL[st.Name]
 			switch {
+			case (s.unitFreedAll || s.unitFreed[st.Name]) && !s.unitSQLPrepared[st.Name] && s.txStatus() != 'E':
+				// Freed earlier in the batch (or the batch failed
+				// before that and PostgreSQL skips this Bind too):
+				// PostgreSQL refuses it (26000). Taken for what the name
+				// held, a COMMIT committed a batch that PostgreSQL then
+				// rolled back (session fuzzer, seed 1796184680674965952).
+				return nil
 			case s.unitSQLNames && s.txStatus() != 'E' && (!known || !exists || s.unitSQLPrepared[st.Name]):
 				// What a PREPARE, DEALLOCATE or DISCARD earlier in the
 				// unit does to the name is still to come. A name
@@ -796,6 +812,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		// What this Bind runs may change the names for later Binds of the
 		// unit (an SQL PREPARE or DEALLOCATE parsed in an earlier unit).
 		s.noteSQLNames(stmts)
+		s.noteFreed(stmts)
 		if !first && !s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
 			// The block is Ordo's, opened for an update the batch only
 			// parsed: nothing of the batch ran yet, and PostgreSQL runs
@@ -822,6 +839,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			s.inTxn.Store(true)
 			ran := !s.unitFresh || s.unitParsed
 			s.tx = txState{active: true, atDefault: ran, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			s.beganAtBind(st)
 			if !ran {
 				// Only parsed before it (itself, a SET…): no snapshot
 				// yet, and the level is Ordo's to set before the first
@@ -1445,6 +1463,40 @@ func snapshotWhenRun(a *analysis.Statement) bool {
 	return true
 }
 
+// noteFreed notes the names a DEALLOCATE or DISCARD ALL bound in the
+// unit frees, for the Binds after it in the unit (which the wire layer,
+// following PostgreSQL's replies, cannot know of yet).
+func (s *session) noteFreed(stmts []*analysis.Statement) {
+	for _, a := range stmts {
+		switch {
+		case discardsAll(a):
+			s.unitFreedAll = true
+		case a.Tag == "DeallocateStmt":
+			f := strings.Fields(strings.TrimRight(stripComments(a.SQL), "; \t\n"))
+			if len(f) > 2 && strings.EqualFold(f[1], "prepare") {
+				f = f[1:]
+			}
+			if len(f) != 2 {
+				continue
+			}
+			name := f[1]
+			if strings.EqualFold(name, "all") {
+				s.unitFreedAll = true
+				continue
+			}
+			if q, ok := strings.CutPrefix(name, `"`); ok {
+				name = strings.ReplaceAll(strings.TrimSuffix(q, `"`), `""`, `"`)
+			} else {
+				name = strings.ToLower(name)
+			}
+			if s.unitFreed == nil {
+				s.unitFreed = map[string]bool{}
+			}
+			s.unitFreed[name] = true
+		}
+	}
+}
+
 // noteSQLNames notes a statement of the unit that may change the names
 // of prepared statements (unitSQLNames). A Bind of a named statement
 // after it in the unit is taken for a statement that may do anything.
@@ -1887,6 +1939,23 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 		case analysis.KindEmpty:
 			continue
 		}
+		if (a.Updates() || heldCall(a, stmts)) && s.beginNotRun() {
+			// PostgreSQL runs it in the batch's implicit transaction,
+			// which the Sync commits (review: it committed on this node
+			// alone). Bound into the unnamed portal where the BEGIN is,
+			// the BEGIN never runs: the transaction is the implicit
+			// one again, and made a block here (beginHere). In another,
+			// the BEGIN may still run after it, which no block of
+			// Ordo's can stand for.
+			if s.tx.bindPortal != "" || m.msg == nil || m.msg.Portal != "" {
+				return pgErr(codeFeatureNotSupported,
+					"ordo: this batch bound a BEGIN into a portal it has not executed before this update: PostgreSQL would run the update outside any block, which Ordo cannot replicate; execute the BEGIN before the update, or send the update in a batch of its own")
+			}
+			s.unitReads, s.unitGran, s.unitTemp = s.tx.reads, s.tx.gran, s.tx.tempNamed
+			s.tx = txState{}
+			s.unitStatus = 'I'
+			s.inTxn.Store(false)
+		}
 		status := s.txStatus()
 		if status == 'E' {
 			continue // PostgreSQL rejects it: the transaction already failed
@@ -1982,6 +2051,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		s.inTxn.Store(true)
 		if s.txStatus() == 'I' && !s.tx.active {
 			s.tx = txState{active: true, isolation: a.Txn.Isolation}
+			s.beganAtBind(m.msg)
 			if s.tx.isolation == "" {
 				s.tx.isolation = s.defaultLevel()
 			}
@@ -2384,6 +2454,22 @@ func (s *session) sendAhead(failed error) {
 			s.sent[""] = sql
 		}
 	}
+}
+
+// beganAtBind notes a BEGIN taken as opening the block at its Bind (st).
+func (s *session) beganAtBind(st *wire.Statement) {
+	if st != nil && st.Kind == wire.KindBind {
+		s.tx.bindUnit, s.tx.bindPortal = s.unit, st.Portal
+	}
+}
+
+// beginNotRun reports whether the block was taken as begun at the Bind
+// of a BEGIN earlier in this batch whose portal is not executed yet: an
+// update now would run in PostgreSQL's implicit transaction, which the
+// Sync commits here alone (review: the insert after a BEGIN bound and
+// never executed was not replicated).
+func (s *session) beginNotRun() bool {
+	return s.tx.bindUnit != 0 && s.tx.bindUnit == s.unit && s.be.PortalPending(s.tx.bindPortal)
 }
 
 // refusesLevel reports whether PostgreSQL alone would refuse BEGIN a

@@ -301,6 +301,9 @@ type Backend interface {
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.
 	Unnamed() (sql string, ok bool)
+	// PortalPending reports whether the client bound portal earlier in
+	// the batch being reported and has not executed or closed it since.
+	PortalPending(portal string) bool
 	// UnnamedParsedAs returns the text the client sent in its Parse of
 	// the unnamed statement Unnamed reports, where the hooks rewrote it
 	// (Statement.Rewrite), else "".

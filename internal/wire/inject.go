@@ -208,6 +208,10 @@ func (ss *session) Named(name string) (sql string, exists, known bool) {
 	return ss.unnamed.namedStatement(name)
 }
 
+// PortalPending implements Backend. (The session goroutine's, as the
+// hooks are.)
+func (ss *session) PortalPending(portal string) bool { return ss.portals.pending(portal) }
+
 // NamedKnown implements Backend.
 func (ss *session) NamedKnown() bool { return ss.unnamed.namedKnown() }
 

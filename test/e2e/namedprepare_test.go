@@ -213,6 +213,22 @@ func TestCompatDeallocatedCommitName(t *testing.T) {
 		{&pgproto3.Bind{PreparedStatement: "dc_commit"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Query{String: "rollback"}},
 		{&pgproto3.Query{String: "select count(*) from dc"}},
+		// The same name freed earlier in the batch that binds it (DEALLOCATE
+		// ALL, then of the name), after an insert of the batch's implicit
+		// transaction: PostgreSQL refuses the Bind, and the Sync rolls the
+		// insert back (the session fuzzer, seed 1796184680674965952: Ordo
+		// committed it).
+		{&pgproto3.Parse{Name: "dc_commit", Query: "commit"}, &pgproto3.Parse{Name: "dc_commit2", Query: "commit"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "deallocate all"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "insert into dc values (2)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc_commit"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "dc_commit", Query: "commit"}, &pgproto3.Parse{Name: "dc_commit2", Query: "commit"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: `deallocate "dc_commit2"`}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "insert into dc values (3)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc_commit2"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "select count(*) from dc"}},
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
@@ -222,5 +238,61 @@ func TestCompatDeallocatedCommitName(t *testing.T) {
 		var n int
 		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select count(*) from dc").Scan(&n))
 		require.Zero(t, n, "node %d holds the rolled-back insert", i+1)
+	}
+}
+
+// TestUpdateAfterABeginNotExecuted: a BEGIN bound into a portal that the
+// batch has not executed before an update: PostgreSQL runs the update in
+// the batch's implicit transaction and commits it at the Sync. Ordo had
+// taken the block as begun at the Bind and left the update to the
+// client's COMMIT: it committed on node 1 alone (review). Bound into the
+// unnamed portal the BEGIN was in, the BEGIN never runs, and the insert is
+// replicated; bound into another portal, the BEGIN may run after it, and
+// the update is refused. With the BEGIN executed first, the same batch is
+// replicated.
+func TestUpdateAfterABeginNotExecuted(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	mustExec(t, c.connect(0))("create table bx (k int primary key)")
+	c.waitConverged()
+	pc, err := pgconn.Connect(ctx, c.dsn(0))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	defer h.Conn.Close()
+	insert := func(k string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into bx values (" + k + ")"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	for _, portal := range []string{"", "bx_p"} {
+		name := "bx_b" + portal // (the refusal skips the Close)
+		msgs := append([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: "begin"}, &pgproto3.Bind{PreparedStatement: name, DestinationPortal: portal}},
+			insert("1")...)
+		out := exchange(t, h, append(msgs, &pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Sync{}))
+		if portal == "" {
+			// The insert's Bind replaces the BEGIN's portal: the BEGIN
+			// never runs, and the insert commits at the Sync, as on
+			// PostgreSQL, on every node.
+			require.Contains(t, out, "Complete INSERT 0 1", "portal %q", portal)
+		} else {
+			require.Contains(t, out, "Error ERROR 0A000 ordo: this batch bound a BEGIN into a portal it has not executed", "portal %q", portal)
+		}
+		require.True(t, strings.HasSuffix(out, "Ready I\n"), out)
+	}
+	out := exchange(t, h, append(append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, insert("2")...), &pgproto3.Sync{}))
+	require.True(t, strings.HasSuffix(out, "Ready T\n"), out)
+	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "commit"}}), "Complete COMMIT")
+	c.waitConverged()
+	for i := range c.nodes {
+		var keys []int
+		rows, err := c.direct(i).Query(ctx, "select k from bx order by k")
+		require.NoError(t, err)
+		for rows.Next() {
+			var k int
+			require.NoError(t, rows.Scan(&k))
+			keys = append(keys, k)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, []int{1, 2}, keys, "node %d", i+1)
 	}
 }
