@@ -748,6 +748,22 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				// statements were last read, and reading them failed:
 				// the client's last Parse of the name may have failed.
 				stmts = []*analysis.Statement{opaque("a statement this session cannot tell after SQL's PREPARE, DEALLOCATE or DISCARD")}
+				if last, ok := s.be.LastParsed(st.Name); ok {
+					if prev := s.analyze(last); isTxnControl(prev) {
+						// Run in a block of Ordo's, a COMMIT it may
+						// still hold would commit that block here
+						// alone (session fuzzer, seed
+						// 1796187667502551099). Outside a block it ends
+						// nothing either way (or PostgreSQL refuses the
+						// Bind); inside one, whether it commits cannot
+						// be told.
+						if s.tx.active || s.txStatus() != 'I' {
+							return pgErr(codeFeatureNotSupported,
+								"ordo: the prepared statement %q held transaction control, and SQL's DEALLOCATE, DISCARD or PREPARE ran since in a way this session could not read back; bind it in a batch of its own", st.Name)
+						}
+						stmts = prev
+					}
+				}
 			}
 		}
 		if st.Name == "" && first {

@@ -301,6 +301,10 @@ type Backend interface {
 	// prepared statement, and false if it holds none (or the session
 	// cannot tell). Exact at the first message of a batch.
 	Unnamed() (sql string, ok bool)
+	// LastParsed returns the text of the client's last accepted Parse of
+	// statement name (until a Close of it), which it still holds unless
+	// SQL's DEALLOCATE, DISCARD or PREPARE changed it since.
+	LastParsed(name string) (sql string, ok bool)
 	// PortalPending reports whether the client bound portal earlier in
 	// the batch being reported and has not executed or closed it since.
 	PortalPending(portal string) bool

@@ -208,6 +208,9 @@ func (ss *session) Named(name string) (sql string, exists, known bool) {
 	return ss.unnamed.namedStatement(name)
 }
 
+// LastParsed implements Backend.
+func (ss *session) LastParsed(name string) (string, bool) { return ss.unnamed.lastParsed(name) }
+
 // PortalPending implements Backend. (The session goroutine's, as the
 // hooks are.)
 func (ss *session) PortalPending(portal string) bool { return ss.portals.pending(portal) }

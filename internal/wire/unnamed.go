@@ -439,6 +439,16 @@ func (u *unnamedTracker) namedStatement(name string) (sql string, exists, known 
 	return "", false, !u.namedUnsure
 }
 
+// lastParsed returns the text of the client's last Parse of name that
+// PostgreSQL accepted, until a Close of it: what the name holds unless
+// SQL's DEALLOCATE or DISCARD freed it since (or its PREPARE took it).
+func (u *unnamedTracker) lastParsed(name string) (string, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	held, ok := u.parsed[name]
+	return held.sql, ok
+}
+
 // heldStatement is a named statement PostgreSQL holds: its text, and the
 // parameter types its Parse declared (typed false: not known).
 type heldStatement struct {

@@ -68,6 +68,11 @@ func TestSessionMessageSequencesUnderCons(t *testing.T) {
 func TestSessionFuzzerSeeds(t *testing.T) {
 	t.Parallel()
 	runFuzzSessions(t, "pgr", true, 1796181126423773066, 30)
+	// A COMMIT AND CHAIN the name held after a DEALLOCATE in an earlier
+	// batch, bound after a failed block's ROLLBACK where the session could
+	// not read the names back: taken for a statement that may do anything,
+	// it ran in a block of Ordo's and completed (round 54).
+	runFuzzSessions(t, "dbsm", true, 1796187667502551099, 60)
 }
 
 // fuzzSessions runs the model client under protocol; temp: in a session
