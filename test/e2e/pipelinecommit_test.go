@@ -353,3 +353,15 @@ func exchangeAll(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendM
 	}
 	return out
 }
+
+// hijackNode opens a connection to node i of c whose messages the test
+// sends and reads itself (exchange).
+func hijackNode(t *testing.T, c *cluster, i int) *pgconn.HijackedConn {
+	t.Helper()
+	pc, err := pgconn.Connect(context.Background(), c.dsn(i))
+	require.NoError(t, err)
+	h, err := pc.Hijack()
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Conn.Close() })
+	return h
+}

@@ -465,11 +465,7 @@ func TestParameterOfAnotherTypeIsNotAKey(t *testing.T) {
 	// error earlier in its batch. The client binds what it takes for an
 	// int8 (the bits of the float8 5.0); PostgreSQL, holding the float8
 	// statement, reads row 5.
-	pc, err := pgconn.Connect(ctx, c.dsn(0))
-	require.NoError(t, err)
-	h, err := pc.Hijack()
-	require.NoError(t, err)
-	defer h.Conn.Close()
+	h := hijackNode(t, c, 0)
 	const q, int8 = "SELECT v FROM big WHERE id = $1", 20
 	failing := []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "bad", Query: "SELECT 1/0"}, &pgproto3.Bind{PreparedStatement: "bad"}, &pgproto3.Execute{}}
 	// BEGIN as a named statement: a simple Query would drop the unnamed one.
@@ -1491,11 +1487,7 @@ func TestRollbackParsedEarlierUndoesTheSearchPath(t *testing.T) {
 		mustExec(t, a)(sql)
 	}
 	c.waitConverged()
-	pc, err := pgconn.Connect(ctx, c.dsn(0))
-	require.NoError(t, err)
-	h, err := pc.Hijack()
-	require.NoError(t, err)
-	defer h.Conn.Close()
+	h := hijackNode(t, c, 0)
 	q := func(sql string) string {
 		return exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}})
 	}
@@ -1508,7 +1500,7 @@ func TestRollbackParsedEarlierUndoesTheSearchPath(t *testing.T) {
 		&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 		&pgproto3.Parse{Query: "select v from t where id = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
 	require.Contains(t, out, `Row ["0"]`, "the read of public.t")
-	_, err = c.connect(1).Exec(ctx, "update public.t set v = 100 where id = 1")
+	_, err := c.connect(1).Exec(ctx, "update public.t set v = 100 where id = 1")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var v int
