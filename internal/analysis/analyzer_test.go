@@ -224,6 +224,31 @@ func TestNoBlockNamesWhatPostgreSQLRunsOnlyOutsideBlocks(t *testing.T) {
 	}
 }
 
+// TestWhatAStatementFrees: the prepared statements a DEALLOCATE or DISCARD
+// frees come from the parse tree, named as PostgreSQL folds them; a
+// comment or a quoted name does not change them.
+func TestWhatAStatementFrees(t *testing.T) {
+	a := New(testCatalog(t), Options{})
+	type frees struct {
+		name          string
+		all, discards bool
+	}
+	for sql, want := range map[string]frees{
+		"DEALLOCATE ALL": {all: true}, "deallocate prepare all": {all: true},
+		"DISCARD ALL": {all: true, discards: true}, "DISCARD PLANS /* all */": {},
+		"DISCARD TEMP": {}, "DEALLOCATE Foo": {name: "foo"}, "DEALLOCATE PREPARE \"Foo Bar\"": {name: "Foo Bar"},
+		`DEALLOCATE "a""b" -- all`: {name: `a"b`}, "SELECT 'deallocate all'": {},
+	} {
+		stmts, err := a.Analyze(sql, NewEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (frees{stmts[0].Deallocates, stmts[0].FreesAll, stmts[0].DiscardsAll}); got != want {
+			t.Errorf("%s: frees %+v, want %+v", sql, got, want)
+		}
+	}
+}
+
 func TestSetvalMakesAnUpdate(t *testing.T) {
 	a := New(&swapSource{testCatalog(t)}, Options{})
 	env := NewEnv([]string{"public"})

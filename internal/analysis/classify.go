@@ -123,6 +123,15 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_DiscardStmt, *pg.Node_DeallocateStmt, *pg.Node_ConstraintsSetStmt, *pg.Node_FetchStmt, *pg.Node_ClosePortalStmt:
 		st.Kind = KindSession
 		st.NoBlock = noBlock(n)
+		if d := n.GetDiscardStmt(); d != nil && d.Target == pg.DiscardMode_DISCARD_ALL {
+			st.DiscardsAll, st.FreesAll = true, true
+		}
+		if d := n.GetDeallocateStmt(); d != nil {
+			st.FreesAll = d.Isall
+			if !d.Isall {
+				st.Deallocates = d.Name
+			}
+		}
 	case *pg.Node_PrepareStmt:
 		st.Kind = KindSession
 		inner := &Statement{SQL: st.SQL, Offset: st.Offset, Executes: true, limit: st.limit}

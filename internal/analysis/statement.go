@@ -183,6 +183,12 @@ type Statement struct {
 	// PreparedName the name it prepares it under.
 	Prepared     *Statement
 	PreparedName string
+	// Deallocates is the name a DEALLOCATE of one prepared statement
+	// frees (as PostgreSQL folds it); FreesAll is set for DEALLOCATE ALL
+	// and DISCARD ALL, which free every one. DiscardsAll is set for
+	// DISCARD ALL, which also resets every setting.
+	Deallocates           string
+	FreesAll, DiscardsAll bool
 	// Reads, Writes and Locks are the tables read, possibly written and
 	// row-locked (sorted, deduplicated). Writes includes INSERT … ON CONFLICT
 	// targets, data-modifying CTEs, COPY FROM and TRUNCATE targets, and the

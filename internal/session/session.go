@@ -1485,30 +1485,13 @@ func snapshotWhenRun(a *analysis.Statement) bool {
 func (s *session) noteFreed(stmts []*analysis.Statement) {
 	for _, a := range stmts {
 		switch {
-		case discardsAll(a):
+		case a.FreesAll:
 			s.unitFreedAll = true
-		case a.Tag == "DeallocateStmt":
-			f := strings.Fields(strings.TrimRight(stripComments(a.SQL), "; \t\n"))
-			if len(f) > 2 && strings.EqualFold(f[1], "prepare") {
-				f = f[1:]
-			}
-			if len(f) != 2 {
-				continue
-			}
-			name := f[1]
-			if strings.EqualFold(name, "all") {
-				s.unitFreedAll = true
-				continue
-			}
-			if q, ok := strings.CutPrefix(name, `"`); ok {
-				name = strings.ReplaceAll(strings.TrimSuffix(q, `"`), `""`, `"`)
-			} else {
-				name = strings.ToLower(name)
-			}
+		case a.Deallocates != "":
 			if s.unitFreed == nil {
 				s.unitFreed = map[string]bool{}
 			}
-			s.unitFreed[name] = true
+			s.unitFreed[a.Deallocates] = true
 		}
 	}
 }
@@ -2280,11 +2263,11 @@ func checkSetting(a *analysis.Statement) error {
 // the same batch read anything, which under cons fails those outside the
 // classes declared: session fuzzer, seed 1796180004375575397).
 func (s *session) setting(a *analysis.Statement) {
-	if s.txStatus() == 'E' || discardsAll(a) && s.txStatus() == 'T' {
+	if s.txStatus() == 'E' || a.DiscardsAll && s.txStatus() == 'T' {
 		return // (PostgreSQL refuses DISCARD ALL in a block too)
 	}
 	st := a.Setting
-	if discardsAll(a) {
+	if a.DiscardsAll {
 		s.consistencyStale = true // DISCARD ALL resets every setting
 	}
 	if path, role := changesNames(a); path || role {
@@ -2328,7 +2311,7 @@ func changesNames(a *analysis.Statement) (path, role bool) {
 	if a.SetsSearchPath {
 		return true, true
 	}
-	if discardsAll(a) {
+	if a.DiscardsAll {
 		return true, true
 	}
 	if st := a.Setting; st != nil && !st.Show {
@@ -2340,11 +2323,6 @@ func changesNames(a *analysis.Statement) (path, role bool) {
 		}
 	}
 	return false, false
-}
-
-// discardsAll reports whether a is DISCARD ALL.
-func discardsAll(a *analysis.Statement) bool {
-	return a.Tag == "DiscardStmt" && strings.Contains(strings.ToUpper(a.SQL), "ALL")
 }
 
 // namesMoved notes a statement that may change how names resolve

@@ -512,9 +512,8 @@ func (u *unnamedTracker) learnNamed(names, fromSQL map[string]string, types map[
 // DEALLOCATE ALL and DISCARD ALL drop every named statement, so none is
 // held; PREPARE creates one under a name and with a text the tracker
 // does not know, so a name it does not hold may be held. DEALLOCATE of
-// one name leaves the others known: a statement the tracker still holds
-// under a name is either what PostgreSQL holds or gone (and PostgreSQL
-// then refuses its Bind). u.mu is held.
+// one name does not say which: no name is known after it (the session
+// reads them again). u.mu is held.
 func (u *unnamedTracker) sqlNames(tag []byte) {
 	switch string(tag) {
 	case "DEALLOCATE ALL", "DISCARD ALL":

@@ -223,16 +223,32 @@ func TestCompatDeallocatedCommitName(t *testing.T) {
 			&pgproto3.Parse{Query: `deallocate "dc_commit2"`}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Parse{Query: "insert into dc values (3)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Bind{PreparedStatement: "dc_commit2"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
-		{&pgproto3.Query{String: "select count(*) from dc"}},
+		// A quoted name with a space in it: the session read the name
+		// out of the DEALLOCATE's text, missed it, and took the Bind for
+		// the COMMIT.
+		{&pgproto3.Parse{Name: "dc commit", Query: "commit"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: `deallocate "dc commit"`}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "insert into dc values (4)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc commit"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// A DISCARD that frees nothing, with "all" in a comment: the
+		// session took it for DISCARD ALL, left the Bind of the COMMIT
+		// after it to PostgreSQL, and the block's insert committed on
+		// node 1 alone.
+		{&pgproto3.Parse{Name: "dc_commit3", Query: "commit"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "begin; insert into dc values (5)"}},
+		{&pgproto3.Parse{Query: "discard plans /* all */"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "dc_commit3"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "select string_agg(k::text, ',' order by k) from dc"}},
 	} {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
 	sb.c.waitConverged()
 	for i := range sb.c.nodes {
-		var n int
-		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select count(*) from dc").Scan(&n))
-		require.Zero(t, n, "node %d holds the rolled-back insert", i+1)
+		var keys string
+		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select coalesce(string_agg(k::text, ',' order by k), '') from dc").Scan(&keys))
+		require.Equal(t, "5", keys, "node %d: only the insert committed on PostgreSQL", i+1)
 	}
 }
 
