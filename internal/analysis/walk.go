@@ -200,6 +200,11 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		if rel.Opaque && read {
 			w.escalate("view " + rel.Name.String() + " calls functions that may read anything")
 		}
+		if rel.MayWrite && read && w.opaque == "" {
+			// As a call of the function would be (read, it wrote on
+			// this node alone).
+			w.opaque = "reads view " + rel.Name.String() + ", which calls a volatile function that may write"
+		}
 		if rel.Opaque && write {
 			w.st.WritesAll = true
 		}

@@ -62,8 +62,10 @@ type Relation struct {
 	// Bases are, for a view, the tables it reads, through views over views.
 	Bases []Name
 	// Opaque is set on a view that calls a function which may read data the
-	// catalog cannot attribute; reading it reads everything.
-	Opaque bool
+	// catalog cannot attribute; reading it reads everything. MayWrite is
+	// set on one that calls a volatile function which may (or one the
+	// catalog does not know): reading it may write anything.
+	Opaque, MayWrite bool
 	// Triggers is set on a table with user triggers or rules: writing it
 	// runs code that may read and write anything; TriggersChangeNames
 	// (TableDesc) may change the session's names too.
@@ -253,12 +255,12 @@ func New(d Description, version uint64) (*Catalog, error) {
 	}
 	for n := range views {
 		bases := make(map[Name]bool)
-		opaque, err := c.expand(n, views, bases, map[Name]bool{})
+		opaque, mayWrite, err := c.expand(n, views, bases, map[Name]bool{})
 		if err != nil {
 			return nil, err
 		}
 		r := c.rels[n]
-		r.Opaque = opaque
+		r.Opaque, r.MayWrite = opaque, mayWrite
 		for b := range bases {
 			r.Bases = append(r.Bases, b)
 		}
@@ -311,29 +313,31 @@ func worse(a, b Volatility) Volatility {
 }
 
 // expand adds the base tables of view n to bases and reports whether any
-// view on the way is opaque.
-func (c *Catalog) expand(n Name, views map[Name]ViewDesc, bases map[Name]bool, onPath map[Name]bool) (bool, error) {
+// view on the way is opaque, and whether any may write.
+func (c *Catalog) expand(n Name, views map[Name]ViewDesc, bases map[Name]bool, onPath map[Name]bool) (opaque, mayWrite bool, err error) {
 	if onPath[n] {
-		return false, fmt.Errorf("%w: view %s depends on itself", ErrInvalid, n)
+		return false, false, fmt.Errorf("%w: view %s depends on itself", ErrInvalid, n)
 	}
 	onPath[n] = true
 	defer delete(onPath, n)
 	v := views[n]
-	opaque := false
 	for _, f := range v.Functions {
 		fn, ok := c.funcs[ParseName(f)]
 		if !ok || fn.ReadsData {
 			opaque = true
 		}
+		if !ok || fn.ReadsData && fn.Volatility == Volatile {
+			mayWrite = true
+		}
 	}
 	for _, u := range v.Uses {
 		un := ParseName(u)
 		if _, isView := views[un]; isView {
-			o, err := c.expand(un, views, bases, onPath)
+			o, w, err := c.expand(un, views, bases, onPath)
 			if err != nil {
-				return false, err
+				return false, false, err
 			}
-			opaque = opaque || o
+			opaque, mayWrite = opaque || o, mayWrite || w
 			continue
 		}
 		if _, ok := c.rels[un]; !ok {
@@ -343,7 +347,7 @@ func (c *Catalog) expand(n Name, views map[Name]ViewDesc, bases map[Name]bool, o
 		}
 		bases[un] = true
 	}
-	return opaque, nil
+	return opaque, mayWrite, nil
 }
 
 // Version returns the version given to New.

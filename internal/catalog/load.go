@@ -181,7 +181,8 @@ JOIN pg_rewrite rw ON rw.ev_class = v.oid
 JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = rw.oid
 LEFT JOIN pg_class r ON d.refclassid = 'pg_class'::regclass AND r.oid = d.refobjid
 LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
-LEFT JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
+LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
+LEFT JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
 LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
 WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL) AND {scope vn}
 ORDER BY 1, 2, 3, 4, 5`

@@ -28,6 +28,13 @@ CREATE VIEW app.wd AS SELECT * FROM app.warehouse JOIN app.district ON d_w_id = 
 CREATE VIEW app.wd2 AS SELECT w_name, e.msg FROM app.wd, app.events e;
 CREATE VIEW app.pure_view AS SELECT app.pure(w_id) FROM app.warehouse;
 CREATE VIEW app.opaque_view AS SELECT app.reader(w_id) FROM app.warehouse;
+CREATE FUNCTION app.logs(int) RETURNS int LANGUAGE plpgsql AS 'BEGIN INSERT INTO app.events VALUES (now(), $1::text); RETURN $1; END';
+CREATE VIEW app.writing_view AS SELECT app.logs(w_id) FROM app.warehouse;
+CREATE VIEW app.over_writing_view AS SELECT * FROM app.writing_view;
+CREATE OPERATOR app.@@@ (FUNCTION = app.logs, RIGHTARG = int);
+CREATE VIEW app.operator_view AS SELECT OPERATOR(app.@@@) w_id FROM app.warehouse;
+CREATE OPERATOR app.### (FUNCTION = app.reader, RIGHTARG = int);
+CREATE VIEW app.reading_operator_view AS SELECT OPERATOR(app.###) w_id FROM app.warehouse;
 CREATE MATERIALIZED VIEW app.mv AS SELECT count(*) FROM app.events;
 CREATE FUNCTION app.trg() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER t BEFORE INSERT ON app.events FOR EACH ROW EXECUTE FUNCTION app.trg();
@@ -158,8 +165,19 @@ CREATE POLICY by_tenant ON app.notes USING (tenant = current_setting('app.tenant
 	if v, _ := cat.Lookup(Name{"app", "pure_view"}); v == nil || v.Opaque {
 		t.Errorf("a view calling an immutable function is not opaque: %+v", v)
 	}
-	if v, _ := cat.Lookup(Name{"app", "opaque_view"}); v == nil || !v.Opaque {
-		t.Errorf("a view calling a stable SQL function that reads tables must be opaque: %+v", v)
+	if v, _ := cat.Lookup(Name{"app", "opaque_view"}); v == nil || !v.Opaque || v.MayWrite {
+		t.Errorf("a view calling a stable SQL function that reads tables must be opaque, and cannot write: %+v", v)
+	}
+	// Reading a view that calls a volatile function may write (taken for
+	// a read, it wrote on one node alone), also through another view or
+	// an operator.
+	for _, n := range []string{"writing_view", "over_writing_view", "operator_view"} {
+		if v, _ := cat.Lookup(Name{"app", n}); v == nil || !v.Opaque || !v.MayWrite {
+			t.Errorf("app.%s may write: %+v", n, v)
+		}
+	}
+	if v, _ := cat.Lookup(Name{"app", "reading_operator_view"}); v == nil || !v.Opaque || v.MayWrite {
+		t.Errorf("a view using an operator whose function reads tables is opaque: %+v", v)
 	}
 	// PostgreSQL records no dependencies on pinned system catalogs, so a
 	// system view has no bases (see Load).

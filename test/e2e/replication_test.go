@@ -598,6 +598,46 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 	c.requireConverged("other", "base2")
 }
 
+// TestReadOfAViewThatWrites: a SELECT of a view that calls a volatile
+// function which writes (directly, through another view, or through an
+// operator) is an update: it was taken for a read, run as the client sent
+// it, and its write committed on this node alone. So is a read after a
+// SET of search_path earlier in its query string, whose name the session
+// resolved under the old path to a view that writes nothing.
+func TestReadOfAViewThatWrites(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn := c.connect(0)
+	execAll(t, conn,
+		"CREATE SCHEMA s2",
+		"CREATE TABLE log (k serial PRIMARY KEY, what text NOT NULL)",
+		"CREATE FUNCTION logs(w text) RETURNS int LANGUAGE plpgsql AS $$BEGIN INSERT INTO log (what) VALUES (w); RETURN 1; END$$",
+		"CREATE VIEW s2.v AS SELECT logs('s2.v') AS x",
+		"CREATE VIEW over_v AS SELECT x FROM s2.v",
+		"CREATE OPERATOR ### (FUNCTION = logs, RIGHTARG = text)",
+		"CREATE VIEW by_operator AS SELECT ### 'by_operator'::text AS x",
+		"CREATE VIEW v AS SELECT 1 AS x",
+	)
+	c.waitConverged()
+	simple := conn.PgConn()
+	for _, q := range []string{"SELECT x FROM s2.v", "SELECT x FROM over_v", "SELECT x FROM by_operator",
+		"SET search_path = s2, public; SELECT x FROM v"} {
+		_, err := simple.Exec(ctx, q).ReadAll()
+		require.NoError(t, err, q)
+		_, err = simple.Exec(ctx, "RESET search_path").ReadAll()
+		require.NoError(t, err)
+	}
+	var x int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT x FROM s2.v").Scan(&x), "extended protocol")
+	c.waitConverged()
+	for i := range c.nodes {
+		var got string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(what, ',' ORDER BY k) FROM log").Scan(&got))
+		require.Equal(t, "s2.v,s2.v,by_operator,s2.v,s2.v", got, "node %d", i+1)
+	}
+}
+
 // TestReadsFollowTheSearchPath: a read is certified on the table
 // PostgreSQL resolves its name to, after every way a session's search
 // path changes: a SET earlier in the same query string, a SET LOCAL
