@@ -195,14 +195,29 @@ WHERE (EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgis
 ORDER BY 1, 2`
 	// qFunctions reads every function, with the body of a user one
 	// (scanned by changesNames) unless it is C or internal: its symbol.
+	// An aggregate (which PostgreSQL marks IMMUTABLE whatever it runs)
+	// is read as its user support functions (ag: not C or internal) are,
+	// the worst volatility of them and their bodies.
 	qFunctions = `
-SELECT n.nspname, p.proname, p.provolatile::text, l.lanname, p.prokind::text,
-  CASE WHEN n.nspname IN ('pg_catalog', 'information_schema') OR l.lanname IN ('c', 'internal') THEN ''
+SELECT n.nspname, p.proname, CASE WHEN p.prokind = 'a' THEN coalesce(ag.vol, 'i') ELSE p.provolatile::text END,
+  l.lanname, p.prokind::text,
+  CASE WHEN p.prokind = 'a' THEN coalesce(ag.body, '')
+       WHEN n.nspname IN ('pg_catalog', 'information_schema') OR l.lanname IN ('c', 'internal') THEN ''
        WHEN p.prosqlbody IS NOT NULL THEN pg_get_function_sqlbody(p.oid)
        ELSE p.prosrc END
 FROM pg_proc p
 JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
+LEFT JOIN LATERAL (
+  SELECT CASE max(CASE sp.provolatile WHEN 'v' THEN 2 WHEN 's' THEN 1 ELSE 0 END) WHEN 2 THEN 'v' WHEN 1 THEN 's' ELSE 'i' END AS vol,
+         string_agg(CASE WHEN sp.prosqlbody IS NOT NULL THEN pg_get_function_sqlbody(sp.oid) ELSE sp.prosrc END, ' ') AS body
+  FROM pg_aggregate a
+  JOIN pg_proc sp ON sp.oid IN (a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,
+                                a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn)
+  JOIN pg_namespace sn ON sn.oid = sp.pronamespace
+  JOIN pg_language sl ON sl.oid = sp.prolang
+  WHERE a.aggfnoid = p.oid AND sn.nspname NOT IN ('pg_catalog', 'information_schema') AND sl.lanname NOT IN ('c', 'internal')
+) ag ON p.prokind = 'a'
 WHERE {scope n}
 ORDER BY 1, 2`
 	// qOperators reads every operator with its function's schema, name,

@@ -35,6 +35,12 @@ CREATE OPERATOR app.@@@ (FUNCTION = app.logs, RIGHTARG = int);
 CREATE VIEW app.operator_view AS SELECT OPERATOR(app.@@@) w_id FROM app.warehouse;
 CREATE OPERATOR app.### (FUNCTION = app.reader, RIGHTARG = int);
 CREATE VIEW app.reading_operator_view AS SELECT OPERATOR(app.###) w_id FROM app.warehouse;
+CREATE FUNCTION app.count_events(int, int) RETURNS int LANGUAGE sql STABLE AS 'SELECT $1 + count(*)::int FROM app.events';
+CREATE AGGREGATE app.reading_agg(int) (SFUNC = app.count_events, STYPE = int, INITCOND = '0');
+CREATE FUNCTION app.log_events(int, int) RETURNS int LANGUAGE plpgsql AS 'BEGIN INSERT INTO app.events VALUES (now(), $2::text); RETURN $1; END';
+CREATE AGGREGATE app.pure_final_agg(int) (SFUNC = int4pl, STYPE = int, FINALFUNC = app.pure);
+CREATE AGGREGATE app.logging_agg(int) (SFUNC = app.log_events, STYPE = int);
+CREATE AGGREGATE app.pure_agg(int) (SFUNC = int4pl, STYPE = int);
 CREATE MATERIALIZED VIEW app.mv AS SELECT count(*) FROM app.events;
 CREATE FUNCTION app.trg() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER t BEFORE INSERT ON app.events FOR EACH ROW EXECUTE FUNCTION app.trg();
@@ -199,6 +205,13 @@ CREATE POLICY by_tenant ON app.notes USING (tenant = current_setting('app.tenant
 		{"pg_catalog", "lower"}:        {Immutable, false},
 		{"pg_catalog", "query_to_xml"}: {Volatile, true},
 		{"pg_catalog", "ts_stat"}:      {Volatile, true},
+		// An aggregate is what its support functions are (PostgreSQL
+		// marks every one IMMUTABLE).
+		{"app", "reading_agg"}:    {Stable, true},
+		{"app", "pure_final_agg"}: {Immutable, false},
+		{"app", "logging_agg"}:    {Volatile, true},
+		{"app", "pure_agg"}:       {Immutable, false},
+		{"pg_catalog", "sum"}:     {Immutable, false},
 	} {
 		f, ok := cat.Func(nil, name.Schema, name.Name)
 		if !ok || f.Volatility != w.vol || f.ReadsData != w.reads {
