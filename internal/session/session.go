@@ -874,7 +874,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 			for _, a := range stmts {
 				if a.Kind == analysis.KindTxn {
-					s.savepointOp(a.Txn)
+					if err := s.savepointOp(ctx, a.Txn, first); err != nil {
+						return err
+					}
 				}
 			}
 			return nil // acted on when parsed earlier in this unit
@@ -1691,8 +1693,11 @@ type savepoint struct {
 // are replayed as sent, and one rolled back to a savepoint must not be
 // (nor one that failed: the transaction could only go on after a ROLLBACK
 // TO a savepoint set before it). The statements event triggers see are
-// proved by their records (joinDDL).
-func (s *session) savepointOp(t *analysis.TxnControl) {
+// proved by their records (joinDDL). Before the first SAVEPOINT, it sets
+// the block's level if that is still to be done: PostgreSQL sets none in
+// the subtransaction it opens (25001), and the block ran at the
+// session's.
+func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBoundary bool) error {
 	find := func() int {
 		for i := len(s.tx.savepoints) - 1; i >= 0; i-- {
 			if s.tx.savepoints[i].name == t.Savepoint {
@@ -1703,6 +1708,11 @@ func (s *session) savepointOp(t *analysis.TxnControl) {
 	}
 	switch t.Op {
 	case analysis.TxnSavepoint:
+		if len(s.tx.savepoints) == 0 && s.txStatus() != 'E' {
+			if err := s.setLevel(ctx, atBoundary); err != nil {
+				return err
+			}
+		}
 		s.tx.savepoints = append(s.tx.savepoints, savepoint{name: t.Savepoint, ddl: len(s.tx.ddl), notify: len(s.tx.notify)})
 	case analysis.TxnRelease:
 		if i := find(); i >= 0 {
@@ -1711,7 +1721,7 @@ func (s *session) savepointOp(t *analysis.TxnControl) {
 	case analysis.TxnRollbackTo:
 		i := find()
 		if i < 0 {
-			return // PostgreSQL refuses it
+			return nil // PostgreSQL refuses it
 		}
 		mark := s.tx.savepoints[i].ddl
 		kept := s.tx.ddl[:mark:mark]
@@ -1724,6 +1734,7 @@ func (s *session) savepointOp(t *analysis.TxnControl) {
 		s.tx.notify = s.tx.notify[:min(len(s.tx.notify), s.tx.savepoints[i].notify)]
 		s.tx.savepoints = s.tx.savepoints[:i+1] // it stays; those after it go
 	}
+	return nil
 }
 
 func (s *session) rolledBackTo() {
@@ -2171,11 +2182,13 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 	case analysis.TxnRollbackTo:
 		if m.kind != wire.KindParse {
 			s.rolledBackTo()
-			s.savepointOp(a.Txn)
+			return s.savepointOp(ctx, a.Txn, atBoundary)
 		}
 	case analysis.TxnSavepoint, analysis.TxnRelease:
 		if m.kind != wire.KindParse {
-			s.savepointOp(a.Txn)
+			if err := s.savepointOp(ctx, a.Txn, atBoundary); err != nil {
+				return err
+			}
 		}
 	case analysis.TxnSetTransaction:
 		if a.Txn.Isolation != "" {
@@ -2699,6 +2712,19 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 		return nil
 	}
 	s.tx.snapshot = true
+	if err := s.setLevel(ctx, atBoundary); err != nil {
+		return err
+	}
+	s.tx.snapSeq = s.h.cfg.Replica.AppliedPrefix()
+	s.tx.readsFromStart = s.tracksReads()
+	return nil
+}
+
+// setLevel sets the level Ordo runs the block at, if the client's BEGIN
+// or SET TRANSACTION asked for another and was not rewritten
+// (fixIsolation): before the block's first snapshot, or its first
+// SAVEPOINT.
+func (s *session) setLevel(ctx context.Context, atBoundary bool) error {
 	if s.tx.fixIsolation && len(s.tx.savepoints) > 0 {
 		// PostgreSQL sets no level in a subtransaction (25001, which
 		// would fail the block): it keeps the one it began at.
@@ -2722,8 +2748,6 @@ func (s *session) beforeSnapshot(ctx context.Context, atBoundary bool) error {
 			return err
 		}
 	}
-	s.tx.snapSeq = s.h.cfg.Replica.AppliedPrefix()
-	s.tx.readsFromStart = s.tracksReads()
 	return nil
 }
 

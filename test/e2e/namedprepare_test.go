@@ -149,6 +149,26 @@ func TestNamedBeginsLevelTravelsWithTheFirstStatement(t *testing.T) {
 		require.Contains(t, out, `Row ["repeatable read"]`, "after %s\n%s", first, out)
 		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}})
 	}
+	// A SAVEPOINT before the block's first query, in the next batch or in
+	// the BEGIN's, as a query string or in a pipeline: the level goes
+	// ahead of it (PostgreSQL sets none in a subtransaction, and the block
+	// ran at the session's READ COMMITTED).
+	begin := []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "nb_b", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "nb_b"},
+		&pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "nb_b"}}
+	savepoint := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "savepoint s"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	for i, batches := range [][][]pgproto3.FrontendMessage{
+		{append(begin, &pgproto3.Sync{}), {&pgproto3.Query{String: "savepoint s; select 1"}}},
+		{append(begin, &pgproto3.Sync{}), append(savepoint, &pgproto3.Sync{})},
+		{append(append(begin, savepoint...), &pgproto3.Sync{})},
+	} {
+		for _, msgs := range batches {
+			out := exchangeAll(t, h, msgs)
+			require.NotContains(t, out, "Error", "case %d", i)
+		}
+		out := exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "select current_setting('transaction_isolation')"}})
+		require.Contains(t, out, `Row ["repeatable read"]`, "case %d: %s", i, out)
+		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "rollback"}})
+	}
 	// A client's unnamed BEGIN of a lower level, rewritten at its Parse,
 	// bound in the named BEGIN's block after a LOCK, which takes no
 	// snapshot: Ordo's text stays, and the block runs at Ordo's level
