@@ -232,6 +232,12 @@ func (w *walker) relation(rv *pg.RangeVar, sc *scope, read, write bool) relRef {
 		// call functions.
 		w.escalate("table " + rel.Name.String() + " has row security policies that read other tables or call functions")
 	}
+	if rel.PolicyWrites && w.opaque == "" {
+		// Read or written, its policies run (a read was taken for one
+		// that writes nothing, and its writes committed on the node
+		// alone).
+		w.opaque = "table " + rel.Name.String() + " has row security policies that call a volatile function, which may write"
+	}
 	if write {
 		w.writeCode(rel)
 	}

@@ -79,7 +79,9 @@ type Relation struct {
 	CascadeTriggers bool
 	// PolicyReads is set on a table with row security whose policies use
 	// other relations or user functions: reading it may read anything.
-	PolicyReads bool
+	// PolicyWrites on one whose policies call a volatile user function
+	// (not C): reading it may write anything.
+	PolicyReads, PolicyWrites bool
 }
 
 // Column returns the named column.
@@ -139,8 +141,10 @@ type TableDesc struct {
 	// partitions' and children's).
 	CascadeTriggers bool `json:"cascade_triggers,omitempty"`
 	// PolicyReads: row security is on, and a policy uses another
-	// relation or a user function.
-	PolicyReads bool `json:"policy_reads,omitempty"`
+	// relation or a user function (or operator). PolicyWrites: a policy
+	// calls a volatile user function, not C.
+	PolicyReads  bool `json:"policy_reads,omitempty"`
+	PolicyWrites bool `json:"policy_writes,omitempty"`
 }
 
 // ViewDesc is a view and what its definition uses directly.
@@ -217,7 +221,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, CascadeTriggers: t.CascadeTriggers, PolicyReads: t.PolicyReads}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, CascadeTriggers: t.CascadeTriggers, PolicyReads: t.PolicyReads, PolicyWrites: t.PolicyWrites}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)

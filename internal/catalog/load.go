@@ -65,7 +65,13 @@ SELECT rel.nspname, rel.relname, rel.relkind::text, coalesce(cols.names, '{}'), 
   rel.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
     JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
     WHERE pol.polrelid = rel.oid
-      AND (d.refclassid = 'pg_proc'::regclass OR d.refclassid = 'pg_class'::regclass AND d.refobjid <> rel.oid))
+      AND (d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass) OR d.refclassid = 'pg_class'::regclass AND d.refobjid <> rel.oid)),
+  rel.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
+    JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
+    LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
+    JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
+    JOIN pg_language l ON l.oid = p.prolang
+    WHERE pol.polrelid = rel.oid AND p.provolatile = 'v' AND l.lanname NOT IN ('c', 'internal'))
 FROM rel LEFT JOIN cols ON cols.attrelid = rel.oid LEFT JOIN pk ON pk.indrelid = rel.oid
 ORDER BY 1, 2`
 	// userCode holds qWriteCode's first common table expressions (ufn,
@@ -299,8 +305,8 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		var n Name
 		var kind string
 		var cols, types, pk []string
-		var triggers, policyReads bool
-		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers, &policyReads); err != nil {
+		var triggers, policyReads, policyWrites bool
+		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers, &policyReads, &policyWrites); err != nil {
 			return err
 		}
 		if len(cols) != len(types) {
@@ -316,7 +322,7 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		if kind == "v" {
 			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name, Columns: columns}
 		} else {
-			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers, PolicyReads: policyReads}
+			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers, PolicyReads: policyReads, PolicyWrites: policyWrites}
 		}
 		order = append(order, n)
 		return nil

@@ -113,7 +113,15 @@ ALTER TABLE app.docs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY by_grant ON app.docs USING (EXISTS (SELECT 1 FROM app.grants g WHERE g.doc = id AND g.who = current_user));
 CREATE TABLE app.notes (id int PRIMARY KEY, tenant text);
 ALTER TABLE app.notes ENABLE ROW LEVEL SECURITY;
-CREATE POLICY by_tenant ON app.notes USING (tenant = current_setting('app.tenant', true))`); err != nil {
+CREATE POLICY by_tenant ON app.notes USING (tenant = current_setting('app.tenant', true));
+CREATE TABLE app.audited (id int PRIMARY KEY);
+ALTER TABLE app.audited ENABLE ROW LEVEL SECURITY;
+CREATE POLICY logged ON app.audited USING (app.logs(id) > 0);
+CREATE FUNCTION app.stable_reader(int, int) RETURNS bool LANGUAGE sql STABLE AS 'SELECT $1 > $2 + count(*) FROM app.grants';
+CREATE OPERATOR app.>>> (FUNCTION = app.stable_reader, LEFTARG = int, RIGHTARG = int);
+CREATE TABLE app.by_op (id int PRIMARY KEY);
+ALTER TABLE app.by_op ENABLE ROW LEVEL SECURITY;
+CREATE POLICY by_op ON app.by_op USING (id OPERATOR(app.>>>) 0)`); err != nil {
 		t.Fatal(err)
 	}
 	if d, err = Load(ctx, conn, granules); err != nil {
@@ -122,9 +130,10 @@ CREATE POLICY by_tenant ON app.notes USING (tenant = current_setting('app.tenant
 	if cat, err = New(d, 2); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]bool{"docs": true, "notes": false, "grants": false, "district": false} {
-		if r, _ := cat.Lookup(Name{"app", name}); r == nil || r.PolicyReads != want {
-			t.Errorf("app.%s: PolicyReads %v, want %v", name, r != nil && r.PolicyReads, want)
+	for name, want := range map[string][2]bool{"docs": {true, false}, "notes": {false, false}, "grants": {false, false},
+		"district": {false, false}, "audited": {true, true}, "by_op": {true, false}} {
+		if r, _ := cat.Lookup(Name{"app", name}); r == nil || [2]bool{r.PolicyReads, r.PolicyWrites} != want {
+			t.Errorf("app.%s: PolicyReads, PolicyWrites %+v, want %v", name, r, want)
 		}
 	}
 	// A column whose collation is not deterministic has no type: its

@@ -600,7 +600,8 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 
 // TestReadOfAViewThatWrites: a SELECT of a view that calls a volatile
 // function which writes (directly, through another view, or through an
-// operator), or of an aggregate whose support function does, is an update: it was taken for a read, run as the client sent
+// operator), of an aggregate whose support function does, or of a table
+// whose row security policy does, is an update: it was taken for a read, run as the client sent
 // it, and its write committed on this node alone. So is a read after a
 // SET of search_path earlier in its query string, whose name the session
 // resolved under the old path to a view that writes nothing.
@@ -620,6 +621,11 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 		"CREATE VIEW v AS SELECT 1 AS x",
 		"CREATE FUNCTION logs_step(n int, w text) RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN n + logs(w); END$$",
 		"CREATE AGGREGATE logging(text) (SFUNC = logs_step, STYPE = int, INITCOND = '0')",
+		"CREATE TABLE audited (k int PRIMARY KEY)", "INSERT INTO audited VALUES (1)",
+		"ALTER TABLE audited ENABLE ROW LEVEL SECURITY", "ALTER TABLE audited FORCE ROW LEVEL SECURITY",
+		"CREATE POLICY logged ON audited USING (logs('by_policy') > 0)",
+		"ALTER FUNCTION logs(text) SECURITY DEFINER",
+		"CREATE ROLE audited_reader", "GRANT SELECT ON audited TO audited_reader",
 	)
 	c.waitConverged()
 	simple := conn.PgConn()
@@ -630,13 +636,18 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 		_, err = simple.Exec(ctx, "RESET search_path").ReadAll()
 		require.NoError(t, err)
 	}
+	// Row security applies to a role that is not a superuser.
+	for _, q := range []string{"SET ROLE audited_reader", "SELECT k FROM audited", "RESET ROLE"} {
+		_, err := simple.Exec(ctx, q).ReadAll()
+		require.NoError(t, err, q)
+	}
 	var x int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT x FROM s2.v").Scan(&x), "extended protocol")
 	c.waitConverged()
 	for i := range c.nodes {
 		var got string
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(what, ',' ORDER BY k) FROM log").Scan(&got))
-		require.Equal(t, "s2.v,s2.v,by_operator,s2.v,by_aggregate,s2.v", got, "node %d", i+1)
+		require.Equal(t, "s2.v,s2.v,by_operator,s2.v,by_aggregate,by_policy,s2.v", got, "node %d", i+1)
 	}
 }
 
