@@ -5,10 +5,12 @@ GO    ?= go
 PKGS  := ./...
 # The default suite must stay well under CI's limit on a 2-core machine.
 TEST_TIMEOUT ?= 20m
-# The packages that replicate through PostgreSQL's logical decoding; `make
-# test` runs them a second time on PostgreSQL 18 (PG18_BIN: its bin dir;
-# empty means the pinned build scripts/ensure-tools.sh installs in .tools/pg18).
-PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./test/e2e/...
+# The packages that replicate through PostgreSQL's logical decoding, or
+# read its catalogs and speak its protocol; `make test` runs them a second
+# time on PostgreSQL 18 (PG18_BIN: its bin dir; empty means the pinned
+# build scripts/ensure-tools.sh installs in .tools/pg18).
+PG18_PKGS ?= ./internal/pglocal ./internal/capture ./internal/apply ./internal/catalog ./internal/analysis \
+  ./internal/schemacheck ./internal/sequences ./internal/wire ./test/e2e/...
 PG18_BIN  ?=
 # The longest tests of protocols, membership, failures and deployments
 # (6 s or more each on PostgreSQL 18), which behave alike on every

@@ -415,8 +415,8 @@ CREATE TABLE uc.child (w int CHECK (uc.ok(w))) INHERITS (uc.parent);
 CREATE TABLE uc.pure (id int PRIMARY KEY, v int DEFAULT uc.pure(1) CHECK (uc.pure(v) > 0), w timestamptz DEFAULT now(),
   g int GENERATED ALWAYS AS (uc.pure(v)) STORED);
 CREATE INDEX ON uc.pure (uc.pure(v));
-CREATE EXTENSION IF NOT EXISTS "uuid-ossp";
-CREATE TABLE uc.by_c_default (id uuid PRIMARY KEY DEFAULT uuid_generate_v4());
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE TABLE uc.by_c_default (id int PRIMARY KEY, v real DEFAULT set_limit(0.3));
 CREATE TABLE uc.fk_parent (id int PRIMARY KEY);
 CREATE TABLE uc.fk_child (id int PRIMARY KEY, p int REFERENCES uc.fk_parent ON DELETE SET NULL ON UPDATE CASCADE CHECK (uc.ok(p)));
 CREATE TABLE uc.fk_grand (id int PRIMARY KEY);
