@@ -308,6 +308,11 @@ type Backend interface {
 	// PortalPending reports whether the client bound portal earlier in
 	// the batch being reported and has not executed or closed it since.
 	PortalPending(portal string) bool
+	// PortalInUse reports whether a Bind into the named portal now
+	// would find it in use (42P03): bound earlier in the batch or in the
+	// open transaction, and not closed since. It may say so of one a
+	// COMMIT or ROLLBACK earlier in the batch dropped.
+	PortalInUse(portal string) bool
 	// UnnamedParsedAs returns the text the client sent in its Parse of
 	// the unnamed statement Unnamed reports, where the hooks rewrote it
 	// (Statement.Rewrite), else "".

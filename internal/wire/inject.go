@@ -215,6 +215,9 @@ func (ss *session) LastParsed(name string) (string, bool) { return ss.unnamed.la
 // hooks are.)
 func (ss *session) PortalPending(portal string) bool { return ss.portals.pending(portal) }
 
+// PortalInUse implements Backend (on the session goroutine too).
+func (ss *session) PortalInUse(portal string) bool { return ss.portals.inUse(portal) }
+
 // NamedKnown implements Backend.
 func (ss *session) NamedKnown() bool { return ss.unnamed.namedKnown() }
 
