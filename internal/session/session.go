@@ -1870,14 +1870,12 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				// Analyzed under a search path that may not be
 				// PostgreSQL's when it runs: after a change of it earlier
 				// in the same string, or one the session could not read
-				// back yet. It reads anything (and keeps all else), and
-				// a read may write: its names may be a view or a function
-				// that does (taken for a read, its write committed on
-				// this node alone).
+				// back yet. It reads anything (and keeps all else). Taken
+				// for one that may write too, every read after a SET of
+				// search_path or a DISCARD ALL in its batch ran in a block
+				// of Ordo's (under cons, refused), so one whose name now
+				// resolves to a view that writes is still a read.
 				a = readsAnything(a, "a statement after a change of search_path or role the session has not read back")
-				if a.Kind == analysis.KindRead && a.Executes {
-					a.Kind, a.WritesAll = analysis.KindOpaque, true
-				}
 			case s.be.NonStandardStrings() && strings.Contains(a.SQL, `\`):
 				// The analysis reads strings as standard_conforming_strings
 				// on does: with it off, a backslash may end one elsewhere.

@@ -299,6 +299,13 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 	for i, msgs := range [][]pgproto3.FrontendMessage{
 		queryMsg("create table cb(k int primary key, v int)"),
 		queryMsg("rollback; insert into cb values (1, 1)"),
+		// A read after a change of names in its batch (a pooler's
+		// DISCARD ALL, a SET of search_path): a read that reads anything,
+		// run as PostgreSQL runs it (taken for one that may write, it was
+		// refused as an update after the batch's snapshot).
+		batchMsgs("discard all", "select k from cb order by k"),
+		batchMsgs("set search_path = public", "select k from cb order by k", "declare c cursor for select 1"),
+		queryMsg("reset search_path"),
 		batchMsgs("rollback", "insert into cb values (2, 1)"),
 		batchMsgs("insert into cb values (3, 1)", "commit", "update cb set v = v + 1 where k = 3"),
 		queryMsg("select count(*) from cb; update cb set v = v + 1 where k = 1"),

