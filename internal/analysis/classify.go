@@ -708,7 +708,9 @@ func (w *walker) finish() {
 		return
 	}
 	switch st.Kind {
-	case KindRead:
+	case KindRead, KindCopyTo:
+		// (COPY (query) TO runs its query as a read runs one: one that
+		// calls what may write, or an INSERT … RETURNING, is an update.)
 		if (w.setval || w.largeObjectWrites) && w.opaque == "" {
 			st.Kind = KindWrite // sequence and large object state is replicated at commit
 		}
@@ -719,7 +721,7 @@ func (w *walker) finish() {
 		} else if w.dml || w.locking {
 			st.Kind = KindWrite
 		}
-	case KindWrite, KindCopyTo, KindCopyFrom:
+	case KindWrite, KindCopyFrom:
 		if w.opaque != "" {
 			st.WritesAll = true
 			if st.Reason == "" || st.Reason == w.readsAll {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -601,7 +602,8 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 // TestReadOfAViewThatWrites: a SELECT of a view that calls a volatile
 // function which writes (directly, through another view, or through an
 // operator), of an aggregate whose support function does, or of a table
-// whose row security policy does, is an update: it was taken for a read,
+// whose row security policy does, is an update, in a COPY (query) TO too
+// (as is an INSERT … RETURNING there): it was taken for a read,
 // run as the client sent it, and its write committed on this node alone.
 func TestReadOfAViewThatWrites(t *testing.T) {
 	t.Parallel()
@@ -633,6 +635,13 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 		_, err = simple.Exec(ctx, "RESET search_path").ReadAll()
 		require.NoError(t, err)
 	}
+	// COPY (query) TO runs its query as a SELECT does (it was taken for a
+	// read whatever its query called), and may run an INSERT … RETURNING.
+	for _, q := range []string{"COPY (SELECT x FROM s2.v) TO STDOUT", "COPY (SELECT logging('by_copy')) TO STDOUT",
+		"COPY (INSERT INTO log (what) VALUES ('copy_insert') RETURNING k) TO STDOUT"} {
+		_, err := simple.CopyTo(ctx, io.Discard, q)
+		require.NoError(t, err, q)
+	}
 	// Row security applies to a role that is not a superuser.
 	for _, q := range []string{"SET ROLE audited_reader", "SELECT k FROM audited", "RESET ROLE"} {
 		_, err := simple.Exec(ctx, q).ReadAll()
@@ -644,7 +653,7 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 	for i := range c.nodes {
 		var got string
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(what, ',' ORDER BY k) FROM log").Scan(&got))
-		require.Equal(t, "s2.v,s2.v,by_operator,by_aggregate,by_policy,s2.v", got, "node %d", i+1)
+		require.Equal(t, "s2.v,s2.v,by_operator,by_aggregate,s2.v,by_copy,copy_insert,by_policy,s2.v", got, "node %d", i+1)
 	}
 }
 
