@@ -141,10 +141,15 @@ type TableDesc struct {
 	// partitions' and children's).
 	CascadeTriggers bool `json:"cascade_triggers,omitempty"`
 	// PolicyReads: row security is on, and a policy uses another
-	// relation or a user function (or operator). PolicyWrites: a policy
-	// calls a volatile user function, not C.
-	PolicyReads  bool `json:"policy_reads,omitempty"`
-	PolicyWrites bool `json:"policy_writes,omitempty"`
+	// relation or a user function (or a user operator not in C).
+	// PolicyFunctions and PolicyUses are those functions (an operator's
+	// function) and relations, "schema.name": a policy that calls one
+	// that may write (as a query would: a volatile function, an aggregate
+	// whose support function is, a view that calls one) makes the table
+	// write when read (Relation.PolicyWrites).
+	PolicyReads     bool     `json:"policy_reads,omitempty"`
+	PolicyFunctions []string `json:"policy_functions,omitempty"`
+	PolicyUses      []string `json:"policy_uses,omitempty"`
 }
 
 // ViewDesc is a view and what its definition uses directly.
@@ -221,7 +226,7 @@ func New(d Description, version uint64) (*Catalog, error) {
 	c := &Catalog{version: version, granuleSeqno: d.GranuleSeqno, rels: make(map[Name]*Relation), funcs: make(map[Name]*Function), ops: make(map[Name]*Function)}
 	for _, t := range d.Tables {
 		n := Name{t.Schema, t.Name}
-		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, CascadeTriggers: t.CascadeTriggers, PolicyReads: t.PolicyReads, PolicyWrites: t.PolicyWrites}
+		r := &Relation{Name: n, Kind: KindTable, Columns: t.Columns, PK: t.PK, Triggers: t.Triggers, TriggersChangeNames: t.TriggersChangeNames, WriteCode: t.WriteCode, DeleteCode: t.DeleteCode, CascadeTriggers: t.CascadeTriggers, PolicyReads: t.PolicyReads}
 		for _, pk := range t.PK {
 			if _, ok := r.Column(pk); !ok {
 				return nil, fmt.Errorf("%w: primary key column %q is not a column of %s", ErrInvalid, pk, n)
@@ -244,6 +249,9 @@ func New(d Description, version uint64) (*Catalog, error) {
 	}
 	if err := addFunctions(c.ops, d.Operators, "operator"); err != nil {
 		return nil, err
+	}
+	for _, t := range d.Tables {
+		c.rels[Name{t.Schema, t.Name}].PolicyWrites = c.mayWrite(t.PolicyFunctions)
 	}
 	for _, t := range d.ReadingTypes {
 		if c.readingTypes == nil {
@@ -270,7 +278,31 @@ func New(d Description, version uint64) (*Catalog, error) {
 		}
 		sort.Slice(r.Bases, func(i, j int) bool { return r.Bases[i].String() < r.Bases[j].String() })
 	}
+	for _, t := range d.Tables {
+		// A policy that reads a view that may write (one level: a view
+		// over such a table, read by another table's policy, is not
+		// followed further).
+		r := c.rels[Name{t.Schema, t.Name}]
+		for _, u := range t.PolicyUses {
+			if v, ok := c.rels[ParseName(u)]; ok && v.MayWrite {
+				r.PolicyWrites = true
+			}
+		}
+	}
 	return c, nil
+}
+
+// mayWrite reports whether calling one of the functions named
+// ("schema.name") may write: one the catalog does not know, or a
+// volatile one that may read data (as a call in a query is taken).
+func (c *Catalog) mayWrite(functions []string) bool {
+	for _, f := range functions {
+		fn, ok := c.funcs[ParseName(f)]
+		if !ok || fn.ReadsData && fn.Volatility == Volatile {
+			return true
+		}
+	}
+	return false
 }
 
 // addFunctions adds descs to m, merging those of one name (overloads) to
@@ -326,14 +358,11 @@ func (c *Catalog) expand(n Name, views map[Name]ViewDesc, bases map[Name]bool, o
 	defer delete(onPath, n)
 	v := views[n]
 	for _, f := range v.Functions {
-		fn, ok := c.funcs[ParseName(f)]
-		if !ok || fn.ReadsData {
+		if fn, ok := c.funcs[ParseName(f)]; !ok || fn.ReadsData {
 			opaque = true
 		}
-		if !ok || fn.ReadsData && fn.Volatility == Volatile {
-			mayWrite = true
-		}
 	}
+	mayWrite = c.mayWrite(v.Functions)
 	for _, u := range v.Uses {
 		un := ParseName(u)
 		if _, isView := views[un]; isView {
@@ -344,11 +373,14 @@ func (c *Catalog) expand(n Name, views map[Name]ViewDesc, bases map[Name]bool, o
 			opaque, mayWrite = opaque || o, mayWrite || w
 			continue
 		}
-		if _, ok := c.rels[un]; !ok {
+		base, ok := c.rels[un]
+		if !ok {
 			// A base the catalog does not know: the view cannot be attributed.
 			opaque = true
 			continue
 		}
+		// Its row security policies run in the view's read too.
+		opaque, mayWrite = opaque || base.PolicyReads, mayWrite || base.PolicyWrites
 		bases[un] = true
 	}
 	return opaque, mayWrite, nil

@@ -65,13 +65,10 @@ SELECT rel.nspname, rel.relname, rel.relkind::text, coalesce(cols.names, '{}'), 
   rel.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
     JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
     WHERE pol.polrelid = rel.oid
-      AND (d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass) OR d.refclassid = 'pg_class'::regclass AND d.refobjid <> rel.oid)),
-  rel.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
-    JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
-    LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
-    JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
-    JOIN pg_language l ON l.oid = p.prolang
-    WHERE pol.polrelid = rel.oid AND p.provolatile = 'v' AND l.lanname NOT IN ('c', 'internal'))
+      AND (d.refclassid = 'pg_proc'::regclass OR d.refclassid = 'pg_class'::regclass AND d.refobjid <> rel.oid
+           OR d.refclassid = 'pg_operator'::regclass AND EXISTS (SELECT 1 FROM pg_operator o
+             JOIN pg_proc op ON op.oid = o.oprcode JOIN pg_language ol ON ol.oid = op.prolang
+             WHERE o.oid = d.refobjid AND ol.lanname NOT IN ('c', 'internal'))))
 FROM rel LEFT JOIN cols ON cols.attrelid = rel.oid LEFT JOIN pk ON pk.indrelid = rel.oid
 ORDER BY 1, 2`
 	// userCode holds qWriteCode's first common table expressions (ufn,
@@ -190,7 +187,30 @@ LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
 LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
 LEFT JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
 LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
+LEFT JOIN pg_language pl ON pl.oid = p.prolang
 WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL) AND {scope vn}
+  AND NOT (o.oid IS NOT NULL AND pl.lanname IN ('c', 'internal'))
+ORDER BY 1, 2, 3, 4, 5`
+	// qPolicyDeps reads what the row security policies of each table
+	// use: the relations (other than the table) and the functions they
+	// call, an operator's function but those in C, as qViewDeps does
+	// for views.
+	qPolicyDeps = `
+SELECT DISTINCT tn.nspname, t.relname,
+       CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
+       coalesce(rn.nspname, pn.nspname), coalesce(r.relname, p.proname)
+FROM pg_policy pol
+JOIN pg_class t ON t.oid = pol.polrelid
+JOIN pg_namespace tn ON tn.oid = t.relnamespace
+JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
+LEFT JOIN pg_class r ON d.refclassid = 'pg_class'::regclass AND r.oid = d.refobjid
+LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
+LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
+LEFT JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
+LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
+LEFT JOIN pg_language pl ON pl.oid = p.prolang
+WHERE t.relrowsecurity AND (r.oid IS NOT NULL AND r.oid <> t.oid OR p.oid IS NOT NULL) AND {scope tn}
+  AND NOT (o.oid IS NOT NULL AND pl.lanname IN ('c', 'internal'))
 ORDER BY 1, 2, 3, 4, 5`
 	qTriggers = `
 SELECT DISTINCT n.nspname, c.relname
@@ -305,8 +325,8 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		var n Name
 		var kind string
 		var cols, types, pk []string
-		var triggers, policyReads, policyWrites bool
-		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers, &policyReads, &policyWrites); err != nil {
+		var triggers, policyReads bool
+		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers, &policyReads); err != nil {
 			return err
 		}
 		if len(cols) != len(types) {
@@ -322,7 +342,7 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		if kind == "v" {
 			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name, Columns: columns}
 		} else {
-			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers, PolicyReads: policyReads, PolicyWrites: policyWrites}
+			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers, PolicyReads: policyReads}
 		}
 		order = append(order, n)
 		return nil
@@ -346,6 +366,26 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 			t.Triggers = t.Triggers || trig
 		} else if v, ok := views[n]; ok {
 			v.WriteCode, v.Triggers = write, trig // a view's own defaults, INSTEAD OF triggers, rules
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = each(ctx, q, qPolicyDeps, sc, func(r pgx.Rows) error {
+		var tn, dep Name
+		var kind string
+		if err := r.Scan(&tn.Schema, &tn.Name, &kind, &dep.Schema, &dep.Name); err != nil {
+			return err
+		}
+		t, ok := tables[tn]
+		if !ok {
+			return nil
+		}
+		if kind == "r" {
+			t.PolicyUses = append(t.PolicyUses, dep.String())
+		} else {
+			t.PolicyFunctions = append(t.PolicyFunctions, dep.String())
 		}
 		return nil
 	})

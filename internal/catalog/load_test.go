@@ -121,7 +121,17 @@ CREATE FUNCTION app.stable_reader(int, int) RETURNS bool LANGUAGE sql STABLE AS 
 CREATE OPERATOR app.>>> (FUNCTION = app.stable_reader, LEFTARG = int, RIGHTARG = int);
 CREATE TABLE app.by_op (id int PRIMARY KEY);
 ALTER TABLE app.by_op ENABLE ROW LEVEL SECURITY;
-CREATE POLICY by_op ON app.by_op USING (id OPERATOR(app.>>>) 0)`); err != nil {
+CREATE POLICY by_op ON app.by_op USING (id OPERATOR(app.>>>) 0);
+CREATE TABLE app.by_writing_view (id int PRIMARY KEY);
+ALTER TABLE app.by_writing_view ENABLE ROW LEVEL SECURITY;
+CREATE POLICY wv ON app.by_writing_view USING (EXISTS (SELECT 1 FROM app.writing_view));
+CREATE TABLE app.by_aggregate (id int PRIMARY KEY);
+ALTER TABLE app.by_aggregate ENABLE ROW LEVEL SECURITY;
+CREATE POLICY agg ON app.by_aggregate USING ((SELECT app.logging_agg(1)) > 0);
+CREATE VIEW app.over_audited AS SELECT id FROM app.audited;
+CREATE VIEW app.over_docs AS SELECT id FROM app.docs;
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE VIEW app.trgm_view AS SELECT msg % 'x' AS similar FROM app.events`); err != nil {
 		t.Fatal(err)
 	}
 	if d, err = Load(ctx, conn, granules); err != nil {
@@ -131,9 +141,17 @@ CREATE POLICY by_op ON app.by_op USING (id OPERATOR(app.>>>) 0)`); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string][2]bool{"docs": {true, false}, "notes": {false, false}, "grants": {false, false},
-		"district": {false, false}, "audited": {true, true}, "by_op": {true, false}} {
+		"district": {false, false}, "audited": {true, true}, "by_op": {true, false},
+		"by_writing_view": {true, true}, "by_aggregate": {true, true}} {
 		if r, _ := cat.Lookup(Name{"app", name}); r == nil || [2]bool{r.PolicyReads, r.PolicyWrites} != want {
 			t.Errorf("app.%s: PolicyReads, PolicyWrites %+v, want %v", name, r, want)
+		}
+	}
+	// A view runs its tables' policies; an operator in C (pg_trgm's %)
+	// reads nothing, in a view as in a query.
+	for name, want := range map[string][2]bool{"over_audited": {true, true}, "over_docs": {true, false}, "trgm_view": {false, false}} {
+		if r, _ := cat.Lookup(Name{"app", name}); r == nil || [2]bool{r.Opaque, r.MayWrite} != want {
+			t.Errorf("app.%s: Opaque, MayWrite %+v, want %v", name, r, want)
 		}
 	}
 	// A column whose collation is not deterministic has no type: its
