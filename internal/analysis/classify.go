@@ -663,7 +663,7 @@ func (w *walker) setStmt(s *pg.VariableSetStmt) {
 		for _, a := range s.Args {
 			vals = append(vals, constText(a))
 		}
-		set.Value = strings.Join(vals, ", ")
+		set.Value, set.Values = strings.Join(vals, ", "), vals
 	}
 	st.Setting = set
 }

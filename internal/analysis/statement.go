@@ -111,9 +111,13 @@ type TxnControl struct {
 type Setting struct {
 	Name  string // lowercased, e.g. "search_path", "ordo.conflict_classes"; "all" for RESET ALL / SHOW ALL
 	Value string // SET: the value as text (list items joined by ", "); "" for DEFAULT
-	Local bool   // SET LOCAL
-	Reset bool   // RESET or SET … TO DEFAULT
-	Show  bool
+	// Values are the SET's list items as PostgreSQL holds them (an
+	// identifier folded to lower case unless quoted, a string as
+	// written).
+	Values []string
+	Local  bool // SET LOCAL
+	Reset  bool // RESET or SET … TO DEFAULT
+	Show   bool
 	// Ordo marks an "ordo.*" setting, which Ordo interprets itself.
 	Ordo bool
 }

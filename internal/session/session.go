@@ -48,6 +48,11 @@ type session struct {
 	searchPath string
 	env        analysis.Env
 	envStale   bool // a SET may have changed search_path
+	// envGuessed: env was taken from a SET of search_path in this unit,
+	// not read back (PostgreSQL may have skipped the SET after an error
+	// earlier in the unit, and then the rest of the unit with it): it is
+	// read back at the next unit.
+	envGuessed bool
 	// roleStale: a SET ROLE or SESSION AUTHORIZATION may have changed the
 	// user "$user" in the search path names (user). namesPending,
 	// rolePending: such a statement, or one on search_path, ran since the
@@ -480,6 +485,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			// no transaction can undo it any more.
 			s.settleNames()
 		}
+		if s.envGuessed {
+			s.envStale, s.envGuessed = true, false
+		}
 		clear(s.unitNames)
 		clear(s.declared)
 		s.unitSQLNames, s.unitFreedAll = false, false
@@ -584,7 +592,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	}
 	switch st.Kind {
 	case wire.KindQuery:
-		stmts := s.analyze(st.SQL)
+		stmts := s.underSetPaths(s.analyze(st.SQL))
 		s.noteSQLNames(stmts)
 		if st.Pieces == 0 {
 			if pieces, offsets := splitPieces(st.SQL, stmts); pieces != nil {
@@ -1921,7 +1929,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 				return err
 			}
 			was := s.syncRead
-			s.setting(a)
+			s.setting(a, m.kind == wire.KindQuery)
 			if !was && s.syncRead && m.first && m.kind == wire.KindQuery && len(stmts) > 1 && !s.tx.snapshot {
 				// `SET ordo.read_consistency = 'sync'; SELECT …` in one
 				// query string (psql -c): nothing of it has run yet, so
@@ -2285,8 +2293,10 @@ func checkSetting(a *analysis.Statement) error {
 // PostgreSQL refuses the statement, and nothing changes (noted anyway, a
 // change of names there made the statements after the block's ROLLBACK in
 // the same batch read anything, which under cons fails those outside the
-// classes declared: session fuzzer, seed 1796180004375575397).
-func (s *session) setting(a *analysis.Statement) {
+// classes declared: session fuzzer, seed 1796180004375575397). inQuery:
+// a's statement runs in a query string, whose statements run in order (a
+// SET of search_path bound in a batch may not be executed).
+func (s *session) setting(a *analysis.Statement, inQuery bool) {
 	if s.txStatus() == 'E' || a.DiscardsAll && s.txStatus() == 'T' {
 		return // (PostgreSQL refuses DISCARD ALL in a block too)
 	}
@@ -2296,6 +2306,16 @@ func (s *session) setting(a *analysis.Statement) {
 	}
 	if path, role := changesNames(a); path || role {
 		s.namesMoved(role)
+		if inQuery && s.guessable(a) {
+			// The path it sets is the statements' after it in its unit
+			// (a schema per tenant: "SET search_path = t1, public;
+			// SELECT …"), which the session cannot read back before
+			// they run: taken for reading anything, a read whose name
+			// resolved to a view that writes was still a read.
+			s.searchPath = pathText(st.Values)
+			s.env = analysis.NewEnv(s.schemas(st.Values))
+			s.envStale, s.envGuessed = false, true
+		}
 	}
 	if st == nil {
 		return
@@ -2374,6 +2394,85 @@ func (s *session) undoneNames() {
 func (s *session) settleNames() {
 	s.undoneNames()
 	s.namesPending, s.rolePending = false, false
+}
+
+// guessable reports whether a is a SET of search_path to a list of
+// schemas whose path the session can take for PostgreSQL's (envGuessed):
+// not to its default, not in a failed block, and with the user "$user"
+// names known.
+func (s *session) guessable(a *analysis.Statement) bool {
+	st := a.Setting
+	return st != nil && st.Name == "search_path" && !st.Reset && !st.Show && len(st.Values) > 0 &&
+		!s.roleStale && s.txStatus() != 'E'
+}
+
+// schemas are the schemas a SET's list items name ("$user" the user).
+func (s *session) schemas(items []string) []string {
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if it == "$user" {
+			it = s.user
+		}
+		if it != "" {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// pathText is the search path a SET's list items give, as SHOW says it.
+func pathText(items []string) string {
+	quoted := make([]string, len(items))
+	for i, it := range items {
+		quoted[i] = quoteIdent(it)
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// underSetPaths returns stmts, the analysis of a query string, with the
+// statements after a SET of search_path in it analyzed under the path it
+// sets (which execute then takes for the session's: guessable), not the
+// session's.
+func (s *session) underSetPaths(stmts []*analysis.Statement) []*analysis.Statement {
+	var out []*analysis.Statement
+	env := s.env
+	for i, a := range stmts {
+		if out != nil {
+			if a.CatalogVersion != 0 && a.Env != env.Key() {
+				if fresh, err := s.h.cfg.Analyzer.Analyze(a.SQL, env); err == nil && len(fresh) == 1 {
+					c := *fresh[0]
+					c.Offset = a.Offset
+					a = &c
+				}
+			}
+			out = append(out, a)
+		}
+		if i < len(stmts)-1 && s.guessable(a) {
+			if out == nil {
+				out = append(make([]*analysis.Statement, 0, len(stmts)), stmts[:i+1]...)
+			}
+			env = analysis.NewEnv(s.schemas(a.Setting.Values))
+		}
+	}
+	if out == nil {
+		return stmts
+	}
+	return out
+}
+
+// quoteIdent quotes a schema name as SHOW search_path does, where it is
+// not a plain lower-case name ("$user" is quoted too).
+func quoteIdent(name string) string {
+	plain := name != ""
+	for i, r := range name {
+		if !(r >= 'a' && r <= 'z' || r == '_' || i > 0 && (r >= '0' && r <= '9' || r == '$')) {
+			plain = false
+		}
+	}
+	if plain {
+		return name
+	}
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
 // readsAnything returns a copy of a that reads anything, for why.

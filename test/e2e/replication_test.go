@@ -603,8 +603,10 @@ func TestPreparedStatementsReadWhatPostgreSQLRuns(t *testing.T) {
 // function which writes (directly, through another view, or through an
 // operator), of an aggregate whose support function does, or of a table
 // whose row security policy does, is an update, in a COPY (query) TO too
-// (as is an INSERT … RETURNING there): it was taken for a read,
-// run as the client sent it, and its write committed on this node alone.
+// (as is an INSERT … RETURNING there), and after a SET of search_path in
+// its query string, where its name resolves under the new path: it was
+// taken for a read, run as the client sent it, and its write committed on
+// this node alone.
 func TestReadOfAViewThatWrites(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
@@ -615,6 +617,7 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 		"CREATE TABLE log (k serial PRIMARY KEY, what text NOT NULL)",
 		"CREATE FUNCTION logs(w text) RETURNS int LANGUAGE plpgsql AS $$BEGIN INSERT INTO log (what) VALUES (w); RETURN 1; END$$",
 		"CREATE VIEW s2.v AS SELECT logs('s2.v') AS x",
+		"CREATE SCHEMA s3", "CREATE VIEW s3.v3 AS SELECT logs('s3.v3') AS x", "CREATE VIEW v AS SELECT 1 AS x",
 		"CREATE VIEW over_v AS SELECT x FROM s2.v",
 		"CREATE OPERATOR ### (FUNCTION = logs, RIGHTARG = text)",
 		"CREATE VIEW by_operator AS SELECT ### 'by_operator'::text AS x",
@@ -629,7 +632,11 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 	c.waitConverged()
 	simple := conn.PgConn()
 	for _, q := range []string{"SELECT x FROM s2.v", "SELECT x FROM over_v", "SELECT x FROM by_operator",
-		"SELECT logging('by_aggregate')"} {
+		"SELECT logging('by_aggregate')",
+		// After a SET of search_path in its query string: a name found
+		// in the new path only (a schema per tenant), and one the old
+		// path resolved to a view that writes nothing.
+		"SET search_path = s3, public; SELECT x FROM v3", "SET search_path = s2, public; SELECT x FROM v"} {
 		_, err := simple.Exec(ctx, q).ReadAll()
 		require.NoError(t, err, q)
 		_, err = simple.Exec(ctx, "RESET search_path").ReadAll()
@@ -653,7 +660,7 @@ func TestReadOfAViewThatWrites(t *testing.T) {
 	for i := range c.nodes {
 		var got string
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(what, ',' ORDER BY k) FROM log").Scan(&got))
-		require.Equal(t, "s2.v,s2.v,by_operator,by_aggregate,s2.v,by_copy,copy_insert,by_policy,s2.v", got, "node %d", i+1)
+		require.Equal(t, "s2.v,s2.v,by_operator,by_aggregate,s3.v3,s2.v,s2.v,by_copy,copy_insert,by_policy,s2.v", got, "node %d", i+1)
 	}
 }
 
