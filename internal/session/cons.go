@@ -57,6 +57,9 @@ type consTx struct {
 	declared      []txn.ClassRef
 	held          bool  // Begin returned: the classes are held
 	refused       error // a statement touched an undeclared class
+	// refusedAt is how many savepoints the block had when refused was
+	// set: a ROLLBACK TO one of them undoes the refusal.
+	refusedAt int
 }
 
 // scheduler returns the engine's class scheduler (nil if it has none).
@@ -292,7 +295,7 @@ func (s *session) consDeclared(set classes.Set, a *analysis.Statement, params []
 // consRefuse remembers that the transaction touched an undeclared class:
 // it can only roll back.
 func (s *session) consRefuse(err error) error {
-	s.tx.cons.refused = err
+	s.tx.cons.refused, s.tx.cons.refusedAt = err, len(s.tx.savepoints)
 	return err
 }
 

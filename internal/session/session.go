@@ -1731,6 +1731,13 @@ func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBou
 		if i < 0 {
 			return nil // PostgreSQL refuses it
 		}
+		if s.tx.cons.refused != nil && i < s.tx.cons.refusedAt {
+			// Back to before the statement cons refused, which never
+			// ran: the transaction goes on, as on PostgreSQL (every
+			// statement after it was refused with its error: session
+			// fuzzer, seed 1796192813111737214).
+			s.tx.cons.refused = nil
+		}
 		mark := s.tx.savepoints[i].ddl
 		kept := s.tx.ddl[:mark:mark]
 		for _, d := range s.tx.ddl[mark:] {

@@ -425,3 +425,41 @@ func TestConsRefusedQueryDropsTheUnnamedStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestConsRollbackToBeforeARefusal: a statement outside the declared
+// classes is refused (55000), and the transaction can only roll back,
+// unless it rolls back to a savepoint set before that statement, which
+// never ran: then it goes on, as it would on PostgreSQL, and commits.
+// Every statement after such a ROLLBACK TO was refused with the first
+// refusal's error (session fuzzer, seed 1796192813111737214).
+func TestConsRollbackToBeforeARefusal(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "cons")
+	ctx := context.Background()
+	conn := c.connect(0)
+	execAll(t, conn, "CREATE TABLE ca (k int PRIMARY KEY)", "CREATE TABLE cz (k int PRIMARY KEY)")
+	c.waitConverged()
+	run := func(sql string) error {
+		_, err := conn.Exec(ctx, sql)
+		return err
+	}
+	require.NoError(t, run("/* ordo.conflict_classes: public.ca */ BEGIN"))
+	require.NoError(t, run("INSERT INTO ca VALUES (1)"))
+	require.NoError(t, run("SAVEPOINT s"))
+	err := run("INSERT INTO cz VALUES (1)")
+	require.Equal(t, "55000", sqlstate(err), "%v", err)
+	require.NoError(t, run("ROLLBACK TO SAVEPOINT s"))
+	require.NoError(t, run("INSERT INTO ca VALUES (2)"), "after the rollback to a savepoint before the refusal")
+	// The same with a later savepoint.
+	require.NoError(t, run("SAVEPOINT t"))
+	err = run("INSERT INTO cz VALUES (2)")
+	require.Equal(t, "55000", sqlstate(err), "%v", err)
+	require.NoError(t, run("ROLLBACK TO SAVEPOINT t"))
+	require.NoError(t, run("COMMIT"))
+	c.waitConverged()
+	for i := range c.nodes {
+		var keys string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(k::text, ',' ORDER BY k) FROM ca").Scan(&keys))
+		require.Equal(t, "1,2", keys, "node %d", i+1)
+	}
+}
