@@ -726,6 +726,25 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				// Unless a DO block or a function prepared it (its
 				// EXECUTE of a PREPARE): no tag told the wire layer.
 				// Read what PostgreSQL holds where that is possible.
+				if !first && s.unitCons && s.txStatus() == 'T' {
+					// Under cons the stand-in below is refused (55000),
+					// also where an earlier message of the batch failed
+					// and PostgreSQL skips this Bind (the client saw
+					// Ordo's refusal for PostgreSQL's error: session
+					// fuzzer, seed 1796193344906985809). In a block a
+					// Sync of Ordo's ends nothing, tells that, and
+					// makes a boundary where the names can be read.
+					failed, err := s.be.SyncHere(ctx)
+					switch {
+					case errors.Is(err, wire.ErrNotAtBoundary):
+					case err != nil:
+						return err
+					case failed:
+						return nil // PostgreSQL skips it
+					default:
+						first = true
+					}
+				}
 				if !first || !s.namedReadable() {
 					stmts = []*analysis.Statement{opaque("a statement name this session does not know of, bound where it cannot read the client's prepared statements")}
 					break

@@ -306,6 +306,23 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		batchMsgs("discard all", "select k from cb order by k"),
 		batchMsgs("set search_path = public", "select k from cb order by k", "declare c cursor for select 1"),
 		queryMsg("reset search_path"),
+		// A name that does not exist bound in a block after other
+		// messages of its batch: PostgreSQL refuses the Bind (26000), or
+		// skips it after an earlier error (23505), and so does Ordo.
+		// (Where the session fuzzer saw Ordo's 55000 in place of the
+		// 23505, seed 1796193344906985809 at 17aff12, these steps pass
+		// without the fix too: what else that sequence held is not
+		// known.)
+		queryMsg("/* ordo.conflict_classes: public.cb */ begin"),
+		queryMsg("select count(*) from cb; savepoint s"),
+		queryMsg("selec broken"),
+		{&pgproto3.Parse{Query: "rollback to savepoint s"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "insert into cb values (1, 1) returning k"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "cb_never"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("rollback to savepoint s"),
+		{&pgproto3.Parse{Query: "insert into cb values (77, 1)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "cb_never"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("rollback"),
 		batchMsgs("rollback", "insert into cb values (2, 1)"),
 		batchMsgs("insert into cb values (3, 1)", "commit", "update cb set v = v + 1 where k = 3"),
 		queryMsg("select count(*) from cb; update cb set v = v + 1 where k = 1"),
