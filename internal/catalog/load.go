@@ -175,40 +175,38 @@ JOIN pg_proc p ON p.oid = t.tgfoid
 JOIN pg_namespace pn ON pn.oid = p.pronamespace
 WHERE NOT t.tgisinternal AND {scope n}`
 	qViewDeps = `
-SELECT DISTINCT vn.nspname, v.relname,
-       CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
-       coalesce(rn.nspname, pn.nspname), coalesce(r.relname, p.proname)
+SELECT DISTINCT vn.nspname, v.relname,` + depColumns + `
 FROM pg_class v
 JOIN pg_namespace vn ON vn.oid = v.relnamespace
 JOIN pg_rewrite rw ON rw.ev_class = v.oid
-JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = rw.oid
+JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = rw.oid` + depJoins + `
+WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL) AND {scope vn}
+  AND NOT (o.oid IS NOT NULL AND pl.lanname IN ('c', 'internal'))
+ORDER BY 1, 2, 3, 4, 5`
+	// depColumns and depJoins are what qViewDeps and qPolicyDeps read of
+	// a dependency d (pg_depend): 'r' and the relation r it names, or
+	// 'f' and the function p, an operator's (o) function for an
+	// operator, with p's language pl.
+	depColumns = `
+       CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
+       coalesce(rn.nspname, pn.nspname), coalesce(r.relname, p.proname)`
+	depJoins = `
 LEFT JOIN pg_class r ON d.refclassid = 'pg_class'::regclass AND r.oid = d.refobjid
 LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
 LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
 LEFT JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
 LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
-LEFT JOIN pg_language pl ON pl.oid = p.prolang
-WHERE v.relkind = 'v' AND (r.oid IS NOT NULL AND r.oid <> v.oid OR p.oid IS NOT NULL) AND {scope vn}
-  AND NOT (o.oid IS NOT NULL AND pl.lanname IN ('c', 'internal'))
-ORDER BY 1, 2, 3, 4, 5`
+LEFT JOIN pg_language pl ON pl.oid = p.prolang`
 	// qPolicyDeps reads what the row security policies of each table
 	// use: the relations (other than the table) and the functions they
 	// call, an operator's function but those in C, as qViewDeps does
 	// for views.
 	qPolicyDeps = `
-SELECT DISTINCT tn.nspname, t.relname,
-       CASE WHEN d.refclassid = 'pg_class'::regclass THEN 'r' ELSE 'f' END,
-       coalesce(rn.nspname, pn.nspname), coalesce(r.relname, p.proname)
+SELECT DISTINCT tn.nspname, t.relname,` + depColumns + `
 FROM pg_policy pol
 JOIN pg_class t ON t.oid = pol.polrelid
 JOIN pg_namespace tn ON tn.oid = t.relnamespace
-JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
-LEFT JOIN pg_class r ON d.refclassid = 'pg_class'::regclass AND r.oid = d.refobjid
-LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
-LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
-LEFT JOIN pg_proc p ON p.oid = CASE WHEN d.refclassid = 'pg_proc'::regclass THEN d.refobjid ELSE o.oprcode END
-LEFT JOIN pg_namespace pn ON pn.oid = p.pronamespace
-LEFT JOIN pg_language pl ON pl.oid = p.prolang
+JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid` + depJoins + `
 WHERE t.relrowsecurity AND (r.oid IS NOT NULL AND r.oid <> t.oid OR p.oid IS NOT NULL) AND {scope tn}
   AND NOT (o.oid IS NOT NULL AND pl.lanname IN ('c', 'internal'))
 ORDER BY 1, 2, 3, 4, 5`
@@ -372,42 +370,22 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qPolicyDeps, sc, func(r pgx.Rows) error {
-		var tn, dep Name
-		var kind string
-		if err := r.Scan(&tn.Schema, &tn.Name, &kind, &dep.Schema, &dep.Name); err != nil {
-			return err
+	err = eachDep(ctx, q, qPolicyDeps, sc, func(owner Name, relation bool, dep string) {
+		if t, ok := tables[owner]; ok && relation {
+			t.PolicyUses = append(t.PolicyUses, dep)
+		} else if ok {
+			t.PolicyFunctions = append(t.PolicyFunctions, dep)
 		}
-		t, ok := tables[tn]
-		if !ok {
-			return nil
-		}
-		if kind == "r" {
-			t.PolicyUses = append(t.PolicyUses, dep.String())
-		} else {
-			t.PolicyFunctions = append(t.PolicyFunctions, dep.String())
-		}
-		return nil
 	})
 	if err != nil {
 		return d, err
 	}
-	err = each(ctx, q, qViewDeps, sc, func(r pgx.Rows) error {
-		var v, dep Name
-		var kind string
-		if err := r.Scan(&v.Schema, &v.Name, &kind, &dep.Schema, &dep.Name); err != nil {
-			return err
+	err = eachDep(ctx, q, qViewDeps, sc, func(owner Name, relation bool, dep string) {
+		if v, ok := views[owner]; ok && relation {
+			v.Uses = append(v.Uses, dep)
+		} else if ok {
+			v.Functions = append(v.Functions, dep)
 		}
-		vd, ok := views[v]
-		if !ok {
-			return nil
-		}
-		if kind == "r" {
-			vd.Uses = append(vd.Uses, dep.String())
-		} else {
-			vd.Functions = append(vd.Functions, dep.String())
-		}
-		return nil
 	})
 	if err != nil {
 		return d, err
@@ -586,4 +564,19 @@ func each(ctx context.Context, q Querier, sql string, sc scope, f func(pgx.Rows)
 		return fmt.Errorf("catalog: load: %w", err)
 	}
 	return nil
+}
+
+// eachDep runs a query of what objects use (qViewDeps, qPolicyDeps: the
+// owner's schema and name, 'r' for a relation or 'f' for a function, the
+// dependency's schema and name) and calls f with each row.
+func eachDep(ctx context.Context, q Querier, query string, sc scope, f func(owner Name, relation bool, dep string)) error {
+	return each(ctx, q, query, sc, func(r pgx.Rows) error {
+		var owner, dep Name
+		var kind string
+		if err := r.Scan(&owner.Schema, &owner.Name, &kind, &dep.Schema, &dep.Name); err != nil {
+			return err
+		}
+		f(owner, kind == "r", dep.String())
+		return nil
+	})
 }

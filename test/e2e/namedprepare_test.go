@@ -218,7 +218,6 @@ func statementLog(t *testing.T, c *cluster, conn *pgx.Conn, run func()) string {
 func TestCompatDeallocatedCommitName(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
-	ctx := context.Background()
 	o, p := sb.conns(t)
 	same(t, o, p, "create table dc (k int primary key)")
 	ho, hp := sb.hijacked(t)
@@ -264,11 +263,18 @@ func TestCompatDeallocatedCommitName(t *testing.T) {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
-	sb.c.waitConverged()
-	for i := range sb.c.nodes {
-		var keys string
-		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select coalesce(string_agg(k::text, ',' order by k), '') from dc").Scan(&keys))
-		require.Equal(t, "5", keys, "node %d: only the insert committed on PostgreSQL", i+1)
+	requireKeysEverywhere(t, sb.c, "dc", "5") // only the insert PostgreSQL committed
+}
+
+// requireKeysEverywhere waits for the cluster to converge and requires
+// table's keys k, in order and joined by commas, to be keys on every node.
+func requireKeysEverywhere(t *testing.T, c *cluster, table, keys string) {
+	t.Helper()
+	c.waitConverged()
+	for i := range c.nodes {
+		var got string
+		require.NoError(t, c.direct(i).QueryRow(context.Background(), "select coalesce(string_agg(k::text, ',' order by k), '') from "+table).Scan(&got))
+		require.Equal(t, keys, got, "node %d", i+1)
 	}
 }
 
@@ -327,7 +333,6 @@ func TestUpdateAfterABeginNotExecuted(t *testing.T) {
 func TestCommitBoundIntoAPortalInUse(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
-	ctx := context.Background()
 	o, p := sb.conns(t)
 	same(t, o, p, "create table cp (k int primary key)")
 	ho, hp := sb.hijacked(t)
@@ -370,10 +375,5 @@ func TestCommitBoundIntoAPortalInUse(t *testing.T) {
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
 	}
-	sb.c.waitConverged()
-	for i := range sb.c.nodes {
-		var keys string
-		require.NoError(t, sb.c.direct(i).QueryRow(ctx, "select coalesce(string_agg(k::text, ',' order by k), '') from cp").Scan(&keys))
-		require.Equal(t, "3,4", keys, "node %d", i+1)
-	}
+	requireKeysEverywhere(t, sb.c, "cp", "3,4")
 }
