@@ -53,6 +53,9 @@ type session struct {
 	// earlier in the unit, and then the rest of the unit with it): it is
 	// read back at the next unit.
 	envGuessed bool
+	// queryFrees: the names the DEALLOCATEs of the client's Query being
+	// reported free, in order (Backend.QueryFrees).
+	queryFrees []string
 	// roleStale: a SET ROLE or SESSION AUTHORIZATION may have changed the
 	// user "$user" in the search path names (user). namesPending,
 	// rolePending: such a statement, or one on search_path, ran since the
@@ -465,6 +468,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	defer func() {
 		s.setAheadOK = false // (beforeSnapshot outside Statement: no message to go ahead of)
 		s.sendAhead(err)
+		if st.Kind == wire.KindQuery && err == nil && len(s.queryFrees) > 0 {
+			// Last, just before the Query goes (any message of Ordo's
+			// sent after it would cancel it).
+			s.be.QueryFrees(sentText(st), s.queryFrees)
+		}
+		s.queryFrees = nil
 	}()
 	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
 	first := st.AtBoundary
@@ -594,6 +603,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	case wire.KindQuery:
 		stmts := s.underSetPaths(s.analyze(st.SQL))
 		s.noteSQLNames(stmts)
+		for _, a := range stmts {
+			if a.Deallocates != "" {
+				s.queryFrees = append(s.queryFrees, a.Deallocates)
+			}
+		}
 		if st.Pieces == 0 {
 			if pieces, offsets := splitPieces(st.SQL, stmts); pieces != nil {
 				return &wire.Split{Pieces: pieces, Offsets: offsets}

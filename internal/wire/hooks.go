@@ -313,6 +313,12 @@ type Backend interface {
 	// open transaction, and not closed since. It may say so of one a
 	// COMMIT or ROLLBACK earlier in the batch dropped.
 	PortalInUse(portal string) bool
+	// QueryFrees tells that the DEALLOCATEs of the Query of text sql,
+	// the next message sent to PostgreSQL, free names, one each, in
+	// order: their tags do not say which, and without this no name is
+	// known after one (the session reads them again). Any other message
+	// sent first cancels it.
+	QueryFrees(sql string, names []string)
 	// UnnamedParsedAs returns the text the client sent in its Parse of
 	// the unnamed statement Unnamed reports, where the hooks rewrote it
 	// (Statement.Rewrite), else "".

@@ -218,6 +218,9 @@ func (ss *session) PortalPending(portal string) bool { return ss.portals.pending
 // PortalInUse implements Backend (on the session goroutine too).
 func (ss *session) PortalInUse(portal string) bool { return ss.portals.inUse(portal) }
 
+// QueryFrees implements Backend.
+func (ss *session) QueryFrees(sql string, names []string) { ss.unnamed.queryFrees(sql, names) }
+
 // NamedKnown implements Backend.
 func (ss *session) NamedKnown() bool { return ss.unnamed.namedKnown() }
 

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -52,7 +53,7 @@ func TestTrackerQueueKeepsNothing(t *testing.T) {
 		t.Fatalf("the queue keeps an array of %d (spare %d) after a deep pipeline", cap(u.queue), cap(u.spare))
 	}
 	for i, m := range u.spare[:cap(u.spare)] {
-		if m != (trackedMsg{}) {
+		if !reflect.DeepEqual(m, trackedMsg{}) {
 			t.Fatalf("slot %d of the spare array keeps %+v", i, m)
 		}
 	}

@@ -33,8 +33,12 @@ import (
 // DEALLOCATE then a PREPARE, any name may hold anything), until the
 // session reads them from PostgreSQL (learnNamed).
 type unnamedTracker struct {
-	mu    sync.Mutex
-	queue []trackedMsg
+	// nextFrees: the names the DEALLOCATEs of the client's Query of text
+	// nextFreesSQL, sent next, free, in order (Backend.QueryFrees).
+	nextFrees    []string
+	nextFreesSQL string
+	mu           sync.Mutex
+	queue        []trackedMsg
 	// spare is the array queue last grew into, if it holds at most
 	// spareMax entries: an empty queue starts again at its beginning
 	// (replies pop the queue from its front, so without it every unit
@@ -98,6 +102,9 @@ type trackedMsg struct {
 	// bind: a Bind of stmt into portal; an Execute's portal.
 	bind         bool
 	portal, stmt string
+	// frees: a Query's, the names its DEALLOCATEs still to be answered
+	// free, in order (sqlNames).
+	frees []string
 }
 
 // sentInjected notes an injected statement's messages: two Closes, Parse,
@@ -214,8 +221,20 @@ func (u *unnamedTracker) sentAs(msg pgproto3.FrontendMessage, client string) uin
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if q, ok := msg.(*pgproto3.Query); ok && u.nextFrees != nil && q.String == u.nextFreesSQL {
+		m.frees = u.nextFrees
+	}
+	u.nextFrees, u.nextFreesSQL = nil, ""
 	u.push(m)
 	return u.seq
+}
+
+// queryFrees notes what the DEALLOCATEs of the Query of text sql, the
+// next message sent, free (Backend.QueryFrees).
+func (u *unnamedTracker) queryFrees(sql string, names []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.nextFrees, u.nextFreesSQL = names, sql
 }
 
 // push queues messages, numbering them. u.mu is held.
@@ -301,7 +320,11 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 		u.lastExecute = false // (set below if it answers an Execute)
 	}
 	if cc, ok := msg.(*pgproto3.CommandComplete); ok {
-		u.sqlNames(cc.CommandTag)
+		var frees *[]string
+		if len(u.queue) > 0 && u.queue[0].kind == trackedQuery {
+			frees = &u.queue[0].frees
+		}
+		u.sqlNames(cc.CommandTag, frees)
 	}
 	if r, ok := msg.(*pgproto3.ReadyForQuery); ok && r.TxStatus == 'I' {
 		clear(u.showPortals) // portals end with their transaction
@@ -513,13 +536,19 @@ func (u *unnamedTracker) learnNamed(names, fromSQL map[string]string, types map[
 // held; PREPARE creates one under a name and with a text the tracker
 // does not know, so a name it does not hold may be held. DEALLOCATE of
 // one name does not say which: no name is known after it (the session
-// reads them again). u.mu is held.
-func (u *unnamedTracker) sqlNames(tag []byte) {
+// reads them again), unless it answers a Query whose DEALLOCATEs the
+// session named (frees: QueryFrees, taken in order). u.mu is held.
+func (u *unnamedTracker) sqlNames(tag []byte, frees *[]string) {
 	switch string(tag) {
 	case "DEALLOCATE ALL", "DISCARD ALL":
 		clear(u.named)
 		u.namedUnsure = false
 	case "DEALLOCATE":
+		if frees != nil && len(*frees) > 0 {
+			delete(u.named, (*frees)[0])
+			*frees = (*frees)[1:]
+			return
+		}
 		// Its tag does not say which name it freed: any name held may
 		// be gone (kept, a Bind of a deallocated COMMIT's name was
 		// taken for the COMMIT, and Ordo committed a block PostgreSQL

@@ -116,6 +116,21 @@ func TestTrackerFollowsNamedStatements(t *testing.T) {
 	want("kept after a PREPARE", "f", "prepare f as delete from t", true, true)
 	want("unknown after a PREPARE", "g", "", false, false)
 
+	// The DEALLOCATEs of a Query the session named (QueryFrees) free
+	// those names, in order, and leave the others known; another
+	// message sent first cancels the naming.
+	u.learnNamed(map[string]string{"h": "select 8", "i": "select 9", "j": "select 10"}, nil, nil)
+	u.queryFrees("deallocate h; deallocate i", []string{"h", "i"})
+	send(&pgproto3.Query{String: "deallocate h; deallocate i"})
+	reply(tag("DEALLOCATE"), tag("DEALLOCATE"), rfq)
+	want("freed by a named DEALLOCATE", "h", "", false, true)
+	want("freed by the second", "i", "", false, true)
+	want("kept", "j", "select 10", true, true)
+	u.queryFrees("deallocate j", []string{"j"})
+	send(&pgproto3.Query{String: "select 1"}, &pgproto3.Query{String: "deallocate j"})
+	reply(tag("SELECT 1"), rfq, tag("DEALLOCATE"), rfq)
+	want("after a DEALLOCATE the naming did not reach", "j", "", false, false)
+
 	// A FunctionCall or a Sync answered with an error of its own (a
 	// call in a failed block; an implicit transaction's commit failing
 	// at its Sync) is no lost reply: every name stays known, the

@@ -377,3 +377,32 @@ func TestCommitBoundIntoAPortalInUse(t *testing.T) {
 	}
 	requireKeysEverywhere(t, sb.c, "cp", "3,4")
 }
+
+// TestDeallocateOfOneNameKeepsTheOthers: a DEALLOCATE of one name sent
+// as a query (psycopg's, when its cache of prepared statements is full)
+// frees that name only: the session knows the others still, and a Bind
+// of one of them costs no read of pg_prepared_statements, which it did
+// after every DEALLOCATE (its tag does not say which name it freed).
+// The freed name is known freed: its Bind fails as on PostgreSQL.
+func TestDeallocateOfOneNameKeepsTheOthers(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm")
+	ctx := context.Background()
+	conn := c.connect(0)
+	for name, sql := range map[string]string{"dk_a": "select 1", "dk_b": "select 2"} {
+		_, err := conn.Prepare(ctx, name, sql)
+		require.NoError(t, err)
+	}
+	logged := statementLog(t, c, conn, func() {
+		_, err := conn.PgConn().Exec(ctx, "deallocate dk_a").ReadAll()
+		require.NoError(t, err)
+		var v int
+		require.NoError(t, conn.QueryRow(ctx, "dk_b").Scan(&v))
+		require.Equal(t, 2, v)
+	})
+	require.NotContains(t, logged, "pg_prepared_statements", "a read of the names after a DEALLOCATE of another")
+	// The freed one: PostgreSQL refuses its Bind (26000).
+	_, err := conn.PgConn().ExecPrepared(ctx, "dk_a", nil, nil, nil).Close()
+	require.Error(t, err)
+	require.Equal(t, "26000", sqlstate(err), "%v", err)
+}
