@@ -24,7 +24,6 @@ const (
 	codeCharacterNotInRepertoire = "22021"
 	codeQueryCanceled            = "57014"
 	codeCannotConnectNow         = "57P03"
-	codeDuplicateCursor          = "42P03"
 )
 
 // canceled reports a statement canceled by a CancelRequest (57014). On

@@ -2121,13 +2121,6 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.consBeginComment(a.SQL)
 		}
 	case analysis.TxnCommit:
-		if m.kind == wire.KindBind && s.be.PortalInUse(m.msg.Portal) && s.txStatus() != 'E' {
-			// PostgreSQL refuses the Bind, and the transaction does not
-			// commit (Ordo committed it on every node). Refused here
-			// too, where it may be a portal a COMMIT earlier in the
-			// batch dropped: nothing commits either way.
-			return pgErr(codeDuplicateCursor, "cursor %q already exists", m.msg.Portal)
-		}
 		if !atBoundary && !atParse && !s.tx.done && (s.tx.active || s.txStatus() != 'I') {
 			// A COMMIT after other statements of its batch (psycopg's
 			// pipeline, pgjdbc's batches): end the batch so far with a

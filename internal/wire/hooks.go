@@ -308,11 +308,6 @@ type Backend interface {
 	// PortalPending reports whether the client bound portal earlier in
 	// the batch being reported and has not executed or closed it since.
 	PortalPending(portal string) bool
-	// PortalInUse reports whether a Bind into the named portal now
-	// would find it in use (42P03): bound earlier in the batch or in the
-	// open transaction, and not closed since. It may say so of one a
-	// COMMIT or ROLLBACK earlier in the batch dropped.
-	PortalInUse(portal string) bool
 	// QueryFrees tells that the DEALLOCATEs of the Query of text sql,
 	// the next message sent to PostgreSQL, free names, one each, in
 	// order: their tags do not say which, and without this no name is

@@ -215,9 +215,6 @@ func (ss *session) LastParsed(name string) (string, bool) { return ss.unnamed.la
 // hooks are.)
 func (ss *session) PortalPending(portal string) bool { return ss.portals.pending(portal) }
 
-// PortalInUse implements Backend (on the session goroutine too).
-func (ss *session) PortalInUse(portal string) bool { return ss.portals.inUse(portal) }
-
 // QueryFrees implements Backend.
 func (ss *session) QueryFrees(sql string, names []string) { ss.unnamed.queryFrees(sql, names) }
 

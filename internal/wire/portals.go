@@ -157,23 +157,6 @@ func (p *clientPortals) pending(portal string) bool {
 	return false
 }
 
-// inUse reports whether a Bind into named portal now would find it in
-// use, as far as the client's messages tell: bound (earlier in this unit,
-// or in the open transaction before it) and not closed since. Of a
-// transaction ended earlier in the unit, its portals are still taken for
-// in use.
-func (p *clientPortals) inUse(portal string) bool {
-	if portal == "" {
-		return false // a Bind replaces the unnamed portal
-	}
-	for i := len(p.unit) - 1; i >= 0; i-- {
-		if e := p.unit[i]; e.name == portal && (e.bound || e.closed) {
-			return !e.closed
-		}
-	}
-	return p.tx[portal]
-}
-
 // pendingBut reports whether a portal other than but was bound in this
 // unit and not executed or closed since. It is for a Sync of Ordo's in
 // the middle of a batch (rare): it allocates.

@@ -381,37 +381,6 @@ func TestDeadPortalsOfAFailedBlock(t *testing.T) {
 	}
 }
 
-// TestPortalsInUse: a named portal bound earlier in the unit, or in the
-// open transaction before it, and not closed since, is in use (a Bind into
-// it fails with 42P03); the unnamed one never is, and none outlives the
-// transaction.
-func TestPortalsInUse(t *testing.T) {
-	var p clientPortals
-	p.atUnit(false, 'T')
-	p.bound("a")
-	p.bound("b")
-	p.executed("a")
-	p.closed("b")
-	p.bound("")
-	if !p.inUse("a") || p.inUse("b") || p.inUse("") || p.inUse("never") {
-		t.Errorf("in use: a %v b %v unnamed %v never %v, want only a", p.inUse("a"), p.inUse("b"), p.inUse(""), p.inUse("never"))
-	}
-	p.atUnit(false, 'T')
-	p.executed("a") // an Execute alone binds nothing, and keeps it
-	if !p.inUse("a") || p.inUse("b") {
-		t.Error("a portal of an earlier unit of the block")
-	}
-	p.closed("a")
-	p.bound("b")
-	if p.inUse("a") || !p.inUse("b") {
-		t.Error("closed in this unit, or bound anew")
-	}
-	p.atUnit(false, 'I')
-	if p.inUse("b") {
-		t.Error("a portal outlived its transaction")
-	}
-}
-
 // TestPendingPortals: the portals of the batch so far that are bound and
 // not executed (clientPortals.pending, pendingBut), which a Sync of
 // Ordo's mid-batch would end their transaction under; an Execute alone

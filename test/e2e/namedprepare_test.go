@@ -323,61 +323,6 @@ func TestUpdateAfterABeginNotExecuted(t *testing.T) {
 	}
 }
 
-// TestCommitBoundIntoAPortalInUse: a COMMIT bound into a named portal
-// that is already in use (bound earlier in the batch, or earlier in the
-// block, and not closed): PostgreSQL refuses the Bind (42P03), and the
-// transaction does not commit (the batch's implicit one rolls back, a
-// block fails). Ordo terminated the transaction at the Bind and committed
-// it on every node. A portal closed, or dropped by the end of the
-// transaction it was bound in, is free again, and the COMMIT commits.
-func TestCommitBoundIntoAPortalInUse(t *testing.T) {
-	t.Parallel()
-	sb := startSideBySide(t, "dbsm")
-	o, p := sb.conns(t)
-	same(t, o, p, "create table cp (k int primary key)")
-	ho, hp := sb.hijacked(t)
-	portal := func(sql, name string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{DestinationPortal: name}}
-	}
-	insert := func(k string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into cp values (" + k + ")"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	}
-	commitInto := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{DestinationPortal: "cp_p"}, &pgproto3.Execute{Portal: "cp_p"}}
-	cat := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
-		var all []pgproto3.FrontendMessage
-		for _, p := range parts {
-			all = append(all, p...)
-		}
-		return all
-	}
-	sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
-	for i, msgs := range [][]pgproto3.FrontendMessage{
-		// Bound earlier in the block's batch.
-		{&pgproto3.Query{String: "begin"}},
-		cat(insert("1"), portal("select 1", "cp_p"), commitInto, sync),
-		{&pgproto3.Query{String: "rollback"}},
-		// Bound in an earlier batch of the block.
-		{&pgproto3.Query{String: "begin"}},
-		cat(insert("2"), portal("select 1", "cp_p"), sync),
-		cat(commitInto, sync),
-		{&pgproto3.Query{String: "rollback"}},
-		// Closed first: the COMMIT commits.
-		{&pgproto3.Query{String: "begin"}},
-		cat(insert("3"), portal("select 1", "cp_p"), []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "cp_p"}}, commitInto, sync),
-		// Bound in a block that ended: the portal went with it.
-		{&pgproto3.Query{String: "begin"}},
-		cat(portal("select 1", "cp_p"), sync),
-		{&pgproto3.Query{String: "commit"}},
-		{&pgproto3.Query{String: "begin"}},
-		cat(insert("4"), commitInto, sync),
-		{&pgproto3.Query{String: "select string_agg(k::text, ',' order by k) from cp"}},
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
-	requireKeysEverywhere(t, sb.c, "cp", "3,4")
-}
-
 // TestDeallocateOfOneNameKeepsTheOthers: a DEALLOCATE of one name sent
 // as a query (psycopg's, when its cache of prepared statements is full)
 // frees that name only: the session knows the others still, and a Bind
