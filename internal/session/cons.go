@@ -58,7 +58,8 @@ type consTx struct {
 	held          bool  // Begin returned: the classes are held
 	refused       error // a statement touched an undeclared class
 	// refusedAt is how many savepoints the block had when refused was
-	// set: a ROLLBACK TO one of them undoes the refusal.
+	// set and still has: a ROLLBACK TO one of them undoes the refusal
+	// (a RELEASE lowers it).
 	refusedAt int
 }
 

@@ -1758,6 +1758,10 @@ func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBou
 	case analysis.TxnRelease:
 		if i := find(); i >= 0 {
 			s.tx.savepoints = s.tx.savepoints[:i] // it and those after it; their statements stay
+			// A savepoint set after this has an index a refused
+			// statement's may have had (a RELEASE, then a SAVEPOINT,
+			// then a ROLLBACK TO it forgot the refusal: review).
+			s.tx.cons.refusedAt = min(s.tx.cons.refusedAt, i)
 		}
 	case analysis.TxnRollbackTo:
 		i := find()

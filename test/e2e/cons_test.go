@@ -473,6 +473,23 @@ func TestConsRollbackToBeforeARefusal(t *testing.T) {
 	require.Equal(t, "55000", sqlstate(err), "%v", err)
 	require.NoError(t, run("ROLLBACK TO SAVEPOINT t"))
 	require.NoError(t, run("COMMIT"))
+	// A savepoint set after a refusal, where an older one was released:
+	// a ROLLBACK TO it keeps the refusal (it forgot it: review). A
+	// refused Bind without an Execute leaves the block usable.
+	h := hijackNode(t, c, 0)
+	for _, msgs := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "/* ordo.conflict_classes: public.ca */ BEGIN"}},
+		{&pgproto3.Query{String: "INSERT INTO ca VALUES (3)"}},
+		{&pgproto3.Query{String: "SAVEPOINT a"}},
+		{&pgproto3.Parse{Name: "cz_sel", Query: "SELECT count(*) FROM cz"}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{PreparedStatement: "cz_sel", DestinationPortal: "cz_p"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "RELEASE a"}},
+		{&pgproto3.Query{String: "SAVEPOINT b"}},
+		{&pgproto3.Query{String: "ROLLBACK TO b"}},
+	} {
+		exchange(t, h, msgs)
+	}
+	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}), "55000")
 	c.waitConverged()
 	for i := range c.nodes {
 		var keys string
