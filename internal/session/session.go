@@ -2167,9 +2167,12 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 					s.labelFailed(ctx, errStatementFailed)
 				}
 				chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
+				level := s.tx.isolation
 				s.endTx()
 				if chain {
-					s.tx = txState{active: true}
+					// At the level of the block it chains from, as
+					// PostgreSQL runs it.
+					s.tx = txState{active: true, isolation: level}
 					s.unitStatus = 'T'
 				} else {
 					s.unitStatus = 'I'
@@ -2185,14 +2188,15 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		if a.Txn.Chain {
 			// The client's COMMIT AND CHAIN ends the empty transaction
 			// commitExplicit leaves and starts the next one.
-			if err := s.commitExplicit(ctx); err != nil {
+			level := s.tx.isolation
+			if err := s.commitExplicit(ctx, true); err != nil {
 				return err
 			}
 			s.endTx()
-			s.tx = txState{active: true}
+			s.tx = txState{active: true, isolation: level}
 			return nil
 		}
-		if err := s.commitExplicit(ctx); err != nil {
+		if err := s.commitExplicit(ctx, false); err != nil {
 			return err
 		}
 		// The client's COMMIT ends the empty transaction left open:

@@ -438,13 +438,21 @@ func (s *session) prepareAtOnce(ctx context.Context, then []string) (gid txn.GID
 
 // commitExplicit terminates the client's open transaction when its COMMIT
 // arrives. On success it leaves an empty transaction open, which the
-// client's COMMIT (sent on after this returns) ends.
-func (s *session) commitExplicit(ctx context.Context) error {
+// client's COMMIT (sent on after this returns) ends. chain: the client's
+// COMMIT AND CHAIN starts the next block from that empty transaction,
+// which is then begun at the level the block ran at (a chained
+// SERIALIZABLE block ran at READ COMMITTED under dbsm-rc: session fuzzer,
+// seed 1796195836661307025).
+func (s *session) commitExplicit(ctx context.Context, chain bool) error {
 	if err := s.consCommit(ctx); err != nil {
 		s.labelFailed(ctx, err)
 		return err
 	}
-	gid, replicate, prepared, err := s.prepare(ctx, []string{"BEGIN"}, "transaction")
+	begin := "BEGIN"
+	if chain {
+		begin = "BEGIN ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation))
+	}
+	gid, replicate, prepared, err := s.prepare(ctx, []string{begin}, "transaction")
 	if err != nil {
 		s.labelFailed(ctx, err)
 		return err

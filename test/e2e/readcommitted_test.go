@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -145,4 +146,33 @@ func TestReadCommittedApplyBetweenWritingStatements(t *testing.T) {
 			require.Equal(t, 11+11*round, ctrValue(t, c.direct(i), 2), "round %d, node %d: both increments, none lost", round+1, i+1)
 		}
 	}
+}
+
+// TestChainedBlockKeepsItsLevel: COMMIT AND CHAIN starts the next block
+// at the level of the one it ends, as PostgreSQL does. Ordo ends a
+// replicated block's COMMIT with an empty transaction of its own, which
+// the client's COMMIT AND CHAIN chains from: begun without a level, the
+// chained block ran at READ COMMITTED where the client had SERIALIZABLE
+// (under dbsm-rc, which runs a block at the level it asks for and
+// certifies a SERIALIZABLE one as such; session fuzzer, seed
+// 1796195836661307025). A failed block's chain too.
+func TestChainedBlockKeepsItsLevel(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-rc")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table ch (k int primary key)")
+	ho, hp := sb.hijacked(t)
+	level := "select current_setting('transaction_isolation')"
+	for i, q := range []string{
+		"begin isolation level serializable", "insert into ch values (1)", "commit and chain", level,
+		"insert into ch values (2)", "commit and chain", level, "commit",
+		"begin", "set transaction isolation level repeatable read", "insert into ch values (3)", "commit and chain", level,
+		"selec broken", "commit and chain", level, "commit",
+		"select string_agg(k::text, ',' order by k) from ch",
+	} {
+		msgs := []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d: %s", i, q)
+	}
+	requireKeysEverywhere(t, sb.c, "ch", "1,2,3")
 }
