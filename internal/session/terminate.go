@@ -450,7 +450,10 @@ func (s *session) commitExplicit(ctx context.Context, chain bool) error {
 	}
 	begin := "BEGIN"
 	if chain {
-		begin = "BEGIN ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation))
+		// (READ WRITE: a block that is replicated wrote, which a READ
+		// ONLY one cannot; its chain is read-write too, whatever
+		// default_transaction_read_only says.)
+		begin = "BEGIN ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation)) + " READ WRITE"
 	}
 	gid, replicate, prepared, err := s.prepare(ctx, []string{begin}, "transaction")
 	if err != nil {

@@ -168,11 +168,15 @@ func TestChainedBlockKeepsItsLevel(t *testing.T) {
 		"insert into ch values (2)", "commit and chain", level, "commit",
 		"begin", "set transaction isolation level repeatable read", "insert into ch values (3)", "commit and chain", level,
 		"selec broken", "commit and chain", level, "commit",
+		// Read-write, as the block it chains from, whatever the
+		// session's default says.
+		"set default_transaction_read_only = on", "begin read write", "insert into ch values (4)", "commit and chain",
+		"select current_setting('transaction_read_only')", "insert into ch values (5)", "commit", "reset default_transaction_read_only",
 		"select string_agg(k::text, ',' order by k) from ch",
 	} {
 		msgs := []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}
 		want := exchange(t, hp, msgs)
 		require.Equal(t, want, exchange(t, ho, msgs), "step %d: %s", i, q)
 	}
-	requireKeysEverywhere(t, sb.c, "ch", "1,2,3")
+	requireKeysEverywhere(t, sb.c, "ch", "1,2,3,4,5")
 }
