@@ -128,10 +128,14 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 		return nil, fmt.Errorf("proccluster: %w", err)
 	}
-	c = &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, links: map[[2]int]*Link{}, faultDir: faultDir, witness: -1}
+	started := &Cluster{PG: pg, Dir: o.Dir, Database: o.Database, bin: o.Bin, timeout: o.StartTimeout, links: map[[2]int]*Link{}, faultDir: faultDir, witness: -1}
+	c = started
 	defer func() {
 		if err != nil {
-			c.Stop()
+			// (started, not c: a `return nil, err` has set c to nil,
+			// and its Stop panicked, hiding err: the safety matrix,
+			// 2026-12-02.)
+			started.Stop()
 			c = nil
 		}
 	}()

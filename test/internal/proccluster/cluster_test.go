@@ -1,6 +1,8 @@
 package proccluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordo-db/ordo/internal/pglocal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -101,4 +104,15 @@ func TestDumpStacks(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), "SIGQUIT")
 	require.Contains(t, string(b), "main.stuckHere", "the goroutine's stack")
+}
+
+// TestStartThatFailsReturnsItsError: a Start that fails once its
+// PostgreSQL servers are up (here in Prepare) stops them and returns the
+// error. It panicked (Stop of the nil cluster its `return nil, err` had
+// set), which hid the error and ended a whole safety matrix run.
+func TestStartThatFailsReturnsItsError(t *testing.T) {
+	c, err := Start(context.Background(), Options{N: 1, Protocol: "dbsm", Dir: t.TempDir(), Bin: "/bin/false",
+		Prepare: func(context.Context, *pglocal.Cluster) error { return errors.New("prepare failed on purpose") }})
+	require.ErrorContains(t, err, "prepare failed on purpose")
+	require.Nil(t, c)
 }
