@@ -26,7 +26,7 @@ import (
 
 // The ports handed out: below Linux's default ephemeral range
 // (32768-60999, /proc/sys/net/ipv4/ip_local_port_range).
-const (
+var (
 	low  = 20000
 	high = 32000
 )
@@ -35,6 +35,7 @@ var (
 	mu     sync.Mutex
 	handed = map[int]bool{}
 	locks  []*os.File // the ports this process reserved, locked until it exits
+	mine   []int      // those ports
 )
 
 // Listen listens on a loopback port below the kernel's ephemeral port
@@ -55,6 +56,25 @@ func Listen() (net.Listener, error) {
 		if taken || !reserve(port) {
 			continue
 		}
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return l, nil
+		}
+	}
+	// Every port of the range handed out: a long run (the e2e suite with
+	// -count=3 beside other suites) reserves more than the range holds,
+	// since none is given back. Hand out again one this process reserved
+	// that nothing listens on now, most likely a finished test's (a node
+	// of a running test stopped for a restart may lose its port: rarer
+	// than every later cluster failing to start, as it did).
+	mu.Lock()
+	ports := append([]int(nil), mine...)
+	mu.Unlock()
+	start := 0
+	if len(ports) > 0 {
+		start = rand.IntN(len(ports))
+	}
+	for i := range ports {
+		port := ports[(start+i)%len(ports)]
 		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			return l, nil
 		}
@@ -93,6 +113,7 @@ func reserve(port int) bool {
 	}
 	mu.Lock()
 	locks = append(locks, f)
+	mine = append(mine, port)
 	mu.Unlock()
 	return true
 }

@@ -73,3 +73,60 @@ func TestPortsAreReservedAcrossProcesses(t *testing.T) {
 	defer g.Close()
 	require.False(t, reserve(other), "a port another process holds")
 }
+
+// TestARangeHandedOutIsHandedOutAgain: once every port of the range was
+// handed out (a long run: the e2e suite with -count=3 beside other
+// suites reserved more than the range holds, and every cluster after
+// that failed to start), one this process reserved and nothing listens
+// on any more is handed out again; one still listened on is not.
+func TestARangeHandedOutIsHandedOutAgain(t *testing.T) {
+	mu.Lock()
+	oldLow, oldHigh := low, high
+	low, high = 31990, 31994 // (4 ports; others' reservations count too)
+	mu.Unlock()
+	t.Cleanup(func() {
+		mu.Lock()
+		low, high = oldLow, oldHigh
+		mu.Unlock()
+	})
+	// Hold every port this process can get (those of the range, and
+	// those it reserved before, handed out again), so none is left.
+	var open []net.Listener
+	defer func() {
+		for _, l := range open {
+			l.Close()
+		}
+	}()
+	for attempt := 0; attempt < 1000; attempt++ {
+		l, err := Listen()
+		if err != nil {
+			break
+		}
+		open = append(open, l)
+	}
+	_, err := Listen()
+	require.Error(t, err, "a port handed out while every one is listened on")
+	inRange := -1
+	for i, l := range open {
+		if p := l.Addr().(*net.TCPAddr).Port; p >= 31990 && p < 31994 {
+			inRange = i
+		}
+	}
+	require.NotEqual(t, -1, inRange, "no port of the range free for this test")
+	open[0], open[inRange] = open[inRange], open[0]
+	freed := open[0].Addr().(*net.TCPAddr).Port
+	require.NoError(t, open[0].Close())
+	var again net.Listener
+	for attempt := 0; attempt < 20 && again == nil; attempt++ {
+		l, err := Listen()
+		require.NoError(t, err, "a port freed, handed out again")
+		if l.Addr().(*net.TCPAddr).Port == freed {
+			again = l
+		} else {
+			l.Close()
+		}
+	}
+	require.NotNil(t, again, "port %d not handed out again", freed)
+	again.Close()
+	open = open[1:]
+}
