@@ -490,10 +490,5 @@ func TestConsRollbackToBeforeARefusal(t *testing.T) {
 		exchange(t, h, msgs)
 	}
 	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}), "55000")
-	c.waitConverged()
-	for i := range c.nodes {
-		var keys string
-		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT string_agg(k::text, ',' ORDER BY k) FROM ca").Scan(&keys))
-		require.Equal(t, "1,2", keys, "node %d", i+1)
-	}
+	requireKeysEverywhere(t, c, "ca", "1,2")
 }

@@ -290,7 +290,6 @@ func requireKeysEverywhere(t *testing.T, c *cluster, table, keys string) {
 func TestUpdateAfterABeginNotExecuted(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm")
-	ctx := context.Background()
 	mustExec(t, c.connect(0))("create table bx (k int primary key)")
 	c.waitConverged()
 	h := hijackNode(t, c, 0)
@@ -315,12 +314,7 @@ func TestUpdateAfterABeginNotExecuted(t *testing.T) {
 	out := exchange(t, h, append(append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, insert("2")...), &pgproto3.Sync{}))
 	require.True(t, strings.HasSuffix(out, "Ready T\n"), out)
 	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "commit"}}), "Complete COMMIT")
-	c.waitConverged()
-	for i := range c.nodes {
-		var keys string
-		require.NoError(t, c.direct(i).QueryRow(ctx, "select string_agg(k::text, ',' order by k) from bx").Scan(&keys))
-		require.Equal(t, "1,2", keys, "node %d", i+1)
-	}
+	requireKeysEverywhere(t, c, "bx", "1,2")
 }
 
 // TestDeallocateOfOneNameKeepsTheOthers: a DEALLOCATE of one name sent
