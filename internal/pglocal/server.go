@@ -467,3 +467,14 @@ func logTail(path string, offset int64) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// PIDs returns the postmaster's pid, then those of every process it
+// started (none if the server is not running): what measures the
+// server's CPU reads.
+func (s *Server) PIDs() []int {
+	if s.cmd == nil || !s.Running() {
+		return nil
+	}
+	pm := s.cmd.Process.Pid
+	return append([]int{pm}, descendants(pm)...)
+}

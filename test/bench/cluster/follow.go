@@ -42,7 +42,7 @@ func runFollow(ctx context.Context, pgbench string) error {
 				c.Stop()
 				return fmt.Errorf("pgbench (warm-up): %v\n%s", err, out)
 			}
-			res, err := measure(pgbench, c.DSNs[target:target+1], 1)
+			res, err := measure(pgbench, c.DSNs[target:target+1], c.PG(), 1)
 			after := c.Nodes[target].Order().Leader()
 			c.Stop()
 			if err != nil {

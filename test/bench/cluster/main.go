@@ -125,8 +125,10 @@ type result struct {
 	p50ms float64
 	// CPU per committed transaction, in ms (medians over the runs): this
 	// process (the three Ordo nodes and the benchmark itself, which only
-	// waits for pgbench) and every PostgreSQL process on the machine.
+	// waits for pgbench) and the target's PostgreSQL servers, with
+	// theirs by role (benchcluster.Roles).
 	ordoCPU, pgCPU float64
+	pgRoles        map[string]float64
 	// steal: the largest share of the machine's time the hypervisor gave
 	// other guests during a run (0–1).
 	steal float64
@@ -211,21 +213,22 @@ func run() error {
 		clientCounts = append(clientCounts, n)
 	}
 	for _, clients := range clientCounts {
-		r, err := measure(pgbench, []string{direct.Servers[0].DSN("postgres")}, clients)
+		r, err := measure(pgbench, []string{direct.Servers[0].DSN("postgres")}, direct.Servers, clients)
 		if err != nil {
 			return err
 		}
 		results[fmt.Sprintf("direct/%d", clients)] = r
-		fmt.Printf("direct   clients=%d tps=%.1f p50=%.3fms  cpu/txn: postgres %.3fms\n", clients, r.tps, r.p50ms, r.pgCPU)
+		fmt.Printf("direct   clients=%d tps=%.1f p50=%.3fms  cpu/txn: postgres %.3fms (%s)\n", clients, r.tps, r.p50ms, r.pgCPU, benchcluster.FormatRoles(r.pgRoles))
 	}
 	for _, protocol := range strings.Split(*protos, ",") {
 		// The initial data (a million rows at scale 10, more than one write
 		// set may hold) is loaded into every PostgreSQL server before the
 		// nodes start; pgbench -i generates identical data everywhere.
-		dsns, _, stop, err := startCluster(ctx, protocol, func(dsn string) error { return initPgbench(pgbench, dsn) })
+		c, err := startBenchCluster(ctx, protocol, func(dsn string) error { return initPgbench(pgbench, dsn) })
 		if err != nil {
 			return err
 		}
+		dsns, stop := c.DSNs, c.Stop
 		if *cpuprof != "" {
 			f, err := os.Create(fmt.Sprintf("%s.%s", *cpuprof, protocol))
 			if err != nil {
@@ -245,14 +248,14 @@ func run() error {
 				nodes = append(nodes, fmt.Sprintf("127.0.0.1:%d", *metrics+i))
 			}
 			before := benchcluster.ReadHistograms(nodes)
-			r, err := measure(pgbench, targets, clients)
+			r, err := measure(pgbench, targets, c.PG(), clients)
 			if err != nil {
 				stop()
 				return err
 			}
 			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
-			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms  stolen up to %.1f%%\n",
-				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU, 100*r.steal)
+			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms (%s)  stolen up to %.1f%%\n",
+				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU, benchcluster.FormatRoles(r.pgRoles), 100*r.steal)
 			if b := benchcluster.Breakdown(before, benchcluster.ReadHistograms(nodes)); b != "" {
 				fmt.Printf("         where a commit's time goes (means, ms): %s\n", b)
 			}
@@ -304,8 +307,9 @@ func initPgbench(pgbench, dsn string) error {
 
 // measure runs pgbench with clients spread over dsns, *runs times, and
 // returns the median total TPS and the median of per-run p50 latencies.
-func measure(pgbench string, dsns []string, clients int) (result, error) {
+func measure(pgbench string, dsns []string, servers []*pglocal.Server, clients int) (result, error) {
 	var tpss, p50s, ordoCPUs, pgCPUs []float64
+	var roleRuns []map[string]float64
 	var steal float64
 	var stmtRuns [][]stmtLatency
 	scriptFile, err := scriptPath()
@@ -313,7 +317,7 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		return result{}, err
 	}
 	for r := 0; r < *runs; r++ {
-		before, host := benchcluster.SampleCPU(), benchcluster.SampleHost()
+		cpu, host := benchcluster.StartCPU(context.Background(), servers), benchcluster.SampleHost()
 		dir, err := os.MkdirTemp("", "ordo-bench-cluster-")
 		if err != nil {
 			return result{}, err
@@ -371,7 +375,7 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		if len(errs) > 0 {
 			return result{}, errs[0]
 		}
-		after := benchcluster.SampleCPU()
+		used := cpu.Stop()
 		_, st := host.Until(benchcluster.SampleHost())
 		steal = max(steal, st)
 		lat, err := latencies(dir)
@@ -381,10 +385,19 @@ func measure(pgbench string, dsns []string, clients int) (result, error) {
 		}
 		tpss = append(tpss, total)
 		p50s = append(p50s, median(lat)/1000)
-		ordoCPUs = append(ordoCPUs, (after.Self-before.Self).Seconds()*1000/float64(len(lat)))
-		pgCPUs = append(pgCPUs, (after.Postgres-before.Postgres).Seconds()*1000/float64(len(lat)))
+		ordoCPUs = append(ordoCPUs, used.Self.Seconds()*1000/float64(len(lat)))
+		pg, roles := used.PerTxn(float64(len(lat)))
+		pgCPUs = append(pgCPUs, pg)
+		roleRuns = append(roleRuns, roles)
 	}
-	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal}
+	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal, pgRoles: map[string]float64{}}
+	for _, role := range benchcluster.Roles {
+		var v []float64
+		for _, rr := range roleRuns {
+			v = append(v, rr[role])
+		}
+		res.pgRoles[role] = median(v)
+	}
 	if len(stmtRuns) > 0 {
 		for i, st := range stmtRuns[0] {
 			var ms []float64
@@ -454,19 +467,25 @@ func median(v []float64) float64 {
 // starts a node in front of each; it returns the nodes' DSNs and the
 // servers'.
 func startCluster(ctx context.Context, protocol string, load func(dsn string) error) (dsns, servers []string, stop func(), err error) {
-	var logOut io.Writer
-	if *logFile != "" {
-		f, err := os.Create(*logFile)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		logOut = f
-	}
-	c, err := benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, Load: load, Log: logOut, MetricsPort: *metrics, ApplyWorkers: *workers, NoFlush: *noFlush})
+	c, err := startBenchCluster(ctx, protocol, load)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return c.DSNs, c.Servers, c.Stop, nil
+}
+
+// startBenchCluster starts a 3-node cluster of protocol with the flags'
+// options, load run on each server before the nodes start.
+func startBenchCluster(ctx context.Context, protocol string, load func(dsn string) error) (*benchcluster.Cluster, error) {
+	var logOut io.Writer
+	if *logFile != "" {
+		f, err := os.Create(*logFile)
+		if err != nil {
+			return nil, err
+		}
+		logOut = f
+	}
+	return benchcluster.Start(ctx, benchcluster.Options{Protocol: protocol, Load: load, Log: logOut, MetricsPort: *metrics, ApplyWorkers: *workers, NoFlush: *noFlush})
 }
 
 // runLoad is -load: pgbench -i directly, then through node 1 of a fresh

@@ -70,16 +70,18 @@ func main() {
 // threads spread over them.
 type target struct {
 	name    string
-	addrs   []string // host:port of each node (or of the one server)
-	metrics []string // each node's /metrics address (none for direct)
+	addrs   []string          // host:port of each node (or of the one server)
+	metrics []string          // each node's /metrics address (none for direct)
+	servers []*pglocal.Server // the PostgreSQL servers whose CPU is read
 }
 
 // sample is one run's figures.
 type sample struct {
 	tps, p95ms, ignored float64
-	// CPU per committed transaction, in ms: this process, every
-	// PostgreSQL process on the machine, and the walsenders among them.
-	selfCPU, pgCPU, walCPU float64
+	// CPU per committed transaction, in ms: this process, the target's
+	// PostgreSQL servers, and theirs by role (benchcluster.Roles).
+	selfCPU, pgCPU float64
+	pgRoles        map[string]float64
 	// steal: the share of the machine's time the hypervisor gave other
 	// guests during the run (0–1).
 	steal float64
@@ -108,7 +110,7 @@ func run() error {
 	if err := prepare(direct.Servers[0].Addr()); err != nil {
 		return err
 	}
-	targets := []target{{name: "direct", addrs: []string{direct.Servers[0].Addr()}}}
+	targets := []target{{name: "direct", addrs: []string{direct.Servers[0].Addr()}, servers: direct.Servers}}
 	names := strings.Split(*protos, ",")
 	if *socket {
 		names = append(names, names[0]+"/socket")
@@ -127,7 +129,7 @@ func run() error {
 			return err
 		}
 		defer c.Stop()
-		t := target{name: name}
+		t := target{name: name, servers: c.PG()}
 		for i, dsn := range c.DSNs {
 			a, err := pgAddr(dsn)
 			if err != nil {
@@ -169,8 +171,8 @@ func run() error {
 				key := fmt.Sprintf("%s/%d", t.name, n)
 				moved[key] = benchcluster.Moved(moved[key], before, benchcluster.ReadHistograms(t.metrics))
 				samples[key] = append(samples[key], s)
-				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (walsenders %.3fms)  stolen %.1f%%\n",
-					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, s.walCPU, 100*s.steal)
+				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (%s)  stolen %.1f%%\n",
+					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, benchcluster.FormatRoles(s.pgRoles), 100*s.steal)
 			}
 		}
 	}
@@ -184,8 +186,8 @@ func run() error {
 			med[key] = m
 			line := fmt.Sprintf("  %-12s threads=%d tps=%7.1f p95=%6.2fms", t.name, n, m.tps, m.p95ms)
 			if t.name != "direct" {
-				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms, postgres (all servers) %.3fms of which walsenders %.3fms (direct: %.3fms)",
-					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.pgCPU, m.walCPU, med[fmt.Sprintf("direct/%d", n)].pgCPU)
+				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms, postgres (all servers) %.3fms: %s (direct: %.3fms)",
+					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.pgCPU, benchcluster.FormatRoles(m.pgRoles), med[fmt.Sprintf("direct/%d", n)].pgCPU)
 			}
 			fmt.Println(line)
 		}
@@ -256,7 +258,7 @@ func measure(sb string, t target, threads int, d time.Duration) (sample, error) 
 		txns float64
 		errs []error
 	)
-	before, host := benchcluster.SampleCPU(), benchcluster.SampleHost()
+	cpu, host := benchcluster.StartCPU(context.Background(), t.servers), benchcluster.SampleHost()
 	for i, a := range addrs {
 		n := threads / len(addrs)
 		if i < threads%len(addrs) {
@@ -288,15 +290,14 @@ func measure(sb string, t target, threads int, d time.Duration) (sample, error) 
 		}()
 	}
 	wg.Wait()
-	after := benchcluster.SampleCPU()
+	used := cpu.Stop()
 	_, s.steal = host.Until(benchcluster.SampleHost())
 	if len(errs) > 0 {
 		return sample{}, errs[0]
 	}
 	if txns > 0 {
-		s.selfCPU = (after.Self - before.Self).Seconds() * 1000 / txns
-		s.pgCPU = (after.Postgres - before.Postgres).Seconds() * 1000 / txns
-		s.walCPU = (after.Walsenders - before.Walsenders).Seconds() * 1000 / txns
+		s.selfCPU = used.Self.Seconds() * 1000 / txns
+		s.pgCPU, s.pgRoles = used.PerTxn(txns)
 	}
 	return s, nil
 }
@@ -341,6 +342,20 @@ func medianSample(ss []sample) sample {
 		ignored: pick(func(s sample) float64 { return s.ignored }),
 		selfCPU: pick(func(s sample) float64 { return s.selfCPU }),
 		pgCPU:   pick(func(s sample) float64 { return s.pgCPU }),
-		walCPU:  pick(func(s sample) float64 { return s.walCPU }),
+		pgRoles: medianRoles(ss),
 	}
+}
+
+// medianRoles is the median of each role's CPU per transaction over ss.
+func medianRoles(ss []sample) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range benchcluster.Roles {
+		v := make([]float64, len(ss))
+		for i, s := range ss {
+			v[i] = s.pgRoles[r]
+		}
+		sort.Float64s(v)
+		out[r] = v[len(v)/2]
+	}
+	return out
 }

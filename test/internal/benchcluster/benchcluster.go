@@ -167,3 +167,6 @@ func (c *Cluster) Stop() {
 		os.RemoveAll(c.dir)
 	}
 }
+
+// PG returns the nodes' own PostgreSQL servers (for SampleCPU).
+func (c *Cluster) PG() []*pglocal.Server { return c.pg.Servers }

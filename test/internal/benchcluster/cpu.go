@@ -1,62 +1,255 @@
 package benchcluster
 
 import (
+	"context"
+	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-db/ordo/internal/ownconn"
+	"github.com/ordo-db/ordo/internal/pglocal"
 )
 
-// CPUTimes is CPU time (user and system) used so far.
-type CPUTimes struct {
+// CPUUse is the CPU time (user and system) used during a measurement.
+type CPUUse struct {
 	Self     time.Duration // this process (the nodes Start started)
-	Postgres time.Duration // every PostgreSQL process on the machine
-	// Walsenders is the part of Postgres used by WAL senders (the nodes'
-	// capture streams), told apart by their process titles.
-	Walsenders time.Duration
+	Postgres time.Duration // every process of the servers measured
+	// Roles splits Postgres by what each process does (the Role*
+	// constants), told apart by pg_stat_activity.
+	Roles map[string]time.Duration
 }
 
-// SampleCPU reads the CPU time of this process and of every PostgreSQL
-// process, counting the children each has reaped (a backend that exits is
-// counted in its postmaster's cutime and cstime), so the difference of two
-// samples is what was used between them.
-func SampleCPU() CPUTimes {
-	var c CPUTimes
+// The roles of a server's processes, in the order they are printed.
+const (
+	RoleSessions   = "sessions"   // backends of the clients' sessions (relayed by a node, or direct)
+	RoleOrdo       = "ordo"       // the nodes' own connections: applies, the delivery loop's COMMIT PREPAREDs and proofs, the blocked-apply monitor, catalog reads
+	RoleWalsenders = "walsenders" // the nodes' capture streams
+	RoleBackground = "background" // checkpointer, WAL writer, autovacuum, …
+	RoleOther      = "other"      // the postmaster, and what processes used after the last look at them (a session that ended)
+)
+
+// Roles lists the roles in the order they are printed.
+var Roles = []string{RoleSessions, RoleOrdo, RoleWalsenders, RoleBackground, RoleOther}
+
+// CPUMeter measures the CPU time of this process and of every process of
+// some PostgreSQL servers (their postmasters and what each started) from
+// StartCPU to Stop. Only those servers are read: other PostgreSQL
+// servers on the machine (a test suite, the benchmark's other targets)
+// are not counted.
+//
+// The total counts the children each postmaster has reaped (a backend
+// that exits is counted in its postmaster's cutime and cstime), so it is
+// exact. Roles are read from pg_stat_activity and each process's time
+// from /proc every quarter of a second, because the clients' sessions
+// start and end within the measurement: what a process used after its
+// last reading is counted as "other".
+type CPUMeter struct {
+	ctx     context.Context
+	servers []*pglocal.Server
+	conns   []*pgx.Conn // one per server, nil if it could not connect; its backend is not counted
+	ownPIDs map[int]bool
+	self    time.Duration
+	total   time.Duration
+	seen    map[int]*procSeen
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// procSeen is one process as the meter last read it.
+type procSeen struct {
+	role        string
+	first, last time.Duration // its CPU time when first and last read (first is 0 for a process started since StartCPU)
+}
+
+// StartCPU starts measuring.
+func StartCPU(ctx context.Context, servers []*pglocal.Server) *CPUMeter {
+	m := &CPUMeter{ctx: ctx, servers: servers, seen: map[int]*procSeen{}, ownPIDs: map[int]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, s := range servers {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.Connect(cctx, s.DSN("postgres"))
+		cancel()
+		if err == nil {
+			m.ownPIDs[int(conn.PgConn().PID())] = true
+		}
+		m.conns = append(m.conns, conn)
+	}
+	m.self = selfCPU()
+	m.total = m.look(true)
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+				m.look(false)
+			}
+		}
+	}()
+	return m
+}
+
+// Stop ends the measurement and returns what was used.
+func (m *CPUMeter) Stop() CPUUse {
+	close(m.stop)
+	<-m.done
+	u := CPUUse{Self: selfCPU() - m.self, Roles: map[string]time.Duration{}}
+	u.Postgres = m.look(false) - m.total
+	var attributed time.Duration
+	for _, p := range m.seen {
+		if p.role == "" {
+			continue
+		}
+		u.Roles[p.role] += p.last - p.first
+		attributed += p.last - p.first
+	}
+	u.Roles[RoleOther] += u.Postgres - attributed
+	for _, c := range m.conns {
+		if c != nil {
+			c.Close(context.Background())
+		}
+	}
+	return u
+}
+
+// look reads every process of the servers, records what it sees, and
+// returns the servers' total CPU time so far (with what the postmasters
+// reaped).
+func (m *CPUMeter) look(start bool) time.Duration {
+	var total time.Duration
+	for i, s := range m.servers {
+		roles := serverRoles(m.ctx, m.conns[i])
+		for i, pid := range s.PIDs() {
+			if m.ownPIDs[pid] {
+				continue // the meter's own connection
+			}
+			d, ok := procCPU(pid, i == 0)
+			if !ok {
+				continue
+			}
+			total += d
+			if i == 0 {
+				continue // the postmaster: its own time and its reaped children's
+			}
+			p := m.seen[pid]
+			if p == nil {
+				p = &procSeen{}
+				if start {
+					p.first = d
+				}
+				m.seen[pid] = p
+			}
+			p.last = d
+			if r := roles[pid]; r != "" {
+				p.role = r
+			}
+		}
+	}
+	return total
+}
+
+func selfCPU() time.Duration {
 	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		c.Self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil {
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverRoles reads the role of each process of a server from
+// pg_stat_activity, through conn (nil: none is known).
+func serverRoles(ctx context.Context, conn *pgx.Conn) map[int]string {
+	roles := map[int]string{}
+	if conn == nil {
+		return roles
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rows, err := conn.Query(ctx, "SELECT pid, backend_type, coalesce(application_name, '') FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
+	if err != nil {
+		return roles
+	}
+	for rows.Next() {
+		var pid int
+		var kind, app string
+		if rows.Scan(&pid, &kind, &app) != nil {
 			continue
 		}
-		s := string(b)
-		lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if lp < 0 || rp < lp || s[lp+1:rp] != "postgres" {
-			continue
-		}
-		// After the command: state is field 3; utime, stime, cutime and
-		// cstime are fields 14 to 17 (proc(5)), in clock ticks.
-		f := strings.Fields(s[rp+1:])
-		if len(f) < 15 {
-			continue
-		}
-		var ticks int64
-		for _, v := range f[11:15] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks += n
-		}
-		d := time.Duration(ticks) * time.Second / clockTicks
-		c.Postgres += d
-		if title, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline")); err == nil && strings.Contains(string(title), "walsender") {
-			c.Walsenders += d
+		switch {
+		case kind == "walsender":
+			roles[pid] = RoleWalsenders
+		case kind == "client backend" && app == ownconn.AppName:
+			roles[pid] = RoleOrdo
+		case kind == "client backend":
+			roles[pid] = RoleSessions
+		default:
+			roles[pid] = RoleBackground
 		}
 	}
-	return c
+	return roles
+}
+
+// procCPU reads a process's CPU time from /proc (with its reaped
+// children's if children).
+func procCPU(pid int, children bool) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	rp := strings.LastIndexByte(s, ')')
+	if rp < 0 {
+		return 0, false
+	}
+	// After the command: state is field 3; utime, stime, cutime and
+	// cstime are fields 14 to 17 (proc(5)), in clock ticks.
+	f := strings.Fields(s[rp+1:])
+	if len(f) < 15 {
+		return 0, false
+	}
+	n := 13
+	if children {
+		n = 15
+	}
+	var ticks int64
+	for _, v := range f[11:n] {
+		t, _ := strconv.ParseInt(v, 10, 64)
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, true
+}
+
+// PerTxn is u per committed transaction, in ms: the servers' total,
+// and each role's.
+func (u CPUUse) PerTxn(txns float64) (total float64, roles map[string]float64) {
+	roles = map[string]float64{}
+	if txns <= 0 {
+		return 0, roles
+	}
+	for _, r := range Roles {
+		roles[r] = u.Roles[r].Seconds() * 1000 / txns
+	}
+	return u.Postgres.Seconds() * 1000 / txns, roles
+}
+
+// FormatRoles prints roles (PerTxn's, or medians of them) as
+// "sessions 0.812 ordo 0.301 …".
+func FormatRoles(roles map[string]float64) string {
+	var b strings.Builder
+	for i, r := range Roles {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s %.3f", r, roles[r])
+	}
+	return b.String()
 }
 
 // clockTicks is USER_HZ, which Linux fixes at 100 on every architecture
