@@ -238,6 +238,54 @@ func TestBruteForceAbort(t *testing.T) {
 	requireSame(t, e)
 }
 
+// TestBlockersOnlyForLockWaits: the monitor reports the backends that
+// hold a lock a backend waits for, and nothing for one that waits for no
+// lock (it is only slow) or one that is gone.
+func TestBlockersOnlyForLockWaits(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, Config{})
+	holder, waiter := conn(t, replica), conn(t, replica)
+	pidOf := func(c *pgx.Conn) int {
+		var pid int
+		require.NoError(t, c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		return pid
+	}
+	holderPID, waiterPID := pidOf(holder), pidOf(waiter)
+
+	pids, err := e.applier.blockers(ctx, waiterPID)
+	require.NoError(t, err)
+	require.Empty(t, pids, "an idle backend")
+
+	mustExec(t, holder, "SELECT pg_advisory_lock(4242)")
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "SELECT pg_advisory_lock(4242)")
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		pids, err = e.applier.blockers(ctx, waiterPID)
+		return err == nil && len(pids) == 1
+	}, 5*time.Second, 10*time.Millisecond, "a backend waiting for a lock another holds")
+	require.Equal(t, []int{holderPID}, pids)
+	mustExec(t, holder, "SELECT pg_advisory_unlock(4242)")
+	require.NoError(t, <-done)
+
+	slow := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "SELECT pg_sleep(1)")
+		slow <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	pids, err = e.applier.blockers(ctx, waiterPID)
+	require.NoError(t, err)
+	require.Empty(t, pids, "a backend that runs long without waiting for a lock")
+	require.NoError(t, <-slow)
+
+	pids, err = e.applier.blockers(ctx, 1<<30)
+	require.NoError(t, err)
+	require.Empty(t, pids, "no such backend")
+}
+
 func TestCrashMidApplyExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t, Config{LockTimeout: 20 * time.Second})
