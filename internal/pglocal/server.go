@@ -468,13 +468,11 @@ func logTail(path string, offset int64) string {
 	return strings.TrimSpace(string(b))
 }
 
-// PIDs returns the postmaster's pid, then those of every process it
-// started (none if the server is not running): what measures the
-// server's CPU reads.
-func (s *Server) PIDs() []int {
+// PID returns the postmaster's process id, 0 if the server is not
+// running.
+func (s *Server) PID() int {
 	if s.cmd == nil || !s.Running() {
-		return nil
+		return 0
 	}
-	pm := s.cmd.Process.Pid
-	return append([]int{pm}, descendants(pm)...)
+	return s.cmd.Process.Pid
 }

@@ -129,6 +129,9 @@ type result struct {
 	// theirs by role (benchcluster.Roles).
 	ordoCPU, pgCPU float64
 	pgRoles        map[string]float64
+	// The read and write system calls of this process (the nodes') per
+	// committed transaction, medians over the runs.
+	ordoReads, ordoWrites float64
 	// steal: the largest share of the machine's time the hypervisor gave
 	// other guests during a run (0–1).
 	steal float64
@@ -254,8 +257,8 @@ func run() error {
 				return err
 			}
 			results[fmt.Sprintf("%s/%d", protocol, clients)] = r
-			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node), postgres %.3fms (%s)  stolen up to %.1f%%\n",
-				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.pgCPU, benchcluster.FormatRoles(r.pgRoles), 100*r.steal)
+			fmt.Printf("%-8s clients=%d tps=%.1f p50=%.3fms  cpu/txn: ordo %.3fms (%.3fms per node; %.0f reads, %.0f writes), postgres %.3fms (%s)  stolen up to %.1f%%\n",
+				protocol, clients, r.tps, r.p50ms, r.ordoCPU, r.ordoCPU/3, r.ordoReads, r.ordoWrites, r.pgCPU, benchcluster.FormatRoles(r.pgRoles), 100*r.steal)
 			if b := benchcluster.Breakdown(before, benchcluster.ReadHistograms(nodes)); b != "" {
 				fmt.Printf("         where a commit's time goes (means, ms): %s\n", b)
 			}
@@ -310,6 +313,7 @@ func initPgbench(pgbench, dsn string) error {
 func measure(pgbench string, dsns []string, servers []*pglocal.Server, clients int) (result, error) {
 	var tpss, p50s, ordoCPUs, pgCPUs []float64
 	var roleRuns []map[string]float64
+	var readRuns, writeRuns []float64
 	var steal float64
 	var stmtRuns [][]stmtLatency
 	scriptFile, err := scriptPath()
@@ -386,11 +390,14 @@ func measure(pgbench string, dsns []string, servers []*pglocal.Server, clients i
 		tpss = append(tpss, total)
 		p50s = append(p50s, median(lat)/1000)
 		ordoCPUs = append(ordoCPUs, used.Self.Seconds()*1000/float64(len(lat)))
+		readRuns = append(readRuns, float64(used.SelfReads)/float64(len(lat)))
+		writeRuns = append(writeRuns, float64(used.SelfWrites)/float64(len(lat)))
 		pg, roles := used.PerTxn(float64(len(lat)))
 		pgCPUs = append(pgCPUs, pg)
 		roleRuns = append(roleRuns, roles)
 	}
-	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal, pgRoles: map[string]float64{}}
+	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal, pgRoles: map[string]float64{},
+		ordoReads: median(readRuns), ordoWrites: median(writeRuns)}
 	for _, role := range benchcluster.Roles {
 		var v []float64
 		for _, rr := range roleRuns {

@@ -82,6 +82,9 @@ type sample struct {
 	// PostgreSQL servers, and theirs by role (benchcluster.Roles).
 	selfCPU, pgCPU float64
 	pgRoles        map[string]float64
+	// This process's read and write system calls per committed
+	// transaction (the nodes': sockets, the Raft log).
+	selfReads, selfWrites float64
 	// steal: the share of the machine's time the hypervisor gave other
 	// guests during the run (0–1).
 	steal float64
@@ -171,8 +174,8 @@ func run() error {
 				key := fmt.Sprintf("%s/%d", t.name, n)
 				moved[key] = benchcluster.Moved(moved[key], before, benchcluster.ReadHistograms(t.metrics))
 				samples[key] = append(samples[key], s)
-				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms postgres %.3fms (%s)  stolen %.1f%%\n",
-					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.pgCPU, benchcluster.FormatRoles(s.pgRoles), 100*s.steal)
+				fmt.Printf("round %d  %-12s threads=%d tps=%7.1f p95=%6.2fms retried=%5.1f/s  cpu/txn: ordo %.3fms (%.0f reads, %.0f writes) postgres %.3fms (%s)  stolen %.1f%%\n",
+					r+1, t.name, n, s.tps, s.p95ms, s.ignored, s.selfCPU, s.selfReads, s.selfWrites, s.pgCPU, benchcluster.FormatRoles(s.pgRoles), 100*s.steal)
 			}
 		}
 	}
@@ -186,8 +189,8 @@ func run() error {
 			med[key] = m
 			line := fmt.Sprintf("  %-12s threads=%d tps=%7.1f p95=%6.2fms", t.name, n, m.tps, m.p95ms)
 			if t.name != "direct" {
-				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms, postgres (all servers) %.3fms: %s (direct: %.3fms)",
-					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.pgCPU, benchcluster.FormatRoles(m.pgRoles), med[fmt.Sprintf("direct/%d", n)].pgCPU)
+				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms (system calls of the three: %.0f reads, %.0f writes), postgres (all servers) %.3fms: %s (direct: %.3fms)",
+					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.selfReads, m.selfWrites, m.pgCPU, benchcluster.FormatRoles(m.pgRoles), med[fmt.Sprintf("direct/%d", n)].pgCPU)
 			}
 			fmt.Println(line)
 		}
@@ -297,6 +300,7 @@ func measure(sb string, t target, threads int, d time.Duration) (sample, error) 
 	}
 	if txns > 0 {
 		s.selfCPU = used.Self.Seconds() * 1000 / txns
+		s.selfReads, s.selfWrites = float64(used.SelfReads)/txns, float64(used.SelfWrites)/txns
 		s.pgCPU, s.pgRoles = used.PerTxn(txns)
 	}
 	return s, nil
@@ -337,12 +341,14 @@ func medianSample(ss []sample) sample {
 		return v[len(v)/2]
 	}
 	return sample{
-		tps:     pick(func(s sample) float64 { return s.tps }),
-		p95ms:   pick(func(s sample) float64 { return s.p95ms }),
-		ignored: pick(func(s sample) float64 { return s.ignored }),
-		selfCPU: pick(func(s sample) float64 { return s.selfCPU }),
-		pgCPU:   pick(func(s sample) float64 { return s.pgCPU }),
-		pgRoles: medianRoles(ss),
+		tps:        pick(func(s sample) float64 { return s.tps }),
+		p95ms:      pick(func(s sample) float64 { return s.p95ms }),
+		ignored:    pick(func(s sample) float64 { return s.ignored }),
+		selfCPU:    pick(func(s sample) float64 { return s.selfCPU }),
+		pgCPU:      pick(func(s sample) float64 { return s.pgCPU }),
+		pgRoles:    medianRoles(ss),
+		selfReads:  pick(func(s sample) float64 { return s.selfReads }),
+		selfWrites: pick(func(s sample) float64 { return s.selfWrites }),
 	}
 }
 

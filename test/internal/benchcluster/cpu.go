@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,8 +18,12 @@ import (
 
 // CPUUse is the CPU time (user and system) used during a measurement.
 type CPUUse struct {
-	Self     time.Duration // this process (the nodes Start started)
-	Postgres time.Duration // every process of the servers measured
+	Self time.Duration // this process (the nodes Start started), the meter's own work left out
+	// SelfReads and SelfWrites are this process's read and write system
+	// calls (syscr and syscw of /proc/self/io: sockets, files, pipes), the
+	// meter's own left out.
+	SelfReads, SelfWrites int64
+	Postgres              time.Duration // every process of the servers measured
 	// Roles splits Postgres by what each process does (the Role*
 	// constants), told apart by pg_stat_activity.
 	Roles map[string]time.Duration
@@ -37,27 +42,40 @@ const (
 var Roles = []string{RoleSessions, RoleOrdo, RoleWalsenders, RoleBackground, RoleOther}
 
 // CPUMeter measures the CPU time of this process and of every process of
-// some PostgreSQL servers (their postmasters and what each started) from
-// StartCPU to Stop. Only those servers are read: other PostgreSQL
-// servers on the machine (a test suite, the benchmark's other targets)
-// are not counted.
+// some PostgreSQL servers (their postmasters and the processes they
+// started) from StartCPU to Stop. Only those servers are read: other
+// PostgreSQL servers on the machine (a test suite, the benchmark's other
+// targets) are not counted.
 //
-// The total counts the children each postmaster has reaped (a backend
-// that exits is counted in its postmaster's cutime and cstime), so it is
-// exact. Roles are read from pg_stat_activity and each process's time
-// from /proc every quarter of a second, because the clients' sessions
-// start and end within the measurement: what a process used after its
-// last reading is counted as "other".
+// The servers' total counts the children each postmaster has reaped (a
+// backend that exits is counted in its postmaster's cutime and cstime),
+// so it is exact. Roles are read from pg_stat_activity, and each
+// process's time from /proc, once a second, because the clients'
+// sessions start and end within the measurement: what a process used
+// after the meter's last look at it is counted as "other". The meter
+// looks from a thread of its own and leaves its own CPU time and system
+// calls out of this process's figures.
 type CPUMeter struct {
 	ctx     context.Context
 	servers []*pglocal.Server
 	conns   []*pgx.Conn // one per server, nil if it could not connect; its backend is not counted
 	ownPIDs map[int]bool
-	self    time.Duration
+	self    selfUse // this process's at the start
 	total   time.Duration
 	seen    map[int]*procSeen
+	own     selfUse // the meter's own between the start and the end
 	stop    chan struct{}
 	done    chan struct{}
+}
+
+// selfUse is CPU time and read and write system calls.
+type selfUse struct {
+	cpu           time.Duration
+	reads, writes int64
+}
+
+func (a selfUse) minus(b selfUse) selfUse {
+	return selfUse{a.cpu - b.cpu, a.reads - b.reads, a.writes - b.writes}
 }
 
 // procSeen is one process as the meter last read it.
@@ -78,29 +96,37 @@ func StartCPU(ctx context.Context, servers []*pglocal.Server) *CPUMeter {
 		}
 		m.conns = append(m.conns, conn)
 	}
-	m.self = selfCPU()
 	m.total = m.look(true)
+	m.self = readSelf("/proc/self")
 	go func() {
 		defer close(m.done)
-		t := time.NewTicker(250 * time.Millisecond)
+		runtime.LockOSThread() // so that its CPU time and system calls are this thread's
+		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			select {
 			case <-m.stop:
 				return
 			case <-t.C:
+				before := readSelf("/proc/thread-self")
 				m.look(false)
+				m.own = addUse(m.own, readSelf("/proc/thread-self").minus(before))
 			}
 		}
 	}()
 	return m
 }
 
+func addUse(a, b selfUse) selfUse {
+	return selfUse{a.cpu + b.cpu, a.reads + b.reads, a.writes + b.writes}
+}
+
 // Stop ends the measurement and returns what was used.
 func (m *CPUMeter) Stop() CPUUse {
 	close(m.stop)
 	<-m.done
-	u := CPUUse{Self: selfCPU() - m.self, Roles: map[string]time.Duration{}}
+	self := readSelf("/proc/self").minus(m.self).minus(m.own)
+	u := CPUUse{Self: self.cpu, SelfReads: self.reads, SelfWrites: self.writes, Roles: map[string]time.Duration{}}
 	u.Postgres = m.look(false) - m.total
 	var attributed time.Duration
 	for _, p := range m.seen {
@@ -125,19 +151,23 @@ func (m *CPUMeter) Stop() CPUUse {
 func (m *CPUMeter) look(start bool) time.Duration {
 	var total time.Duration
 	for i, s := range m.servers {
+		pm := s.PID()
+		if pm == 0 {
+			continue
+		}
 		roles := serverRoles(m.ctx, m.conns[i])
-		for i, pid := range s.PIDs() {
+		if d, ok := procCPU(pm, true); ok {
+			total += d // the postmaster: its own time and its reaped children's
+		}
+		for _, pid := range children(pm) {
 			if m.ownPIDs[pid] {
 				continue // the meter's own connection
 			}
-			d, ok := procCPU(pid, i == 0)
+			d, ok := procCPU(pid, false)
 			if !ok {
 				continue
 			}
 			total += d
-			if i == 0 {
-				continue // the postmaster: its own time and its reaped children's
-			}
 			p := m.seen[pid]
 			if p == nil {
 				p = &procSeen{}
@@ -155,12 +185,50 @@ func (m *CPUMeter) look(start bool) time.Duration {
 	return total
 }
 
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+// children lists the processes pid started that are still running.
+func children(pid int) []int {
+	p := strconv.Itoa(pid)
+	b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	if err != nil {
+		return nil
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// readSelf reads the CPU time and the read and write system calls of
+// this process (dir /proc/self) or of the calling thread (dir
+// /proc/thread-self).
+func readSelf(dir string) selfUse {
+	var u selfUse
+	who := syscall.RUSAGE_SELF
+	if dir == "/proc/thread-self" {
+		who = rusageThread
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(who, &ru) == nil {
+		u.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b, err := os.ReadFile(dir + "/io")
+	if err != nil {
+		return u
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ": ")
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "syscr":
+			u.reads = n
+		case "syscw":
+			u.writes = n
+		}
+	}
+	return u
 }
 
 // serverRoles reads the role of each process of a server from
@@ -199,7 +267,13 @@ func serverRoles(ctx context.Context, conn *pgx.Conn) map[int]string {
 // procCPU reads a process's CPU time from /proc (with its reaped
 // children's if children).
 func procCPU(pid int, children bool) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return statCPU("/proc/"+strconv.Itoa(pid)+"/stat", children)
+}
+
+// statCPU reads the CPU time in a /proc stat file, in clock ticks (with
+// the reaped children's if children).
+func statCPU(path string, children bool) (time.Duration, bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
@@ -251,6 +325,10 @@ func FormatRoles(roles map[string]float64) string {
 	}
 	return b.String()
 }
+
+// rusageThread is Linux's RUSAGE_THREAD: getrusage of the calling
+// thread.
+const rusageThread = 1
 
 // clockTicks is USER_HZ, which Linux fixes at 100 on every architecture
 // Go supports.
