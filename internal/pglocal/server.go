@@ -263,8 +263,13 @@ func (s *Server) start(ctx context.Context, timeout time.Duration) error {
 		cmd.Env = append(os.Environ(), s.env...)
 	}
 	s.as.apply(cmd)
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // immediate shutdown if we die
-	cmd.SysProcAttr.Setpgid = true              // a Ctrl-C to the terminal reaches us, not the server
+	// Immediate shutdown if we die. Linux sends it when the thread that
+	// started the server ends, not the process: a goroutine that locks
+	// its thread (runtime.LockOSThread) must unlock it before it returns,
+	// or Go ends the thread and whichever server it happened to start
+	// gets the signal (a benchmark's meter did that).
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	cmd.SysProcAttr.Setpgid = true // a Ctrl-C to the terminal reaches us, not the server
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("pglocal: start postgres: %w", err)

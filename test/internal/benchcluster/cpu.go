@@ -100,7 +100,13 @@ func StartCPU(ctx context.Context, servers []*pglocal.Server) *CPUMeter {
 	m.self = readSelf("/proc/self")
 	go func() {
 		defer close(m.done)
-		runtime.LockOSThread() // so that its CPU time and system calls are this thread's
+		// Locked, so that its CPU time and system calls are this
+		// thread's; unlocked before it returns, or Go ends the thread,
+		// and a PostgreSQL server started from it (pglocal sets
+		// Pdeathsig, which Linux ties to the parent thread) receives
+		// SIGQUIT: servers died under a benchmark that way.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
