@@ -272,10 +272,14 @@ func TestBlockersOnlyForLockWaits(t *testing.T) {
 
 	slow := make(chan error, 1)
 	go func() {
-		_, err := waiter.Exec(ctx, "SELECT pg_sleep(1)")
+		_, err := waiter.Exec(ctx, "SELECT pg_sleep(2)")
 		slow <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		var ev string
+		err := holder.QueryRow(ctx, "SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1", waiterPID).Scan(&ev)
+		return err == nil && ev == "PgSleep"
+	}, 5*time.Second, 10*time.Millisecond, "the other session sleeping")
 	pids, err = e.applier.blockers(ctx, waiterPID)
 	require.NoError(t, err)
 	require.Empty(t, pids, "a backend that runs long without waiting for a lock")

@@ -324,6 +324,7 @@ func measure(pgbench string, dsns []string, servers []*pglocal.Server, clients i
 		cpu, host := benchcluster.StartCPU(context.Background(), servers), benchcluster.SampleHost()
 		dir, err := os.MkdirTemp("", "ordo-bench-cluster-")
 		if err != nil {
+			cpu.Stop()
 			return result{}, err
 		}
 		var (
@@ -376,10 +377,10 @@ func measure(pgbench string, dsns []string, servers []*pglocal.Server, clients i
 			}()
 		}
 		wg.Wait()
+		used := cpu.Stop()
 		if len(errs) > 0 {
 			return result{}, errs[0]
 		}
-		used := cpu.Stop()
 		_, st := host.Until(benchcluster.SampleHost())
 		steal = max(steal, st)
 		lat, err := latencies(dir)

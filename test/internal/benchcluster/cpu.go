@@ -49,7 +49,8 @@ var Roles = []string{RoleSessions, RoleOrdo, RoleWalsenders, RoleBackground, Rol
 //
 // The servers' total counts the children each postmaster has reaped (a
 // backend that exits is counted in its postmaster's cutime and cstime),
-// so it is exact. Roles are read from pg_stat_activity, and each
+// and a reading is taken again if a process exited while it was read
+// (readServer). Roles are read from pg_stat_activity, and each
 // process's time from /proc, once a second, because the clients'
 // sessions start and end within the measurement: what a process used
 // after the meter's last look at it is counted as "other". The meter
@@ -162,18 +163,9 @@ func (m *CPUMeter) look(start bool) time.Duration {
 			continue
 		}
 		roles := serverRoles(m.ctx, m.conns[i])
-		if d, ok := procCPU(pm, true); ok {
-			total += d // the postmaster: its own time and its reaped children's
-		}
-		for _, pid := range children(pm) {
-			if m.ownPIDs[pid] {
-				continue // the meter's own connection
-			}
-			d, ok := procCPU(pid, false)
-			if !ok {
-				continue
-			}
-			total += d
+		d, procs := m.readServer(pm)
+		total += d
+		for pid, d := range procs {
 			p := m.seen[pid]
 			if p == nil {
 				p = &procSeen{}
@@ -189,6 +181,35 @@ func (m *CPUMeter) look(start bool) time.Duration {
 		}
 	}
 	return total
+}
+
+// readServer reads the CPU time of a server's postmaster (with what it
+// reaped) and of each process it runs, and returns their sum and each
+// process's (the meter's own connection left out). A process that exits
+// and is reaped between the two reads would be in neither, and the
+// kernel's list of children can skip one that exits while it is read:
+// the postmaster's time then changes between a read before the children
+// and one after, and the reading is taken again.
+func (m *CPUMeter) readServer(pm int) (time.Duration, map[int]time.Duration) {
+	var total time.Duration
+	var procs map[int]time.Duration
+	for try := 0; try < 10; try++ {
+		before, _ := procCPU(pm, true)
+		total, procs = before, map[int]time.Duration{}
+		for _, pid := range children(pm) {
+			if m.ownPIDs[pid] {
+				continue // the meter's own connection
+			}
+			if d, ok := procCPU(pid, false); ok {
+				total += d
+				procs[pid] = d
+			}
+		}
+		if after, _ := procCPU(pm, true); after == before {
+			break
+		}
+	}
+	return total, procs
 }
 
 // children lists the processes pid started that are still running.
