@@ -397,15 +397,8 @@ func measure(pgbench string, dsns []string, servers []*pglocal.Server, clients i
 		pgCPUs = append(pgCPUs, pg)
 		roleRuns = append(roleRuns, roles)
 	}
-	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal, pgRoles: map[string]float64{},
+	res := result{tps: median(tpss), p50ms: median(p50s), ordoCPU: median(ordoCPUs), pgCPU: median(pgCPUs), steal: steal, pgRoles: benchcluster.MedianRoles(roleRuns),
 		ordoReads: median(readRuns), ordoWrites: median(writeRuns)}
-	for _, role := range benchcluster.Roles {
-		var v []float64
-		for _, rr := range roleRuns {
-			v = append(v, rr[role])
-		}
-		res.pgRoles[role] = median(v)
-	}
 	if len(stmtRuns) > 0 {
 		for i, st := range stmtRuns[0] {
 			var ms []float64

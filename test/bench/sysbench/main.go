@@ -346,22 +346,17 @@ func medianSample(ss []sample) sample {
 		ignored:    pick(func(s sample) float64 { return s.ignored }),
 		selfCPU:    pick(func(s sample) float64 { return s.selfCPU }),
 		pgCPU:      pick(func(s sample) float64 { return s.pgCPU }),
-		pgRoles:    medianRoles(ss),
+		pgRoles:    benchcluster.MedianRoles(rolesOf(ss)),
 		selfReads:  pick(func(s sample) float64 { return s.selfReads }),
 		selfWrites: pick(func(s sample) float64 { return s.selfWrites }),
 	}
 }
 
-// medianRoles is the median of each role's CPU per transaction over ss.
-func medianRoles(ss []sample) map[string]float64 {
-	out := map[string]float64{}
-	for _, r := range benchcluster.Roles {
-		v := make([]float64, len(ss))
-		for i, s := range ss {
-			v[i] = s.pgRoles[r]
-		}
-		sort.Float64s(v)
-		out[r] = v[len(v)/2]
+// rolesOf lists the samples' PostgreSQL CPU by role.
+func rolesOf(ss []sample) []map[string]float64 {
+	out := make([]map[string]float64, len(ss))
+	for i, s := range ss {
+		out[i] = s.pgRoles
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,7 +99,7 @@ func StartCPU(ctx context.Context, servers []*pglocal.Server) *CPUMeter {
 		m.conns = append(m.conns, conn)
 	}
 	m.total = m.look(true)
-	m.self = readSelf("/proc/self")
+	m.self = readSelf(false)
 	go func() {
 		defer close(m.done)
 		// Locked, so that its CPU time and system calls are this
@@ -115,9 +116,9 @@ func StartCPU(ctx context.Context, servers []*pglocal.Server) *CPUMeter {
 			case <-m.stop:
 				return
 			case <-t.C:
-				before := readSelf("/proc/thread-self")
+				before := readSelf(true)
 				m.look(false)
-				m.own = addUse(m.own, readSelf("/proc/thread-self").minus(before))
+				m.own = addUse(m.own, readSelf(true).minus(before))
 			}
 		}
 	}()
@@ -132,7 +133,7 @@ func addUse(a, b selfUse) selfUse {
 func (m *CPUMeter) Stop() CPUUse {
 	close(m.stop)
 	<-m.done
-	self := readSelf("/proc/self").minus(m.self).minus(m.own)
+	self := readSelf(false).minus(m.self).minus(m.own)
 	u := CPUUse{Self: self.cpu, SelfReads: self.reads, SelfWrites: self.writes, Roles: map[string]time.Duration{}}
 	u.Postgres = m.look(false) - m.total
 	var attributed time.Duration
@@ -229,13 +230,12 @@ func children(pid int) []int {
 }
 
 // readSelf reads the CPU time and the read and write system calls of
-// this process (dir /proc/self) or of the calling thread (dir
-// /proc/thread-self).
-func readSelf(dir string) selfUse {
+// this process, or of the calling thread.
+func readSelf(thread bool) selfUse {
 	var u selfUse
-	who := syscall.RUSAGE_SELF
-	if dir == "/proc/thread-self" {
-		who = rusageThread
+	who, dir := syscall.RUSAGE_SELF, "/proc/self"
+	if thread {
+		who, dir = rusageThread, "/proc/thread-self"
 	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(who, &ru) == nil {
@@ -294,13 +294,7 @@ func serverRoles(ctx context.Context, conn *pgx.Conn) map[int]string {
 // procCPU reads a process's CPU time from /proc (with its reaped
 // children's if children).
 func procCPU(pid int, children bool) (time.Duration, bool) {
-	return statCPU("/proc/"+strconv.Itoa(pid)+"/stat", children)
-}
-
-// statCPU reads the CPU time in a /proc stat file, in clock ticks (with
-// the reaped children's if children).
-func statCPU(path string, children bool) (time.Duration, bool) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, false
 	}
@@ -338,6 +332,22 @@ func (u CPUUse) PerTxn(txns float64) (total float64, roles map[string]float64) {
 		roles[r] = u.Roles[r].Seconds() * 1000 / txns
 	}
 	return u.Postgres.Seconds() * 1000 / txns, roles
+}
+
+// MedianRoles is the median of each role's figure over runs (PerTxn's).
+func MedianRoles(runs []map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range Roles {
+		v := make([]float64, len(runs))
+		for i, run := range runs {
+			v[i] = run[r]
+		}
+		sort.Float64s(v)
+		if len(v) > 0 {
+			out[r] = v[len(v)/2]
+		}
+	}
+	return out
 }
 
 // FormatRoles prints roles (PerTxn's, or medians of them) as
