@@ -910,6 +910,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			return nil
 		}
 		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) && !hasTxn(stmts, analysis.TxnRollback) {
+			if skipped, err := s.skippedInBatch(ctx); err != nil || skipped {
+				return err // PostgreSQL skips it, after the earlier error
+			}
 			if hasTxn(stmts, analysis.TxnRollbackTo) {
 				s.rolledBackTo()
 			}
@@ -920,7 +923,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 					}
 				}
 			}
-			return nil // acted on when parsed earlier in this unit
+			return nil
 		}
 		return s.execute(ctx, stmts, params, at{kind: wire.KindBind, first: first, sent: sent, msg: st})
 	case wire.KindFunctionCall:
@@ -1789,6 +1792,20 @@ func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBou
 	return nil
 }
 
+// skippedInBatch reports whether PostgreSQL skips the message being
+// reported, one after others of its batch, because one of them failed
+// (or the batch began in a failed block that none of them ended): it
+// runs nothing up to the batch's Sync. It waits for PostgreSQL's answers
+// to the batch so far (Backend.Failed); during a COPY, which cannot be
+// waited for, it reports false.
+func (s *session) skippedInBatch(ctx context.Context) (bool, error) {
+	failed, err := s.be.Failed(ctx)
+	if errors.Is(err, wire.ErrNotAtBoundary) {
+		return false, nil
+	}
+	return failed, err
+}
+
 func (s *session) rolledBackTo() {
 	if s.txStatus() == 'E' {
 		s.unitStatus = 'T'
@@ -2239,7 +2256,8 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			return s.savepointOp(ctx, a.Txn, atBoundary)
 		}
 	case analysis.TxnSavepoint, analysis.TxnRelease:
-		if m.kind != wire.KindParse {
+		if m.kind != wire.KindParse && s.txStatus() != 'E' {
+			// (In a failed block PostgreSQL refuses it: 25P02.)
 			if err := s.savepointOp(ctx, a.Txn, atBoundary); err != nil {
 				return err
 			}

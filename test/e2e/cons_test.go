@@ -490,5 +490,21 @@ func TestConsRollbackToBeforeARefusal(t *testing.T) {
 		exchange(t, h, msgs)
 	}
 	require.Contains(t, exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}), "55000")
-	requireKeysEverywhere(t, c, "ca", "1,2")
+	// A SAVEPOINT of the same name sent after the refusal, which
+	// PostgreSQL refuses in the failed block (25P02), is no savepoint: a
+	// ROLLBACK TO the name goes back to before the refusal (the session
+	// took it for one set after the refusal, and refused everything
+	// after the ROLLBACK TO: the session fuzzer, seed
+	// 1796193344906985809 at 17aff12).
+	require.NoError(t, run("/* ordo.conflict_classes: public.ca */ BEGIN"))
+	require.NoError(t, run("INSERT INTO ca VALUES (4)"))
+	require.NoError(t, run("SAVEPOINT s"))
+	err = run("INSERT INTO cz VALUES (4)")
+	require.Equal(t, "55000", sqlstate(err), "%v", err)
+	err = run("SAVEPOINT s")
+	require.Equal(t, "25P02", sqlstate(err), "%v", err)
+	require.NoError(t, run("ROLLBACK TO SAVEPOINT s"))
+	require.NoError(t, run("INSERT INTO ca VALUES (5)"), "after the rollback to the savepoint before the refusal")
+	require.NoError(t, run("COMMIT"))
+	requireKeysEverywhere(t, c, "ca", "1,2,4,5")
 }
