@@ -29,18 +29,17 @@ const (
 	// qRelations reads each table, view, materialized and foreign table
 	// with its columns (names, and type names: '' for a column whose
 	// collation is not deterministic, whose equal values may differ in
-	// bytes), its primary key's columns in key order, whether it has
-	// user triggers or rules, and whether row security is on with a
-	// policy that uses another relation or a function of the user's
-	// (PostgreSQL records no dependency on built-in ones), in one query
-	// (one round trip): a node reloads its catalog after every DDL. Set
+	// bytes), its primary key's columns in key order, and whether it has
+	// user triggers or rules, in one query (one round trip): a node
+	// reloads its catalog after every DDL. (What row security policies
+	// use is qPolicyDeps's: TableDesc.PolicyReads is derived from it.) Set
 	// at a time (each catalog read once and joined, rel inlined where it
 	// is used: materialized, PostgreSQL took seconds on 1,000 tables), not
 	// a subquery per relation, which cost 35 µs a relation
 	// (BenchmarkLoad).
 	qRelations = `
 WITH rel AS NOT MATERIALIZED (
-  SELECT c.oid, n.nspname, c.relname, c.relkind, c.relrowsecurity
+  SELECT c.oid, n.nspname, c.relname, c.relkind
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE c.relkind IN ('r','p','m','f','v')
     AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' AND {scope n}),
@@ -61,14 +60,7 @@ pk AS (
   GROUP BY i.indrelid)
 SELECT rel.nspname, rel.relname, rel.relkind::text, coalesce(cols.names, '{}'), coalesce(cols.types, '{}'), coalesce(pk.names, '{}'),
   rel.oid IN (SELECT t.tgrelid FROM pg_trigger t WHERE NOT t.tgisinternal)
-    OR (rel.relkind <> 'v' AND rel.oid IN (SELECT r.ev_class FROM pg_rewrite r)),
-  rel.relrowsecurity AND EXISTS (SELECT 1 FROM pg_policy pol
-    JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = pol.oid
-    WHERE pol.polrelid = rel.oid
-      AND (d.refclassid = 'pg_proc'::regclass OR d.refclassid = 'pg_class'::regclass AND d.refobjid <> rel.oid
-           OR d.refclassid = 'pg_operator'::regclass AND EXISTS (SELECT 1 FROM pg_operator o
-             JOIN pg_proc op ON op.oid = o.oprcode JOIN pg_language ol ON ol.oid = op.prolang
-             WHERE o.oid = d.refobjid AND ol.lanname NOT IN ('c', 'internal'))))
+    OR (rel.relkind <> 'v' AND rel.oid IN (SELECT r.ev_class FROM pg_rewrite r))
 FROM rel LEFT JOIN cols ON cols.attrelid = rel.oid LEFT JOIN pk ON pk.indrelid = rel.oid
 ORDER BY 1, 2`
 	// userCode holds qWriteCode's first common table expressions (ufn,
@@ -323,8 +315,8 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		var n Name
 		var kind string
 		var cols, types, pk []string
-		var triggers, policyReads bool
-		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers, &policyReads); err != nil {
+		var triggers bool
+		if err := r.Scan(&n.Schema, &n.Name, &kind, &cols, &types, &pk, &triggers); err != nil {
 			return err
 		}
 		if len(cols) != len(types) {
@@ -340,7 +332,7 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 		if kind == "v" {
 			views[n] = &ViewDesc{Schema: n.Schema, Name: n.Name, Columns: columns}
 		} else {
-			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers, PolicyReads: policyReads}
+			tables[n] = &TableDesc{Schema: n.Schema, Name: n.Name, Columns: columns, PK: pk, Triggers: triggers}
 		}
 		order = append(order, n)
 		return nil
@@ -379,6 +371,9 @@ func load(ctx context.Context, q Querier, granules map[string]string, sc scope) 
 	})
 	if err != nil {
 		return d, err
+	}
+	for _, t := range tables {
+		t.PolicyReads = len(t.PolicyUses) > 0 || len(t.PolicyFunctions) > 0
 	}
 	err = eachDep(ctx, q, qViewDeps, sc, func(owner Name, relation bool, dep string) {
 		if v, ok := views[owner]; ok && relation {
