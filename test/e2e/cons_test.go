@@ -311,8 +311,11 @@ func TestConsBatchesAndQueryStrings(t *testing.T) {
 		// skips it after an earlier error (23505), and so does Ordo.
 		// (Where the session fuzzer saw Ordo's 55000 in place of the
 		// 23505, seed 1796193344906985809 at 17aff12, these steps pass
-		// without the fix too: what else that sequence held is not
-		// known.)
+		// without that fix too: the refusal stayed there because
+		// SAVEPOINTs PostgreSQL had refused in the failed block were
+		// taken for savepoints, so the ROLLBACK TO after it did not
+		// reach back before it. TestConsRollbackToBeforeARefusal
+		// covers that, and fails without its fix.)
 		queryMsg("/* ordo.conflict_classes: public.cb */ begin"),
 		queryMsg("select count(*) from cb; savepoint s"),
 		queryMsg("selec broken"),
