@@ -910,6 +910,13 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			return nil
 		}
 		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) && !hasTxn(stmts, analysis.TxnRollback) {
+			// (A SET TRANSACTION is followed at its Parse.)
+			if s.txStatus() == 'E' && !hasTxn(stmts, analysis.TxnRollbackTo) {
+				// PostgreSQL refuses it in a failed block (25P02). The
+				// messages before it in the unit may all have passed (a
+				// Describe, a Close), so Failed would not tell.
+				return nil
+			}
 			if skipped, err := s.skippedInBatch(ctx); err != nil || skipped {
 				return err // PostgreSQL skips it, after the earlier error
 			}
@@ -2263,6 +2270,9 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			}
 		}
 	case analysis.TxnSetTransaction:
+		if s.txStatus() == 'E' {
+			break // PostgreSQL refuses it in a failed block (25P02)
+		}
 		if a.Txn.Isolation != "" {
 			s.tx.isolation = a.Txn.Isolation
 		}

@@ -259,11 +259,13 @@ func (ss *session) Failed(ctx context.Context) (bool, error) {
 // awaitReplies waits until PostgreSQL has answered every message sent so
 // far (a Flush makes it answer), or has failed one (it then skips every
 // message, a Flush too, up to the Sync: unitFailed), or has started a COPY
-// FROM STDIN, which waits for data and ignores a Flush: ErrNotAtBoundary
-// then.
+// FROM STDIN that the client has not ended, which waits for data and
+// ignores a Flush: ErrNotAtBoundary then. A COPY the client ended
+// (CopyDone or CopyFail already sent) is answered like any message: it
+// was taken for one still waiting, and a SAVEPOINT after a COPY that
+// failed was taken for one PostgreSQL ran (review).
 func (ss *session) awaitReplies(ctx context.Context) error {
-	copyIns := ss.copyIns.Load()
-	copyIn := func() bool { return ss.copyIns.Load() > copyIns }
+	copyIn := func() bool { return ss.copyIns.Load()-ss.copyInsAtUnit > ss.copyEnds }
 	ss.sendServer(&pgproto3.Flush{})
 	if err := ss.flushServer(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSessionClosed, err)

@@ -1264,6 +1264,42 @@ func TestCompatShowInPortals(t *testing.T) {
 // statement leaves the block's level to be set before its first snapshot;
 // after a SAVEPOINT PostgreSQL refuses to set it (25001 "must not be
 // called in a subtransaction", which failed the client's block), so the
+// TestCompatSetTransactionInAFailedBlock: a SET TRANSACTION that
+// PostgreSQL refuses in a failed block (25P02) sets nothing: after a
+// ROLLBACK TO, the block and the one COMMIT AND CHAIN starts from it run
+// and report the level they began at (Ordo took the refused level for
+// theirs, and ran the chained block at it: review). Under dbsm-rc the
+// chain of a block that asked for no level runs at the session's level,
+// as in PostgreSQL (it ran at REPEATABLE READ).
+func TestCompatSetTransactionInAFailedBlock(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-rc")
+	ho, hp := sb.hijacked(t)
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		queryMsg("create table stf (k int primary key)"),
+		queryMsg("begin"),
+		queryMsg("savepoint s"),
+		queryMsg("select 1/0"),
+		queryMsg("set transaction isolation level serializable"),
+		{&pgproto3.Parse{Query: "set transaction isolation level serializable"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("rollback to s"),
+		queryMsg("show transaction_isolation"),
+		queryMsg("insert into stf values (1)"),
+		queryMsg("commit and chain"),
+		queryMsg("show transaction_isolation"),
+		queryMsg("commit"),
+		// The chain of a block that asked for no level, alone.
+		queryMsg("begin"),
+		queryMsg("insert into stf values (2)"),
+		queryMsg("commit and chain"),
+		queryMsg("show transaction_isolation"),
+		queryMsg("commit"),
+	} {
+		want := exchange(t, hp, msgs)
+		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
+	}
+}
+
 // block keeps the level it began at (found by the session fuzzer, pgr).
 func TestCompatNamedBeginThenSavepoint(t *testing.T) {
 	t.Parallel()

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -157,12 +159,38 @@ func TestSavepointStatementsPostgreSQLSkipsAreNotFollowed(t *testing.T) {
 	exec("ROLLBACK TO s2")
 	exec("INSERT INTO sk_t VALUES (20)")
 	exec("COMMIT")
+	// The same, as a client's messages (the review of the fix): a
+	// SAVEPOINT prepared earlier and bound in a failed block after a
+	// Describe that passes; a SAVEPOINT, then a ROLLBACK, after a COPY of
+	// the batch that failed on its data.
+	h := hijackNode(t, c, 0)
+	copyFails := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "COPY sk_t FROM STDIN"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.CopyData{Data: []byte("notanint\n")}, &pgproto3.CopyDone{}}
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		queryMsg("BEGIN"), queryMsg("SAVEPOINT s"), queryMsg("CREATE ROLE sk_undone_described"),
+		{&pgproto3.Parse{Name: "sk_sp", Query: "SAVEPOINT s"}, &pgproto3.Sync{}},
+		queryMsg("SELECT 1/0"),
+		{&pgproto3.Describe{ObjectType: 'S', Name: "sk_sp"}, &pgproto3.Bind{PreparedStatement: "sk_sp"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		queryMsg("ROLLBACK TO s"), queryMsg("INSERT INTO sk_t VALUES (30)"), queryMsg("COMMIT"),
+
+		queryMsg("BEGIN"), queryMsg("SAVEPOINT s"), queryMsg("CREATE ROLE sk_undone_copy"),
+		append(slices.Clone(copyFails), &pgproto3.Parse{Query: "SAVEPOINT s"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}),
+		queryMsg("ROLLBACK TO s"), queryMsg("INSERT INTO sk_t VALUES (31)"), queryMsg("COMMIT"),
+
+		queryMsg("BEGIN"), queryMsg("CREATE ROLE sk_kept_copy"), queryMsg("SAVEPOINT s"),
+		append(slices.Clone(copyFails), &pgproto3.Parse{Query: "ROLLBACK"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}),
+		queryMsg("ROLLBACK TO s"), queryMsg("INSERT INTO sk_t VALUES (32)"), queryMsg("COMMIT"),
+	} {
+		out := exchange(t, h, msgs)
+		require.NotContains(t, out, "ERROR 55", "step %d", i)
+		require.NotContains(t, out, "ordo:", "step %d", i)
+	}
 	c.waitConverged()
 	for i := range c.nodes {
 		require.NoError(t, c.nodes[i].Replica().Err(), "node %d must keep accepting updates", i+1)
 		var roles string
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT coalesce(string_agg(rolname, ',' ORDER BY rolname), '') FROM pg_roles WHERE rolname LIKE 'sk\\_%'").Scan(&roles))
-		require.Equal(t, "sk_kept", roles, "node %d", i+1)
+		require.Equal(t, "sk_kept,sk_kept_copy", roles, "node %d", i+1)
 		require.Equal(t, c.checksum(0, "sk_t"), c.checksum(i, "sk_t"), "node %d", i+1)
 	}
 }
