@@ -658,7 +658,7 @@ func TestCompatBatchGoesOnAfterCopyEnds(t *testing.T) {
 	o, p := sb.conns(t)
 	execOn(t, "create table cb(x int primary key)", o, p)
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		{&pgproto3.Parse{Name: "n1", Query: "select 1"}, &pgproto3.Sync{}},
 		queryMsg("begin"),
 		{&pgproto3.Parse{Query: "prepare cb1 as select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
@@ -671,10 +671,7 @@ func TestCompatBatchGoesOnAfterCopyEnds(t *testing.T) {
 			&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{},
 			&pgproto3.Parse{Query: "select 3"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		queryMsg("select x from cb"),
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 	sb.c.waitConverged()
 	require.Equal(t, sb.c.checksum(0, "cb"), sb.c.checksum(1, "cb"))
 	require.Zero(t, sb.c.unreplicated(0))
@@ -860,7 +857,7 @@ func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		{&pgproto3.Query{String: "create temp table tb(pk int, col1 int)"}},
 		{&pgproto3.Query{String: "insert into tb values (1, 0)"}},
 		{&pgproto3.Parse{Query: "update tb set col1 = col1 + 1 where pk = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
@@ -876,10 +873,7 @@ func TestCompatDropWhatTheUnnamedStatementNames(t *testing.T) {
 		{&pgproto3.Parse{Name: "b", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Parse{Name: "d", Query: "drop table pt"}, &pgproto3.Bind{PreparedStatement: "d"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Parse{Name: "c", Query: "commit"}, &pgproto3.Bind{PreparedStatement: "c"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 }
 
 // TestCompatNamedStatementsAsPostgreSQLHoldsThem: what a named prepared
@@ -891,7 +885,7 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		{&pgproto3.Query{String: "create table named_st(pk int primary key, n int)"}},
 		{&pgproto3.Query{String: "insert into named_st values (1, 0)"}},
 		{&pgproto3.Parse{Name: "S_1", Query: "update named_st set n = n + 1 where pk = 1"}, &pgproto3.Sync{}},
@@ -907,10 +901,7 @@ func TestCompatNamedStatementsAsPostgreSQLHoldsThem(t *testing.T) {
 			&pgproto3.Parse{Name: "S_2", Query: "select 2"}, &pgproto3.Sync{}},
 		{&pgproto3.Bind{PreparedStatement: "S_2"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Query{String: "select n from named_st"}},
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 	sb.c.requireEverywhere(t, "SELECT n FROM named_st WHERE pk = 1", 2)
 }
 
@@ -926,7 +917,7 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		{&pgproto3.Query{String: "create table named_sql(pk int primary key, n int)"}},
 		{&pgproto3.Query{String: "insert into named_sql values (1, 0)"}},
 		{&pgproto3.Parse{Name: "S_1", Query: "release savepoint s"}, &pgproto3.Sync{}},
@@ -984,10 +975,7 @@ func TestCompatNamedStatementsAfterSQLPrepare(t *testing.T) {
 		batchMsgs("deallocate pz", "begin"),
 		queryMsg("rollback"),
 		{&pgproto3.Query{String: "select n from named_sql"}},
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 	sb.c.requireEverywhere(t, "SELECT n FROM named_sql WHERE pk = 1", 6)
 }
 
@@ -1036,7 +1024,7 @@ func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		{&pgproto3.Query{String: "create table chained(k int primary key, v int)"}},
 		{&pgproto3.Query{String: "insert into chained values (1, 0)"}},
 		{&pgproto3.Query{String: "begin"}},
@@ -1049,10 +1037,7 @@ func TestCompatCommitAndChainOfAFailedBlock(t *testing.T) {
 		batchMsgs("update chained set v = v + 10 where k = 1"),
 		{&pgproto3.Query{String: "commit"}},
 		{&pgproto3.Query{String: "select v from chained"}},
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 	sb.c.waitConverged()
 	require.Equal(t, sb.c.checksum(0, "chained"), sb.c.checksum(1, "chained"))
 }
@@ -1067,7 +1052,7 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		queryMsg("create table lk(k int primary key, v int)"),
 		queryMsg("insert into lk values (1, 1)"),
 		batchMsgs("select 1", "lock table lk in share mode"),
@@ -1162,10 +1147,7 @@ func TestCompatBlockOnlyStatementsInBatches(t *testing.T) {
 			&pgproto3.Bind{}, &pgproto3.Execute{},
 			&pgproto3.Parse{Query: "update lk set v = 31"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		queryMsg("select v from lk"),
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 	sb.c.waitConverged()
 	require.Equal(t, sb.c.checksum(0, "lk"), sb.c.checksum(1, "lk"))
 }
@@ -1213,6 +1195,17 @@ func TestCompatProceduresThatCommit(t *testing.T) {
 	require.Zero(t, c.unreplicated(0))
 }
 
+// answersAlike sends each step's messages to PostgreSQL directly (plain)
+// and through a node (ordo), one step after the other, and requires the
+// same replies to each.
+func answersAlike(t *testing.T, ordo, plain *pgconn.HijackedConn, steps [][]pgproto3.FrontendMessage) {
+	t.Helper()
+	for i, msgs := range steps {
+		want := exchange(t, plain, msgs)
+		require.Equal(t, want, exchange(t, ordo, msgs), "step %d", i)
+	}
+}
+
 // queryMsg is a simple Query of sql, as one unit.
 func queryMsg(sql string) []pgproto3.FrontendMessage {
 	return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
@@ -1236,7 +1229,7 @@ func TestCompatShowInPortals(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		queryMsg("begin"),
 		{&pgproto3.Parse{Name: "sh", Query: "show transaction_isolation"}, &pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "sh"},
 			&pgproto3.Execute{Portal: "p", MaxRows: 1},
@@ -1254,10 +1247,7 @@ func TestCompatShowInPortals(t *testing.T) {
 		{&pgproto3.Parse{Query: "show default_transaction_isolation"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
 		queryMsg("commit"),
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 }
 
 // TestCompatNamedBeginThenSavepoint: a BEGIN prepared as a named
@@ -1275,7 +1265,7 @@ func TestCompatSetTransactionInAFailedBlock(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm-rc")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		queryMsg("create table stf (k int primary key)"),
 		queryMsg("begin"),
 		queryMsg("savepoint s"),
@@ -1294,10 +1284,7 @@ func TestCompatSetTransactionInAFailedBlock(t *testing.T) {
 		queryMsg("commit and chain"),
 		queryMsg("show transaction_isolation"),
 		queryMsg("commit"),
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 }
 
 // block keeps the level it began at (found by the session fuzzer, pgr).
@@ -1305,7 +1292,7 @@ func TestCompatNamedBeginThenSavepoint(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		queryMsg("create table nb(k int primary key, v int)"),
 		{&pgproto3.Parse{Name: "b", Query: "begin"}, &pgproto3.Sync{}},
 		{&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
@@ -1336,10 +1323,7 @@ func TestCompatNamedBeginThenSavepoint(t *testing.T) {
 		{&pgproto3.FunctionCall{Function: int4abs, ArgFormatCodes: []uint16{1}, Arguments: [][]byte{{0xff, 0xff, 0xff, 0xfb}}, ResultFormatCode: 1}},
 		queryMsg("show transaction_isolation"),
 		queryMsg("commit"),
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 }
 
 // TestCompatOrdosReadsKeepTheClientsUnnamedPortal: a statement Ordo runs
@@ -1350,7 +1334,7 @@ func TestCompatOrdosReadsKeepTheClientsUnnamedPortal(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm")
 	ho, hp := sb.hijacked(t)
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	answersAlike(t, ho, hp, [][]pgproto3.FrontendMessage{
 		queryMsg("begin"),
 		{&pgproto3.Parse{Name: "s", Query: "select generate_series(1, 6)"},
 			&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
@@ -1360,10 +1344,7 @@ func TestCompatOrdosReadsKeepTheClientsUnnamedPortal(t *testing.T) {
 		{&pgproto3.Bind{DestinationPortal: "y", PreparedStatement: "q"}, &pgproto3.Execute{Portal: "y"}, &pgproto3.Sync{}},
 		{&pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}},
 		queryMsg("commit"),
-	} {
-		want := exchange(t, hp, msgs)
-		require.Equal(t, want, exchange(t, ho, msgs), "step %d", i)
-	}
+	})
 }
 
 // TestExecuteOfADeadPortalIsAnsweredByOrdo: when an error aborts a
