@@ -79,7 +79,7 @@ deps_psycopg() {
     "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "$SUITES_DIR/psycopg/psycopg" "$SUITES_DIR/psycopg/psycopg_pool"
     echo "$stamp" >"$venv/.stamp"
   fi
-  ldconfig -p | grep -q 'libpq.so.5' || need_cmd __none__ libpq5
+  ldconfig -p | grep 'libpq.so.5' >/dev/null || need_cmd __none__ libpq5
 }
 
 deps_sqlalchemy() {
@@ -91,7 +91,7 @@ deps_sqlalchemy() {
     "$venv/bin/pip" install -q --disable-pip-version-check "${SQLALCHEMY_PIP[@]}"
     echo "$stamp" >"$venv/.stamp"
   fi
-  ldconfig -p | grep -q 'libpq.so.5' || need_cmd __none__ libpq5
+  ldconfig -p | grep 'libpq.so.5' >/dev/null || need_cmd __none__ libpq5
 }
 
 deps_pgjdbc() {

