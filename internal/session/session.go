@@ -2191,13 +2191,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 					s.labelFailed(ctx, errStatementFailed)
 				}
 				chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
-				level := s.tx.isolation
+				level, failed := s.tx.isolation, s.txStatus() == 'E'
 				s.endTx()
 				if chain {
-					// At the level of the block it chains from, as
-					// PostgreSQL runs it.
-					s.tx = txState{active: true, isolation: level}
-					s.unitStatus = 'T'
+					s.chained(level, failed)
 				} else {
 					s.unitStatus = 'I'
 				}
@@ -2249,10 +2246,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 				}
 			}
 			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
+			level, failed := s.tx.isolation, s.txStatus() == 'E'
 			s.endTx()
 			if chain {
-				s.tx = txState{active: true}
-				s.unitStatus = 'T'
+				s.chained(level, failed)
 			} else {
 				s.newImplicit()
 			}
@@ -2281,6 +2278,24 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 	}
 	return nil
+}
+
+// chained follows the block a COMMIT AND CHAIN or ROLLBACK AND CHAIN
+// that PostgreSQL runs itself begins (not one Ordo commits: commitExplicit
+// begins that one). PostgreSQL chains at the level of the block it ends
+// (level), unless that block had failed: its level went with the abort,
+// and the chain runs at the session's default, which Ordo then sets before
+// the block's first snapshot, as after a BEGIN that asks for none. (Under
+// dbsm-si such a chain ran at READ COMMITTED; a ROLLBACK AND CHAIN's
+// forgot the level of the block it chained from, a SERIALIZABLE one's
+// included, whose reads then went uncertified.)
+func (s *session) chained(level string, failed bool) {
+	s.tx = txState{active: true, isolation: level}
+	if failed {
+		s.tx.isolation = s.defaultLevel()
+		s.tx.fixIsolation = s.fixesIsolation(&analysis.TxnControl{Op: analysis.TxnBegin})
+	}
+	s.unitStatus = 'T'
 }
 
 // needsIsolationFix reports whether BEGIN or SET TRANSACTION a asks for an

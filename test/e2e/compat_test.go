@@ -1284,6 +1284,17 @@ func TestCompatSetTransactionInAFailedBlock(t *testing.T) {
 		queryMsg("commit and chain"),
 		queryMsg("show transaction_isolation"),
 		queryMsg("commit"),
+		// A SET TRANSACTION PostgreSQL skips after a failed statement
+		// of its batch; the failed block's COMMIT AND CHAIN (a
+		// ROLLBACK, whose chain runs at the session's level), then a
+		// replicated one.
+		queryMsg("begin"),
+		batchMsgs("select 1/0", "set transaction isolation level serializable"),
+		queryMsg("commit and chain"),
+		queryMsg("insert into stf values (3)"),
+		queryMsg("commit and chain"),
+		queryMsg("show transaction_isolation"),
+		queryMsg("commit"),
 	})
 }
 

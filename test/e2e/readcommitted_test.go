@@ -180,3 +180,46 @@ func TestChainedBlockKeepsItsLevel(t *testing.T) {
 	}
 	requireKeysEverywhere(t, sb.c, "ch", "1,2,3,4,5")
 }
+
+// TestChainAfterAFailedBlockRunsAtOrdosLevel: PostgreSQL begins the block
+// that a COMMIT AND CHAIN or ROLLBACK AND CHAIN of a failed block starts
+// at the session's default level (the failed block's level went with its
+// abort), where a block that asks for none runs at Ordo's level under
+// dbsm-si, REPEATABLE READ: it ran at READ COMMITTED. A ROLLBACK AND CHAIN
+// of a block that had not failed keeps its level, SERIALIZABLE included.
+func TestChainAfterAFailedBlockRunsAtOrdosLevel(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm-si")
+	h := hijackNode(t, c, 0)
+	level := queryMsg("select current_setting('transaction_isolation')")
+	for i, step := range []struct {
+		msgs []pgproto3.FrontendMessage
+		want string // in the reply, if not empty
+	}{
+		{queryMsg("create table chf (k int primary key)"), ""},
+		{queryMsg("begin"), ""},
+		{queryMsg("select 1/0"), "22012"},
+		{queryMsg("commit and chain"), "ROLLBACK"},
+		{level, `Row ["repeatable read"]`},
+		{queryMsg("insert into chf values (1)"), ""},
+		{queryMsg("commit"), ""},
+		{queryMsg("begin isolation level serializable"), ""},
+		{queryMsg("select 1/0"), "22012"},
+		{queryMsg("rollback and chain"), ""},
+		{level, `Row ["repeatable read"]`},
+		{queryMsg("rollback"), ""},
+		{queryMsg("begin isolation level serializable"), ""},
+		{queryMsg("select count(*) from chf"), ""},
+		{queryMsg("rollback and chain"), ""},
+		{level, `Row ["serializable"]`},
+		{queryMsg("insert into chf values (2)"), ""},
+		{queryMsg("commit"), ""},
+	} {
+		got := exchange(t, h, step.msgs)
+		require.NotContains(t, got, "ordo:", "step %d", i)
+		if step.want != "" {
+			require.Contains(t, got, step.want, "step %d", i)
+		}
+	}
+	requireKeysEverywhere(t, c, "chf", "1,2")
+}
