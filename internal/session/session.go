@@ -2286,9 +2286,9 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 // (level), unless that block had failed: its level went with the abort,
 // and the chain runs at the session's default, which Ordo then sets before
 // the block's first snapshot, as after a BEGIN that asks for none. (Under
-// dbsm-si such a chain ran at READ COMMITTED; a ROLLBACK AND CHAIN's
-// forgot the level of the block it chained from, a SERIALIZABLE one's
-// included, whose reads then went uncertified.)
+// dbsm-si such a chain ran at READ COMMITTED; and the session recorded no
+// level for a ROLLBACK AND CHAIN's, which PostgreSQL runs at the level of
+// the block it ends.)
 func (s *session) chained(level string, failed bool) {
 	s.tx = txState{active: true, isolation: level}
 	if failed {
