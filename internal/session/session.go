@@ -2191,10 +2191,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 					s.labelFailed(ctx, errStatementFailed)
 				}
 				chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
-				level, failed := s.tx.isolation, s.txStatus() == 'E'
+				prev, failed := s.tx, s.txStatus() == 'E'
 				s.endTx()
 				if chain {
-					s.chained(level, failed)
+					s.chained(prev, failed)
 				} else {
 					s.unitStatus = 'I'
 				}
@@ -2246,10 +2246,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 				}
 			}
 			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
-			level, failed := s.tx.isolation, s.txStatus() == 'E'
+			prev, failed := s.tx, s.txStatus() == 'E'
 			s.endTx()
 			if chain {
-				s.chained(level, failed)
+				s.chained(prev, failed)
 			} else {
 				s.newImplicit()
 			}
@@ -2282,16 +2282,20 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 
 // chained follows the block a COMMIT AND CHAIN or ROLLBACK AND CHAIN
 // that PostgreSQL runs itself begins (not one Ordo commits: commitExplicit
-// begins that one). PostgreSQL chains at the level of the block it ends
-// (level), unless that block had failed: its level went with the abort,
-// and the chain runs at the session's default, which Ordo then sets before
-// the block's first snapshot, as after a BEGIN that asks for none. (Under
-// dbsm-si such a chain ran at READ COMMITTED; and the session recorded no
-// level for a ROLLBACK AND CHAIN's, which PostgreSQL runs at the level of
-// the block it ends.)
-func (s *session) chained(level string, failed bool) {
-	s.tx = txState{active: true, isolation: level}
-	if failed {
+// begins that one) from the block prev it ends, failed if that block was.
+// PostgreSQL chains at the level of the block it ends, unless that block
+// failed outside any savepoint: its level went with the abort of the whole
+// transaction, and the chain runs at the session's default, which Ordo
+// then sets before the block's first snapshot, as after a BEGIN that asks
+// for none. (An error inside a savepoint aborts only the subtransaction:
+// the level stays.) A level Ordo had still to set in the block it ends is
+// still to set in the chain. (Under dbsm-si a chain of a failed block ran
+// at READ COMMITTED; and the session recorded no level for a ROLLBACK AND
+// CHAIN's.)
+func (s *session) chained(prev txState, failed bool) {
+	failedAtTop := failed && len(prev.savepoints) == 0
+	s.tx = txState{active: true, isolation: prev.isolation, fixIsolation: prev.fixIsolation}
+	if failedAtTop {
 		s.tx.isolation = s.defaultLevel()
 		s.tx.fixIsolation = s.fixesIsolation(&analysis.TxnControl{Op: analysis.TxnBegin})
 	}

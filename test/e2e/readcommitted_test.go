@@ -186,7 +186,8 @@ func TestChainedBlockKeepsItsLevel(t *testing.T) {
 // at the session's default level (the failed block's level went with its
 // abort), where a block that asks for none runs at Ordo's level under
 // dbsm-si, REPEATABLE READ: it ran at READ COMMITTED. A ROLLBACK AND CHAIN
-// of a block that had not failed keeps its level, SERIALIZABLE included.
+// of a block that had not failed keeps its level, SERIALIZABLE included,
+// and so does either chain of a block that failed inside a savepoint.
 func TestChainAfterAFailedBlockRunsAtOrdosLevel(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
@@ -214,6 +215,29 @@ func TestChainAfterAFailedBlockRunsAtOrdosLevel(t *testing.T) {
 		{level, `Row ["serializable"]`},
 		{queryMsg("insert into chf values (2)"), ""},
 		{queryMsg("commit"), ""},
+		// A block that failed inside a savepoint keeps its level: only
+		// the subtransaction was aborted (the review of the fix, which
+		// took every failed block for one that lost its level).
+		{queryMsg("begin isolation level serializable"), ""},
+		{queryMsg("savepoint a"), ""},
+		{queryMsg("select 1/0"), "22012"},
+		{queryMsg("rollback and chain"), ""},
+		{level, `Row ["serializable"]`},
+		{queryMsg("savepoint a"), ""},
+		{queryMsg("select 1/0"), "22012"},
+		{queryMsg("commit and chain"), "ROLLBACK"},
+		{level, `Row ["serializable"]`},
+		{queryMsg("insert into chf values (3)"), ""},
+		{queryMsg("commit"), ""},
+		// A savepoint released before the error: the block failed at
+		// its top level.
+		{queryMsg("begin isolation level serializable"), ""},
+		{queryMsg("savepoint a"), ""},
+		{queryMsg("release a"), ""},
+		{queryMsg("select 1/0"), "22012"},
+		{queryMsg("commit and chain"), "ROLLBACK"},
+		{level, `Row ["repeatable read"]`},
+		{queryMsg("commit"), ""},
 	} {
 		got := exchange(t, h, step.msgs)
 		require.NotContains(t, got, "ordo:", "step %d", i)
@@ -221,5 +245,5 @@ func TestChainAfterAFailedBlockRunsAtOrdosLevel(t *testing.T) {
 			require.Contains(t, got, step.want, "step %d", i)
 		}
 	}
-	requireKeysEverywhere(t, c, "chf", "1,2")
+	requireKeysEverywhere(t, c, "chf", "1,2,3")
 }
