@@ -238,6 +238,13 @@ func TestChainAfterAFailedBlockRunsAtOrdosLevel(t *testing.T) {
 		{queryMsg("commit and chain"), "ROLLBACK"},
 		{level, `Row ["repeatable read"]`},
 		{queryMsg("commit"), ""},
+		// A named BEGIN (not rewritten: Ordo sets the level before the
+		// block's first snapshot), then at once ROLLBACK AND CHAIN: the
+		// level is still to set, in the chain.
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "chf_begin", Query: "begin"}, &pgproto3.Bind{PreparedStatement: "chf_begin"}, &pgproto3.Execute{}, &pgproto3.Sync{}}, ""},
+		{queryMsg("rollback and chain"), ""},
+		{level, `Row ["repeatable read"]`},
+		{queryMsg("commit"), ""},
 	} {
 		got := exchange(t, h, step.msgs)
 		require.NotContains(t, got, "ordo:", "step %d", i)
