@@ -910,11 +910,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			return nil
 		}
 		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) && !hasTxn(stmts, analysis.TxnRollback) {
-			// (A SET TRANSACTION is followed at its Parse.)
+			// (A SET TRANSACTION is followed at its Parse, txnControl.)
 			if s.txStatus() == 'E' && !hasTxn(stmts, analysis.TxnRollbackTo) {
-				// PostgreSQL refuses it in a failed block (25P02). The
-				// messages before it in the unit may all have passed (a
-				// Describe, a Close), so Failed would not tell.
+				// Refused in a failed block (refusedWhenFailed: COMMIT
+				// and ROLLBACK do not come here). The messages before it
+				// in the unit may all have passed (a Describe, a Close),
+				// so Failed would not tell.
 				return nil
 			}
 			if skipped, err := s.skippedInBatch(ctx); err != nil || skipped {
@@ -2136,6 +2137,9 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 // txnControl follows BEGIN / COMMIT / ROLLBACK.
 func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) error {
 	atBoundary, atParse := m.first, m.kind == wire.KindParse
+	if s.txStatus() == 'E' && refusedWhenFailed(a.Txn.Op) {
+		return nil
+	}
 	switch a.Txn.Op {
 	case analysis.TxnBegin:
 		s.inTxn.Store(true)
@@ -2237,12 +2241,8 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 				// it: the transaction is still there (a ROLLBACK TO in a
 				// later batch may restore it), and so is what the session
 				// knows of it (its snapshot, its reads).
-				failed, err := s.be.Failed(ctx)
-				if err != nil && !errors.Is(err, wire.ErrNotAtBoundary) {
+				if skipped, err := s.skippedInBatch(ctx); err != nil || skipped {
 					return err
-				}
-				if failed {
-					return nil
 				}
 			}
 			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
@@ -2260,16 +2260,12 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			return s.savepointOp(ctx, a.Txn, atBoundary)
 		}
 	case analysis.TxnSavepoint, analysis.TxnRelease:
-		if m.kind != wire.KindParse && s.txStatus() != 'E' {
-			// (In a failed block PostgreSQL refuses it: 25P02.)
+		if m.kind != wire.KindParse {
 			if err := s.savepointOp(ctx, a.Txn, atBoundary); err != nil {
 				return err
 			}
 		}
 	case analysis.TxnSetTransaction:
-		if s.txStatus() == 'E' {
-			break // PostgreSQL refuses it in a failed block (25P02)
-		}
 		if a.Txn.Isolation != "" {
 			s.tx.isolation = a.Txn.Isolation
 		}
@@ -2278,6 +2274,20 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 	}
 	return nil
+}
+
+// refusedWhenFailed reports whether PostgreSQL refuses transaction
+// control op in a failed block (25P02), so that it changes nothing: all
+// but the statements that end the block or go back to a savepoint
+// (PostgreSQL's IsTransactionExitStmt). Followed as if it ran, a
+// SAVEPOINT was found by a later ROLLBACK TO, and a SET TRANSACTION gave
+// the block its level.
+func refusedWhenFailed(op analysis.TxnOp) bool {
+	switch op {
+	case analysis.TxnCommit, analysis.TxnRollback, analysis.TxnRollbackTo:
+		return false
+	}
+	return true
 }
 
 // chained follows the block a COMMIT AND CHAIN or ROLLBACK AND CHAIN

@@ -453,14 +453,15 @@ func (s *session) commitExplicit(ctx context.Context, chain bool) error {
 		// (READ WRITE: a block that is replicated wrote, which a READ
 		// ONLY one cannot; its chain is read-write too, whatever
 		// default_transaction_read_only says.)
-		begin = "BEGIN ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation)) + " READ WRITE"
+		level := " ISOLATION LEVEL " + strings.ToUpper(s.runLevel(s.tx.isolation))
 		if s.rc && s.tx.isolation == "" {
 			// Under dbsm-rc a block that asked for no level ran at the
 			// session's, and so does its chain, as in PostgreSQL
-			// (runLevel has no level to give it: it ran the chain at
+			// (runLevel has no level for it: the chain ran at
 			// REPEATABLE READ).
-			begin = "BEGIN READ WRITE"
+			level = ""
 		}
+		begin = "BEGIN" + level + " READ WRITE"
 	}
 	gid, replicate, prepared, err := s.prepare(ctx, []string{begin}, "transaction")
 	if err != nil {

@@ -265,15 +265,14 @@ func (ss *session) Failed(ctx context.Context) (bool, error) {
 // was taken for one still waiting, and a SAVEPOINT after a COPY that
 // failed was taken for one PostgreSQL ran (review).
 func (ss *session) awaitReplies(ctx context.Context) error {
-	copyIn := func() bool { return ss.copyIns.Load()-ss.copyInsAtUnit > ss.copyEnds }
 	ss.sendServer(&pgproto3.Flush{})
 	if err := ss.flushServer(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
-	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.unitFailed.Load() || copyIn() }); err != nil {
+	if err := ss.waitUntil(ctx, func() bool { return ss.unnamed.answered() || ss.unitFailed.Load() || ss.copyOpen() }); err != nil {
 		return err
 	}
-	if copyIn() {
+	if ss.copyOpen() {
 		return ErrNotAtBoundary
 	}
 	return nil

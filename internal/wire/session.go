@@ -1096,6 +1096,13 @@ func (ss *session) HoldReady() {
 	}
 }
 
+// copyOpen reports whether a COPY FROM STDIN of the unit started
+// (CopyInResponse) and the client has not ended it (CopyDone, CopyFail).
+// Counted, not flagged: a client may send its data and CopyDone before
+// the CopyInResponse arrives, and one unit may run several COPYs. Session
+// goroutine.
+func (ss *session) copyOpen() bool { return ss.copyIns.Load()-ss.copyInsAtUnit > ss.copyEnds }
+
 // finishHeld completes a unit whose ReadyForQuery is held: it waits for
 // PostgreSQL to answer the unit, runs ReadyHolder.BeforeReady and sends the
 // error, if any, and the ReadyForQuery. If the unit started a COPY FROM
@@ -1105,12 +1112,9 @@ func (ss *session) finishHeld() error {
 	if err := ss.flushServer(); err != nil {
 		return fmt.Errorf("%w: %w", errBackendLost, err)
 	}
-	// A COPY of the unit that started (CopyInResponse) and that the
-	// client has not ended waits for the client's data. (Counted, not
-	// flagged: a client may send its data and CopyDone before the
-	// CopyInResponse arrives, and one unit may run several COPYs.)
-	copyOpen := func() bool { return ss.copyIns.Load()-ss.copyInsAtUnit > ss.copyEnds }
-	if err := ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || copyOpen() }); err != nil {
+	// A COPY of the unit that the client has not ended (copyOpen) waits
+	// for the client's data.
+	if err := ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.copyOpen() }); err != nil {
 		if errors.Is(err, ErrSessionClosed) || ss.ctx.Err() != nil {
 			return nil
 		}

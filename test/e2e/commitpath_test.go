@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -139,7 +138,7 @@ END $$`,
 	_, err = w.Exec(ctx, "COMMIT")
 	require.Equal(t, "23505", sqlstate(err))
 	// (The abort is ordered in the background.)
-	require.Eventually(t, func() bool { return txnStatus(t, c.dsn(2), "deferred-1") == "aborted" }, 20*time.Second, 100*time.Millisecond)
+	requireStatusSoon(t, c.dsn(2), "deferred-1", "aborted", "a deferred constraint failed at the commit")
 
 	var bal1, bal2 int
 	require.NoError(t, c.direct(1).QueryRow(ctx, "SELECT (SELECT bal FROM acct WHERE id = 1), (SELECT bal FROM acct WHERE id = 2)").Scan(&bal1, &bal2))

@@ -25,6 +25,15 @@ func txnStatus(t *testing.T, dsn, label string) string {
 	return s
 }
 
+// requireStatusSoon requires that label answer want on the node of dsn
+// within 20 s: an abort Ordo orders in the background (a labelled
+// statement that failed before its commit reached the order) answers
+// unknown until it is delivered ("ask again", outcomes.md).
+func requireStatusSoon(t *testing.T, dsn, label, want, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return txnStatus(t, dsn, label) == want }, 20*time.Second, 100*time.Millisecond, "%s: %s", label, why)
+}
+
 // TestOutcomeChecks: a client labels its transaction (SET LOCAL
 // ordo.txn_label, or SET for the next autocommit statement) and any node
 // answers committed or aborted for it, from what the order decided.

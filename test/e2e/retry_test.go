@@ -279,16 +279,15 @@ func TestAutocommitConflictsAreRetried(t *testing.T) {
 	_, err = conn.Exec(ctx, "SET ordo.txn_label = 'conflicted-1'")
 	require.NoError(t, err)
 	requireConflict(conflictOnce(conn), "the node's autocommit_retries: 0")
-	// (The abort is ordered in the background: until it is delivered
-	// the label answers unknown, "ask again", outcomes.md; once, in CI
-	// ×2, the sync read came first.)
-	require.Eventually(t, func() bool { return txnStatus(t, c.dsn(2), "conflicted-1") == "aborted" }, 20*time.Second, 100*time.Millisecond, "a labelled statement PostgreSQL aborted before its commit reached the order")
+	// (Its abort is ordered in the background: e2e -count=2 once read
+	// unknown before it arrived.)
+	requireStatusSoon(t, c.dsn(2), "conflicted-1", "aborted", "a labelled statement PostgreSQL aborted before its commit reached the order")
 	// A label set_config set, where Ordo does not look: PostgreSQL's is
 	// the one (the abort went unrecorded).
 	_, err = conn.Exec(ctx, "SELECT set_config('ordo.txn_label', 'conflicted-2', false)")
 	require.NoError(t, err)
 	requireConflict(conflictOnce(conn), "a label set by set_config")
-	require.Eventually(t, func() bool { return txnStatus(t, c.dsn(2), "conflicted-2") == "aborted" }, 20*time.Second, 100*time.Millisecond, "a label set by set_config")
+	requireStatusSoon(t, c.dsn(2), "conflicted-2", "aborted", "a label set by set_config")
 	for _, sql := range []string{"BEGIN", "SET ordo.autocommit_retries = 5", "ROLLBACK"} {
 		_, err := conn.Exec(ctx, sql)
 		require.NoError(t, err)
