@@ -458,6 +458,53 @@ func (s *session) refusedBeforeRun(st *wire.Statement, err error) error {
 	return err
 }
 
+// beginOnly reports whether st surely runs nothing but a BEGIN (or START
+// TRANSACTION), which PostgreSQL runs without a snapshot (a
+// TransactionStmt: PlannedStmtRequiresSnapshot), in or out of a block. It
+// need not wait for the commits this node told before they were visible
+// (awaitTold): the block's first statement that takes a snapshot waits
+// for them, after the client's round trip for the BEGIN, so more of the
+// last commit's COMMIT PREPARED is behind it (docs/performance.md, "The
+// commit's last flush"). Only where what st runs is certain: a text that
+// begins with the keyword, or a statement name whose text the session and
+// PostgreSQL agree on; anything else waits as before.
+func (s *session) beginOnly(st *wire.Statement) bool {
+	switch st.Kind {
+	case wire.KindQuery, wire.KindParse:
+		return beginsWithBegin(st.SQL) && onlyBegin(s.analyze(st.SQL))
+	case wire.KindBind:
+		if !onlyBegin(s.stmts[st.Name]) {
+			return false
+		}
+		if st.Name == "" {
+			// (Exact at the unit's first message; within the unit, as
+			// its Parse left it, or PostgreSQL skips the Bind.)
+			return s.heldUnnamed == ""
+		}
+		if s.unitSQLNames || s.unitFreedAll || s.unitFreed[st.Name] {
+			return false
+		}
+		if s.unitNames[st.Name] {
+			return true // parsed in this unit: that Parse, or the Bind is skipped
+		}
+		sql, exists, known := s.be.Named(st.Name)
+		return known && exists && sql == s.sent[st.Name]
+	}
+	return false
+}
+
+// beginsWithBegin reports whether sql's first word is BEGIN or START (any
+// case): a cheap test before the analysis, which every other text skips.
+func beginsWithBegin(sql string) bool {
+	sql = strings.TrimLeft(sql, " \t\r\n\f")
+	for _, kw := range [...]string{"begin", "start"} {
+		if len(sql) >= len(kw) && strings.EqualFold(sql[:len(kw)], kw) {
+			return true
+		}
+	}
+	return false
+}
+
 // heldNoop runs in place of a NOTIFY, LISTEN or UNLISTEN parsed as the
 // unnamed statement inside a transaction; the statement itself runs in the
 // transaction's final local commit.
@@ -540,16 +587,23 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			s.tx.retry = nil
 		}
 	}
+	noSnap := false
 	if !s.tx.pgSnap || s.rc {
 		// It may take a snapshot: after the commits this node told
-		// before they were visible (termination.ToldAwaiter).
-		if err := s.awaitTold(ctx); err != nil {
-			if err = s.refusedBeforeRun(st, err); err != nil {
-				return err
+		// before they were visible (termination.ToldAwaiter). A BEGIN
+		// takes none, and the block's first statement that does waits.
+		if noSnap = s.beginOnly(st); !noSnap {
+			if err := s.awaitTold(ctx); err != nil {
+				if err = s.refusedBeforeRun(st, err); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if first || s.unitSnapLater {
+	if noSnap && (first || s.unitSnapLater) {
+		// Read after the next statement's wait, not before this one's.
+		s.unitSnapLater = true
+	} else if first || s.unitSnapLater {
 		s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
 	}
 	if first {

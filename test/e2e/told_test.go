@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,6 +68,10 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 	for i := 3; i <= 4; i++ {
 		tx, err := a.Begin(ctx)
 		require.NoError(t, err)
+		// The BEGIN takes no snapshot and does not wait for the last
+		// commit (its UPDATE, answered just before) to become visible;
+		// the block's first statement below waits, and sees it.
+		require.Equal(t, i, value(direct), "round %d: the BEGIN waited for the last commit's COMMIT PREPARED", i)
 		_, err = tx.Exec(ctx, "UPDATE told SET v = v + 1 WHERE k = 1")
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
@@ -100,6 +105,20 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 		require.NotContains(t, out, "Error", "round %d: the write after a COMMIT in its batch:\n%s", i, out)
 	}
 	require.Equal(t, 4, value(b))
+	// A BEGIN bound from a statement the client prepared (pgbench -M
+	// prepared, drivers that prepare what they repeat) does not wait
+	// either, and the block's first read sees the commit.
+	out := exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "b", Query: "BEGIN"}, &pgproto3.Sync{}})
+	require.Equal(t, "*pgproto3.ParseComplete\nReady I\n", out)
+	for i := 5; i <= 6; i++ {
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "UPDATE told SET v = v + 1 WHERE k = 1"}})
+		require.Contains(t, out, "Complete UPDATE 1\nReady I", "round %d", i)
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+		require.Equal(t, "*pgproto3.BindComplete\nComplete BEGIN\nReady T\n", out, "round %d", i)
+		require.Equal(t, i-1, value(direct), "round %d: a prepared BEGIN waited for the last commit's COMMIT PREPARED", i)
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT v FROM told WHERE k = 1; COMMIT"}})
+		require.Contains(t, out, fmt.Sprintf("Row [\"%d\"]", i), "round %d: the block's first read missed the commit told before it", i)
+	}
 	require.NoError(t, c.SlowPGSync(0, 0))
 }
 
