@@ -460,7 +460,8 @@ func (s *session) refusedBeforeRun(st *wire.Statement, err error) error {
 
 // beginOnly reports whether st surely runs nothing but a BEGIN (or START
 // TRANSACTION), which PostgreSQL runs without a snapshot (a
-// TransactionStmt: PlannedStmtRequiresSnapshot), in or out of a block. It
+// TransactionStmt: PlannedStmtRequiresSnapshot; bound without parameter
+// values: exec_bind_message), in or out of a block. It
 // need not wait for the commits this node told before they were visible
 // (awaitTold): the block's first statement that takes a snapshot waits
 // for them, after the client's round trip for the BEGIN, so more of the
@@ -473,7 +474,11 @@ func (s *session) beginOnly(st *wire.Statement) bool {
 	case wire.KindQuery, wire.KindParse:
 		return beginsWithBegin(st.SQL) && onlyBegin(s.analyze(st.SQL))
 	case wire.KindBind:
-		if !onlyBegin(s.stmts[st.Name]) {
+		if len(st.Params) > 0 || !onlyBegin(s.stmts[st.Name]) {
+			// (A Bind with parameter values takes a snapshot, whatever
+			// it binds: exec_bind_message. A BEGIN parsed with declared
+			// parameter types is bound with values, and its block runs
+			// in that snapshot.)
 			return false
 		}
 		if st.Name == "" {

@@ -119,6 +119,36 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT v FROM told WHERE k = 1; COMMIT"}})
 		require.Contains(t, out, fmt.Sprintf("Row [\"%d\"]", i), "round %d: the block's first read missed the commit told before it", i)
 	}
+	// A BEGIN that begins its batch, before a read and an update there:
+	// the batch's snapshot_seqno is read after the read's wait, not at the
+	// BEGIN, or the block's commit is taken for a conflict with the
+	// client's last one.
+	out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "UPDATE told SET v = v + 1 WHERE k = 1"}})
+	require.Contains(t, out, "Complete UPDATE 1\nReady I")
+	out = exchangeAll(t, h, []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Query: "BEGIN"},
+		&pgproto3.Parse{Name: "r", Query: "SELECT v FROM told WHERE k = 1"}, &pgproto3.Bind{PreparedStatement: "r"}, &pgproto3.Execute{},
+		&pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "UPDATE told SET v = v + 1 WHERE k = 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+	require.Contains(t, out, "Row [\"7\"]", "the batch's read missed the commit told before it:\n%s", out)
+	require.Contains(t, out, "Complete UPDATE 1\nReady T", out)
+	out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}})
+	require.Equal(t, "Complete COMMIT\nReady I\n", out, "the block that began its batch with a BEGIN")
+	// A BEGIN parsed with a declared parameter type is bound with a value,
+	// and that Bind takes the snapshot its block then runs in (at
+	// REPEATABLE READ, the session's default here): it waits.
+	out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET default_transaction_isolation = 'repeatable read'"}})
+	require.Equal(t, "Complete SET\nReady I\n", out)
+	out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "b1", Query: "BEGIN", ParameterOIDs: []uint32{23}}, &pgproto3.Sync{}})
+	require.Equal(t, "*pgproto3.ParseComplete\nReady I\n", out)
+	for i := 9; i <= 10; i++ {
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "UPDATE told SET v = v + 1 WHERE k = 1"}})
+		require.Contains(t, out, "Complete UPDATE 1\nReady I", "round %d", i)
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "b1", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+		require.Equal(t, "*pgproto3.BindComplete\nComplete BEGIN\nReady T\n", out, "round %d", i)
+		out = exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT v FROM told WHERE k = 1; COMMIT"}})
+		require.Contains(t, out, fmt.Sprintf("Row [\"%d\"]", i), "round %d: a BEGIN bound with a parameter took its block's snapshot before the commit told before it", i)
+	}
 	require.NoError(t, c.SlowPGSync(0, 0))
 }
 
