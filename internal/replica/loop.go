@@ -451,6 +451,18 @@ func (r *Replica) carryOutTxn(ctx context.Context, dec termination.Decision, e *
 		if err := r.finishLocal(ctx, dec.Seqno, dec.GID, dec.Commit, e, frags); err != nil {
 			return err
 		}
+		if dec.Commit && dec.Seqno > r.cfg.Proven && r.Name() == termination.DBSMRC {
+			// Under dbsm-rc a SERIALIZABLE transaction is certified from
+			// no later than the largest proof row its snapshot holds
+			// (_ordo.committed_prefix(), read by the probe): the proof
+			// row goes before the commit is shown (showTold, the notify
+			// below), or the client's next transaction, taking its
+			// snapshot at once, is certified from before its own last
+			// commit and aborts on it.
+			if err := r.flushProofs(ctx); err != nil {
+				return err
+			}
+		}
 	} else if dec.Commit {
 		r.rollbackConflicting(ctx, decodeKeys(e))
 		if err := r.applyEntry(ctx, dec.Seqno, e, frags); err != nil {
