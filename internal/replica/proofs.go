@@ -20,7 +20,9 @@ import (
 // transaction as its rows; a local transaction's proof row is inserted by
 // the delivery loop after its COMMIT PREPARED, always before the next
 // apply commits (proofs become durable in seqno order, even without
-// waiting for their WAL flush). So for every seqno up to the largest proof
+// waiting for their WAL flush), and under dbsm-rc before the commit is
+// shown (its SERIALIZABLE transactions are certified from the proofs
+// their snapshots hold: carryOut). So for every seqno up to the largest proof
 // (the proven prefix), a proof row exists exactly if the transaction
 // committed here, which every node decided alike.
 //
