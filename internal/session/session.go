@@ -605,11 +605,12 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 		}
 	}
-	if noSnap && (first || s.unitSnapLater) {
-		// Read after the next statement's wait, not before this one's.
-		s.unitSnapLater = true
-	} else if first || s.unitSnapLater {
-		s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
+	if first || s.unitSnapLater {
+		if noSnap {
+			s.unitSnapLater = true // read after the next statement's wait
+		} else {
+			s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
+		}
 	}
 	if first {
 		s.unitStatus = 0

@@ -358,7 +358,14 @@ func exchangeAll(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendM
 // sends and reads itself (exchange).
 func hijackNode(t *testing.T, c *cluster, i int) *pgconn.HijackedConn {
 	t.Helper()
-	pc, err := pgconn.Connect(context.Background(), c.dsn(i))
+	return hijackDSN(t, c.dsn(i))
+}
+
+// hijackDSN opens a connection to dsn whose messages the test sends and
+// reads itself (exchange).
+func hijackDSN(t *testing.T, dsn string) *pgconn.HijackedConn {
+	t.Helper()
+	pc, err := pgconn.Connect(context.Background(), dsn)
 	require.NoError(t, err)
 	h, err := pc.Hijack()
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
@@ -90,11 +89,7 @@ func TestCommitIsAnsweredBeforeItsLastFlush(t *testing.T) {
 	// transaction, whose certification counts the commit before it (it
 	// was taken for a conflict with it: the session fuzzer, seed
 	// 1796171387262507541).
-	pc, err := pgconn.Connect(ctx, c.DSN(0))
-	require.NoError(t, err)
-	h, err := pc.Hijack()
-	require.NoError(t, err)
-	defer h.Conn.Close()
+	h := hijackDSN(t, c.DSN(0))
 	for i := 1; i <= 2; i++ {
 		exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN; UPDATE told SET v = v + 1 WHERE k = 1"}})
 		out := exchangeAll(t, h, []pgproto3.FrontendMessage{
@@ -287,11 +282,7 @@ func tableCluster(t *testing.T, table string, o proccluster.Options) (*procclust
 func TestSerializableRightAfterTheClientsOwnCommit(t *testing.T) {
 	t.Parallel()
 	c, _ := tableCluster(t, "serial_own", proccluster.Options{Protocol: "dbsm-rc"})
-	pc, err := pgconn.Connect(context.Background(), c.DSN(0))
-	require.NoError(t, err)
-	h, err := pc.Hijack()
-	require.NoError(t, err)
-	defer h.Conn.Close()
+	h := hijackDSN(t, c.DSN(0))
 	for i := 1; i <= 100; i++ {
 		out := exchangeAll(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: fmt.Sprintf("INSERT INTO serial_own VALUES (%d, 0)", i)}})
 		require.Contains(t, out, "Complete INSERT 0 1\nReady I", "round %d", i)
