@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,13 @@ type ddlStmt struct {
 	// (TRUNCATE, roles, databases, event triggers) nothing proves it ran;
 	// it is replayed as sent, as before DDL was captured.
 	seen bool
-	keys []txn.Key
+	// unrun: bound into portal (a client's Bind) and not executed yet.
+	// PostgreSQL runs a statement at its Execute; one event triggers
+	// never see is replayed only once its Execute was sent (Executed):
+	// a role bound and never run was created on the other nodes alone.
+	unrun  bool
+	portal string
+	keys   []txn.Key
 	// fastDefaults, table: the columns it adds with a default that is not
 	// a constant, and their table as written (analysis.LiteralDefaults).
 	fastDefaults []string
@@ -53,6 +60,37 @@ func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
 	d.fastDefaults, d.table = a.FastDefaults, a.FastDefaultsTable
 	d.materializes = a.Materializes
 	return d
+}
+
+// Executed implements wire.PortalWatcher: the client's Execute of portal
+// is being sent, so the last statement bound into it that waited for it
+// runs (a portal bound again runs only its last Bind's), and it runs
+// here, after what ran since its Bind: a SAVEPOINT set in between is
+// before it, and a ROLLBACK TO that savepoint undoes it.
+func (s *session) Executed(portal string) {
+	for i := len(s.tx.ddl) - 1; i >= 0; i-- {
+		if d := s.tx.ddl[i]; d.unrun && d.portal == portal {
+			d.unrun = false
+			s.tx.ddl = append(slices.Delete(s.tx.ddl, i, i+1), d)
+			for j := range s.tx.savepoints {
+				if sp := &s.tx.savepoints[j]; sp.ddl > i {
+					sp.ddl--
+				}
+			}
+			return
+		}
+	}
+}
+
+// ranDDL is the transaction's DDL less the statements bound and never
+// executed (unrun), which PostgreSQL never ran.
+func ranDDL(stmts []ddlStmt) []ddlStmt {
+	for _, d := range stmts {
+		if d.unrun {
+			return slices.DeleteFunc(slices.Clone(stmts), func(d ddlStmt) bool { return d.unrun })
+		}
+	}
+	return stmts
 }
 
 // matviewDepsSQL lists what a materialized view's query reads directly

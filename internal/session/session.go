@@ -3072,7 +3072,12 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 		if a.Tag == "TruncateStmt" {
 			return // its decoded truncate carries it, as it ran (or not at all, rolled back)
 		}
-		s.tx.ddl = append(s.tx.ddl, newDDLStmt(a, m.sent))
+		d := newDDLStmt(a, m.sent)
+		if !d.seen && m.kind == wire.KindBind && m.msg != nil {
+			d.unrun, d.portal = true, m.msg.Portal
+			m.msg.WatchExecute = true // (Executed)
+		}
+		s.tx.ddl = append(s.tx.ddl, d)
 		return // DDL reads the catalog, which only DDL changes, in total order
 	}
 	if a.Kind == analysis.KindOpaque {

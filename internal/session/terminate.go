@@ -808,7 +808,7 @@ func (s *session) terminate(ctx context.Context, gid txn.GID, prepared time.Time
 		// residue class): every node runs its own after a replay.
 		records = slices.DeleteFunc(slices.Clone(records), func(r capture.DDLRecord) bool { return r.Query == s.h.cfg.AfterDDL })
 	}
-	ddl, err := joinDDL(s.tx.ddl, records, s.tx.blocks, len(ws.Rows) > 0)
+	ddl, err := joinDDL(ranDDL(s.tx.ddl), records, s.tx.blocks, len(ws.Rows) > 0)
 	if err != nil {
 		s.abandon(gid)
 		return pgErr(codeFeatureNotSupported, "%v; the transaction was rolled back", err)

@@ -60,6 +60,17 @@ type SessionHooks interface {
 	Close()
 }
 
+// PortalWatcher is implemented by SessionHooks that set
+// Statement.WatchExecute. Executed is called on the session goroutine, under
+// rule 1, when the client's Execute of portal is sent to PostgreSQL (not
+// one Ordo answers itself, and not one after a message of the batch the
+// hooks refused: PostgreSQL skips those). It must not block or Exec.
+// Whether the statement then succeeds is told as for any other: an error
+// fails the transaction, or the subtransaction a ROLLBACK TO undoes.
+type PortalWatcher interface {
+	Executed(portal string)
+}
+
 // StatementKind names the client message a Statement reports.
 type StatementKind uint8
 
@@ -97,6 +108,13 @@ type Statement struct {
 	// row has one column ending with ShowMarker stands for a SHOW: the
 	// client gets the value without the marker and the tag SHOW.
 	Rewrite string
+	// WatchExecute may be set by Statement for a Bind: the hooks are then
+	// told (PortalWatcher.Executed) when the client's Execute of the
+	// portal is sent, once, and not if the portal is bound again, closed,
+	// or its transaction ends first. The session acts on a statement at
+	// its Bind, PostgreSQL runs it at its Execute: a statement nothing
+	// else proves ran (a role's) waits for this.
+	WatchExecute bool
 	// Replaced, with the Rewrite of a Query, says which parts of SQL it
 	// replaced, in order: PostgreSQL's error positions in the rewritten
 	// text are made the client's (nil: they are left as they are).

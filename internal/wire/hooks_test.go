@@ -93,6 +93,7 @@ func (s *testSession) Statement(ctx context.Context, st *Statement) error {
 			params[i] = string(p)
 		}
 		ev = fmt.Sprintf("Bind %s %s %v", st.Portal, st.Name, params)
+		st.WatchExecute = strings.HasPrefix(st.Portal, "w") || st.Name == "watched"
 	case KindCloseStatement:
 		ev = "CloseStatement " + st.Name
 	}
@@ -135,6 +136,15 @@ func (s *testSession) Statement(ctx context.Context, st *Statement) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// Executed implements PortalWatcher.
+func (s *testSession) Executed(portal string) {
+	s.enter()
+	defer s.leave()
+	s.mu.Lock()
+	s.events = append(s.events, "Executed "+portal)
+	s.mu.Unlock()
 }
 
 func (s *testSession) ReadyForQuery(txStatus byte) {
@@ -438,4 +448,65 @@ func TestCopyDataBeforeCopyInResponse(t *testing.T) {
 		&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{}}
 	run("a refused COPY", [][]pgproto3.FrontendMessage{join(copyIn("copy_early", true), sync)}, join(refused, after), 4,
 		"copy copy_early from stdin @I|copy copy_early from stdin @I|"+afterWant)
+}
+
+// TestHooksToldOfWatchedExecutes: a portal whose Bind asked
+// (WatchExecute) is told once, when its Execute is sent, and not when it
+// was bound again, closed, dropped by a Query (the unnamed one) or by the
+// end of its transaction, or when PostgreSQL skips its Execute after a
+// message of the batch the hooks refused.
+func TestHooksToldOfWatchedExecutes(t *testing.T) {
+	h := &testHooks{}
+	p := startProxy(t, h, nil)
+	r := dialRaw(t, p.addr, "trustuser")
+	parse := func(name, sql string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: sql} }
+	r.send(parse("watched", "SELECT 1"), parse("other", "SELECT 2"), &pgproto3.Sync{})
+	r.untilReady()
+	steps := [][]pgproto3.FrontendMessage{
+		// told: executed twice (a row limit), told once
+		{&pgproto3.Bind{DestinationPortal: "w1", PreparedStatement: "other"}, &pgproto3.Execute{Portal: "w1", MaxRows: 1}, &pgproto3.Execute{Portal: "w1"}, &pgproto3.Sync{}},
+		// bound again unwatched, then executed: not told
+		{&pgproto3.Bind{PreparedStatement: "watched"}, &pgproto3.Bind{PreparedStatement: "other"}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// closed, then an Execute (PostgreSQL fails it): not told
+		{&pgproto3.Query{String: "BEGIN"}},
+		{&pgproto3.Bind{DestinationPortal: "w2", PreparedStatement: "other"}, &pgproto3.Close{ObjectType: 'P', Name: "w2"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "w2"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "ROLLBACK"}},
+		// the unnamed portal dropped by a Query in its block: not told
+		{&pgproto3.Query{String: "BEGIN"}},
+		{&pgproto3.Bind{PreparedStatement: "watched"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "SELECT 3"}},
+		{&pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "ROLLBACK"}},
+		// bound in one batch of a block, executed in the next: told
+		{&pgproto3.Query{String: "BEGIN"}},
+		{&pgproto3.Bind{DestinationPortal: "w3", PreparedStatement: "other"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "w3"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "COMMIT"}},
+		// bound outside a block, its transaction over at the Sync: not told
+		{&pgproto3.Bind{DestinationPortal: "w4", PreparedStatement: "other"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "w4"}, &pgproto3.Sync{}},
+		// after a message the hooks refused, PostgreSQL skips it: not told
+		{&pgproto3.Query{String: "BEGIN"}},
+		{&pgproto3.Bind{DestinationPortal: "w5", PreparedStatement: "other"}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Query: "SELECT 'forbidden'"}, &pgproto3.Execute{Portal: "w5"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "ROLLBACK"}},
+	}
+	for _, msgs := range steps {
+		r.send(msgs...)
+		r.untilReady()
+	}
+	var told []string
+	events, _, _, overlap := h.last().snapshot()
+	for _, e := range events {
+		if strings.HasPrefix(e, "Executed") {
+			told = append(told, e)
+		}
+	}
+	if got := strings.Join(told, ","); got != "Executed w1,Executed w3" {
+		t.Errorf("told %q, want the Executes of w1 and w3 once each; events:\n%s", got, strings.Join(events, "\n"))
+	}
+	if overlap {
+		t.Error("hook methods overlapped")
+	}
 }

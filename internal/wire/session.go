@@ -198,6 +198,11 @@ type session struct {
 	inMsgs  int64
 	stmt    Statement
 	rewrite string // Statement.Rewrite of the last hook call
+	// watch: Statement.WatchExecute of the last hook call; watched: the
+	// portals whose Execute the hooks wait for (PortalWatcher), nil for
+	// none, cleared when a unit begins outside a transaction.
+	watch   bool
+	watched map[string]bool
 	// replaced: Statement.Replaced of the last hook call
 	replaced []Replaced
 
@@ -289,6 +294,9 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		ss.deliverEvents()
 	}
 	ss.portals.atUnit(ss.lastFailed.Load(), byte(ss.txStatus.Load()))
+	if ss.watched != nil && ss.txStatus.Load() == 'I' {
+		clear(ss.watched) // the portals ended with their transaction
+	}
 	ss.unit++
 	ss.unitRows.Store(false) // every earlier reply has arrived
 	ss.copyInsAtUnit, ss.copyEnds = ss.copyIns.Load(), 0
@@ -651,6 +659,7 @@ func (ss *session) clientLoop() error {
 			ss.execSinceQuery = false
 			if ss.hooks != nil {
 				ss.portals.query()
+				delete(ss.watched, "") // a Query drops the unnamed portal
 			}
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
@@ -722,8 +731,17 @@ func (ss *session) clientLoop() error {
 					// portal's Execute, and is dropped if none comes
 					// before the Sync (nothing ran).
 					ss.deferredReject = &deferredReject{portal: m.DestinationPortal, err: err}
+				} else if ss.watch {
+					if ss.watched == nil {
+						ss.watched = map[string]bool{}
+					}
+					ss.watched[m.DestinationPortal] = true
 				}
 			}
+			if ss.watched != nil && !ss.watch {
+				delete(ss.watched, m.DestinationPortal) // bound again
+			}
+			ss.watch = false
 			if m.DestinationPortal == "" {
 				ss.portals.unnamedLater = false // (its Execute, or the Sync, tells)
 			}
@@ -737,6 +755,7 @@ func (ss *session) clientLoop() error {
 				if ss.hooks != nil {
 					ss.portals.closed(m.Name)
 				}
+				delete(ss.watched, m.Name)
 			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
@@ -766,6 +785,10 @@ func (ss *session) clientLoop() error {
 				ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
 				ss.skipping = true
 				continue
+			}
+			if ss.watched[m.Portal] && !ss.skipping {
+				delete(ss.watched, m.Portal)
+				ss.portalExecuted(m.Portal)
 			}
 		case *pgproto3.Describe:
 			ss.batchOpen = true
@@ -1196,7 +1219,7 @@ func (ss *session) callStatement() error {
 	err := ss.hooks.Statement(ss.ctx, &ss.stmt)
 	ss.drainEventsLocked()
 	ss.hookMu.Unlock()
-	ss.rewrite, ss.replaced = ss.stmt.Rewrite, ss.stmt.Replaced
+	ss.rewrite, ss.replaced, ss.watch = ss.stmt.Rewrite, ss.stmt.Replaced, ss.stmt.WatchExecute
 	if ss.rewrite != "" && !ss.showRewritten.Load() && strings.Contains(ss.rewrite, ShowMarkerSQL) {
 		ss.showRewritten.Store(true)
 	}
@@ -1206,6 +1229,20 @@ func (ss *session) callStatement() error {
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 	}
 	return err
+}
+
+// portalExecuted tells the hooks that the client's Execute of portal, which
+// they watch, is being sent (PortalWatcher).
+func (ss *session) portalExecuted(portal string) {
+	w, ok := ss.hooks.(PortalWatcher)
+	if !ok {
+		return
+	}
+	ss.hookMu.Lock()
+	ss.drainEventsLocked()
+	w.Executed(portal)
+	ss.hookMu.Unlock()
+	ss.deliverEvents()
 }
 
 // closeUnnamed sends Closes of the unnamed statement and portal, whose

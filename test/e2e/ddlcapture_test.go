@@ -195,6 +195,59 @@ func TestSavepointStatementsPostgreSQLSkipsAreNotFollowed(t *testing.T) {
 	}
 }
 
+// TestRoleStatementsRunAtTheirExecute: a role's statement, which no event
+// trigger proves ran, is replicated only if its portal was executed.
+// PostgreSQL runs a statement at its Execute; the session followed it at
+// its Bind, so a role bound and never executed (no Execute before the
+// Sync, the portal bound again, or closed) was created on the other nodes
+// and not on the origin (the review of the session fuzzer's fixes,
+// status.md). One executed in a later batch of its block is replicated,
+// and follows the savepoints set before its Execute, not its Bind.
+func TestRoleStatementsRunAtTheirExecute(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm-si")
+	ctx := context.Background()
+	h := hijackNode(t, c, 0)
+	role := func(name string) *pgproto3.Parse { return &pgproto3.Parse{Query: "CREATE ROLE " + name} }
+	for i, msgs := range [][]pgproto3.FrontendMessage{
+		// Autocommit: bound, never executed.
+		{role("bx_never"), &pgproto3.Bind{}, &pgproto3.Sync{}},
+		// Autocommit: the unnamed portal bound again before its Execute.
+		{role("bx_replaced"), &pgproto3.Bind{}, role("bx_ran"), &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// Autocommit: executed.
+		{role("bx_plain"), &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		// In a block: a named portal bound, closed, never executed; another
+		// bound in one batch and executed in the next; one left bound at
+		// the COMMIT.
+		queryMsg("BEGIN"),
+		{role("bx_closed"), &pgproto3.Bind{DestinationPortal: "p1"}, &pgproto3.Close{ObjectType: 'P', Name: "p1"}, &pgproto3.Sync{}},
+		{role("bx_later"), &pgproto3.Bind{DestinationPortal: "p2"}, &pgproto3.Sync{}},
+		{&pgproto3.Execute{Portal: "p2"}, &pgproto3.Sync{}},
+		{role("bx_left"), &pgproto3.Bind{DestinationPortal: "p3"}, &pgproto3.Sync{}},
+		// Bound before a savepoint, executed after it, rolled back to it;
+		// bound before a savepoint, executed before a second one, which
+		// is rolled back to: the first undone, the second kept.
+		{role("bx_undone"), &pgproto3.Bind{DestinationPortal: "p4"}, &pgproto3.Sync{}},
+		{role("bx_kept"), &pgproto3.Bind{DestinationPortal: "p5"}, &pgproto3.Sync{}},
+		queryMsg("SAVEPOINT s"),
+		{&pgproto3.Execute{Portal: "p5"}, &pgproto3.Sync{}},
+		queryMsg("SAVEPOINT s2"),
+		{&pgproto3.Execute{Portal: "p4"}, &pgproto3.Sync{}},
+		queryMsg("ROLLBACK TO s2"),
+		queryMsg("COMMIT"),
+	} {
+		out := exchange(t, h, msgs)
+		require.NotContains(t, out, "ErrorResponse", "step %d", i)
+	}
+	c.waitConverged()
+	for i := range c.nodes {
+		require.NoError(t, c.nodes[i].Replica().Err(), "node %d must keep accepting updates", i+1)
+		var roles string
+		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT coalesce(string_agg(rolname, ',' ORDER BY rolname), '') FROM pg_roles WHERE rolname LIKE 'bx\\_%'").Scan(&roles))
+		require.Equal(t, "bx_kept,bx_later,bx_plain,bx_ran", roles, "node %d", i+1)
+	}
+}
+
 // TestDDLInBlocksAndFunctions: DDL run by a DO block or a function is
 // replicated (it used to stay on its node alone) when its transaction
 // writes no rows, and refused with a clear error, changing nothing, when
