@@ -31,11 +31,11 @@ type ddlStmt struct {
 	// (TRUNCATE, roles, databases, event triggers) nothing proves it ran;
 	// it is replayed as sent, as before DDL was captured.
 	seen bool
-	// unrun: bound into portal (a client's Bind) and not executed yet.
-	// PostgreSQL runs a statement at its Execute; one event triggers
-	// never see is replayed only once its Execute was sent (Executed):
-	// a role bound and never run was created on the other nodes alone.
-	unrun  bool
+	// bind and portal: for a statement event triggers never see, bound
+	// by a client's Bind, where it stands between its Bind and its
+	// Execute (bindState). PostgreSQL runs a statement at its Execute: a
+	// role bound and never run was created on the other nodes alone.
+	bind   bindState
 	portal string
 	keys   []txn.Key
 	// fastDefaults, table: the columns it adds with a default that is not
@@ -62,33 +62,71 @@ func newDDLStmt(a *analysis.Statement, sent string) ddlStmt {
 	return d
 }
 
+// bindState is where a statement bound into a portal stands. The
+// transaction's DDL list is also the log of its portals' Binds and
+// Executes as the client sent them: PostgreSQL may skip any of them after
+// an error in its batch, and the transaction goes on only after a
+// ROLLBACK TO a savepoint set before that error, which drops every entry
+// sent after the savepoint (savepointOp). So an entry that stands for
+// something PostgreSQL skipped is gone before it can matter.
+type bindState uint8
+
+const (
+	// bindRan: a statement that ran where it stands (a Query's, or one
+	// event triggers see, which their records prove).
+	bindRan bindState = iota
+	// bindUnrun: bound into portal, where it stays; it is not replayed
+	// (ranDDL). Its Execute appends a bindExecuted copy (Executed).
+	bindUnrun
+	// bindExecuted: a copy of the bindUnrun statement before it, where
+	// its portal's Execute was sent: replayed there, and undone with what
+	// a ROLLBACK TO undoes after it.
+	bindExecuted
+	// bindRebound: a later Bind of portal, of anything; an Execute after
+	// it runs that, not a statement bound before it.
+	bindRebound
+)
+
 // Executed implements wire.PortalWatcher: the client's Execute of portal
-// is being sent, so the last statement bound into it that waited for it
-// runs (a portal bound again runs only its last Bind's), and it runs
-// here, after what ran since its Bind: a SAVEPOINT set in between is
-// before it, and a ROLLBACK TO that savepoint undoes it.
+// is being sent. If the last thing bound into portal is a statement
+// waiting for it (bindUnrun), it runs here, after what was sent since
+// its Bind: a SAVEPOINT set in between is before it, and a ROLLBACK TO
+// that savepoint undoes it. An Execute of a portal whose statement ran
+// already, or that holds something else, adds nothing (PostgreSQL fails
+// the first, or runs the other).
 func (s *session) Executed(portal string) {
 	for i := len(s.tx.ddl) - 1; i >= 0; i-- {
-		if d := s.tx.ddl[i]; d.unrun && d.portal == portal {
-			d.unrun = false
-			s.tx.ddl = append(slices.Delete(s.tx.ddl, i, i+1), d)
-			for j := range s.tx.savepoints {
-				if sp := &s.tx.savepoints[j]; sp.ddl > i {
-					sp.ddl--
-				}
-			}
+		d := s.tx.ddl[i]
+		if d.bind == bindRan || d.portal != portal {
+			continue
+		}
+		if d.bind == bindUnrun {
+			d.bind = bindExecuted
+			s.tx.ddl = append(s.tx.ddl, d)
+		}
+		return
+	}
+}
+
+// rebound notes a client's Bind into portal, whatever it binds: a
+// statement bound into it before and waiting for its Execute no longer
+// runs at one (if PostgreSQL ran this Bind).
+func (s *session) rebound(portal string) {
+	for _, d := range s.tx.ddl {
+		if d.bind == bindUnrun && d.portal == portal {
+			s.tx.ddl = append(s.tx.ddl, ddlStmt{bind: bindRebound, portal: portal})
 			return
 		}
 	}
 }
 
-// ranDDL is the transaction's DDL less the statements bound and never
-// executed (unrun), which PostgreSQL never ran.
+// ranDDL is the transaction's DDL as it ran: without the statements
+// bound into portals as they were bound, and Binds of other things
+// (bindUnrun, bindRebound), but with their Executes (bindExecuted).
 func ranDDL(stmts []ddlStmt) []ddlStmt {
-	for _, d := range stmts {
-		if d.unrun {
-			return slices.DeleteFunc(slices.Clone(stmts), func(d ddlStmt) bool { return d.unrun })
-		}
+	notRun := func(d ddlStmt) bool { return d.bind == bindUnrun || d.bind == bindRebound }
+	if slices.ContainsFunc(stmts, notRun) {
+		return slices.DeleteFunc(slices.Clone(stmts), notRun)
 	}
 	return stmts
 }

@@ -528,6 +528,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.queryFrees = nil
 	}()
 	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
+	if st.Kind == wire.KindBind && len(s.tx.ddl) > 0 {
+		s.rebound(st.Portal)
+	}
 	first := st.AtBoundary
 	if first && s.be.TxStatus() == 'I' && s.aborted.Load() {
 		// An abort that came while the session stood idle, outside any
@@ -3074,7 +3077,7 @@ func (s *session) track(a *analysis.Statement, params []analysis.Param, m at) {
 		}
 		d := newDDLStmt(a, m.sent)
 		if !d.seen && m.kind == wire.KindBind && m.msg != nil {
-			d.unrun, d.portal = true, m.msg.Portal
+			d.bind, d.portal = bindUnrun, m.msg.Portal
 			m.msg.WatchExecute = true // (Executed)
 		}
 		s.tx.ddl = append(s.tx.ddl, d)

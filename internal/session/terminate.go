@@ -710,7 +710,7 @@ func (s *session) afterDDL(ctx context.Context) error {
 	if err := s.materializedKeys(ctx); err != nil {
 		return err
 	}
-	if len(s.tx.ddl) == 0 || s.h.cfg.AfterDDL == "" {
+	if len(ranDDL(s.tx.ddl)) == 0 || s.h.cfg.AfterDDL == "" {
 		return nil
 	}
 	_, err := s.execOwn(ctx, "after the transaction's DDL", s.h.cfg.AfterDDL)

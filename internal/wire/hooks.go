@@ -65,8 +65,10 @@ type SessionHooks interface {
 // rule 1, when the client's Execute of portal is sent to PostgreSQL (not
 // one Ordo answers itself, and not one after a message of the batch the
 // hooks refused: PostgreSQL skips those). It must not block or Exec.
-// Whether the statement then succeeds is told as for any other: an error
-// fails the transaction, or the subtransaction a ROLLBACK TO undoes.
+// PostgreSQL may still skip it (an error earlier in the batch) or fail it
+// (the portal was closed, or ran already): the error then fails the
+// transaction, or the subtransaction a ROLLBACK TO undoes, which is where
+// the hooks must have placed what they took to have run.
 type PortalWatcher interface {
 	Executed(portal string)
 }
@@ -109,11 +111,13 @@ type Statement struct {
 	// client gets the value without the marker and the tag SHOW.
 	Rewrite string
 	// WatchExecute may be set by Statement for a Bind: the hooks are then
-	// told (PortalWatcher.Executed) when the client's Execute of the
-	// portal is sent, once, and not if the portal is bound again, closed,
-	// or its transaction ends first. The session acts on a statement at
-	// its Bind, PostgreSQL runs it at its Execute: a statement nothing
-	// else proves ran (a role's) waits for this.
+	// told (PortalWatcher.Executed) of every Execute of that portal name
+	// the client sends until its transaction ends, whatever was bound to
+	// it since (the hooks see every Bind, and whether PostgreSQL ran a
+	// Bind, a Close or an Execute is known only from its replies). The
+	// session acts on a statement at its Bind, PostgreSQL runs it at its
+	// Execute: a statement nothing else proves ran (a role's) waits for
+	// this.
 	WatchExecute bool
 	// Replaced, with the Rewrite of a Query, says which parts of SQL it
 	// replaced, in order: PostgreSQL's error positions in the rewritten

@@ -199,8 +199,11 @@ type session struct {
 	stmt    Statement
 	rewrite string // Statement.Rewrite of the last hook call
 	// watch: Statement.WatchExecute of the last hook call; watched: the
-	// portals whose Execute the hooks wait for (PortalWatcher), nil for
-	// none, cleared when a unit begins outside a transaction.
+	// portals whose Executes the hooks want to hear of (PortalWatcher),
+	// nil for none, cleared when a unit begins outside a transaction.
+	// Nothing else forgets one: PostgreSQL may skip the Bind, Close or
+	// Query that would have dropped it (after an error in its batch) and
+	// a ROLLBACK TO then keeps the portal (review of 5a09dec).
 	watch   bool
 	watched map[string]bool
 	// replaced: Statement.Replaced of the last hook call
@@ -659,7 +662,6 @@ func (ss *session) clientLoop() error {
 			ss.execSinceQuery = false
 			if ss.hooks != nil {
 				ss.portals.query()
-				delete(ss.watched, "") // a Query drops the unnamed portal
 			}
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
@@ -738,9 +740,6 @@ func (ss *session) clientLoop() error {
 					ss.watched[m.DestinationPortal] = true
 				}
 			}
-			if ss.watched != nil && !ss.watch {
-				delete(ss.watched, m.DestinationPortal) // bound again
-			}
 			ss.watch = false
 			if m.DestinationPortal == "" {
 				ss.portals.unnamedLater = false // (its Execute, or the Sync, tells)
@@ -755,7 +754,6 @@ func (ss *session) clientLoop() error {
 				if ss.hooks != nil {
 					ss.portals.closed(m.Name)
 				}
-				delete(ss.watched, m.Name)
 			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
@@ -787,7 +785,6 @@ func (ss *session) clientLoop() error {
 				continue
 			}
 			if ss.watched[m.Portal] && !ss.skipping {
-				delete(ss.watched, m.Portal)
 				ss.portalExecuted(m.Portal)
 			}
 		case *pgproto3.Describe:

@@ -202,49 +202,86 @@ func TestSavepointStatementsPostgreSQLSkipsAreNotFollowed(t *testing.T) {
 // Sync, the portal bound again, or closed) was created on the other nodes
 // and not on the origin (the review of the session fuzzer's fixes,
 // status.md). One executed in a later batch of its block is replicated,
-// and follows the savepoints set before its Execute, not its Bind.
+// and follows the savepoints set before its Execute, not its Bind. And
+// what PostgreSQL skips after an error in a batch (an Execute, a Close, a
+// Bind), or a Query that drops no portal, leaves the portal to a later
+// Execute, which replicates the role (the review of the first version of
+// the fix, which took each of them for done).
 func TestRoleStatementsRunAtTheirExecute(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	ctx := context.Background()
 	h := hijackNode(t, c, 0)
 	role := func(name string) *pgproto3.Parse { return &pgproto3.Parse{Query: "CREATE ROLE " + name} }
-	for i, msgs := range [][]pgproto3.FrontendMessage{
+	fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	type step struct {
+		msgs  []pgproto3.FrontendMessage
+		fails bool
+	}
+	steps := []step{
 		// Autocommit: bound, never executed.
-		{role("bx_never"), &pgproto3.Bind{}, &pgproto3.Sync{}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_never"), &pgproto3.Bind{}, &pgproto3.Sync{}}},
 		// Autocommit: the unnamed portal bound again before its Execute.
-		{role("bx_replaced"), &pgproto3.Bind{}, role("bx_ran"), &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_replaced"), &pgproto3.Bind{}, role("bx_ran"), &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 		// Autocommit: executed.
-		{role("bx_plain"), &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_plain"), &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 		// In a block: a named portal bound, closed, never executed; another
 		// bound in one batch and executed in the next; one left bound at
 		// the COMMIT.
-		queryMsg("BEGIN"),
-		{role("bx_closed"), &pgproto3.Bind{DestinationPortal: "p1"}, &pgproto3.Close{ObjectType: 'P', Name: "p1"}, &pgproto3.Sync{}},
-		{role("bx_later"), &pgproto3.Bind{DestinationPortal: "p2"}, &pgproto3.Sync{}},
-		{&pgproto3.Execute{Portal: "p2"}, &pgproto3.Sync{}},
-		{role("bx_left"), &pgproto3.Bind{DestinationPortal: "p3"}, &pgproto3.Sync{}},
+		{msgs: queryMsg("BEGIN")},
+		{msgs: []pgproto3.FrontendMessage{role("bx_closed"), &pgproto3.Bind{DestinationPortal: "p1"}, &pgproto3.Close{ObjectType: 'P', Name: "p1"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_later"), &pgproto3.Bind{DestinationPortal: "p2"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p2"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_left"), &pgproto3.Bind{DestinationPortal: "p3"}, &pgproto3.Sync{}}},
 		// Bound before a savepoint, executed after it, rolled back to it;
 		// bound before a savepoint, executed before a second one, which
 		// is rolled back to: the first undone, the second kept.
-		{role("bx_undone"), &pgproto3.Bind{DestinationPortal: "p4"}, &pgproto3.Sync{}},
-		{role("bx_kept"), &pgproto3.Bind{DestinationPortal: "p5"}, &pgproto3.Sync{}},
-		queryMsg("SAVEPOINT s"),
-		{&pgproto3.Execute{Portal: "p5"}, &pgproto3.Sync{}},
-		queryMsg("SAVEPOINT s2"),
-		{&pgproto3.Execute{Portal: "p4"}, &pgproto3.Sync{}},
-		queryMsg("ROLLBACK TO s2"),
-		queryMsg("COMMIT"),
-	} {
-		out := exchange(t, h, msgs)
-		require.NotContains(t, out, "ErrorResponse", "step %d", i)
+		{msgs: []pgproto3.FrontendMessage{role("bx_undone"), &pgproto3.Bind{DestinationPortal: "p4"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_kept"), &pgproto3.Bind{DestinationPortal: "p5"}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("SAVEPOINT s")},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p5"}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("SAVEPOINT s2")},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p4"}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("ROLLBACK TO s2")},
+		// Closed and bound again to a query, then executed: the query
+		// runs, not the role.
+		{msgs: []pgproto3.FrontendMessage{role("bx_rebound"), &pgproto3.Bind{DestinationPortal: "p6"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "p6"}, &pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "p6"}, &pgproto3.Execute{Portal: "p6"}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("COMMIT")},
+		// Skipped after an error of their batch, then undone by a
+		// ROLLBACK TO: an Execute, a Close, a Bind of a portal that
+		// exists (which PostgreSQL refuses, 42P03); then executed.
+		{msgs: queryMsg("BEGIN")},
+		{msgs: []pgproto3.FrontendMessage{role("bx_skip_exec"), &pgproto3.Bind{DestinationPortal: "q1"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_skip_close"), &pgproto3.Bind{DestinationPortal: "q2"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{role("bx_dup_bind"), &pgproto3.Bind{DestinationPortal: "q3"}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("SAVEPOINT s")},
+		{msgs: append(slices.Clone(fail), &pgproto3.Execute{Portal: "q1"}, &pgproto3.Close{ObjectType: 'P', Name: "q2"}, &pgproto3.Sync{}), fails: true},
+		{msgs: queryMsg("ROLLBACK TO s")},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "q3"}, &pgproto3.Sync{}}, fails: true},
+		{msgs: queryMsg("ROLLBACK TO s")},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "q1"}, &pgproto3.Execute{Portal: "q2"}, &pgproto3.Execute{Portal: "q3"}, &pgproto3.Sync{}}},
+		// A Query with no statement (pgx's ping) drops no portal.
+		{msgs: []pgproto3.FrontendMessage{role("bx_after_ping"), &pgproto3.Bind{}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("-- ping")},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("COMMIT")},
+	}
+	for i, st := range steps {
+		out := exchange(t, h, st.msgs)
+		if st.fails {
+			require.Contains(t, out, "Error ERROR", "step %d", i)
+		} else {
+			require.NotContains(t, out, "Error ", "step %d", i)
+		}
 	}
 	c.waitConverged()
+	want := "bx_after_ping,bx_dup_bind,bx_kept,bx_later,bx_plain,bx_ran,bx_skip_close,bx_skip_exec"
 	for i := range c.nodes {
 		require.NoError(t, c.nodes[i].Replica().Err(), "node %d must keep accepting updates", i+1)
 		var roles string
 		require.NoError(t, c.direct(i).QueryRow(ctx, "SELECT coalesce(string_agg(rolname, ',' ORDER BY rolname), '') FROM pg_roles WHERE rolname LIKE 'bx\\_%'").Scan(&roles))
-		require.Equal(t, "bx_kept,bx_later,bx_plain,bx_ran", roles, "node %d", i+1)
+		require.Equal(t, want, roles, "node %d", i+1)
 	}
 }
 
