@@ -86,6 +86,7 @@ func main() {
 	only := flag.String("only", "", "run only modes whose \"workload/protocol\" contains this (for quick experiments)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the node's process to this file")
 	memprofile := flag.String("memprofile", "", "write a heap profile of the node's process (allocations included) to this file when it stops")
+	relayKinds := flag.String("relay-kinds", "go,epoll,epoll-procs,netpoll,half", "the byte relays -relays measures (relays.go)")
 	relays := flag.Bool("relays", false, "also measure byte relays, one per design (goroutines; epoll on a thread, with GOMAXPROCS 1 and default; epoll in Go's netpoller), that bound what a relay can reach (relays.go)")
 	flag.Parse()
 	// The node's child process writes the profiles: it is told where by
@@ -104,7 +105,7 @@ func main() {
 	if *procs > 0 {
 		os.Setenv("ORDO_BENCH_PROXY_GOMAXPROCS", strconv.Itoa(*procs))
 	}
-	if err := run(*duration, *runs, *clients, *scale, *idle, *only, *relays); err != nil {
+	if err := run(*duration, *runs, *clients, *scale, *idle, *only, *relays, *relayKinds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
 		os.Exit(1)
 	}
@@ -261,7 +262,7 @@ type endpoint struct {
 
 type sample struct{ tps, latMs, cpuUsPerTx float64 }
 
-func run(duration time.Duration, runs, clients, scale, idle int, only string, relays bool) error {
+func run(duration time.Duration, runs, clients, scale, idle int, only string, relays bool, relayKinds string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	proxyProcs := os.Getenv("ORDO_BENCH_PROXY_GOMAXPROCS")
@@ -352,7 +353,7 @@ func run(duration time.Duration, runs, clients, scale, idle int, only string, re
 	pids := map[string]int{"ordo": child.Process.Pid, "node": nodeChild.Process.Pid, "pgbouncer": bouncerPID}
 	var relayNames []string
 	if relays {
-		for _, kind := range []string{"go", "epoll", "epoll-procs", "netpoll"} {
+		for _, kind := range strings.Split(relayKinds, ",") {
 			rl, rc, err := startChild(self, "ORDO_BENCH_RELAY="+kind+" "+pg.Addr())
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"sync"
 	"syscall"
 )
 
@@ -24,6 +25,11 @@ import (
 //     blocking epoll_wait, which holds its OS thread while it waits. The
 //     epoll-procs-relay is the same with the default GOMAXPROCS, as in
 //     the node.
+//   - half-relay: the client's bytes through a goroutine per connection
+//     (as go-relay), PostgreSQL's through one OS thread in epoll_wait (as
+//     epoll-procs-relay): what the node would reach by moving only its
+//     backend side, whose work never waits (relay-loop.md, "Inline or
+//     not"), onto a loop.
 //   - netpoll-relay: the same loop, waiting in Go's netpoller instead
 //     (relay-loop.md's way (b)): its epoll descriptor is registered with
 //     the runtime, which parks the goroutine without a thread and wakes it
@@ -54,6 +60,8 @@ func runRelay(kind, backend string) error {
 		return epollRelay(ln.(*net.TCPListener), backend, false)
 	case "netpoll":
 		return netpollRelay(ln.(*net.TCPListener), backend)
+	case "half":
+		return halfRelay(ln, backend)
 	}
 	return fmt.Errorf("no relay %q", kind)
 }
@@ -265,8 +273,8 @@ func (l *loop) handle(events []syscall.EpollEvent) {
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
 		n, err := syscall.Write(fd, b)
-		if errors.Is(err, syscall.EINTR) {
-			continue
+		if errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.EAGAIN) {
+			continue // (EAGAIN: half-relay's non-blocking sockets; pgbench never fills them)
 		}
 		if err != nil {
 			return err
@@ -274,4 +282,84 @@ func writeAll(fd int, b []byte) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// halfRelay copies each client's bytes to PostgreSQL on a goroutine and
+// PostgreSQL's back on one locked OS thread in a blocking epoll_wait
+// (level-triggered) over the backend sockets, which stay Go connections
+// (non-blocking; the thread reads and writes their descriptors itself and
+// never asks the netpoller). Default GOMAXPROCS.
+func halfRelay(ln net.Listener, backend string) error {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	type pair struct {
+		c, b net.Conn
+		cfd  int
+	}
+	var mu sync.Mutex
+	pairs := map[int]*pair{} // backend descriptor -> its pair
+	fdOf := func(c net.Conn) int {
+		var fd int
+		rc, _ := c.(syscall.Conn).SyscallConn()
+		_ = rc.Control(func(f uintptr) { fd = int(f) })
+		return fd
+	}
+	go func() {
+		runtime.LockOSThread()
+		buf := make([]byte, 64<<10)
+		events := make([]syscall.EpollEvent, 128)
+		for {
+			n, err := syscall.EpollWait(ep, events, -1)
+			if err != nil {
+				continue // EINTR
+			}
+			for _, ev := range events[:n] {
+				mu.Lock()
+				p := pairs[int(ev.Fd)]
+				mu.Unlock()
+				if p == nil {
+					continue
+				}
+				r, err := syscall.Read(int(ev.Fd), buf)
+				if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if r <= 0 || err != nil || writeAll(p.cfd, buf[:r]) != nil {
+					mu.Lock()
+					delete(pairs, int(ev.Fd))
+					mu.Unlock()
+					_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_DEL, int(ev.Fd), nil)
+					p.c.Close()
+					p.b.Close()
+				}
+			}
+		}
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		b, err := net.Dial("tcp", backend)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p := &pair{c: c, b: b, cfd: fdOf(c)}
+		bfd := fdOf(b)
+		mu.Lock()
+		pairs[bfd] = p
+		mu.Unlock()
+		if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, bfd, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(bfd)}); err != nil {
+			c.Close()
+			b.Close()
+			continue
+		}
+		go func() {
+			_, _ = io.Copy(b, c)
+			b.Close()
+		}()
+	}
 }
