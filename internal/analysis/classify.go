@@ -151,6 +151,7 @@ func (w *walker) top(n *pg.Node) {
 		w.exprs(x.ExecuteStmt.Params, nil)
 	case *pg.Node_DeclareCursorStmt:
 		st.Kind = KindRead
+		st.Cursor = x.DeclareCursorStmt.Portalname
 		if x.DeclareCursorStmt.Options&cursorOptHold == 0 {
 			st.BlockOnly = "DECLARE CURSOR"
 		}

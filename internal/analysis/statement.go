@@ -173,6 +173,9 @@ type Statement struct {
 	// block ("LOCK TABLE", "DECLARE CURSOR" without HOLD): in the
 	// implicit transaction of an extended-protocol batch it refuses it.
 	BlockOnly string
+	// Cursor is the name a DECLARE gives its cursor: a portal of that
+	// name, which the protocol's Execute runs too.
+	Cursor string
 	// NoBlock names a statement PostgreSQL never runs in a transaction
 	// block ("DISCARD ALL", "VACUUM", "ALTER SYSTEM", "CREATE DATABASE",
 	// …): in the implicit transaction of an extended-protocol batch,

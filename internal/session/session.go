@@ -2004,6 +2004,11 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 	}
 
 	for _, a := range stmts {
+		if a.Cursor != "" && len(s.tx.ddl) > 0 && m.kind != wire.KindParse {
+			// A cursor is a portal: an Execute of its name runs it, not
+			// a statement bound into that name before (review of e00642c).
+			s.rebound(a.Cursor)
+		}
 		if !a.ReadsAll && a.Kind != analysis.KindTxn && a.Kind != analysis.KindSession && a.Kind != analysis.KindEmpty && a.Kind != analysis.KindNotify {
 			switch {
 			case s.envStale || s.roleStale:

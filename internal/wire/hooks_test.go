@@ -513,3 +513,48 @@ func TestHooksToldOfWatchedExecutes(t *testing.T) {
 		t.Error("hook methods overlapped")
 	}
 }
+
+// TestRefusedBindsAreRefusedAtEveryExecute: a Bind the hooks refused is
+// refused at an Execute of its portal whenever that comes in its
+// transaction: in a later batch (the refusal was dropped at the Sync, and
+// the Execute in the next batch ran the refused statement: review of
+// e00642c), and beside another refused Bind of the same batch (only the
+// last refusal was kept). A Bind of the name the hooks accept replaces it,
+// and a refusal ends with its transaction.
+func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
+	h := &testHooks{}
+	p := startProxy(t, h, nil)
+	r := dialRaw(t, p.addr, "trustuser")
+	bind := func(portal, param string) *pgproto3.Bind {
+		return &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: "s", Parameters: [][]byte{[]byte(param)}}
+	}
+	r.send(&pgproto3.Parse{Name: "s", Query: "SELECT $1::text"}, &pgproto3.Sync{})
+	r.untilReady()
+	for i, step := range []struct {
+		msgs []pgproto3.FrontendMessage
+		want string // in the transcript
+		not  string // not in it
+	}{
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{bind("r1", "bad"), bind("r2", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "r1"}, &pgproto3.Sync{}}, "bad parameter", "DataRow"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{bind("r3", "bad"), bind("r4", "bad"), &pgproto3.Execute{Portal: "r3"}, &pgproto3.Sync{}}, "bad parameter", "DataRow"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{bind("", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
+		{[]pgproto3.FrontendMessage{bind("", "good"), &pgproto3.Execute{}, &pgproto3.Sync{}}, "DataRow", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}, "ReadyForQuery I", ""},
+		{[]pgproto3.FrontendMessage{bind("r5", "bad"), &pgproto3.Sync{}}, "ReadyForQuery I", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "t", Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "r5", PreparedStatement: "t"}, &pgproto3.Execute{Portal: "r5"}, &pgproto3.Sync{}}, "DataRow", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}, "ReadyForQuery I", ""},
+	} {
+		r.send(step.msgs...)
+		got := r.untilReady()
+		if !strings.Contains(got, step.want) || step.not != "" && strings.Contains(got, step.not) {
+			t.Errorf("step %d: want %q and not %q in:\n%s", i, step.want, step.not, got)
+		}
+	}
+}

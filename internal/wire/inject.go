@@ -307,9 +307,6 @@ func (ss *session) SyncHere(ctx context.Context) (failed bool, err error) {
 	if ss.portals.pendingBut(but) {
 		return false, ErrNotAtBoundary
 	}
-	if ss.deferredReject != nil {
-		return false, ErrNotAtBoundary
-	}
 	// The replies to the batch so far first: a COPY FROM STDIN among
 	// them would swallow the Sync (PostgreSQL ignores Sync in that mode).
 	if err := ss.awaitReplies(ctx); err != nil {

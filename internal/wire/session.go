@@ -181,7 +181,13 @@ type session struct {
 	execSinceQuery bool          // an Execute was sent after the last Query
 	portals        clientPortals // the client's (portals.go)
 	skipping       bool          // a message of this batch was rejected
-	deferredReject *deferredReject
+	// refused: the portals whose Bind the hooks refused, with their
+	// error, raised at an Execute of the portal (PostgreSQL raises a
+	// statement's errors there), in a later batch of the transaction too
+	// (forgotten at the Sync, the refusal was passed by an Execute in the
+	// next batch, which ran the statement unseen: review of e00642c),
+	// until a Bind of the name the hooks accept or the transaction's end.
+	refused        map[string]error
 	unit           uint64 // units begun (Statement.Unit)
 	syncsSinceExec int
 	rejectSeq      uint64
@@ -297,8 +303,10 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		ss.deliverEvents()
 	}
 	ss.portals.atUnit(ss.lastFailed.Load(), byte(ss.txStatus.Load()))
-	if ss.watched != nil && ss.txStatus.Load() == 'I' {
-		clear(ss.watched) // the portals ended with their transaction
+	if ss.txStatus.Load() == 'I' {
+		// The portals ended with their transaction.
+		clear(ss.watched)
+		clear(ss.refused)
 	}
 	ss.unit++
 	ss.unitRows.Store(false) // every earlier reply has arrived
@@ -732,8 +740,11 @@ func (ss *session) clientLoop() error {
 					// portal's description): the refusal waits for the
 					// portal's Execute, and is dropped if none comes
 					// before the Sync (nothing ran).
-					ss.deferredReject = &deferredReject{portal: m.DestinationPortal, err: err}
-				} else if ss.watch {
+					if ss.refused == nil {
+						ss.refused = map[string]error{}
+					}
+					ss.refused[m.DestinationPortal] = err
+				} else if delete(ss.refused, m.DestinationPortal); ss.watch {
 					if ss.watched == nil {
 						ss.watched = map[string]bool{}
 					}
@@ -771,10 +782,10 @@ func (ss *session) clientLoop() error {
 			}
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
-			d := ss.deferredReject
-			if d != nil && d.portal == m.Portal {
-				ss.deferredReject = nil
-			} else if d = nil; !ss.skipping && ss.portals.dead(m.Portal) {
+			var d *deferredReject
+			if err, ok := ss.refused[m.Portal]; ok && !ss.skipping {
+				d = &deferredReject{portal: m.Portal, err: err}
+			} else if !ss.skipping && ss.portals.dead(m.Portal) {
 				d = &deferredReject{portal: m.Portal, err: errAborted}
 			}
 			if d != nil {
@@ -791,7 +802,6 @@ func (ss *session) clientLoop() error {
 			ss.batchOpen = true
 		case *pgproto3.Sync:
 			ss.batchOpen, ss.skipping = false, false
-			ss.deferredReject = nil
 			if ss.hooks != nil && ss.portals.pending("") {
 				ss.portals.unnamedLater = true // bound, to be executed later
 			}

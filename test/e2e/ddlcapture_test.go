@@ -206,7 +206,9 @@ func TestSavepointStatementsPostgreSQLSkipsAreNotFollowed(t *testing.T) {
 // what PostgreSQL skips after an error in a batch (an Execute, a Close, a
 // Bind), or a Query that drops no portal, leaves the portal to a later
 // Execute, which replicates the role (the review of the first version of
-// the fix, which took each of them for done).
+// the fix, which took each of them for done). A cursor takes a closed
+// portal's name; a Bind refused stays refused in a later batch (the review
+// of the second version).
 func TestRoleStatementsRunAtTheirExecute(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
@@ -247,7 +249,20 @@ func TestRoleStatementsRunAtTheirExecute(t *testing.T) {
 		// runs, not the role.
 		{msgs: []pgproto3.FrontendMessage{role("bx_rebound"), &pgproto3.Bind{DestinationPortal: "p6"}, &pgproto3.Sync{}}},
 		{msgs: []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "p6"}, &pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "p6"}, &pgproto3.Execute{Portal: "p6"}, &pgproto3.Sync{}}},
+		// Closed, and its name taken by a cursor, which the Execute runs.
+		{msgs: []pgproto3.FrontendMessage{role("bx_cursor"), &pgproto3.Bind{DestinationPortal: "p7"}, &pgproto3.Close{ObjectType: 'P', Name: "p7"}, &pgproto3.Sync{}}},
+		{msgs: queryMsg("DECLARE p7 CURSOR FOR SELECT 1")},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p7"}, &pgproto3.Sync{}}},
 		{msgs: queryMsg("COMMIT")},
+		// Refused at its Bind (a BEGIN bound into a portal not executed
+		// yet), not executed before the Sync, executed in the next batch:
+		// refused there (it ran unseen, and the role was on the origin
+		// alone: the same review).
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "bx_b", Query: "BEGIN"}, &pgproto3.Bind{DestinationPortal: "pb", PreparedStatement: "bx_b"},
+			&pgproto3.Parse{Name: "bx_r", Query: "CREATE ROLE bx_refused"}, &pgproto3.Bind{DestinationPortal: "pr", PreparedStatement: "bx_r"},
+			&pgproto3.Execute{Portal: "pb"}, &pgproto3.Sync{}}},
+		{msgs: []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "pr"}, &pgproto3.Sync{}}, fails: true},
+		{msgs: queryMsg("ROLLBACK")},
 		// Skipped after an error of their batch, then undone by a
 		// ROLLBACK TO: an Execute, a Close, a Bind of a portal that
 		// exists (which PostgreSQL refuses, 42P03); then executed.
