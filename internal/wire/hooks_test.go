@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -528,8 +529,9 @@ func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
 	bind := func(portal, param string) *pgproto3.Bind {
 		return &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: "s", Parameters: [][]byte{[]byte(param)}}
 	}
-	r.send(&pgproto3.Parse{Name: "s", Query: "SELECT $1::text"}, &pgproto3.Sync{})
+	r.send(&pgproto3.Parse{Name: "s", Query: "SELECT $1::text"}, &pgproto3.Parse{Name: "one", Query: "SELECT 1"}, &pgproto3.Sync{})
 	r.untilReady()
+	fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
 	for i, step := range []struct {
 		msgs []pgproto3.FrontendMessage
 		want string // in the transcript
@@ -549,6 +551,27 @@ func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
 		{[]pgproto3.FrontendMessage{bind("r5", "bad"), &pgproto3.Sync{}}, "ReadyForQuery I", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
 		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "t", Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "r5", PreparedStatement: "t"}, &pgproto3.Execute{Portal: "r5"}, &pgproto3.Sync{}}, "DataRow", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}, "ReadyForQuery I", ""},
+		// A Bind of the name the hooks accept, which PostgreSQL refuses
+		// (the portal exists, 42P03), or a Close and a Bind it skips
+		// (after an error of their batch): a ROLLBACK TO keeps the
+		// refused portal, and it stays refused (third review).
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{bind("r6", "bad"), bind("r7", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT sp"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Bind{DestinationPortal: "r6", PreparedStatement: "one"}, &pgproto3.Sync{}}, "42P03", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK TO sp"}}, "ReadyForQuery T", ""},
+		{append(slices.Clone(fail), &pgproto3.Close{ObjectType: 'P', Name: "r7"}, &pgproto3.Bind{DestinationPortal: "r7", PreparedStatement: "one"}, &pgproto3.Sync{}), "22012", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK TO sp"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "r6"}, &pgproto3.Sync{}}, "bad parameter", "DataRow"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK TO sp"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "r7"}, &pgproto3.Sync{}}, "bad parameter", "DataRow"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
+		// A Close that ran ends the refusal: a cursor of the name runs.
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{bind("r8", "bad"), &pgproto3.Close{ObjectType: 'P', Name: "r8"}, &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "DECLARE r8 CURSOR FOR SELECT 'cursor'"}}, "ReadyForQuery T", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "r8"}, &pgproto3.Sync{}}, "DataRow", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}, "ReadyForQuery I", ""},
 	} {
 		r.send(step.msgs...)

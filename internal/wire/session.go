@@ -186,8 +186,13 @@ type session struct {
 	// statement's errors there), in a later batch of the transaction too
 	// (forgotten at the Sync, the refusal was passed by an Execute in the
 	// next batch, which ran the statement unseen: review of e00642c),
-	// until a Bind of the name the hooks accept or the transaction's end.
+	// until the transaction's end, or a Bind of the name the hooks accept
+	// or a Close of it in a unit that did not fail (PostgreSQL may have
+	// skipped or refused them, and a ROLLBACK TO then keeps the refused
+	// portal: third review). unitReplaced: the names such a Bind or Close
+	// replaced in this unit, whose Executes in the unit are not refused.
 	refused        map[string]error
+	unitReplaced   map[string]bool
 	unit           uint64 // units begun (Statement.Unit)
 	syncsSinceExec int
 	rejectSeq      uint64
@@ -303,6 +308,14 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		ss.deliverEvents()
 	}
 	ss.portals.atUnit(ss.lastFailed.Load(), byte(ss.txStatus.Load()))
+	if len(ss.unitReplaced) > 0 {
+		if !ss.lastFailed.Load() {
+			for name := range ss.unitReplaced {
+				delete(ss.refused, name)
+			}
+		}
+		clear(ss.unitReplaced)
+	}
 	if ss.txStatus.Load() == 'I' {
 		// The portals ended with their transaction.
 		clear(ss.watched)
@@ -744,7 +757,8 @@ func (ss *session) clientLoop() error {
 						ss.refused = map[string]error{}
 					}
 					ss.refused[m.DestinationPortal] = err
-				} else if delete(ss.refused, m.DestinationPortal); ss.watch {
+					delete(ss.unitReplaced, m.DestinationPortal)
+				} else if ss.replacesRefused(m.DestinationPortal); ss.watch {
 					if ss.watched == nil {
 						ss.watched = map[string]bool{}
 					}
@@ -765,6 +779,9 @@ func (ss *session) clientLoop() error {
 				if ss.hooks != nil {
 					ss.portals.closed(m.Name)
 				}
+				if !ss.skipping {
+					ss.replacesRefused(m.Name)
+				}
 			}
 			if ss.hooks != nil && !ss.skipping && m.ObjectType == 'S' {
 				ss.stmt = Statement{Kind: KindCloseStatement, Name: m.Name, AtBoundary: atBoundary}
@@ -783,7 +800,7 @@ func (ss *session) clientLoop() error {
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
 			var d *deferredReject
-			if err, ok := ss.refused[m.Portal]; ok && !ss.skipping {
+			if err, ok := ss.refused[m.Portal]; ok && !ss.skipping && !ss.unitReplaced[m.Portal] {
 				d = &deferredReject{portal: m.Portal, err: err}
 			} else if !ss.skipping && ss.portals.dead(m.Portal) {
 				d = &deferredReject{portal: m.Portal, err: errAborted}
@@ -1236,6 +1253,19 @@ func (ss *session) callStatement() error {
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 	}
 	return err
+}
+
+// replacesRefused notes a Bind or Close of portal that may end a refusal of it
+// (refused): for the rest of the unit, and after it if the unit did not
+// fail.
+func (ss *session) replacesRefused(portal string) {
+	if _, ok := ss.refused[portal]; !ok {
+		return
+	}
+	if ss.unitReplaced == nil {
+		ss.unitReplaced = map[string]bool{}
+	}
+	ss.unitReplaced[portal] = true
 }
 
 // portalExecuted tells the hooks that the client's Execute of portal, which

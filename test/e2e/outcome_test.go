@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -190,6 +191,23 @@ func TestOutcomeChecks(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
+	// The same, the client's next batch an update bound and never
+	// executed, then its COMMIT bound into the same unnamed portal and
+	// executed: the COMMIT fails with 40001 too, though the refusal of
+	// the update's Bind (its portal replaced) is not raised. (Asked by
+	// the third review of the Bind/Execute work; before it the COMMIT was
+	// refused with 0A000, as one after a refused Bind of its batch.)
+	h := hijackNode(t, c, 1)
+	for _, sql := range []string{"BEGIN", "SET LOCAL ordo.txn_label = 'idle-3'", "UPDATE acct SET bal = bal + 5 WHERE id = 1"} {
+		require.NotContains(t, exchange(t, h, queryMsg(sql)), "Error", sql)
+	}
+	_, err = a.Exec(ctx, "UPDATE acct SET bal = bal + 7 WHERE id = 1")
+	require.NoError(t, err)
+	c.waitConverged()
+	out := exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "UPDATE acct SET bal = bal + 1 WHERE id = 2"}, &pgproto3.Bind{},
+		&pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+	require.Contains(t, out, "40001", out)
+	require.NotContains(t, out, "Complete COMMIT", out)
 
 	for i := range c.nodes {
 		dsn := c.dsn(i)
@@ -200,6 +218,7 @@ func TestOutcomeChecks(t *testing.T) {
 		require.Equal(t, "aborted", txnStatus(t, dsn, "failed-block-1"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-1"), "node %d", i+1)
 		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-2"), "node %d", i+1)
+		require.Equal(t, "aborted", txnStatus(t, dsn, "idle-3"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "pay-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, "auto-1"), "node %d", i+1)
 		require.Equal(t, "committed", txnStatus(t, dsn, winner), "node %d", i+1)
