@@ -131,7 +131,12 @@ type session struct {
 	// had one (PostgreSQL skipped to its Sync). See SyncHere.
 	unitFailed atomic.Bool
 	lastFailed atomic.Bool
-	begins     atomic.Int64 // the client's BEGINs executed (Backend.Begins)
+	// failedSinceUnit: an ErrorResponse was relayed since the unit the
+	// hooks see began (startUnit), across the Syncs of Ordo's inside it
+	// (refuseUnit, runSplit) and a client's Sync PostgreSQL may answer
+	// (a stray COPY message): lastFailed tells only of the last of them.
+	failedSinceUnit atomic.Bool
+	begins          atomic.Int64 // the client's BEGINs executed (Backend.Begins)
 	// txRows: rows the client's DML changed in the open transaction
 	// (Backend.TxRowsChanged); zeroed at every ReadyForQuery 'I', COMMIT
 	// and ROLLBACK, never more than the transaction's.
@@ -309,13 +314,14 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 	}
 	ss.portals.atUnit(ss.lastFailed.Load(), byte(ss.txStatus.Load()))
 	if len(ss.unitReplaced) > 0 {
-		if !ss.lastFailed.Load() {
+		if !ss.failedSinceUnit.Load() {
 			for name := range ss.unitReplaced {
 				delete(ss.refused, name)
 			}
 		}
 		clear(ss.unitReplaced)
 	}
+	ss.failedSinceUnit.Store(false)
 	if ss.txStatus.Load() == 'I' {
 		// The portals ended with their transaction.
 		clear(ss.watched)
@@ -818,6 +824,9 @@ func (ss *session) clientLoop() error {
 		case *pgproto3.Describe:
 			ss.batchOpen = true
 		case *pgproto3.Sync:
+			if ss.copying {
+				ss.syncInUnit() // (answered if the COPY never started)
+			}
 			ss.batchOpen, ss.skipping = false, false
 			if ss.hooks != nil && ss.portals.pending("") {
 				ss.portals.unnamedLater = true // bound, to be executed later
@@ -1255,6 +1264,15 @@ func (ss *session) callStatement() error {
 	return err
 }
 
+// syncInUnit notes a Sync of Ordo's sent inside the unit the hooks see, or
+// a client's PostgreSQL may answer there: after it PostgreSQL stops
+// skipping, and an Execute of a refused portal whose replacement it
+// skipped would run what the hooks refused. The unit's replacements are
+// not trusted from then on.
+func (ss *session) syncInUnit() {
+	clear(ss.unitReplaced)
+}
+
 // replacesRefused notes a Bind or Close of portal that may end a refusal of it
 // (refused): for the rest of the unit, and after it if the unit did not
 // fail.
@@ -1296,6 +1314,7 @@ func (ss *session) closeUnnamed() {
 // the hook held the ReadyForQuery before it refused (it opened a block for
 // the statement), the unit ends here all the same.
 func (ss *session) refuseUnit(err error) error {
+	ss.syncInUnit()
 	ss.outstanding.Add(1)
 	ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
 	ss.sendTracked(&pgproto3.Sync{})
@@ -1453,6 +1472,7 @@ func (ss *session) backendLoop() {
 			}
 			if _, failed := msg.(*pgproto3.ErrorResponse); failed && !drop {
 				ss.unitFailed.Store(true) // (before the wake-up: see awaitReplies)
+				ss.failedSinceUnit.Store(true)
 			}
 			if ss.waiters.Load() > 0 && (ss.unnamed.answered() || ss.unitFailed.Load()) {
 				ss.wakeWaiters() // awaitReplies waits for the replies so far
@@ -1650,6 +1670,7 @@ func (ss *session) backendLoop() {
 			}
 			ss.sawError.Store(true)
 			ss.unitFailed.Store(true)
+			ss.failedSinceUnit.Store(true)
 			if ss.abortCanceled(m) {
 				if e := ss.abortErr.Swap(nil); e != nil {
 					ss.sendError(e)

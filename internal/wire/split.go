@@ -11,6 +11,7 @@ import (
 // the session goroutine, at a boundary (the hooks were just called for the
 // Query's first message).
 func (ss *session) runSplit(sp *Split) error {
+	ss.syncInUnit() // (each piece ends with a Sync of Ordo's)
 	lost := func(err error) error { return fmt.Errorf("%w: %w", errBackendLost, err) }
 	pieces := sp.Pieces
 	for i, piece := range pieces {
