@@ -532,7 +532,7 @@ func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
 	r.send(&pgproto3.Parse{Name: "s", Query: "SELECT $1::text"}, &pgproto3.Parse{Name: "one", Query: "SELECT 1"}, &pgproto3.Sync{})
 	r.untilReady()
 	fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	const endMarked = 34 // the step read up to its Query of 'end-marker'
+	const endMarked = 34 // the steps (and endMarked+5) read up to their Query of 'end-marker'
 	for i, step := range []struct {
 		msgs []pgproto3.FrontendMessage
 		want string // in the transcript
@@ -581,13 +581,22 @@ func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
 		{[]pgproto3.FrontendMessage{bind("r9", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT sp"}}, "ReadyForQuery T", ""},
 		{append(slices.Clone(fail), &pgproto3.Close{ObjectType: 'P', Name: "r9"}, &pgproto3.Query{String: "SELECT 'forbidden'"},
-			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r9"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}), "bad parameter", "DataRow [bad]"},
+			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r9"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}), "bad parameter", "DataRow"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
+		// The same while Ordo itself skips the batch (after a Parse it
+		// refused): its Sync for the refused Query ends PostgreSQL's
+		// skipping all the same (fifth review).
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{bind("r10", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
+		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT sp"}}, "ReadyForQuery T", ""},
+		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 'forbidden'"}, &pgproto3.Query{String: "SELECT 'forbidden'"},
+			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r10"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}}, "bad parameter", "DataRow"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
 	} {
 		r.send(step.msgs...)
 		got := r.untilReady()
 		// (The marker's Query is answered 25P02 if the block failed.)
-		for i == endMarked && !strings.Contains(got, "end-marker") && !strings.Contains(got, "25P02") && !strings.Contains(got, "receive error") {
+		for (i == endMarked || i == endMarked+5) && !strings.Contains(got, "end-marker") && !strings.Contains(got, "25P02") && !strings.Contains(got, "receive error") {
 			got += r.untilReady()
 		}
 		if !strings.Contains(got, step.want) || step.not != "" && strings.Contains(got, step.not) {

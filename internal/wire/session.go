@@ -806,7 +806,10 @@ func (ss *session) clientLoop() error {
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
 			var d *deferredReject
-			if err, ok := ss.refused[m.Portal]; ok && !ss.skipping && !ss.unitReplaced[m.Portal] {
+			if err, ok := ss.refused[m.Portal]; ok && !ss.unitReplaced[m.Portal] {
+				// (Also while skipping: a Sync of Ordo's inside the unit,
+				// a refused Query's, may have ended PostgreSQL's skipping:
+				// fifth review.)
 				d = &deferredReject{portal: m.Portal, err: err}
 			} else if !ss.skipping && ss.portals.dead(m.Portal) {
 				d = &deferredReject{portal: m.Portal, err: errAborted}
