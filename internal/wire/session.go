@@ -338,13 +338,6 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 var errAborted = &pgconn.PgError{Severity: "ERROR", Code: "25P02",
 	Message: "current transaction is aborted, commands ignored until end of transaction block"}
 
-// deferredReject is a hook's refusal of a Bind, raised at the portal's
-// Execute.
-type deferredReject struct {
-	portal string
-	err    error
-}
-
 // sendTracked is sendServer for a message sent in place of the client's:
 // its reply goes to the client (unnamedTracker follows it).
 // It returns the tracker's number of msg.
@@ -805,19 +798,20 @@ func (ss *session) clientLoop() error {
 			}
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = true
-			var d *deferredReject
-			if err, ok := ss.refused[m.Portal]; ok && !ss.unitReplaced[m.Portal] {
-				// (Also while skipping: a Sync of Ordo's inside the unit,
-				// a refused Query's, may have ended PostgreSQL's skipping:
-				// fifth review.)
-				d = &deferredReject{portal: m.Portal, err: err}
-			} else if !ss.skipping && ss.portals.dead(m.Portal) {
-				d = &deferredReject{portal: m.Portal, err: errAborted}
+			refusal, ok := ss.refused[m.Portal]
+			if ok && ss.unitReplaced[m.Portal] {
+				refusal = nil
 			}
-			if d != nil {
+			// (A refusal also while skipping: a Sync of Ordo's inside the
+			// unit, a refused Query's, may have ended PostgreSQL's
+			// skipping: fifth review.)
+			if refusal == nil && !ss.skipping && ss.portals.dead(m.Portal) {
+				refusal = errAborted
+			}
+			if refusal != nil {
 				// Sent in the Execute's place: what becomes of the
 				// Execute is what becomes of it (copyStarted).
-				ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(d.err)})
+				ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(refusal)})
 				ss.skipping = true
 				continue
 			}
