@@ -454,12 +454,25 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		for runCtx.Err() == nil {
+		for began := time.Now(); runCtx.Err() == nil; {
 			err := rep.ResolveLeftovers(runCtx, hooks.FirstCounter())
 			if err == nil {
 				return
 			}
-			log.Warn("prepared transactions left over from before a restart stay unresolved until the cluster is reachable; retrying", "err", err)
+			// A node with nothing left over only waits for the
+			// others to start, as every node of a cluster started one
+			// at a time does: not a warning, until it lasts.
+			var wait *replica.LeftoversWait
+			switch {
+			case errors.As(err, &wait) && wait.Leftovers > 0:
+				log.Warn("prepared transactions left over from before a restart stay unresolved until the cluster is reachable; retrying", "leftovers", wait.Leftovers, "err", wait.Err)
+			case wait != nil && time.Since(began) < quorumPatience:
+				log.Info("waiting for a quorum of the cluster to finish starting up; retrying", "err", wait.Err)
+			case wait != nil:
+				log.Warn("no quorum of the cluster reached since this node started: it serves no commit until one is; retrying", "for", time.Since(began).Round(time.Second), "err", wait.Err)
+			default:
+				log.Warn("could not look for prepared transactions left over from before a restart; retrying", "err", err)
+			}
 			select {
 			case <-runCtx.Done():
 			case <-time.After(5 * time.Second):
@@ -565,6 +578,11 @@ func start(ctx context.Context, cfg *config.Node, log *slog.Logger, j *JoinOptio
 
 // tlsWatch is how often a node looks for new peer and client TLS files.
 const tlsWatch = 5 * time.Second
+
+// quorumPatience is how long after its start a node that left nothing
+// behind waits for a quorum before it says so as a warning: the other
+// nodes of a cluster started one at a time are starting meanwhile.
+const quorumPatience = time.Minute
 
 // ReloadPeerTLS reads the peer TLS files again now (ordo start does on
 // SIGHUP); new peer connections use them. On an error the previous

@@ -700,44 +700,50 @@ func (r *Replica) CountBruteForce() {
 	r.m.outcomes.WithLabelValues(r.Name(), "local", "abort", "brute_force").Inc()
 }
 
+// LeftoversWait is ResolveLeftovers' error while the node cannot catch up
+// with the cluster (no quorum yet, as while the other nodes of a cluster
+// started one at a time are still starting). Leftovers is how many of
+// this node's own transactions from before its restart it found prepared
+// or waiting for an outcome: zero on a node that left nothing behind, for
+// which the wait is only start-up's.
+type LeftoversWait struct {
+	Leftovers int
+	Err       error
+}
+
+func (e *LeftoversWait) Error() string {
+	return fmt.Sprintf("replica: catch up before resolving %d prepared transactions left over from before a restart: %v", e.Leftovers, e.Err)
+}
+
+func (e *LeftoversWait) Unwrap() error { return e.Err }
+
 // ResolveLeftovers aborts this node's prepared transactions left over from
 // before a restart whose outcome the order never delivered: it waits until
 // the node has caught up with the cluster, then proposes an AbortEntry for
 // each prepared transaction of this node with a gid counter below before
 // (gids of sessions of this incarnation are larger). Whichever of the
 // transaction and its abort is delivered first decides, on every node.
+// While it cannot catch up it returns a *LeftoversWait.
 func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
-	if err := r.SyncRead(ctx); err != nil {
-		return fmt.Errorf("replica: catch up before resolving prepared transactions: %w", err)
-	}
 	conn, err := pgx.Connect(ctx, r.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("replica: %w", err)
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
-	if err != nil {
-		return fmt.Errorf("replica: list prepared transactions: %w", err)
-	}
-	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("replica: list prepared transactions: %w", err)
-	}
-	// And those the loop found at its start and has not carried out: one
-	// rolled back early since (it blocked an apply) is no longer prepared,
-	// and statements wait for it (told.go) until an outcome is ordered.
-	r.rolledMu.Lock()
-	for g := range r.tg.startLeft {
-		gids = append(gids, string(g))
-	}
-	r.rolledMu.Unlock()
-	slices.Sort(gids)
-	gids = slices.Compact(gids)
-	for _, g := range gids {
-		node, counter, err := txn.ParseGID(g)
-		if err != nil || node != r.cfg.NodeID || counter >= before {
-			continue
+	if err := r.SyncRead(ctx); err != nil {
+		// How many there are, for the caller's message: those the
+		// catching up will carry out among them, too.
+		gids, lerr := r.leftovers(ctx, conn, before)
+		if lerr != nil {
+			return lerr
 		}
+		return &LeftoversWait{Leftovers: len(gids), Err: err}
+	}
+	gids, err := r.leftovers(ctx, conn, before)
+	if err != nil {
+		return err
+	}
+	for _, g := range gids {
 		r.log.Warn("aborting a prepared transaction left over from before a restart", "gid", g)
 		r.abortInBackground(txn.GID(g), "")
 	}
@@ -746,6 +752,33 @@ func (r *Replica) ResolveLeftovers(ctx context.Context, before uint64) error {
 	// (abortLeftoverBegun).
 	r.leftoverBefore.Store(before)
 	return nil
+}
+
+// leftovers lists this node's transactions from before its restart (gid
+// counters below before) that are prepared, or that the loop found
+// prepared at its start and has not carried out: one rolled back early
+// since (it blocked an apply) is no longer prepared, and statements wait
+// for it (told.go) until an outcome is ordered.
+func (r *Replica) leftovers(ctx context.Context, conn *pgx.Conn, before uint64) ([]string, error) {
+	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+	if err != nil {
+		return nil, fmt.Errorf("replica: list prepared transactions: %w", err)
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("replica: list prepared transactions: %w", err)
+	}
+	r.rolledMu.Lock()
+	for g := range r.tg.startLeft {
+		gids = append(gids, string(g))
+	}
+	r.rolledMu.Unlock()
+	slices.Sort(gids)
+	gids = slices.Compact(gids)
+	return slices.DeleteFunc(gids, func(g string) bool {
+		node, counter, err := txn.ParseGID(g)
+		return err != nil || node != r.cfg.NodeID || counter >= before
+	}), nil
 }
 
 // connectLoop opens the delivery loop's connection. COMMIT PREPARED on it

@@ -32,6 +32,9 @@ type cluster struct {
 	// more are PostgreSQL servers started after the cluster (nodes that
 	// join), stopped with it.
 	more []*pglocal.Cluster
+	// logs, if set before a node starts, receives its log (Info and
+	// above), beside ORDO_TEST_LOG's.
+	logs io.Writer
 }
 
 // freeAddr returns a free loopback address below the kernel's ephemeral
@@ -56,6 +59,12 @@ func startCluster(t testing.TB, n int, protocol string) *cluster {
 // startClusterWith is startCluster with a hook to adjust each node's
 // configuration before the nodes start.
 func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.Node)) *cluster {
+	return newCluster(t, n, protocol, adjust, false)
+}
+
+// newCluster is startClusterWith; with staggered, it starts the servers
+// and configures the nodes, and the test starts each node (startNode).
+func newCluster(t testing.TB, n int, protocol string, adjust func(*config.Node), staggered bool) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	opts := pglocal.Options{N: n, Socket: true} // TCP for the nodes unless a test says otherwise
@@ -88,21 +97,26 @@ func startClusterWith(t testing.TB, n int, protocol string, adjust func(*config.
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	c.nodes = make([]*node.Node, n)
-	for i := range c.cfgs {
-		c.startNode(i)
+	if !staggered {
+		for i := range c.cfgs {
+			c.startNode(i)
+		}
 	}
 	return c
 }
 
 func (c *cluster) logger(i int) *slog.Logger {
+	w, level := io.Discard, slog.LevelInfo
 	if v := os.Getenv("ORDO_TEST_LOG"); v != "" {
-		level := slog.LevelInfo
+		w = os.Stderr
 		if v == "debug" {
 			level = slog.LevelDebug
 		}
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("test_node", i+1)
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	if c.logs != nil {
+		w = io.MultiWriter(w, c.logs)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("test_node", i+1)
 }
 
 func (c *cluster) startNode(i int) {
