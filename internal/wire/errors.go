@@ -75,6 +75,15 @@ func errorResponse(err error) *pgproto3.ErrorResponse {
 			File: pe.File, Line: pe.Line, Routine: pe.Routine,
 		}
 	}
+	if errors.Is(err, ErrNotAtBoundary) {
+		// A hook that needed a boundary where the client's batch has
+		// none (an update or transaction control in a simple Query
+		// inside an extended-protocol batch, after a portal bound and
+		// not executed, …): the client's to change, not an internal error.
+		return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeFeatureNotSupported,
+			Message: "ordo: this statement cannot be replicated where it stands in its batch (inside an extended-protocol batch, after a portal bound and not executed yet, a refused statement or a COPY)",
+			Hint:    "Send it after a Sync, or in a batch of its own."}
+	}
 	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInternal, Message: err.Error()}
 }
 

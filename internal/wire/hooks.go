@@ -48,8 +48,10 @@ type Hooks interface {
 //     PostgreSQL. Instead PostgreSQL is made to fail at exactly that point
 //     (so an open transaction becomes failed, as it would for a real error),
 //     and the client receives the error as an ErrorResponse in its place: a
-//     *pgconn.PgError is sent with its fields, any other error as SQLSTATE
-//     XX000 with err.Error() as the message. The client still receives the
+//     *pgconn.PgError is sent with its fields, ErrNotAtBoundary (wrapped
+//     or not) as 0A000 with a message telling the client to send the
+//     statement after a Sync, any other error as SQLSTATE XX000 with
+//     err.Error() as the message. The client still receives the
 //     ReadyForQuery of its next Sync (or of the rejected Query).
 //  6. The Statement and its byte slices are only valid during the call.
 //  7. Close is called exactly once when the session ends, after every other

@@ -574,23 +574,27 @@ func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "DECLARE r8 CURSOR FOR SELECT 'cursor'"}}, "ReadyForQuery T", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "r8"}, &pgproto3.Sync{}}, "DataRow", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}, "ReadyForQuery I", ""},
-		// A refused Query inside the batch, which Ordo ends with a Sync
-		// of its own: PostgreSQL stops skipping there, and the Close it
-		// skipped before replaces nothing (fourth review).
+		// A Query the hooks would refuse inside the batch, after its
+		// error: refused, Ordo ended it with a Sync of its own, after which
+		// PostgreSQL ran the ROLLBACK TO, and the Close it skipped before
+		// replaced nothing (fourth review). Now PostgreSQL skips the
+		// Queries, as it does without Ordo, and the hooks do not see them
+		// (TestQueryInsideABatch): the refused portal does not run, and
+		// the block stays failed.
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
 		{[]pgproto3.FrontendMessage{bind("r9", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT sp"}}, "ReadyForQuery T", ""},
 		{append(slices.Clone(fail), &pgproto3.Close{ObjectType: 'P', Name: "r9"}, &pgproto3.Query{String: "SELECT 'forbidden'"},
-			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r9"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}), "bad parameter", "DataRow"},
+			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r9"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}), "25P02", "DataRow"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
 		// The same while Ordo itself skips the batch (after a Parse it
-		// refused): its Sync for the refused Query ends PostgreSQL's
+		// refused): its Sync for the refused Query ended PostgreSQL's
 		// skipping all the same (fifth review).
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, "ReadyForQuery T", ""},
 		{[]pgproto3.FrontendMessage{bind("r10", "bad"), &pgproto3.Sync{}}, "ReadyForQuery T", "Error"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT sp"}}, "ReadyForQuery T", ""},
 		{[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 'forbidden'"}, &pgproto3.Query{String: "SELECT 'forbidden'"},
-			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r10"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}}, "bad parameter", "DataRow"},
+			&pgproto3.Query{String: "ROLLBACK TO sp"}, &pgproto3.Execute{Portal: "r10"}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 'end-marker'"}}, "25P02", "DataRow"},
 		{[]pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}, "ReadyForQuery I", ""},
 	} {
 		r.send(step.msgs...)
@@ -602,5 +606,60 @@ func TestRefusedBindsAreRefusedAtEveryExecute(t *testing.T) {
 		if !strings.Contains(got, step.want) || step.not != "" && strings.Contains(got, step.not) {
 			t.Errorf("step %d: want %q and not %q in:\n%s", i, step.want, step.not, got)
 		}
+	}
+}
+
+// TestQueryInsideABatch: a simple Query inside an extended-protocol batch
+// gets what PostgreSQL gives it. After an error earlier in the batch
+// PostgreSQL skips it, with no reply and no ReadyForQuery: the session
+// counted one and hung, answering nothing more. A Query the hooks refuse
+// there no longer reaches them, so its refusal (which Ordo ends with a
+// Sync of its own) no longer lets PostgreSQL run the rest of the batch,
+// which it skips.
+func TestQueryInsideABatch(t *testing.T) {
+	p := startProxy(t, &testHooks{}, nil)
+	fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	ok := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	after := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 'after'"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	cat := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return slices.Concat(parts...) }
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
+	for _, tc := range []struct {
+		name string
+		msgs []pgproto3.FrontendMessage
+	}{
+		{"skipped after an error", cat(fail, q("SELECT 2"), sync)},
+		{"two statements skipped", cat(fail, q("SELECT 2; SELECT 3"), sync)},
+		{"skipped in a block", cat(q("BEGIN"), fail, q("SELECT 2"), after, sync, q("ROLLBACK"))},
+		{"refused, skipped: the rest skipped too", cat(fail, q("SELECT 'forbidden'"), after, sync)},
+		{"a FunctionCall skipped after an error", cat(fail, []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: 1251 /* int4abs */, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("-5")}}}, after, sync)},
+		{"run when nothing failed", cat(ok, q("SELECT 2"), after, sync)},
+		{"refused when nothing failed", cat(ok, q("SELECT 'forbidden'"), after, sync)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			transcript := func(addr string) string {
+				r := dialRaw(t, addr, "trustuser")
+				r.send(append(slices.Clone(tc.msgs), &pgproto3.Query{String: "SELECT 'end-marker'"})...)
+				var got string
+				for !strings.Contains(got, "end-marker") && !strings.Contains(got, "receive error") {
+					got += r.untilReady()
+				}
+				return got // (up to the marker's ReadyForQuery)
+			}
+			direct, through := transcript(pg.Addr()), transcript(p.addr)
+			if strings.Contains(tc.name, "refused") && strings.Contains(tc.name, "nothing failed") {
+				// The hooks' refusal in the Query's place, the rest as
+				// PostgreSQL runs it.
+				if !strings.Contains(through, "forbidden by the test hook") || !strings.Contains(through, "after") || !strings.Contains(through, "end-marker") {
+					t.Fatalf("through the proxy:\n%s", through)
+				}
+				return
+			}
+			if direct != through {
+				t.Fatalf("directly:\n%s\nthrough the proxy:\n%s", direct, through)
+			}
+		})
 	}
 }

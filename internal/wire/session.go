@@ -678,6 +678,11 @@ func (ss *session) clientLoop() error {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
+			if skip, ended := ss.skippedInBatch(m); ended {
+				return nil
+			} else if skip {
+				continue
+			}
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = false
 			if ss.hooks != nil {
@@ -835,6 +840,11 @@ func (ss *session) clientLoop() error {
 			}
 		case *pgproto3.Flush:
 		case *pgproto3.FunctionCall:
+			if skip, ended := ss.skippedInBatch(m); ended {
+				return nil
+			} else if skip {
+				continue
+			}
 			if ss.hooks != nil {
 				formats := make([]int16, len(m.ArgFormatCodes))
 				for i, f := range m.ArgFormatCodes {
@@ -1259,6 +1269,30 @@ func (ss *session) callStatement() error {
 		ss.srv.m.errors.WithLabelValues("hook").Inc()
 	}
 	return err
+}
+
+// skippedInBatch reports whether PostgreSQL skips msg, a Query or a
+// FunctionCall the client sent inside an extended-protocol batch (before
+// its Sync): after an earlier error of the batch it does, with no reply
+// and no ReadyForQuery (counting one hung the session, which then answered
+// nothing more), and a COPY started and not ended takes msg for its
+// failure, then skips to the Sync. Which, the replies so far tell (Failed:
+// a round trip, for what drivers do not send). A skipped message does not
+// reach the hooks either: a refusal of theirs, which ends with a Sync of
+// Ordo's, would end PostgreSQL's skipping. ended: the session is ending.
+func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended bool) {
+	if ss.hooks == nil || !ss.batchOpen || ss.copying {
+		return false, false
+	}
+	failed, err := ss.Failed(ss.ctx)
+	switch {
+	case errors.Is(err, ErrNotAtBoundary):
+		ss.sendServer(msg) // (PostgreSQL fails the COPY with it)
+		return true, false
+	case err != nil:
+		return false, true
+	}
+	return failed, false
 }
 
 // syncInUnit notes a Sync of Ordo's sent inside the unit the hooks see, or

@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCompatQueryInsideABatch: a simple Query (or a FunctionCall) sent
+// inside an extended-protocol batch, before its Sync, after an error of
+// the batch: PostgreSQL skips it, and through Ordo the session hung (it
+// waited for a ReadyForQuery PostgreSQL never sends), answering nothing
+// more. Where nothing failed before it, a read runs as on PostgreSQL, and
+// what Ordo cannot replicate there is refused with 0A000 and a message
+// saying what to do (it was XX000 "wire: not at a transaction boundary").
+func TestCompatQueryInsideABatch(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table qb(id int primary key)")
+	ho, hp := sb.hijacked(t)
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	with := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
+		var out []pgproto3.FrontendMessage
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return append(out, &pgproto3.Sync{})
+	}
+	for i, st := range [][]pgproto3.FrontendMessage{
+		with(fail, q("insert into qb values (1)")),
+		q("select count(*) from qb"),
+		with(fail, q("begin; insert into qb values (2); commit")),
+		q("select count(*) from qb"),
+		q("begin"),
+		with(fail, q("insert into qb values (3)")),
+		q("rollback"),
+		with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("select 3")),
+		q("insert into qb values (4)"),
+	} {
+		outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
+		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)
+	}
+	// Where nothing failed, an update there is refused, saying why.
+	out := untilMarker(t, ho, with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("insert into qb values (5)")))
+	require.Contains(t, out, "0A000")
+	require.Contains(t, out, "ordo: this statement cannot be replicated where it stands in its batch")
+	require.NotContains(t, out, "XX000")
+	same(t, o, p, "select * from qb order by id")
+	sb.c.waitConverged()
+	want := sb.c.checksum(0, "qb")
+	for i := 1; i < 3; i++ {
+		require.Equal(t, want, sb.c.checksum(i, "qb"), "qb on node %d", i+1)
+	}
+}
+
+// untilMarker sends msgs and a Query of its own, and reads every reply up
+// to that Query's ReadyForQuery, however many ReadyForQuery messages
+// come before it.
+func untilMarker(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
+	t.Helper()
+	out := exchange(t, h, append(slices.Clone(msgs), &pgproto3.Query{String: "select 'the-marker'"}))
+	for !strings.Contains(out, "the-marker") && !strings.Contains(out, "25P02") {
+		out += exchange(t, h, nil)
+	}
+	return out
+}
