@@ -682,6 +682,9 @@ func (ss *session) clientLoop() error {
 				return nil
 			} else if skip {
 				continue
+			} else if ss.inHeldBatch() {
+				ss.refuseInHeldBatch()
+				continue
 			}
 			ss.syncsSinceExec = 0
 			ss.execSinceQuery = false
@@ -843,6 +846,9 @@ func (ss *session) clientLoop() error {
 			if skip, ended := ss.skippedInBatch(m); ended {
 				return nil
 			} else if skip {
+				continue
+			} else if ss.inHeldBatch() {
+				ss.refuseInHeldBatch()
 				continue
 			}
 			if ss.hooks != nil {
@@ -1293,6 +1299,35 @@ func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended boo
 		return false, true
 	}
 	return failed, false
+}
+
+// errCommitsHeldBatch refuses a Query or FunctionCall inside an
+// extended-protocol batch whose statements so far run in a block the hooks
+// opened for them (HoldReady: an update outside a transaction block).
+// PostgreSQL commits the batch's implicit transaction at the end of such a
+// message, and the hooks can end theirs only at the batch's end: the
+// Query's ReadyForQuery reported their block as the client's ('T'), and
+// the client's later statements ran in it, never committed.
+var errCommitsHeldBatch = &pgconn.PgError{Severity: "ERROR", Code: codeFeatureNotSupported,
+	Message: "ordo: a simple Query or function call inside an extended-protocol batch, after an update of the batch outside a transaction block, cannot be replicated: PostgreSQL would commit the batch so far at its end",
+	Hint:    "Send a Sync before it, or open a transaction block with BEGIN."}
+
+// inHeldBatch reports whether the batch so far runs in a block the hooks
+// opened for it and will end at the batch's end (errCommitsHeldBatch).
+func (ss *session) inHeldBatch() bool {
+	return ss.hooks != nil && ss.batchOpen && ss.hold.Load()
+}
+
+// refuseInHeldBatch answers errCommitsHeldBatch in the message's place as
+// a refused extended-protocol message is answered: PostgreSQL fails the
+// block at this point and skips the rest of the batch, and at the batch's
+// Sync the hooks roll their block back (a Sync of Ordo's here would end
+// the unit where the hooks cannot run their ROLLBACK: the failed block
+// stayed, the client's). PostgreSQL would answer a failed Query with a
+// ReadyForQuery of its own and run the rest of the batch.
+func (ss *session) refuseInHeldBatch() {
+	ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(errCommitsHeldBatch)})
+	ss.skipping = true
 }
 
 // syncInUnit notes a Sync of Ordo's sent inside the unit the hooks see, or

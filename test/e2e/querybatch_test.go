@@ -16,7 +16,8 @@ import (
 // waited for a ReadyForQuery PostgreSQL never sends), answering nothing
 // more. Where nothing failed before it, a read runs as on PostgreSQL, and
 // what Ordo cannot replicate there is refused with 0A000 and a message
-// saying what to do (it was XX000 "wire: not at a transaction boundary").
+// saying what to do (it was XX000 "wire: not at a transaction boundary"),
+// and the transaction state stays the client's.
 func TestCompatQueryInsideABatch(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm-si")
@@ -53,6 +54,22 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 	require.Contains(t, out, "0A000")
 	require.Contains(t, out, "ordo: this statement cannot be replicated where it stands in its batch")
 	require.NotContains(t, out, "XX000")
+	// After an update of the batch outside a block (which Ordo runs in a
+	// block of its own until the batch's end), PostgreSQL would commit
+	// the batch so far at the Query's end: refused, and the batch rolled
+	// back. The Query's ReadyForQuery said 'T' (Ordo's block, as the
+	// client's), and the client's later statements ran in that block,
+	// never committed.
+	out = untilMarker(t, ho, with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into qb values (5)"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("select 1")))
+	require.Contains(t, out, "0A000 ordo: a simple Query or function call inside an extended-protocol batch")
+	require.NotContains(t, out, "Ready T")
+	require.NotContains(t, out, "Ready E")
+	fc := &pgproto3.FunctionCall{Function: 1397 /* abs(integer) */, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("-5")}}
+	out = untilMarker(t, ho, with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into qb values (5)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, fc}))
+	require.Contains(t, out, "0A000 ordo: a simple Query or function call inside an extended-protocol batch")
+	require.NotContains(t, out, "Ready T")
+	require.Contains(t, untilMarker(t, ho, q("select count(*) from qb where id = 5")), `Row ["0"]`)
+	same(t, o, p, "insert into qb values (6)")
 	same(t, o, p, "select * from qb order by id")
 	sb.c.waitConverged()
 	want := sb.c.checksum(0, "qb")
