@@ -98,6 +98,7 @@ func runFuzzSessions(t *testing.T, protocol string, temp bool, seed uint64, roun
 	m := fuzzModel{begin: "begin", stmts: fuzzStatements}
 	if leaves {
 		m.leaves = rand.New(rand.NewPCG(seed, 2))
+		m.mid = rand.New(rand.NewPCG(seed, 3))
 	}
 	if protocol == "cons" {
 		// A block declares its classes (every one); a statement outside
@@ -194,6 +195,11 @@ func runFuzzSessions(t *testing.T, protocol string, temp bool, seed uint64, roun
 		if _, ok := msgs[0].(*pgproto3.Execute); ok && failed {
 			continue
 		}
+		if q, ok := midQuery(m, msgs, !idle); ok {
+			msgs, text = q, text+" (with a Query inside: "+q[len(q)-1].(*pgproto3.Query).String+")"
+			msgs[len(msgs)-1] = &pgproto3.Query{String: markerQuery}
+			ex = exchangeMarked
+		}
 		if trace {
 			fmt.Fprintf(os.Stderr, "FZ sending round %d: %s\n", r, text)
 		}
@@ -282,6 +288,50 @@ type fuzzModel struct {
 	// seeds TestSessionFuzzerSeeds replays, which found what they found
 	// without it.
 	leaves *rand.Rand
+	// mid: a simple Query is sometimes sent inside an extended-protocol
+	// batch of reads (midQuery; a third generator, off for the replayed
+	// seeds too).
+	mid *rand.Rand
+}
+
+// midQuery sometimes puts a simple Query inside msgs, an extended-protocol
+// unit of statements parsed in it (no Flush): PostgreSQL runs it there,
+// or skips it after an error of the batch. After an update outside a
+// block it commits the batch so far, which Ordo refuses (compatibility.md),
+// so only reads, or, in a block (failed or not), statements that do not
+// end it. It returns the messages with the Query's text last, where
+// the caller puts the marker.
+func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgproto3.FrontendMessage, bool) {
+	if m.mid == nil || len(msgs) < 3 || m.mid.IntN(2) != 0 {
+		return nil, false
+	}
+	if _, ok := msgs[len(msgs)-1].(*pgproto3.Sync); !ok {
+		return nil, false
+	}
+	parsed := map[string]bool{}
+	for _, msg := range msgs[:len(msgs)-1] {
+		switch msg := msg.(type) {
+		case *pgproto3.Parse:
+			read := strings.HasPrefix(msg.Query, "select") && !strings.Contains(msg.Query, "for update") && !strings.Contains(msg.Query, "fz_bump")
+			control := slices.Contains([]string{"begin", "commit", "rollback", "savepoint", "release", "start", "end", "abort", "prepare", "set"},
+				strings.Fields(msg.Query + " x")[0])
+			if !read && (!inBlock || control) {
+				return nil, false // (in a block that stays one, an update is no commit)
+			}
+			parsed[msg.Name] = true
+		case *pgproto3.Bind:
+			if !parsed[msg.PreparedStatement] {
+				return nil, false // a statement from before: it may write
+			}
+		case *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
+		default:
+			return nil, false // a Flush, a Sync, a Query, COPY
+		}
+	}
+	q := []string{"select count(*) from fz", "select 1/0", "select v from fz where k = 2; select 3"}[m.mid.IntN(3)] // (not empty: the marker is)
+	at := 1 + m.mid.IntN(len(msgs)-1)
+	out := slices.Concat(msgs[:at], []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}, msgs[at:])
+	return append(out, &pgproto3.Query{String: q}), true
 }
 
 // fuzzStatements are the statements the model client sends, with their
