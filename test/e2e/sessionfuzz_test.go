@@ -312,11 +312,15 @@ func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgp
 	for _, msg := range msgs[:len(msgs)-1] {
 		switch msg := msg.(type) {
 		case *pgproto3.Parse:
-			read := strings.HasPrefix(msg.Query, "select") && !strings.Contains(msg.Query, "for update") && !strings.Contains(msg.Query, "fz_bump")
-			control := slices.Contains([]string{"begin", "commit", "rollback", "savepoint", "release", "start", "end", "abort", "prepare", "set"},
-				strings.Fields(msg.Query + " x")[0])
-			if !read && (!inBlock || control) {
-				return nil, false // (in a block that stays one, an update is no commit)
+			verb := strings.Fields(msg.Query + " x")[0]
+			read := verb == "select" && !strings.Contains(msg.Query, "for update") && !strings.Contains(msg.Query, "fz_bump")
+			dml := slices.Contains([]string{"select", "insert", "update", "delete"}, verb)
+			if !read && (!inBlock || !dml) {
+				// In a block that stays one, an update is no commit.
+				// (SQL's PREPARE, DEALLOCATE and DISCARD in the batch
+				// leave statement names Ordo cannot read before the
+				// Query, which it refuses: compatibility.md.)
+				return nil, false
 			}
 			parsed[msg.Name] = true
 		case *pgproto3.Bind:
