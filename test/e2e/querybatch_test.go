@@ -80,11 +80,14 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 
 // untilMarker sends msgs and a Query of its own, and reads every reply up
 // to that Query's ReadyForQuery, however many ReadyForQuery messages
-// come before it.
+// come before it. PostgreSQL 18.6 fails the first Query after a batch in
+// which a Query ran outside a transaction block ("StartTransactionCommand:
+// unexpected state STARTED", XX000; 15 does not): that is the marker's
+// answer then.
 func untilMarker(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
 	t.Helper()
 	out := exchange(t, h, append(slices.Clone(msgs), &pgproto3.Query{String: "select 'the-marker'"}))
-	for !strings.Contains(out, "the-marker") && !strings.Contains(out, "25P02") {
+	for !strings.Contains(out, "the-marker") && !strings.Contains(out, "25P02") && !strings.Contains(out, "XX000 StartTransactionCommand") {
 		out += exchange(t, h, nil)
 	}
 	return out

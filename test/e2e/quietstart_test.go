@@ -35,6 +35,7 @@ func TestStaggeredStartIsQuiet(t *testing.T) {
 	conn := c.connect(0)
 	_, err := conn.Exec(ctx, "CREATE TABLE quiet (k int PRIMARY KEY)")
 	require.NoError(t, err)
+	c.waitConverged()
 	for i := range 3 {
 		_, err := c.connect(i).Exec(ctx, "INSERT INTO quiet VALUES ($1)", i)
 		require.NoError(t, err)
