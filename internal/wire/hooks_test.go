@@ -637,6 +637,15 @@ func TestQueryInsideABatch(t *testing.T) {
 		{"a FunctionCall skipped after an error", cat(fail, []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: 1251 /* int4abs */, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("-5")}}}, after, sync)},
 		{"run when nothing failed", cat(ok, q("SELECT 2"), after, sync)},
 		{"refused when nothing failed", cat(ok, q("SELECT 'forbidden'"), after, sync)},
+		// A Query's own error does not make PostgreSQL skip what follows
+		// it (its ReadyForQuery ends the batch, as a Sync would): a later
+		// Query of the batch was dropped, taken for skipped (review).
+		{"a failed Query, then a Query", cat(ok, q("SELECT 1/0"), q("SELECT 2"), sync)},
+		{"a failed Query, then a FunctionCall", cat(ok, q("SELECT 1/0"), []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: 1251, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("-5")}}}, sync)},
+		{"a failed Query, then extended messages", cat(ok, q("SELECT 1/0"), after, sync)},
+		{"two Queries, the second failing, then a Query", cat(ok, q("SELECT 2"), q("SELECT 1/0"), q("SELECT 3"), sync)},
+		{"refused when nothing failed, then a Query", cat(ok, q("SELECT 'forbidden'"), q("SELECT 'after'"), sync)},
+		{"refused when nothing failed, then a FunctionCall", cat(ok, q("SELECT 'forbidden'"), []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: 1251, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("-5")}}}, after, sync)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			transcript := func(addr string) string {

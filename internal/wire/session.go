@@ -691,6 +691,7 @@ func (ss *session) clientLoop() error {
 			if ss.hooks != nil {
 				ss.portals.query()
 			}
+			midBatch := ss.batchOpen
 			if ss.hooks != nil {
 				ss.stmt = Statement{Kind: KindQuery, SQL: m.String, AtBoundary: atBoundary}
 				err := ss.callStatement()
@@ -704,6 +705,7 @@ func (ss *session) clientLoop() error {
 						if err := ss.runSplit(sp); err != nil {
 							return err
 						}
+						ss.batchOpen = false // (its pieces end with Syncs of Ordo's)
 						continue
 					}
 					var c *Completed
@@ -732,10 +734,14 @@ func (ss *session) clientLoop() error {
 					if err := ss.refuseUnit(err); err != nil {
 						return err
 					}
+					ss.batchOpen = false // (ended by refuseUnit's Sync)
 					continue
 				}
 			}
 			ss.outstanding.Add(1)
+			if midBatch {
+				ss.endBatchAtQuery()
+			}
 		case *pgproto3.Parse:
 			// The hook runs before batchOpen is set: as the first message
 			// of a unit it may still Exec at the boundary.
@@ -864,10 +870,12 @@ func (ss *session) clientLoop() error {
 					if err := ss.refuseUnit(err); err != nil {
 						return err
 					}
+					ss.batchOpen = false // (ended by refuseUnit's Sync)
 					continue
 				}
 			}
 			ss.outstanding.Add(1)
+			ss.endBatchAtQuery()
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
 			if !ss.copying {
 				if ss.syncsSinceExec > 0 && ss.srv.hooks != nil {
@@ -1293,12 +1301,26 @@ func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended boo
 	failed, err := ss.Failed(ss.ctx)
 	switch {
 	case errors.Is(err, ErrNotAtBoundary):
-		ss.sendServer(msg) // (PostgreSQL fails the COPY with it)
+		ss.sendServer(msg) // (in COPY FROM STDIN PostgreSQL answers it with 08P01 and ends the session, as it would directly)
 		return true, false
 	case err != nil:
 		return false, true
 	}
 	return failed, false
+}
+
+// endBatchAtQuery notes that a Query or a FunctionCall PostgreSQL runs
+// inside an extended-protocol batch ends the batch: it answers with a
+// ReadyForQuery, after which it is where a Sync leaves it (its implicit
+// transaction ended, skipping nothing, even after the message's own
+// error). What the client sends next begins a unit of its own. The batch
+// taken for open after it, an error of the Query made the next Query of
+// the batch look skipped (dropped, unanswered: review), and pgjdbc's
+// extendedForPrepared mode, which sends the Closes of dead portals and
+// then BEGIN as a Query, had every later statement of the transaction
+// refused as not at a boundary, and its COMMIT turned into a rollback.
+func (ss *session) endBatchAtQuery() {
+	ss.batchOpen = false
 }
 
 // errCommitsHeldBatch refuses a Query or FunctionCall inside an

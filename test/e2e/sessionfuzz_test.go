@@ -298,9 +298,12 @@ type fuzzModel struct {
 // unit of statements parsed in it (no Flush): PostgreSQL runs it there,
 // or skips it after an error of the batch. After an update outside a
 // block it commits the batch so far, which Ordo refuses (compatibility.md),
-// so only reads, or, in a block (failed or not), statements that do not
-// end it. It returns the messages with the Query's text last, where
-// the caller puts the marker.
+// so before it only reads, or, in a block (failed or not), statements
+// that do not end it. Its ReadyForQuery ends the batch as a Sync would:
+// what follows it, up to the Sync, may be anything. Sometimes a failing
+// Query comes first (its error makes PostgreSQL skip nothing). It
+// returns the messages with the Query's text last, where the caller
+// puts the marker.
 func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgproto3.FrontendMessage, bool) {
 	if m.mid == nil || len(msgs) < 3 || m.mid.IntN(2) != 0 {
 		return nil, false
@@ -308,14 +311,15 @@ func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgp
 	if _, ok := msgs[len(msgs)-1].(*pgproto3.Sync); !ok {
 		return nil, false
 	}
+	at := 1 + m.mid.IntN(len(msgs)-1)
 	parsed := map[string]bool{}
-	for _, msg := range msgs[:len(msgs)-1] {
+	for i, msg := range msgs[:len(msgs)-1] {
 		switch msg := msg.(type) {
 		case *pgproto3.Parse:
 			verb := strings.Fields(msg.Query + " x")[0]
 			read := verb == "select" && !strings.Contains(msg.Query, "for update") && !strings.Contains(msg.Query, "fz_bump")
 			dml := slices.Contains([]string{"select", "insert", "update", "delete"}, verb)
-			if !read && (!inBlock || !dml) {
+			if i < at && !read && (!inBlock || !dml) {
 				// In a block that stays one, an update is no commit.
 				// (SQL's PREPARE, DEALLOCATE and DISCARD in the batch
 				// leave statement names Ordo cannot read before the
@@ -324,7 +328,7 @@ func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgp
 			}
 			parsed[msg.Name] = true
 		case *pgproto3.Bind:
-			if !parsed[msg.PreparedStatement] {
+			if i < at && !parsed[msg.PreparedStatement] {
 				return nil, false // a statement from before: it may write
 			}
 		case *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
@@ -333,8 +337,11 @@ func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgp
 		}
 	}
 	q := []string{"select count(*) from fz", "select 1/0", "select v from fz where k = 2; select 3"}[m.mid.IntN(3)] // (not empty: the marker is)
-	at := 1 + m.mid.IntN(len(msgs)-1)
-	out := slices.Concat(msgs[:at], []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}, msgs[at:])
+	queries := []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}
+	if m.mid.IntN(4) == 0 {
+		queries = slices.Insert(queries, 0, pgproto3.FrontendMessage(&pgproto3.Query{String: "select 1/0"}))
+	}
+	out := slices.Concat(msgs[:at], queries, msgs[at:])
 	return append(out, &pgproto3.Query{String: q}), true
 }
 
