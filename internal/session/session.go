@@ -682,6 +682,15 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			return err
 		}
 		s.rewriteIsolation(st, stmts)
+		if !st.AtBoundary && onlyBegin(stmts) && !s.tx.active && s.txStatus() == 'I' && (!s.unitFresh || s.unitParsed) {
+			// A BEGIN sent as a Query inside an extended-protocol batch,
+			// after a statement of the batch ran: as bound there (the
+			// Query's ReadyForQuery then ends the batch, not the block).
+			// Taken for one at a boundary, its level was set at the
+			// next statement, where PostgreSQL refused it (25001).
+			s.beginInBatch(stmts[0])
+			return nil
+		}
 		return s.execute(ctx, stmts, nil, at{kind: wire.KindQuery, first: true, sent: sentText(st)})
 	case wire.KindParse:
 		s.noteName(st.Name)
@@ -951,14 +960,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		if !first && onlyBegin(stmts) &&
 			!s.tx.active && s.txStatus() == 'I' {
-			// A BEGIN after other statements of the batch makes their
-			// implicit transaction the client's block (if it runs: an
-			// error before it leaves nothing open at the Sync). Its
-			// snapshot is no older than the unit's first statement.
-			s.consBeginComment(stmts[0].SQL)
-			s.inTxn.Store(true)
-			ran := !s.unitFresh || s.unitParsed
-			s.tx = txState{active: true, atDefault: ran, isolation: stmts[0].Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+			ran := s.beginInBatch(stmts[0])
 			s.beganAtBind(st)
 			if !ran {
 				// Only parsed before it (itself, a SET…): no snapshot
@@ -968,8 +970,6 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				// bound in one unit ran at the session's level: review).
 				s.tx.fixIsolation = s.needsIsolationFix(stmts[0], at{sent: sent})
 			}
-			s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
-			s.unitStatus = 'T'
 			return nil
 		}
 		if isTxnControl(stmts) && !first && !onlyBegin(stmts) && !hasTxn(stmts, analysis.TxnCommit) && !hasTxn(stmts, analysis.TxnRollback) {
@@ -1046,6 +1046,23 @@ func (s *session) declaredParams(name string, params []analysis.Param) []analysi
 		}
 	}
 	return params
+}
+
+// beginInBatch follows a BEGIN after other statements of the batch
+// (bound, or sent as a Query inside it), which makes their implicit
+// transaction the client's block (if it runs: an error before it leaves
+// nothing open at the Sync). Its snapshot is no older than the unit's
+// first statement. ran: a statement of the transaction already ran (or
+// was parsed, which takes a snapshot too): the block stays at the level
+// PostgreSQL gave it.
+func (s *session) beginInBatch(a *analysis.Statement) (ran bool) {
+	s.consBeginComment(a.SQL)
+	s.inTxn.Store(true)
+	ran = !s.unitFresh || s.unitParsed
+	s.tx = txState{active: true, atDefault: ran, isolation: a.Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
+	s.unitStatus = 'T'
+	return ran
 }
 
 // leaveEmptyBlock ends the block Ordo opened for the current batch, in

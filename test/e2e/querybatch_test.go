@@ -60,6 +60,18 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 		q("COMMIT"),
 		{&pgproto3.Close{ObjectType: 'P', Name: "C_2"}, &pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "insert into qb values (10)"}, &pgproto3.Query{String: "COMMIT"}},
 		q("select count(*) from qb where id >= 8"),
+		// A BEGIN as a Query after a statement of the batch ran makes the
+		// batch's implicit transaction the client's block. Ordo set its
+		// isolation level at the next statement, which PostgreSQL refused
+		// (25001), and the block failed.
+		with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("BEGIN")),
+		q("insert into qb values (11)"),
+		q("commit"),
+		with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("BEGIN"),
+			[]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into qb values (12)"}, &pgproto3.Bind{}, &pgproto3.Execute{}}),
+		q("commit"),
+		with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("BEGIN"), q("insert into qb values (13)"), q("rollback")),
+		q("select count(*) from qb where id >= 11"),
 	} {
 		outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
 		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)

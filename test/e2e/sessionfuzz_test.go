@@ -300,8 +300,8 @@ type fuzzModel struct {
 // block it commits the batch so far, which Ordo refuses (compatibility.md),
 // so before it only reads, or, in a block (failed or not), statements
 // that do not end it. Its ReadyForQuery ends the batch as a Sync would:
-// what follows it, up to the Sync, may be anything. Sometimes a failing
-// Query comes first (its error makes PostgreSQL skip nothing). It
+// what follows it, up to the Sync, may be anything (a BEGIN there makes
+// the batch so far a block). Sometimes a failing Query comes first (its error makes PostgreSQL skip nothing). It
 // returns the messages with the Query's text last, where the caller
 // puts the marker.
 func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgproto3.FrontendMessage, bool) {
@@ -336,7 +336,7 @@ func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgp
 			return nil, false // a Flush, a Sync, a Query, COPY
 		}
 	}
-	q := []string{"select count(*) from fz", "select 1/0", "select v from fz where k = 2; select 3"}[m.mid.IntN(3)] // (not empty: the marker is)
+	q := []string{"select count(*) from fz", "select 1/0", "select v from fz where k = 2; select 3", "begin"}[m.mid.IntN(4)] // (not empty: the marker is)
 	queries := []pgproto3.FrontendMessage{&pgproto3.Query{String: q}}
 	if m.mid.IntN(4) == 0 {
 		queries = slices.Insert(queries, 0, pgproto3.FrontendMessage(&pgproto3.Query{String: "select 1/0"}))
