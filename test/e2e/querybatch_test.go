@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -118,4 +120,71 @@ func untilMarker(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendM
 		out += exchange(t, h, nil)
 	}
 	return out
+}
+
+// TestCompatAfterABatchEndingInAQuery: PostgreSQL 18.6 answers the first
+// statement after a batch whose last statement before its Sync was a
+// simple Query, outside a block, with XX000 ("StartTransactionCommand:
+// unexpected state STARTED"; 15 runs it). Whatever comes next, a Query
+// or an extended-protocol update, which Ordo wraps in a block of its own,
+// or a BEGIN: through Ordo the client hears what PostgreSQL alone would
+// say, and the table ends the same on every node and on PostgreSQL.
+func TestCompatAfterABatchEndingInAQuery(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table qe(id int primary key)")
+	ho, hp := sb.hijacked(t)
+	batch := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Query{String: "select 3"}, &pgproto3.Sync{}}
+	for i, next := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "insert into qe values (1)"}},
+		{&pgproto3.Parse{Query: "insert into qe values (2)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "begin"}, &pgproto3.Query{String: "insert into qe values (3)"}, &pgproto3.Query{String: "commit"}},
+		{&pgproto3.Query{String: "select count(*) from qe"}},
+	} {
+		st := slices.Concat(batch, next)
+		outO, outP := exchangeReplies(t, ho, st), exchangeReplies(t, hp, st)
+		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)
+	}
+	same(t, o, p, "select * from qe order by id")
+	sb.c.waitConverged()
+	want := sb.c.checksum(0, "qe")
+	for i := 1; i < 3; i++ {
+		require.Equal(t, want, sb.c.checksum(i, "qe"), "qe on node %d", i+1)
+	}
+}
+
+// exchangeReplies sends msgs and reads the replies up to one
+// ReadyForQuery for each Query and Sync among them, as text.
+func exchangeReplies(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) string {
+	n := 0
+	for _, m := range msgs {
+		switch m.(type) {
+		case *pgproto3.Query, *pgproto3.Sync:
+			n++
+		}
+		h.Frontend.Send(m)
+	}
+	require.NoError(t, h.Frontend.Flush())
+	_ = h.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var b strings.Builder
+	for n > 0 {
+		msg, err := h.Frontend.Receive()
+		if err != nil {
+			fmt.Fprintf(&b, "receive: %v\n", err)
+			return b.String()
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			n--
+			fmt.Fprintf(&b, "Ready %c\n", m.TxStatus)
+		case *pgproto3.ErrorResponse:
+			fmt.Fprintf(&b, "Error %s %s\n", m.Code, m.Message)
+		case *pgproto3.CommandComplete:
+			fmt.Fprintf(&b, "Complete %s\n", m.CommandTag)
+		case *pgproto3.DataRow:
+			fmt.Fprintf(&b, "Row %q\n", m.Values)
+		}
+	}
+	return b.String()
 }
