@@ -8,38 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ordo-db/ordo/test/internal/jvmenv"
 	"github.com/ordo-db/ordo/test/internal/pyenv"
 )
 
-const pgjdbcVersion = "42.7.4"
-
-// pgjdbc returns the path of the pgjdbc jar, fetching it from Maven
-// Central into the cache if needed.
-func pgjdbc(t *testing.T) string {
-	t.Helper()
-	repo := filepath.Join(pyenv.CacheDir(t), "m2")
-	jar := filepath.Join(repo, "org", "postgresql", "postgresql", pgjdbcVersion, "postgresql-"+pgjdbcVersion+".jar")
-	if _, err := os.Stat(jar); err == nil {
-		return jar
-	}
-	cmd := exec.Command("mvn", "-q", "-B", "-Dmaven.repo.local="+repo, "dependency:get",
-		"-Dartifact=org.postgresql:postgresql:"+pgjdbcVersion)
-	cmd.Dir = t.TempDir()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("fetch pgjdbc %s from Maven Central: %v\n%s", pgjdbcVersion, err, b)
-	}
-	if _, err := os.Stat(jar); err != nil {
-		t.Fatalf("pgjdbc jar missing after mvn dependency:get: %v", err)
-	}
-	return jar
-}
-
 func TestJDBC(t *testing.T) {
-	jar := pgjdbc(t)
-	classes := t.TempDir()
-	if b, err := exec.Command("javac", "-cp", jar, "-d", classes, filepath.Join("testdata", "Compat.java")).CombinedOutput(); err != nil {
-		t.Fatalf("javac: %v\n%s", err, b)
-	}
+	cp := jvmenv.Compile(t, filepath.Join("testdata", "Compat.java"))
 	out := same(t, func(t *testing.T, tg target) string {
 		ssl := "sslmode=disable"
 		if tg.tls {
@@ -47,7 +21,7 @@ func TestJDBC(t *testing.T) {
 			ssl = "sslmode=require"
 		}
 		url := fmt.Sprintf("jdbc:postgresql://%s:%d/%s?%s", tg.host, tg.port, tg.db, ssl)
-		cmd := exec.Command("java", "-cp", jar+string(os.PathListSeparator)+classes, "Compat", url, user, password)
+		cmd := exec.Command("java", "-cp", cp, "Compat", url, user, password)
 		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("java against %s: %v\n%s", tg.name, err, b)
