@@ -42,11 +42,5 @@ func TestCompatJDBCQueryModes(t *testing.T) {
 		require.Equal(t, direct, through, "preferQueryMode=%s: directly and through Ordo", mode)
 		require.Contains(t, through, "rows 11", "preferQueryMode=%s", mode)
 	}
-	sb.c.waitConverged()
-	for _, table := range tables {
-		want := sb.c.checksum(0, table)
-		for i := 1; i < 3; i++ {
-			require.Equal(t, want, sb.c.checksum(i, table), "%s on node %d", table, i+1)
-		}
-	}
+	sb.c.requireConverged(tables...)
 }
