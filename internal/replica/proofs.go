@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-db/ordo/internal/apply"
 	"github.com/ordo-db/ordo/internal/termination"
@@ -22,7 +24,8 @@ import (
 // apply commits (proofs become durable in seqno order, even without
 // waiting for their WAL flush), and under dbsm-rc before the commit is
 // shown (its SERIALIZABLE transactions are certified from the proofs
-// their snapshots hold: carryOut). So for every seqno up to the largest proof
+// their snapshots hold: carryOut), in the COMMIT PREPARED's own round
+// trip (commitWithProof). So for every seqno up to the largest proof
 // (the proven prefix), a proof row exists exactly if the transaction
 // committed here, which every node decided alike.
 //
@@ -111,6 +114,38 @@ func (r *Replica) flushProofs(ctx context.Context) error {
 	}
 	r.proofs = r.proofs[:0]
 	r.proved(last)
+	return nil
+}
+
+// proofSQL inserts one proof row (commitWithProof).
+const proofSQL = `INSERT INTO _ordo.applied (seqno, gid, label) VALUES ($1::bigint, $2::text, nullif($3::text, '')) ON CONFLICT DO NOTHING`
+
+// commitWithProof sends a local transaction's COMMIT PREPARED (stmt) and
+// the INSERT of its proof row p in one round trip: one batch, one Sync.
+// PostgreSQL runs the COMMIT PREPARED in a transaction of its own (it is
+// the batch's first statement) and skips the rest of the batch after an
+// error, so the row is written only if the commit was, as the loop's way
+// of one statement after the other guarantees. Under dbsm-rc the proof row
+// must be written before the commit is shown (carryOutTxn): this saves
+// the client that round trip. An error leaves the commit, and the row, to
+// the caller's way (execRetrying, flushProofs), which retries each.
+func commitWithProof(ctx context.Context, conn *pgx.Conn, stmt string, p proof) error {
+	sd, err := conn.Prepare(ctx, "ordo_proof", proofSQL) // once per connection
+	if err != nil {
+		return err
+	}
+	b := &pgconn.Batch{}
+	b.ExecParams(stmt, nil, nil, nil, nil)
+	b.ExecPrepared(sd.Name, [][]byte{[]byte(strconv.FormatUint(p.seqno, 10)), []byte(p.gid), []byte(p.label)}, nil, nil)
+	results, err := conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	if err != nil {
+		return err
+	}
+	for _, res := range results {
+		if res.Err != nil {
+			return res.Err
+		}
+	}
 	return nil
 }
 
