@@ -375,7 +375,10 @@ type Backend interface {
 // Completed, returned by SessionHooks.Statement for a KindQuery, answers
 // the query without PostgreSQL: the client receives a CommandComplete
 // with each of Before, one with Tag, and ReadyForQuery with the current
-// transaction status. No ReadyForQuery call follows for it.
+// transaction status. No ReadyForQuery call follows for it at a boundary;
+// inside an extended-protocol batch a Sync of Ordo's ends PostgreSQL's
+// batch first, as the Query would have, and the hooks get that Sync's
+// ReadyForQuery (whose status the client is given).
 type Completed struct {
 	Tag    string
 	Before []string // the tags of the query's earlier statements

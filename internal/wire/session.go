@@ -716,7 +716,19 @@ func (ss *session) clientLoop() error {
 						// Their replies come now (Flush), before anything an
 						// Exec of the hooks could take for its own.
 						ss.closeUnnamed()
-						ss.sendServer(&pgproto3.Flush{})
+						if midBatch {
+							// PostgreSQL would end the batch at this Query
+							// (its implicit transaction too): a Sync of
+							// Ordo's does the same, and its status is the
+							// one to report.
+							ss.syncInUnit()
+							ss.quietReady.Store(true)
+							ss.outstanding.Add(1)
+							ss.sendTracked(&pgproto3.Sync{})
+							ss.batchOpen = false
+						} else {
+							ss.sendServer(&pgproto3.Flush{})
+						}
 						if err := ss.flushServer(); err != nil {
 							return fmt.Errorf("%w: %w", errBackendLost, err)
 						}
