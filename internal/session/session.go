@@ -542,7 +542,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	if first || s.canceled == nil {
 		s.canceled = s.be.CancelRequested()
 	}
-	if st.Unit != s.unit {
+	// newUnit: the first Statement of a unit, AtBoundary or not (a unit
+	// may begin with a message the hooks do not see, such as pgjdbc's
+	// Close of a dead portal before a BEGIN sent as a Query).
+	newUnit := st.Unit != s.unit
+	if newUnit {
 		s.unit = st.Unit
 		if s.namesPending && s.be.TxStatus() == 'I' {
 			// What the statements that moved the names left, now that
@@ -608,14 +612,20 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			}
 		}
 	}
-	if first || s.unitSnapLater {
+	if first || newUnit || s.unitSnapLater {
 		if noSnap {
 			s.unitSnapLater = true // read after the next statement's wait
 		} else {
 			s.unitSnap, s.unitSnapLater = s.h.cfg.Replica.AppliedPrefix(), false
 		}
 	}
-	if first {
+	if first || newUnit {
+		// (Nothing of a unit ran before the first Statement the hooks
+		// see: its messages before it, a Close, a Describe, an Execute
+		// of a portal that died with the last transaction, run nothing.
+		// Left as the last unit had them, a BEGIN after them was taken
+		// for one after a statement of the batch, and its block ran at
+		// PostgreSQL's default level: review of 5458fb1.)
 		s.unitStatus = 0
 		if s.unitReads.Len() > 0 || s.unitReads.All() {
 			s.unitReads = txn.ReadSet{}

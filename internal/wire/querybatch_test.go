@@ -77,7 +77,9 @@ func TestCompletedInsideABatch(t *testing.T) {
 	pbe := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
 	}
-	q := func(sql string) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}} }
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
 	sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
 	cat := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return slices.Concat(parts...) }
 
@@ -142,7 +144,9 @@ func TestBoundaryAtAQueryInsideABatch(t *testing.T) {
 	pbe := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
 	}
-	q := func(sql string) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}} }
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
 	sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
 	cat := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return slices.Concat(parts...) }
 	fcDiv0 := []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: 154 /* int4div */, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("1"), []byte("0")}}}

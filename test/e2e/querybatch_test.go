@@ -162,3 +162,38 @@ func exchangeReplies(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.Front
 	}
 	return out
 }
+
+// TestBeginAfterACloseInABatch: pgjdbc's extendedForPrepared sends the
+// Close of a dead portal and then BEGIN as a Query, with no Sync between
+// them. Nothing of the batch ran before the BEGIN, so its block is begun
+// as one at a boundary is, at the level Ordo runs blocks at, whatever
+// the unit before it ran (a review suspected the session kept the
+// previous unit's state and took the BEGIN for one after a statement).
+func TestBeginAfterACloseInABatch(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, "dbsm-si")
+	h := hijackNode(t, c, 0)
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	level := func() string {
+		out := exchange(t, h, q("select current_setting('transaction_isolation')"))
+		require.Contains(t, out, "Ready T", out)
+		return out
+	}
+	out := exchange(t, h, q("BEGIN"))
+	require.Contains(t, out, "Ready T", out)
+	atBoundary := level()
+	require.Contains(t, exchange(t, h, q("COMMIT")), "Ready I")
+	for i, before := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		q("select 2"),
+		{&pgproto3.Parse{Name: "s", Query: "select 3"}, &pgproto3.Bind{DestinationPortal: "C_1", PreparedStatement: "s"}, &pgproto3.Execute{Portal: "C_1"}, &pgproto3.Sync{}},
+	} {
+		exchangeAll(t, h, before)
+		out := exchange(t, h, []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "C_1"}, &pgproto3.Query{String: "BEGIN"}})
+		require.Contains(t, out, "Ready T", "case %d: %s", i, out)
+		require.Equal(t, atBoundary, level(), "case %d: the block's level", i)
+		require.Contains(t, exchange(t, h, q("COMMIT")), "Ready I", "case %d", i)
+	}
+}
