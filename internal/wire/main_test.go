@@ -17,6 +17,9 @@ import (
 // pg is the PostgreSQL server every test in this package talks to.
 var pg *pglocal.Server
 
+// pgVersion is its version.
+var pgVersion pglocal.Version
+
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -33,7 +36,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer c.Stop()
-		pg = c.Servers[0]
+		pg, pgVersion = c.Servers[0], c.Version
 		if err := setupRoles(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "set up roles:", err)
 			return 1

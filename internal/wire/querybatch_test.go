@@ -99,6 +99,7 @@ func TestCompletedInsideABatch(t *testing.T) {
 	// by the hooks, the batch goes on, and a later error of it rolls
 	// back what the client was told had ended ('I').
 	t.Run("an error after it, outside a block", func(t *testing.T) {
+		skipAfterABatchEndingInAQuery(t)
 		compareBatch(t, p, "CREATE TEMP TABLE rc(i int)",
 			cat(pbe("INSERT INTO rc VALUES (1)"), q("NOTIFY ordo_c"), pbe("SELECT 1/0"), sync),
 			q("SELECT count(*) FROM rc"))
@@ -108,6 +109,7 @@ func TestCompletedInsideABatch(t *testing.T) {
 	// PostgreSQL, still in the batch's implicit transaction, rolls back
 	// what it would have committed at the first Query.
 	t.Run("no Sync after it, then a failing Query", func(t *testing.T) {
+		skipAfterABatchEndingInAQuery(t)
 		compareBatch(t, p, "CREATE TEMP TABLE rc(i int)",
 			cat(pbe("INSERT INTO rc VALUES (1)"), q("NOTIFY ordo_c"), q("SELECT 1/0")),
 			q("SELECT count(*) FROM rc"))
@@ -132,6 +134,9 @@ func TestCopyInsideABatchThenQuery(t *testing.T) {
 		{"failed query then copy", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Query{String: "SELECT 1/0"}, cp[0], cp[1], cp[2], data, &pgproto3.CopyDone{}, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT count(*) FROM rc"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if strings.Contains(tc.name, "after CopyDone") {
+				skipAfterABatchEndingInAQuery(t)
+			}
 			compareBatch(t, p, "CREATE TEMP TABLE rc(i int)", tc.msgs)
 		})
 	}
@@ -193,5 +198,17 @@ func TestDeadPortalAcrossAQueryInsideABatch(t *testing.T) {
 		if !strings.Contains(got, "25P02") && !strings.Contains(got, "34000") || strings.Contains(got, "receive error") {
 			t.Errorf("portal %q:\n%s", portal, got)
 		}
+	}
+}
+
+// skipAfterABatchEndingInAQuery skips a comparison with PostgreSQL 18,
+// whose 18.6 answers the first statement after a batch that ended in a
+// Query with XX000 "StartTransactionCommand: unexpected state STARTED"
+// and runs it not (compatibility.md): its own transcript is no reference
+// there, and PostgreSQL 15 is (make test runs this package on both).
+func skipAfterABatchEndingInAQuery(t *testing.T) {
+	t.Helper()
+	if pgVersion.Major >= 18 {
+		t.Skipf("%s fails the statement after a batch that ended in a Query (XX000, compatibility.md); compared on PostgreSQL 15", pgVersion)
 	}
 }
