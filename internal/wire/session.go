@@ -1333,6 +1333,12 @@ func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended boo
 // refused as not at a boundary, and its COMMIT turned into a rollback.
 func (ss *session) endBatchAtQuery() {
 	ss.batchOpen = false
+	if ss.hooks != nil && ss.portals.pending("") {
+		// A FunctionCall leaves the unnamed portal, as a Sync does (a
+		// Query dropped it): an Exec of the hooks at the next unit
+		// must not send a Query that would (review of e5956fc).
+		ss.portals.unnamedLater = true
+	}
 }
 
 // errCommitsHeldBatch refuses a Query or FunctionCall inside an
