@@ -678,12 +678,14 @@ func (r *Replica) finishLocal(ctx context.Context, seqno uint64, gid txn.GID, co
 		label = e.Label
 	}
 	began := time.Now()
-	if commit && seqno > r.cfg.Proven && len(r.proofs) == 0 && r.Name() == termination.DBSMRC {
+	if commit && seqno > r.cfg.Proven && r.Name() == termination.DBSMRC {
 		// Its proof row goes before the commit is shown (carryOutTxn):
-		// with the COMMIT PREPARED, in its round trip. Should that fail,
-		// the way below retries each apart.
-		if err := commitWithProof(ctx, r.conn, stmt, proof{seqno, gid, label}); err == nil {
+		// with the COMMIT PREPARED, in its round trip, after those not
+		// written yet. Should that fail, the way below retries each
+		// apart.
+		if err := commitWithProof(ctx, r.conn, stmt, append(r.proofs, proof{seqno, gid, label})); err == nil {
 			r.m.localCommit.Observe(time.Since(began).Seconds())
+			r.proofs = r.proofs[:0]
 			r.proved(seqno)
 			return nil
 		} else if ctx.Err() == nil {

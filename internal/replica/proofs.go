@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -108,7 +107,7 @@ func (r *Replica) flushProofs(ctx context.Context) error {
 	seqnos, gids, labels := columns(r.proofs)
 	last := r.proofs[len(r.proofs)-1].seqno
 	err := r.execRetrying(ctx, fmt.Sprintf("write the proof rows of local commits up to seqno %d", last), nil,
-		`INSERT INTO _ordo.applied (seqno, gid, label) SELECT s, g, nullif(l, '') FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(s, g, l) ON CONFLICT DO NOTHING`, seqnos, gids, labels)
+		proofsSQL, seqnos, gids, labels)
 	if err != nil {
 		return err
 	}
@@ -117,26 +116,34 @@ func (r *Replica) flushProofs(ctx context.Context) error {
 	return nil
 }
 
-// proofSQL inserts one proof row (commitWithProof).
-const proofSQL = `INSERT INTO _ordo.applied (seqno, gid, label) VALUES ($1::bigint, $2::text, nullif($3::text, '')) ON CONFLICT DO NOTHING`
+// proofsSQL inserts proof rows: seqnos, gids and labels ("" for none).
+const proofsSQL = `INSERT INTO _ordo.applied (seqno, gid, label) SELECT s, g, nullif(l, '') FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(s, g, l) ON CONFLICT DO NOTHING`
 
 // commitWithProof sends a local transaction's COMMIT PREPARED (stmt) and
-// the INSERT of its proof row p in one round trip: one batch, one Sync.
-// PostgreSQL runs the COMMIT PREPARED in a transaction of its own (it is
-// the batch's first statement) and skips the rest of the batch after an
-// error, so the row is written only if the commit was, as the loop's way
-// of one statement after the other guarantees. Under dbsm-rc the proof row
-// must be written before the commit is shown (carryOutTxn): this saves
-// the client that round trip. An error leaves the commit, and the row, to
+// the insert of the proof rows ps (its own, after any not written yet, in
+// seqno order) in one round trip: one batch, one Sync. PostgreSQL runs
+// the COMMIT PREPARED in a transaction of its own (it is the batch's
+// first statement) and skips the rest of the batch after an error, so the
+// rows are written only if the commit was, as the loop's way of one
+// statement after the other guarantees. Under dbsm-rc the proof row must
+// be written before the commit is shown (carryOutTxn): this saves the
+// client that round trip. An error leaves the commit, and the rows, to
 // the caller's way (execRetrying, flushProofs), which retries each.
-func commitWithProof(ctx context.Context, conn *pgx.Conn, stmt string, p proof) error {
-	sd, err := conn.Prepare(ctx, "ordo_proof", proofSQL) // once per connection
+func commitWithProof(ctx context.Context, conn *pgx.Conn, stmt string, ps []proof) error {
+	sd, err := conn.Prepare(ctx, "ordo_proofs", proofsSQL) // a round trip once per connection
 	if err != nil {
 		return err
 	}
+	seqnos, gids, labels := columns(ps)
+	params := make([][]byte, 3)
+	for i, v := range []any{seqnos, gids, labels} {
+		if params[i], err = conn.TypeMap().Encode(sd.ParamOIDs[i], pgx.TextFormatCode, v, nil); err != nil {
+			return err
+		}
+	}
 	b := &pgconn.Batch{}
 	b.ExecParams(stmt, nil, nil, nil, nil)
-	b.ExecPrepared(sd.Name, [][]byte{[]byte(strconv.FormatUint(p.seqno, 10)), []byte(p.gid), []byte(p.label)}, nil, nil)
+	b.ExecPrepared(sd.Name, params, nil, nil)
 	results, err := conn.PgConn().ExecBatch(ctx, b).ReadAll()
 	if err != nil {
 		return err

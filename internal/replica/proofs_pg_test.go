@@ -60,8 +60,9 @@ func (c countingConn) Write(b []byte) (int, error) {
 // TestCommitWithProofOneRoundTrip: a local commit's COMMIT PREPARED and
 // its proof row go to PostgreSQL in one write (dbsm-rc shows the commit
 // only once its proof row is in: a second round trip was on the client's
-// path), the row is written exactly when the commit is, and a label is
-// kept (none stays NULL).
+// path), the rows (its own, after earlier ones not written yet) are
+// written exactly when the commit is, and a label is kept, quotes and
+// braces included (none stays NULL).
 func TestCommitWithProofOneRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -117,7 +118,7 @@ func TestCommitWithProofOneRoundTrip(t *testing.T) {
 	}
 
 	prepare("ordo_test_1", 1)
-	require.NoError(t, commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_1'", proof{11, "ordo_test_1", "label-1"}))
+	require.NoError(t, commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_1'", []proof{{11, "ordo_test_1", "label-1"}}))
 	require.True(t, committed(1))
 	gid, label, found := proofOf(11)
 	require.True(t, found, "the proof row of a commit")
@@ -127,7 +128,7 @@ func TestCommitWithProofOneRoundTrip(t *testing.T) {
 
 	prepare("ordo_test_2", 2)
 	before := writes.Load()
-	require.NoError(t, commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_2'", proof{12, "ordo_test_2", ""}))
+	require.NoError(t, commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_2'", []proof{{12, "ordo_test_2", ""}}))
 	require.Equal(t, int64(1), writes.Load()-before, "the COMMIT PREPARED and its proof row in one write")
 	require.True(t, committed(2))
 	_, label, found = proofOf(12)
@@ -136,17 +137,24 @@ func TestCommitWithProofOneRoundTrip(t *testing.T) {
 
 	// A COMMIT PREPARED that fails writes no proof row: PostgreSQL skips
 	// the rest of the batch.
-	err = commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_none'", proof{13, "ordo_test_none", ""})
+	err = commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_none'", []proof{{13, "ordo_test_earlier", ""}, {14, "ordo_test_none", ""}})
 	var pe *pgconn.PgError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "42704", pe.Code)
 	_, _, found = proofOf(13)
+	require.False(t, found, "an earlier proof row, with a commit that failed: written later, apart")
+	_, _, found = proofOf(14)
 	require.False(t, found, "a proof row without its commit")
 
-	// The connection is usable afterwards, in and out of the batch.
+	// The connection is usable afterwards. A proof row not written yet
+	// (an earlier local commit's) goes with the next one, before it.
 	prepare("ordo_test_4", 4)
-	require.NoError(t, commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_4'", proof{14, "ordo_test_4", ""}))
+	require.NoError(t, commitWithProof(ctx, conn, "COMMIT PREPARED 'ordo_test_4'", []proof{{13, "ordo_test_earlier", "it's \"quoted\", {braced}"}, {14, "ordo_test_4", ""}}))
 	require.True(t, committed(4))
+	_, label, found = proofOf(13)
+	require.True(t, found, "the earlier proof row")
+	require.NotNil(t, label)
+	require.Equal(t, "it's \"quoted\", {braced}", *label)
 	_, _, found = proofOf(14)
 	require.True(t, found)
 }

@@ -705,7 +705,7 @@ func (ss *session) clientLoop() error {
 						if err := ss.runSplit(sp); err != nil {
 							return err
 						}
-						ss.batchOpen = false // (its pieces end with Syncs of Ordo's)
+						ss.endBatch() // (its pieces end with Syncs of Ordo's)
 						continue
 					}
 					var c *Completed
@@ -725,7 +725,7 @@ func (ss *session) clientLoop() error {
 							ss.quietReady.Store(true)
 							ss.outstanding.Add(1)
 							ss.sendTracked(&pgproto3.Sync{})
-							ss.batchOpen = false
+							ss.endBatch()
 						} else {
 							ss.sendServer(&pgproto3.Flush{})
 						}
@@ -746,13 +746,13 @@ func (ss *session) clientLoop() error {
 					if err := ss.refuseUnit(err); err != nil {
 						return err
 					}
-					ss.batchOpen = false // (ended by refuseUnit's Sync)
+					ss.endBatch() // (refuseUnit's Sync)
 					continue
 				}
 			}
 			ss.outstanding.Add(1)
 			if midBatch {
-				ss.endBatchAtQuery()
+				ss.endBatch() // (PostgreSQL's ReadyForQuery for the Query)
 			}
 		case *pgproto3.Parse:
 			// The hook runs before batchOpen is set: as the first message
@@ -850,10 +850,7 @@ func (ss *session) clientLoop() error {
 			if ss.copying {
 				ss.syncInUnit() // (answered if the COPY never started)
 			}
-			ss.batchOpen, ss.skipping = false, false
-			if ss.hooks != nil && ss.portals.pending("") {
-				ss.portals.unnamedLater = true // bound, to be executed later
-			}
+			ss.endBatch()
 			if !ss.copying {
 				// PostgreSQL ignores Sync during COPY FROM STDIN.
 				ss.outstanding.Add(1)
@@ -882,12 +879,12 @@ func (ss *session) clientLoop() error {
 					if err := ss.refuseUnit(err); err != nil {
 						return err
 					}
-					ss.batchOpen = false // (ended by refuseUnit's Sync)
+					ss.endBatch() // (refuseUnit's Sync)
 					continue
 				}
 			}
 			ss.outstanding.Add(1)
-			ss.endBatchAtQuery()
+			ss.endBatch() // (PostgreSQL's ReadyForQuery for the FunctionCall)
 		case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail:
 			if !ss.copying {
 				if ss.syncsSinceExec > 0 && ss.srv.hooks != nil {
@@ -1321,23 +1318,26 @@ func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended boo
 	return failed, false
 }
 
-// endBatchAtQuery notes that a Query or a FunctionCall PostgreSQL runs
-// inside an extended-protocol batch ends the batch: it answers with a
+// endBatch notes that PostgreSQL's extended-protocol batch ends here: at
+// the client's Sync, at a Sync of Ordo's inside the client's batch
+// (refuseUnit, runSplit, a Query the hooks answered), and at a Query or a
+// FunctionCall PostgreSQL runs inside it, which it answers with a
 // ReadyForQuery, after which it is where a Sync leaves it (its implicit
 // transaction ended, skipping nothing, even after the message's own
-// error). What the client sends next begins a unit of its own. The batch
-// taken for open after it, an error of the Query made the next Query of
-// the batch look skipped (dropped, unanswered: review), and pgjdbc's
+// error). What the client sends next begins a unit of its own. (The batch
+// taken for open after such a Query, an error of it made the next Query
+// of the batch look skipped, dropped unanswered; pgjdbc's
 // extendedForPrepared mode, which sends the Closes of dead portals and
 // then BEGIN as a Query, had every later statement of the transaction
-// refused as not at a boundary, and its COMMIT turned into a rollback.
-func (ss *session) endBatchAtQuery() {
-	ss.batchOpen = false
+// refused as not at a boundary, and its COMMIT turned into a rollback.)
+// An unnamed portal bound and not executed outlives the batch in a block
+// (a Query drops it, a Sync or a FunctionCall does not): an Exec of the
+// hooks at the next unit must not send a Query that would drop it
+// (unnamedLater).
+func (ss *session) endBatch() {
+	ss.batchOpen, ss.skipping = false, false
 	if ss.hooks != nil && ss.portals.pending("") {
-		// A FunctionCall leaves the unnamed portal, as a Sync does (a
-		// Query dropped it): an Exec of the hooks at the next unit
-		// must not send a Query that would (review of e5956fc).
-		ss.portals.unnamedLater = true
+		ss.portals.unnamedLater = true // bound, to be executed later
 	}
 }
 
