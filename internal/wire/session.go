@@ -702,7 +702,7 @@ func (ss *session) clientLoop() error {
 				if err != nil {
 					var sp *Split
 					if errors.As(err, &sp) && len(sp.Pieces) > 0 {
-						if err := ss.runSplit(sp); err != nil {
+						if err := ss.runSplit(sp, atBoundary); err != nil {
 							return err
 						}
 						ss.endBatch() // (its pieces end with Syncs of Ordo's)

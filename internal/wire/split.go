@@ -8,24 +8,42 @@ import (
 )
 
 // runSplit runs a Query the hooks split into pieces (see Split). It runs on
-// the session goroutine, at a boundary (the hooks were just called for the
-// Query's first message).
-func (ss *session) runSplit(sp *Split) error {
+// the session goroutine, after the hooks were called for the Query.
+// atBoundary: the Query began a unit. Sent inside an extended-protocol
+// batch (not at a boundary), its first piece runs in the batch's implicit
+// transaction, as the whole Query would, and PostgreSQL ends the batch at
+// that piece's ReadyForQuery (or, if the hooks answer it, at a Sync of
+// Ordo's): the pieces after it begin at a boundary. (Every piece was
+// taken for one at a boundary: a BEGIN first in a string sent after a
+// statement of the batch had its level set where PostgreSQL refuses it,
+// 25001, and the client's transaction failed.)
+func (ss *session) runSplit(sp *Split, atBoundary bool) error {
 	ss.syncInUnit() // (each piece ends with a Sync of Ordo's)
 	lost := func(err error) error { return fmt.Errorf("%w: %w", errBackendLost, err) }
 	pieces := sp.Pieces
 	for i, piece := range pieces {
 		last := i == len(pieces)-1
-		ss.stmt = Statement{Kind: KindQuery, SQL: piece, Piece: i + 1, Pieces: len(pieces), AtBoundary: true}
+		ss.stmt = Statement{Kind: KindQuery, SQL: piece, Piece: i + 1, Pieces: len(pieces), AtBoundary: atBoundary || i > 0}
 		err := ss.callStatement()
 		if err != nil {
 			var c *Completed
 			if errors.As(err, &c) {
+				midBatch := ss.batchOpen
+				if midBatch {
+					// PostgreSQL would end the batch at this piece (as in
+					// the Query case of run).
+					ss.quietReady.Store(true)
+					ss.outstanding.Add(1)
+					ss.sendTracked(&pgproto3.Sync{})
+				}
 				if err := ss.flushServer(); err != nil {
 					return lost(err)
 				}
 				if err := ss.waitIdle(ss.ctx); err != nil {
 					return nil
+				}
+				if midBatch {
+					ss.endBatch()
 				}
 				if t := ss.heldTag.Swap(nil); t != nil {
 					ss.writeClient(t) // an earlier piece's, before this one's
@@ -67,6 +85,9 @@ func (ss *session) runSplit(sp *Split) error {
 		}
 		if err := ss.waitIdle(ss.ctx); err != nil {
 			return nil
+		}
+		if ss.batchOpen {
+			ss.endBatch() // (the piece's ReadyForQuery)
 		}
 		if ss.sawError.Load() {
 			return ss.endSplit(false) // PostgreSQL would skip the rest

@@ -197,3 +197,63 @@ func TestBeginAfterACloseInABatch(t *testing.T) {
 		require.Contains(t, exchange(t, h, q("COMMIT")), "Ready I", "case %d", i)
 	}
 }
+
+// TestCompatSplitQueryInsideABatch: a query string with transaction
+// control among other statements (which Ordo runs as pieces) sent inside
+// an extended-protocol batch, before its Sync, after a statement of the
+// batch ran. Its first piece runs in the batch's implicit transaction,
+// as PostgreSQL runs the string; every piece was taken for one at a
+// boundary, and a BEGIN first had its level set where PostgreSQL refused
+// it (25001): the client's transaction failed.
+func TestCompatSplitQueryInsideABatch(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table qs(id int primary key)")
+	ho, hp := sb.hijacked(t)
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	read := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	with := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
+		var out []pgproto3.FrontendMessage
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return append(out, &pgproto3.Sync{})
+	}
+	for i, st := range [][]pgproto3.FrontendMessage{
+		with(read, q("begin; insert into qs values (1); commit")),
+		q("select current_setting('transaction_isolation'), count(*) from qs"),
+		with(read, q("begin; select current_setting('transaction_isolation'); insert into qs values (2); commit"), read),
+		with(read, q("begin; insert into qs values (5)"), read),
+		q("commit"),
+		with(read, q("begin; insert into qs values (6); rollback")),
+		{&pgproto3.Close{ObjectType: 'P', Name: "C_1"}, &pgproto3.Query{String: "begin; insert into qs values (7); commit"}},
+		with(read, q("begin; select 1/0; commit")),
+		q("rollback"),
+		// Inside a block: a NOTIFY, which Ordo answers itself and sends
+		// at the commit, first.
+		q("begin"),
+		q("insert into qs values (8)"),
+		with(read, q("notify qs_chan; commit"), read),
+		q("begin"),
+		with([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "insert into qs values (9)"}, &pgproto3.Bind{}, &pgproto3.Execute{}}, q("notify qs_chan; commit")),
+		q("select count(*) from qs"),
+	} {
+		outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
+		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)
+	}
+	// Nothing ran before it in the batch: its block is one begun at a
+	// boundary, at Ordo's level (TestBeginAfterACloseInABatch).
+	out := untilMarker(t, ho, []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "C_1"}, &pgproto3.Query{String: "begin; select current_setting('transaction_isolation'); commit"}})
+	require.Contains(t, out, `Row ["repeatable read"]`)
+	// An update first, outside a block, is refused there as a Query of
+	// one statement is (TestCompatQueryInsideABatch), and nothing of the
+	// string runs.
+	out = untilMarker(t, ho, with(read, q("insert into qs values (3); begin; insert into qs values (4); commit")))
+	require.Contains(t, out, "0A000 ordo: this statement cannot be replicated where it stands in its batch")
+	require.Contains(t, untilMarker(t, ho, q("select count(*) from qs where id in (3, 4)")), `Row ["0"]`)
+	same(t, o, p, "select * from qs order by id")
+	sb.c.requireConverged("qs")
+}
