@@ -685,9 +685,19 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			if pieces, offsets := splitPieces(st.SQL, stmts); pieces != nil {
 				return &wire.Split{Pieces: pieces, Offsets: offsets}
 			}
-		} else if err := s.piece(ctx, stmts); err != nil {
-			return err
+		} else if st.AtBoundary || s.txStatus() != 'I' || s.tx.active {
+			if err := s.piece(ctx, stmts); err != nil {
+				return err
+			}
 		}
+		// (Otherwise the first piece of a string sent inside an
+		// extended-protocol batch, outside a block: it runs in the
+		// batch's implicit transaction, where Ordo cannot open a block
+		// of its own for the string's pieces, so as a Query of its own
+		// would there: a read runs, an update is refused. PostgreSQL's
+		// batch, with the piece's implicit transaction, ends at its
+		// ReadyForQuery, as at the whole string's: what the string runs
+		// after it begins at a boundary.)
 		if err := s.rewrite(st, stmts); err != nil {
 			return err
 		}

@@ -229,6 +229,11 @@ func TestCompatSplitQueryInsideABatch(t *testing.T) {
 		with(read, q("begin; insert into qs values (5)"), read),
 		q("commit"),
 		with(read, q("begin; insert into qs values (6); rollback")),
+		// A read first, outside a block: it runs in the batch's implicit
+		// transaction (Ordo cannot open a block of its own there for
+		// the string's pieces: it was refused, 0A000).
+		with(read, q("select count(*) from qs; commit")),
+		with(read, q("select count(*) from qs; commit; insert into qs values (10)")),
 		{&pgproto3.Close{ObjectType: 'P', Name: "C_1"}, &pgproto3.Query{String: "begin; insert into qs values (7); commit"}},
 		with(read, q("begin; select 1/0; commit")),
 		q("rollback"),

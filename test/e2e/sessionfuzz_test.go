@@ -336,7 +336,13 @@ func midQuery(m fuzzModel, msgs []pgproto3.FrontendMessage, inBlock bool) ([]pgp
 			return nil, false // a Flush, a Sync, a Query, COPY
 		}
 	}
-	q := []string{"select count(*) from fz", "select 1/0", "select v from fz where k = 2; select 3", "begin"}[m.mid.IntN(4)] // (not empty: the marker is)
+	// (Not empty: the marker is. The last two hold transaction control
+	// among other statements, which Ordo runs as pieces.)
+	q := []string{"select count(*) from fz", "select 1/0", "select v from fz where k = 2; select 3", "begin",
+		"begin; select count(*) from fz; commit", "select v from fz where k = 3; commit"}[m.mid.IntN(6)]
+	if q == "begin; select count(*) from fz; commit" && m.begin != "begin" {
+		q = "select count(*) from fz"
+	}
 	if q == "begin" && m.begin != "begin" {
 		// Under cons a BEGIN after a read of its batch is refused
 		// (its snapshot would predate its classes: compatibility.md).
