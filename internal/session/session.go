@@ -683,6 +683,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		}
 		if st.Pieces == 0 {
 			if pieces, offsets := splitPieces(st.SQL, stmts); pieces != nil {
+				if err := s.splittable(st, stmts); err != nil {
+					return err
+				}
 				return &wire.Split{Pieces: pieces, Offsets: offsets}
 			}
 		} else if st.AtBoundary || s.txStatus() != 'I' || s.tx.active {
@@ -1147,6 +1150,55 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error
 	st.Rewrite = stmts[0].Rewrite
 	if stmts[0].Notice != "" {
 		s.be.Notice(stmts[0].Notice)
+	}
+	return nil
+}
+
+// splittable refuses a query string splitPieces splits that its pieces
+// cannot run as PostgreSQL runs the whole string:
+//   - a COPY … FROM STDIN before a later piece: the wire layer waits for
+//     each piece but the last to end, and would wait for ever for the
+//     client's data, which it reads only once the string is sent (the
+//     session hung);
+//   - inside an extended-protocol batch, after a statement of it ran,
+//     outside a block: statements before the string's first transaction
+//     control, which PostgreSQL runs in the batch's implicit transaction
+//     with what that control does (a BEGIN makes it the block, so a
+//     SET LOCAL before it holds in it and a level it asks for fails; a
+//     ROLLBACK undoes a set_config before it), where the first piece
+//     ends that transaction at its own ReadyForQuery, and Ordo cannot
+//     open a block of its own for the string inside the batch. Only a
+//     plain COMMIT there ends the transaction as that ReadyForQuery does.
+func (s *session) splittable(st *wire.Statement, stmts []*analysis.Statement) error {
+	copyAt := -1
+	for i, a := range stmts {
+		if a.Kind == analysis.KindCopyFrom && a.FromClient && copyAt < 0 {
+			copyAt = i
+		}
+		if a.Kind == analysis.KindTxn && copyAt >= 0 {
+			return pgErr(codeFeatureNotSupported, "ordo: COPY … FROM STDIN can be sent in a query string with transaction control only after its last transaction control statement; send the COPY in a query of its own")
+		}
+	}
+	if st.AtBoundary || s.txStatus() != 'I' || s.tx.active {
+		return nil
+	}
+	for _, a := range stmts {
+		switch {
+		case a.Kind == analysis.KindEmpty:
+			continue
+		case a.Kind != analysis.KindTxn:
+			for _, b := range stmts {
+				if b.Kind == analysis.KindTxn {
+					if b.Txn.Op == analysis.TxnCommit && !b.Txn.Chain {
+						return nil
+					}
+					err := pgErr(codeFeatureNotSupported, "ordo: this query string cannot be replicated where it stands in its batch: PostgreSQL would run its statements before its %s in the batch's implicit transaction, which Ordo cannot follow across the string's transaction control inside an extended-protocol batch", strings.ToUpper(strings.Fields(stripComments(b.SQL) + " x")[0]))
+					err.Hint = "Send it after a Sync, or in a batch of its own."
+					return err
+				}
+			}
+		}
+		return nil
 	}
 	return nil
 }

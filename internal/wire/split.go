@@ -56,6 +56,9 @@ func (ss *session) runSplit(sp *Split, atBoundary bool) error {
 			}
 			// Refused: PostgreSQL fails at this point, and the rest is
 			// not run.
+			if i == 0 {
+				ss.closeUnnamed() // as the Query would have, had it reached PostgreSQL
+			}
 			ss.outstanding.Add(1)
 			ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(err)})
 			ss.sendTracked(&pgproto3.Sync{})

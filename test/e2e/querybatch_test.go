@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -249,16 +251,96 @@ func TestCompatSplitQueryInsideABatch(t *testing.T) {
 		outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
 		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)
 	}
+	// Statements before its first transaction control other than a
+	// plain COMMIT, outside a block: PostgreSQL runs them in the batch's
+	// implicit transaction with what the control does (a BEGIN makes it
+	// the block, with a SET LOCAL before it and its level; a ROLLBACK
+	// undoes them), which pieces cannot follow: refused, saying why, and
+	// nothing of the string runs (a review: the block ran at another level
+	// than PostgreSQL refused, and the settings differed).
+	for _, sql := range []string{
+		"select 1; begin isolation level serializable; insert into qs values (20); commit",
+		"select 1; set transaction isolation level serializable; commit",
+		"set local qs.x = '1'; begin; select current_setting('qs.x', true); commit",
+		"select set_config('qs.z', '1', false); rollback",
+		"select 1; commit and chain",
+	} {
+		out := untilMarker(t, ho, with(read, q(sql)))
+		require.Contains(t, out, "0A000 ordo: this query string cannot be replicated where it stands in its batch", sql)
+		require.Equal(t, 2, strings.Count("\n"+out, "\nComplete "), "only the batch's read and the marker: %s", out)
+	}
+	require.Contains(t, untilMarker(t, ho, q("select count(*), current_setting('qs.z', true) from qs where id = 20")), `Row ["0" ""]`)
+	// Refused before anything of it reached PostgreSQL, the string drops
+	// the unnamed statement as any Query does (the same review: its
+	// Bind ran the statement again).
+	out := untilMarker(t, ho, slices.Concat(read, q("insert into qs values (21); commit"),
+		[]pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}))
+	require.Contains(t, out, "0A000")
+	require.Contains(t, out, "26000 unnamed prepared statement does not exist")
 	// Nothing ran before it in the batch: its block is one begun at a
 	// boundary, at Ordo's level (TestBeginAfterACloseInABatch).
-	out := untilMarker(t, ho, []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "C_1"}, &pgproto3.Query{String: "begin; select current_setting('transaction_isolation'); commit"}})
+	out = untilMarker(t, ho, []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: "C_1"}, &pgproto3.Query{String: "begin; select current_setting('transaction_isolation'); commit"}})
 	require.Contains(t, out, `Row ["repeatable read"]`)
 	// An update first, outside a block, is refused there as a Query of
 	// one statement is (TestCompatQueryInsideABatch), and nothing of the
 	// string runs.
 	out = untilMarker(t, ho, with(read, q("insert into qs values (3); begin; insert into qs values (4); commit")))
+	require.Contains(t, out, "0A000 ordo: this query string cannot be replicated where it stands in its batch")
+	out = untilMarker(t, ho, with(read, q("insert into qs values (3); commit")))
 	require.Contains(t, out, "0A000 ordo: this statement cannot be replicated where it stands in its batch")
 	require.Contains(t, untilMarker(t, ho, q("select count(*) from qs where id in (3, 4)")), `Row ["0"]`)
 	same(t, o, p, "select * from qs order by id")
 	sb.c.requireConverged("qs")
+}
+
+// TestCompatCopyAmongPieces: a COPY … FROM STDIN in a query string with
+// transaction control after it (psql -c "begin; copy … from stdin;
+// commit"). Ordo runs such a string as pieces, and waited for the
+// COPY's piece to end before reading the client's data: the session hung
+// (a review). It is refused, saying what to do; a COPY after the
+// string's last transaction control runs as on PostgreSQL.
+func TestCompatCopyAmongPieces(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table qc(id int primary key)")
+	ho, hp := sb.hijacked(t)
+	read := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	for _, st := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "begin; copy qc from stdin; commit"}},
+		{&pgproto3.Query{String: "copy qc from stdin; commit"}},
+		slices.Concat(read, []pgproto3.FrontendMessage{&pgproto3.Query{String: "begin; copy qc from stdin; commit"}, &pgproto3.Sync{}}),
+	} {
+		out := untilMarker(t, ho, st)
+		require.Contains(t, out, "0A000 ordo: COPY … FROM STDIN can be sent in a query string with transaction control only after its last")
+		require.NotContains(t, out, "CopyInResponse")
+	}
+	copyThen := func(h *pgconn.HijackedConn) string {
+		out := ""
+		for !strings.Contains(out, "CopyInResponse") {
+			out += exchangeUntil(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "begin; insert into qc values (1); commit; copy qc from stdin"}}, "CopyInResponse")
+		}
+		return out + untilMarker(t, h, []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{}})
+	}
+	require.Equal(t, copyThen(hp), copyThen(ho))
+	same(t, o, p, "select * from qc order by id")
+	sb.c.requireConverged("qc")
+}
+
+// exchangeUntil sends msgs and returns the replies, as text, up to the
+// first one whose text contains until.
+func exchangeUntil(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage, until string) string {
+	t.Helper()
+	for _, m := range msgs {
+		h.Frontend.Send(m)
+	}
+	require.NoError(t, h.Frontend.Flush())
+	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	out := ""
+	for !strings.Contains(out, until) {
+		msg, err := h.Frontend.Receive()
+		require.NoError(t, err, "so far: %s", out)
+		out += fmt.Sprintf("%T\n", msg)
+	}
+	return out
 }
