@@ -173,8 +173,11 @@ type session struct {
 	clientLeft      atomic.Bool // client sent Terminate
 
 	// Session goroutine state.
-	established  bool // startup done: idle timeouts apply
-	batchOpen    bool // extended-protocol messages sent since the last Sync
+	established bool // startup done: idle timeouts apply
+	batchOpen   bool // extended-protocol messages sent since the last Sync
+	// onlyCloses: every message of the open batch is a Close, which runs
+	// nothing (PostgreSQL starts no transaction for it): openBatch.
+	onlyCloses   bool
 	copying      bool // client is sending COPY data
 	copyExtended bool // that COPY was started by an Execute
 	// copyInsAtUnit: copyIns when the unit began; copyEnds: the COPYs
@@ -678,6 +681,23 @@ func (ss *session) clientLoop() error {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
+			if ss.hooks != nil && ss.batchOpen && ss.onlyCloses && !ss.skipping && !ss.copying {
+				// Only Closes before it in the batch (pgjdbc's
+				// extendedForPrepared mode sends those of dead statements
+				// and portals ahead of a simple Query, with no Sync): the
+				// Query is where a Sync would leave it. A Sync of Ordo's,
+				// its ReadyForQuery unseen, ends the batch there, and the
+				// Query begins a unit of its own, at a boundary, where the
+				// hooks may run statements of their own ahead of it (an
+				// autocommit update outside a block was refused, 0A000).
+				ss.quietReady.Store(true)
+				ss.outstanding.Add(1)
+				ss.sendTracked(&pgproto3.Sync{})
+				ss.endBatch()
+				if atBoundary, err = ss.startUnit(msg); err != nil {
+					return err
+				}
+			}
 			if skip, ended := ss.skippedInBatch(m); ended {
 				return nil
 			} else if skip {
@@ -760,14 +780,14 @@ func (ss *session) clientLoop() error {
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindParse, SQL: m.Query, Name: m.Name, ParamOIDs: m.ParameterOIDs, AtBoundary: atBoundary}
 				if ss.rejectExtended() {
-					ss.batchOpen = true
+					ss.openBatch(false)
 					continue
 				}
 				if ss.rewrite != "" {
 					parsedAs, m.Query = m.Query, ss.rewrite
 				}
 			}
-			ss.batchOpen = true
+			ss.openBatch(false)
 		case *pgproto3.Bind:
 			if ss.hooks != nil && !ss.skipping {
 				ss.stmt = Statement{Kind: KindBind, Name: m.PreparedStatement, Portal: m.DestinationPortal,
@@ -797,9 +817,9 @@ func (ss *session) clientLoop() error {
 			if ss.hooks != nil {
 				ss.portals.bound(m.DestinationPortal)
 			}
-			ss.batchOpen = true
+			ss.openBatch(false)
 		case *pgproto3.Close:
-			ss.batchOpen = true
+			ss.openBatch(true)
 			if m.ObjectType == 'P' {
 				if ss.hooks != nil {
 					ss.portals.closed(m.Name)
@@ -815,7 +835,7 @@ func (ss *session) clientLoop() error {
 				}
 			}
 		case *pgproto3.Execute:
-			ss.batchOpen = true
+			ss.openBatch(false)
 			if ss.hooks != nil {
 				ss.portals.executed(m.Portal)
 			}
@@ -845,7 +865,7 @@ func (ss *session) clientLoop() error {
 				ss.portalExecuted(m.Portal)
 			}
 		case *pgproto3.Describe:
-			ss.batchOpen = true
+			ss.openBatch(false)
 		case *pgproto3.Sync:
 			if ss.copying {
 				ss.syncInUnit() // (answered if the COPY never started)
@@ -1316,6 +1336,13 @@ func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended boo
 		return false, true
 	}
 	return failed, false
+}
+
+// openBatch notes a client's extended-protocol message: PostgreSQL's
+// batch is open until its Sync. isClose: the message is a Close.
+func (ss *session) openBatch(isClose bool) {
+	ss.onlyCloses = isClose && (!ss.batchOpen || ss.onlyCloses)
+	ss.batchOpen = true
 }
 
 // endBatch notes that PostgreSQL's extended-protocol batch ends here: at

@@ -41,6 +41,7 @@ func TestCompatJDBCQueryModes(t *testing.T) {
 		through := run(sb.c.cfgs[0].Listen, "ordo", "ordo")
 		require.Equal(t, direct, through, "preferQueryMode=%s: directly and through Ordo", mode)
 		require.Contains(t, through, "rows 11", "preferQueryMode=%s", mode)
+		require.Contains(t, through, "rows 15", "preferQueryMode=%s", mode)
 	}
 	sb.c.requireConverged(tables...)
 }

@@ -62,6 +62,13 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 		q("COMMIT"),
 		{&pgproto3.Close{ObjectType: 'P', Name: "C_2"}, &pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "insert into qb values (10)"}, &pgproto3.Query{String: "COMMIT"}},
 		q("select count(*) from qb where id >= 8"),
+		// The same mode's Closes of a statement that left the driver's
+		// cache, then an autocommit write as a Query: it was refused
+		// (0A000), as if after a statement of the batch; Closes run
+		// nothing, and it runs as on PostgreSQL.
+		{&pgproto3.Close{ObjectType: 'S', Name: "S_1"}, &pgproto3.Close{ObjectType: 'P', Name: "C_3"}, &pgproto3.Query{String: "insert into qb values (14)"}},
+		{&pgproto3.Close{ObjectType: 'S', Name: "S_2"}, &pgproto3.Query{String: "insert into qb values (15); select 1/0"}},
+		q("select count(*) from qb where id >= 14"),
 		// A BEGIN as a Query after a statement of the batch ran makes the
 		// batch's implicit transaction the client's block. Ordo set its
 		// isolation level at the next statement, which PostgreSQL refused

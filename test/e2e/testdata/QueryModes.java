@@ -51,5 +51,32 @@ public class QueryModes {
                 System.out.println("rows " + rs.getLong(1));
             }
         }
+        // Autocommit writes as plain Statements after a server-prepared
+        // statement left the driver's cache of one: its Close goes ahead
+        // of the next statement, a simple Query, with no Sync between.
+        try (Connection c = DriverManager.getConnection(args[0] + "&preferQueryMode=" + args[3]
+                + "&prepareThreshold=1&preparedStatementCacheQueries=1", args[1], args[2])) {
+            Statement st = c.createStatement();
+            for (int t = 0; t < 4; t++) {
+                try {
+                    try (PreparedStatement ps = c.prepareStatement("SELECT id FROM " + table + " WHERE id >= ? AND " + t + " = " + t)) {
+                        ps.setInt(1, t);
+                        for (int k = 0; k < 2; k++) {
+                            try (ResultSet rs = ps.executeQuery()) {
+                                rs.next();
+                            }
+                        }
+                    }
+                    st.executeUpdate("INSERT INTO " + table + " VALUES (" + (300 + t) + ")");
+                    System.out.println("autocommit insert " + t + " done");
+                } catch (SQLException e) {
+                    System.out.println("autocommit insert " + t + ": " + e.getSQLState() + " " + e.getMessage());
+                }
+            }
+            try (ResultSet rs = st.executeQuery("SELECT count(*) FROM " + table)) {
+                rs.next();
+                System.out.println("rows " + rs.getLong(1));
+            }
+        }
     }
 }
