@@ -1272,6 +1272,14 @@ func (s *session) piece(ctx context.Context, stmts []*analysis.Statement) error 
 		// never sees it, but its options must act as in PostgreSQL's
 		// implicit transaction: set, or refused (25001) where a
 		// snapshot was taken and the level would change.
+		if s.refusesLevel(stmts[0]) {
+			// (From the level the client's transaction has, which the
+			// SET below need not change: under dbsm Ordo's block runs at
+			// REPEATABLE READ whatever was asked, and "select 1; begin
+			// isolation level serializable; …" ran where PostgreSQL
+			// refuses it: a review.)
+			return pgErr("25001", "SET TRANSACTION ISOLATION LEVEL must be called before any query")
+		}
 		if set := s.beginOptions(ctl); set != "" {
 			if err := s.execSet(ctx, set); err != nil {
 				return err

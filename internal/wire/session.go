@@ -681,22 +681,8 @@ func (ss *session) clientLoop() error {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
-			if ss.hooks != nil && ss.batchOpen && ss.onlyCloses && !ss.skipping && !ss.copying {
-				// Only Closes before it in the batch (pgjdbc's
-				// extendedForPrepared mode sends those of dead statements
-				// and portals ahead of a simple Query, with no Sync): the
-				// Query is where a Sync would leave it. A Sync of Ordo's,
-				// its ReadyForQuery unseen, ends the batch there, and the
-				// Query begins a unit of its own, at a boundary, where the
-				// hooks may run statements of their own ahead of it (an
-				// autocommit update outside a block was refused, 0A000).
-				ss.quietReady.Store(true)
-				ss.outstanding.Add(1)
-				ss.sendTracked(&pgproto3.Sync{})
-				ss.endBatch()
-				if atBoundary, err = ss.startUnit(msg); err != nil {
-					return err
-				}
+			if atBoundary, err = ss.afterCloses(msg, atBoundary); err != nil {
+				return err
 			}
 			if skip, ended := ss.skippedInBatch(m); ended {
 				return nil
@@ -878,6 +864,9 @@ func (ss *session) clientLoop() error {
 			}
 		case *pgproto3.Flush:
 		case *pgproto3.FunctionCall:
+			if atBoundary, err = ss.afterCloses(msg, atBoundary); err != nil {
+				return err
+			}
 			if skip, ended := ss.skippedInBatch(m); ended {
 				return nil
 			} else if skip {
@@ -1336,6 +1325,25 @@ func (ss *session) skippedInBatch(msg pgproto3.FrontendMessage) (skip, ended boo
 		return false, true
 	}
 	return failed, false
+}
+
+// afterCloses begins a unit at msg, a Query or a FunctionCall, if only
+// Closes came before it in the batch (pgjdbc's extendedForPrepared mode
+// sends those of dead statements and portals ahead of a simple Query,
+// with no Sync): msg is where a Sync would leave it. A Sync of Ordo's,
+// its ReadyForQuery unseen, ends the batch there, and msg begins a unit
+// of its own, at a boundary, where the hooks may run statements of their
+// own ahead of it (an autocommit update outside a block was refused,
+// 0A000). It returns whether msg is at a boundary.
+func (ss *session) afterCloses(msg pgproto3.FrontendMessage, atBoundary bool) (bool, error) {
+	if ss.hooks == nil || !ss.batchOpen || !ss.onlyCloses || ss.skipping || ss.copying {
+		return atBoundary, nil
+	}
+	ss.quietReady.Store(true)
+	ss.outstanding.Add(1)
+	ss.sendTracked(&pgproto3.Sync{})
+	ss.endBatch()
+	return ss.startUnit(msg)
 }
 
 // openBatch notes a client's extended-protocol message: PostgreSQL's

@@ -68,6 +68,8 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 		// nothing, and it runs as on PostgreSQL.
 		{&pgproto3.Close{ObjectType: 'S', Name: "S_1"}, &pgproto3.Close{ObjectType: 'P', Name: "C_3"}, &pgproto3.Query{String: "insert into qb values (14)"}},
 		{&pgproto3.Close{ObjectType: 'S', Name: "S_2"}, &pgproto3.Query{String: "insert into qb values (15); select 1/0"}},
+		// A FunctionCall there too (a review).
+		{&pgproto3.Close{ObjectType: 'S', Name: "S_3"}, &pgproto3.FunctionCall{Function: 1397 /* abs(integer) */, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("-5")}}},
 		q("select count(*) from qb where id >= 14"),
 		// A BEGIN as a Query after a statement of the batch ran makes the
 		// batch's implicit transaction the client's block. Ordo set its
@@ -350,4 +352,27 @@ func exchangeUntil(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.Fronten
 		out += fmt.Sprintf("%T\n", msg)
 	}
 	return out
+}
+
+// TestCompatSplitLevelAfterAStatement: a query string whose BEGIN asks
+// for a level after a statement of the string took a snapshot, at a
+// boundary: PostgreSQL refuses the level (25001) and nothing of the
+// string commits. Under dbsm Ordo's block for the string runs at
+// REPEATABLE READ whatever was asked, so its SET of the level changed
+// nothing and the string ran and committed (a review).
+func TestCompatSplitLevelAfterAStatement(t *testing.T) {
+	t.Parallel()
+	for _, protocol := range []string{"dbsm", "dbsm-si"} {
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel()
+			sb := startSideBySide(t, protocol)
+			o, p := sb.conns(t)
+			same(t, o, p, "create table rl(id int primary key)")
+			same(t, o, p,
+				"select 1; begin isolation level serializable; insert into rl values (1); commit",
+				"select 1; begin isolation level read committed; insert into rl values (2); commit",
+				"select count(*) from rl")
+			sb.c.requireConverged("rl")
+		})
+	}
 }
