@@ -310,8 +310,11 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		if err := ss.flushServer(); err != nil {
 			return false, fmt.Errorf("%w: %w", errBackendLost, err)
 		}
-		if err := ss.waitIdle(ss.ctx); err != nil {
+		if err := ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.copyOpen() }); err != nil {
 			return false, nil // the session is ending
+		}
+		if ss.outstanding.Load() > 0 {
+			return false, errInCopy
 		}
 		ss.deliverEvents()
 	}
@@ -675,7 +678,34 @@ func (ss *session) clientLoop() error {
 			return err
 		}
 		ss.inMsgs++
+		if ss.hooks != nil && ss.copying && notCopyData(msg) {
+			// Sent in the middle of its COPY's data: if PostgreSQL is in
+			// COPY FROM STDIN (the COPY started), it answers this with
+			// 08P01 and ends the session, and nothing of Ordo's may go
+			// before it (the hooks' statements were what PostgreSQL
+			// refused). If the COPY failed, PostgreSQL ignores its data
+			// and runs this as any message.
+			if err := ss.awaitReplies(ss.ctx); errors.Is(err, ErrNotAtBoundary) {
+				ss.sendServer(msg)
+				if err := ss.flushServer(); err != nil {
+					return fmt.Errorf("%w: %w", errBackendLost, err)
+				}
+				continue
+			} else if err != nil {
+				return nil // the session is ending
+			}
+		}
 		atBoundary, err := ss.startUnit(msg)
+		if errors.Is(err, errInCopy) {
+			// PostgreSQL answers it with 08P01 and ends the session, as
+			// it would without Ordo. (The unit waited for the COPY's
+			// ReadyForQuery, which never came: the session hung.)
+			ss.sendServer(msg)
+			if err := ss.flushServer(); err != nil {
+				return fmt.Errorf("%w: %w", errBackendLost, err)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -1345,6 +1375,20 @@ func (ss *session) afterCloses(msg pgproto3.FrontendMessage, atBoundary bool) (b
 	ss.endBatch()
 	return ss.startUnit(msg)
 }
+
+// notCopyData reports whether msg is a message PostgreSQL refuses in
+// COPY FROM STDIN mode (it takes COPY data, and ignores Flush and Sync).
+func notCopyData(msg pgproto3.FrontendMessage) bool {
+	switch msg.(type) {
+	case *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyFail, *pgproto3.Flush, *pgproto3.Sync, *pgproto3.Terminate:
+		return false
+	}
+	return true
+}
+
+// errInCopy: the client sent a message other than COPY data while
+// PostgreSQL waits for its COPY FROM STDIN's data (startUnit).
+var errInCopy = errors.New("wire: a message during COPY FROM STDIN")
 
 // openBatch notes a client's extended-protocol message: PostgreSQL's
 // batch is open until its Sync. isClose: the message is a Close.

@@ -376,3 +376,58 @@ func TestCompatSplitLevelAfterAStatement(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageDuringCopyFromStdin: a client that sends a message other
+// than COPY data while PostgreSQL waits for its COPY FROM STDIN's data (a
+// protocol violation): PostgreSQL answers 08P01 and ends the session.
+// Through Ordo the session waited for the COPY's ReadyForQuery before the
+// message, which never came: it hung, answering nothing (a helper's
+// review). Nothing of the COPY commits, and the node serves others.
+func TestMessageDuringCopyFromStdin(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table qv(id int primary key)")
+	transcript := func(h *pgconn.HijackedConn, before []pgproto3.FrontendMessage, data bool, violation pgproto3.FrontendMessage) string {
+		out := exchangeUntil(t, h, before, "CopyInResponse")
+		if data {
+			h.Frontend.Send(&pgproto3.CopyData{Data: []byte("1\n")})
+		}
+		h.Frontend.Send(violation)
+		require.NoError(t, h.Frontend.Flush())
+		_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			msg, err := h.Frontend.Receive()
+			if err != nil {
+				require.NotContains(t, err.Error(), "timeout", "so far: %s", out)
+				return out + "(the connection ended)\n"
+			}
+			if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+				out += fmt.Sprintf("Error %s %s %s\n", e.Severity, e.Code, e.Message)
+				continue
+			}
+			out += fmt.Sprintf("%T\n", msg)
+		}
+	}
+	copyQ := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	for i, c := range []struct {
+		before    []pgproto3.FrontendMessage
+		data      bool // some data first
+		violation pgproto3.FrontendMessage
+	}{
+		{copyQ("copy qv from stdin"), false, &pgproto3.Query{String: "select 1"}},
+		{copyQ("copy qv from stdin"), true, &pgproto3.Query{String: "select 1"}},
+		{copyQ("copy qv from stdin"), true, &pgproto3.Parse{Query: "select 1"}},
+		{copyQ("begin; copy qv from stdin"), true, &pgproto3.Query{String: "commit"}},
+		{copyQ("begin; copy qv from stdin"), false, &pgproto3.Query{String: "commit"}},
+	} {
+		ho, hp := sb.hijacked(t)
+		want, got := transcript(hp, c.before, c.data, c.violation), transcript(ho, c.before, c.data, c.violation)
+		require.Contains(t, want, "08P01", "case %d", i+1)
+		require.Equal(t, want, got, "case %d: through Ordo and on PostgreSQL", i+1)
+	}
+	same(t, o, p, "insert into qv values (2)", "select * from qv order by id")
+	sb.c.requireConverged("qv")
+}
