@@ -26,17 +26,9 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 	o, p := sb.conns(t)
 	same(t, o, p, "create table qb(id int primary key)")
 	ho, hp := sb.hijacked(t)
-	q := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-	}
+	q := simpleQuery
 	fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	with := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
-		var out []pgproto3.FrontendMessage
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return append(out, &pgproto3.Sync{})
-	}
+	with := batchOf
 	for i, st := range [][]pgproto3.FrontendMessage{
 		with(fail, q("insert into qb values (1)")),
 		q("select count(*) from qb"),
@@ -112,6 +104,16 @@ func TestCompatQueryInsideABatch(t *testing.T) {
 	sb.c.requireConverged("qb")
 }
 
+// simpleQuery is a simple Query of sql, as messages to send.
+func simpleQuery(sql string) []pgproto3.FrontendMessage {
+	return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+}
+
+// batchOf is parts in one batch, ended by a Sync.
+func batchOf(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
+	return append(slices.Concat(parts...), &pgproto3.Sync{})
+}
+
 // untilMarker sends msgs and a Query of its own, and reads every reply up
 // to that Query's ReadyForQuery, however many ReadyForQuery messages
 // come before it. PostgreSQL 18.6 fails the first Query after a batch in
@@ -184,9 +186,7 @@ func TestBeginAfterACloseInABatch(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, "dbsm-si")
 	h := hijackNode(t, c, 0)
-	q := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-	}
+	q := simpleQuery
 	level := func() string {
 		out := exchange(t, h, q("select current_setting('transaction_isolation')"))
 		require.Contains(t, out, "Ready T", out)
@@ -222,17 +222,9 @@ func TestCompatSplitQueryInsideABatch(t *testing.T) {
 	o, p := sb.conns(t)
 	same(t, o, p, "create table qs(id int primary key)")
 	ho, hp := sb.hijacked(t)
-	q := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-	}
+	q := simpleQuery
 	read := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	with := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
-		var out []pgproto3.FrontendMessage
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return append(out, &pgproto3.Sync{})
-	}
+	with := batchOf
 	for i, st := range [][]pgproto3.FrontendMessage{
 		with(read, q("begin; insert into qs values (1); commit")),
 		q("select current_setting('transaction_isolation'), count(*) from qs"),
