@@ -688,7 +688,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 				}
 				return &wire.Split{Pieces: pieces, Offsets: offsets}
 			}
-		} else if st.AtBoundary || s.txStatus() != 'I' || s.tx.active {
+		} else if !s.midBatchOutsideBlock(st) {
 			if err := s.piece(ctx, stmts); err != nil {
 				return err
 			}
@@ -1170,37 +1170,38 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error
 //     open a block of its own for the string inside the batch. Only a
 //     plain COMMIT there ends the transaction as that ReadyForQuery does.
 func (s *session) splittable(st *wire.Statement, stmts []*analysis.Statement) error {
-	copyAt := -1
-	for i, a := range stmts {
-		if a.Kind == analysis.KindCopyFrom && a.FromClient && copyAt < 0 {
-			copyAt = i
-		}
-		if a.Kind == analysis.KindTxn && copyAt >= 0 {
+	copying := false
+	for _, a := range stmts {
+		copying = copying || a.Kind == analysis.KindCopyFrom && a.FromClient
+		if copying && a.Kind == analysis.KindTxn {
 			return pgErr(codeFeatureNotSupported, "ordo: COPY … FROM STDIN can be sent in a query string with transaction control only after its last transaction control statement; send the COPY in a query of its own")
 		}
 	}
-	if st.AtBoundary || s.txStatus() != 'I' || s.tx.active {
+	if !s.midBatchOutsideBlock(st) {
 		return nil
 	}
-	for _, a := range stmts {
-		switch {
-		case a.Kind == analysis.KindEmpty:
+	if i := slices.IndexFunc(stmts, func(a *analysis.Statement) bool { return a.Kind != analysis.KindEmpty }); i < 0 || stmts[i].Kind == analysis.KindTxn {
+		return nil // (transaction control first: it runs as PostgreSQL runs it)
+	}
+	for _, b := range stmts {
+		if b.Kind != analysis.KindTxn {
 			continue
-		case a.Kind != analysis.KindTxn:
-			for _, b := range stmts {
-				if b.Kind == analysis.KindTxn {
-					if b.Txn.Op == analysis.TxnCommit && !b.Txn.Chain {
-						return nil
-					}
-					err := pgErr(codeFeatureNotSupported, "ordo: this query string cannot be replicated where it stands in its batch: PostgreSQL would run its statements before its %s in the batch's implicit transaction, which Ordo cannot follow across the string's transaction control inside an extended-protocol batch", strings.ToUpper(strings.Fields(stripComments(b.SQL) + " x")[0]))
-					err.Hint = "Send it after a Sync, or in a batch of its own."
-					return err
-				}
-			}
 		}
-		return nil
+		if b.Txn.Op == analysis.TxnCommit && !b.Txn.Chain {
+			return nil
+		}
+		err := pgErr(codeFeatureNotSupported, "ordo: this query string cannot be replicated where it stands in its batch: PostgreSQL would run its statements before its %s in the batch's implicit transaction, which Ordo cannot follow across the string's transaction control inside an extended-protocol batch", strings.ToUpper(strings.Fields(stripComments(b.SQL) + " x")[0]))
+		err.Hint = "Send it after a Sync, or in a batch of its own."
+		return err
 	}
 	return nil
+}
+
+// midBatchOutsideBlock reports whether st, a Query, comes inside an
+// extended-protocol batch (not at a boundary) outside any block: there
+// Ordo cannot open a block of its own.
+func (s *session) midBatchOutsideBlock(st *wire.Statement) bool {
+	return !st.AtBoundary && s.txStatus() == 'I' && !s.tx.active
 }
 
 // splitPieces returns the pieces a query string is run as when it holds

@@ -310,11 +310,8 @@ func (ss *session) startUnit(msg pgproto3.FrontendMessage) (bool, error) {
 		if err := ss.flushServer(); err != nil {
 			return false, fmt.Errorf("%w: %w", errBackendLost, err)
 		}
-		if err := ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.copyOpen() }); err != nil {
+		if err := ss.waitIdle(ss.ctx); err != nil {
 			return false, nil // the session is ending
-		}
-		if ss.outstanding.Load() > 0 {
-			return false, errInCopy
 		}
 		ss.deliverEvents()
 	}
@@ -678,34 +675,18 @@ func (ss *session) clientLoop() error {
 			return err
 		}
 		ss.inMsgs++
-		if ss.hooks != nil && ss.copying && notCopyData(msg) {
-			// Sent in the middle of its COPY's data: if PostgreSQL is in
-			// COPY FROM STDIN (the COPY started), it answers this with
-			// 08P01 and ends the session, and nothing of Ordo's may go
-			// before it (the hooks' statements were what PostgreSQL
-			// refused). If the COPY failed, PostgreSQL ignores its data
-			// and runs this as any message.
-			if err := ss.awaitReplies(ss.ctx); errors.Is(err, ErrNotAtBoundary) {
-				ss.sendServer(msg)
-				if err := ss.flushServer(); err != nil {
-					return fmt.Errorf("%w: %w", errBackendLost, err)
-				}
-				continue
-			} else if err != nil {
-				return nil // the session is ending
-			}
-		}
-		atBoundary, err := ss.startUnit(msg)
-		if errors.Is(err, errInCopy) {
+		if inCopy, err := ss.duringCopy(msg); err != nil {
+			return err // (the backend is lost)
+		} else if inCopy {
 			// PostgreSQL answers it with 08P01 and ends the session, as
-			// it would without Ordo. (The unit waited for the COPY's
-			// ReadyForQuery, which never came: the session hung.)
+			// it would without Ordo.
 			ss.sendServer(msg)
 			if err := ss.flushServer(); err != nil {
 				return fmt.Errorf("%w: %w", errBackendLost, err)
 			}
 			continue
 		}
+		atBoundary, err := ss.startUnit(msg)
 		if err != nil {
 			return err
 		}
@@ -758,9 +739,7 @@ func (ss *session) clientLoop() error {
 							// Ordo's does the same, and its status is the
 							// one to report.
 							ss.syncInUnit()
-							ss.quietReady.Store(true)
-							ss.outstanding.Add(1)
-							ss.sendTracked(&pgproto3.Sync{})
+							ss.sendQuietSync()
 							ss.endBatch()
 						} else {
 							ss.sendServer(&pgproto3.Flush{})
@@ -1369,9 +1348,7 @@ func (ss *session) afterCloses(msg pgproto3.FrontendMessage, atBoundary bool) (b
 	if ss.hooks == nil || !ss.batchOpen || !ss.onlyCloses || ss.skipping || ss.copying {
 		return atBoundary, nil
 	}
-	ss.quietReady.Store(true)
-	ss.outstanding.Add(1)
-	ss.sendTracked(&pgproto3.Sync{})
+	ss.sendQuietSync()
 	ss.endBatch()
 	return ss.startUnit(msg)
 }
@@ -1386,9 +1363,37 @@ func notCopyData(msg pgproto3.FrontendMessage) bool {
 	return true
 }
 
-// errInCopy: the client sent a message other than COPY data while
-// PostgreSQL waits for its COPY FROM STDIN's data (startUnit).
-var errInCopy = errors.New("wire: a message during COPY FROM STDIN")
+// duringCopy reports whether msg, from the client, comes while
+// PostgreSQL waits for the data of a COPY FROM STDIN (a protocol
+// violation, which PostgreSQL answers with 08P01, ending the session):
+// then msg must reach PostgreSQL as it came, with nothing of Ordo's
+// before it. (The session hung: the unit msg begins waited for the COPY's
+// ReadyForQuery, which never came, or the hooks' statements went ahead
+// of msg.) In the middle of the client's COPY data it asks PostgreSQL for
+// its replies so far: if the COPY failed, PostgreSQL ignores the data and
+// runs msg as any message. Cheap for every other message.
+func (ss *session) duringCopy(msg pgproto3.FrontendMessage) (bool, error) {
+	if ss.hooks == nil || !ss.copying && (ss.batchOpen || ss.outstanding.Load() <= 0) || !notCopyData(msg) {
+		return false, nil
+	}
+	var err error
+	if ss.copying {
+		err = ss.awaitReplies(ss.ctx) // ErrNotAtBoundary: the COPY is open
+	} else if err = ss.flushServer(); err != nil {
+		return false, fmt.Errorf("%w: %w", errBackendLost, err)
+	} else if err = ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.copyOpen() }); err == nil && ss.outstanding.Load() > 0 {
+		return true, nil
+	}
+	return errors.Is(err, ErrNotAtBoundary), nil // (any other error: the session is ending)
+}
+
+// sendQuietSync sends a Sync of Ordo's whose ReadyForQuery the client
+// does not see, ending PostgreSQL's batch there.
+func (ss *session) sendQuietSync() {
+	ss.quietReady.Store(true)
+	ss.outstanding.Add(1)
+	ss.sendTracked(&pgproto3.Sync{})
+}
 
 // openBatch notes a client's extended-protocol message: PostgreSQL's
 // batch is open until its Sync. isClose: the message is a Close.

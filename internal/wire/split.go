@@ -32,9 +32,7 @@ func (ss *session) runSplit(sp *Split, atBoundary bool) error {
 				if midBatch {
 					// PostgreSQL would end the batch at this piece (as in
 					// the Query case of run).
-					ss.quietReady.Store(true)
-					ss.outstanding.Add(1)
-					ss.sendTracked(&pgproto3.Sync{})
+					ss.sendQuietSync()
 				}
 				if err := ss.flushServer(); err != nil {
 					return lost(err)
