@@ -224,6 +224,27 @@ func TestNoBlockNamesWhatPostgreSQLRunsOnlyOutsideBlocks(t *testing.T) {
 	}
 }
 
+// TestWarnsOutsideBlockNamesWhatPostgreSQLWarnsAbout: the statements
+// PostgreSQL runs outside a transaction block with a warning naming them
+// (WarnNoTransactionBlock), as it names them.
+func TestWarnsOutsideBlockNamesWhatPostgreSQLWarnsAbout(t *testing.T) {
+	a := New(testCatalog(t), Options{})
+	for sql, want := range map[string]string{
+		"SET LOCAL work_mem = '1MB'": "SET LOCAL", "set local work_mem to default": "SET LOCAL",
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE": "SET TRANSACTION", "SET TRANSACTION SNAPSHOT '00000003-1'": "SET TRANSACTION",
+		"SET CONSTRAINTS ALL DEFERRED": "SET CONSTRAINTS",
+		"SET work_mem = '1MB'":         "", "RESET work_mem": "", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY": "", "SELECT 1": "",
+	} {
+		stmts, err := a.Analyze(sql, NewEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stmts[0].WarnsOutsideBlock; got != want {
+			t.Errorf("%s: WarnsOutsideBlock %q, want %q", sql, got, want)
+		}
+	}
+}
+
 // TestWhatAStatementFrees: the prepared statements a DEALLOCATE or DISCARD
 // frees come from the parse tree, named as PostgreSQL folds them; a
 // comment or a quoted name does not change them.

@@ -123,6 +123,9 @@ func (w *walker) top(n *pg.Node) {
 	case *pg.Node_DiscardStmt, *pg.Node_DeallocateStmt, *pg.Node_ConstraintsSetStmt, *pg.Node_FetchStmt, *pg.Node_ClosePortalStmt:
 		st.Kind = KindSession
 		st.NoBlock = noBlock(n)
+		if n.GetConstraintsSetStmt() != nil {
+			st.WarnsOutsideBlock = "SET CONSTRAINTS"
+		}
 		if d := n.GetDiscardStmt(); d != nil && d.Target == pg.DiscardMode_DISCARD_ALL {
 			st.DiscardsAll, st.FreesAll = true, true
 		}
@@ -647,6 +650,7 @@ func (w *walker) setStmt(s *pg.VariableSetStmt) {
 	name := strings.ToLower(s.Name)
 	if s.Kind == pg.VariableSetKind_VAR_SET_MULTI && name == "transaction" {
 		st.Kind = KindTxn
+		st.WarnsOutsideBlock = "SET TRANSACTION"
 		tc := &TxnControl{Op: TxnSetTransaction}
 		txnOptions(tc, s.Args)
 		st.Txn = tc
@@ -654,6 +658,12 @@ func (w *walker) setStmt(s *pg.VariableSetStmt) {
 	}
 	st.Kind = KindSession
 	set := &Setting{Name: name, Local: s.IsLocal, Ordo: strings.HasPrefix(name, "ordo.")}
+	switch {
+	case s.IsLocal:
+		st.WarnsOutsideBlock = "SET LOCAL"
+	case s.Kind == pg.VariableSetKind_VAR_SET_MULTI && name == "transaction snapshot":
+		st.WarnsOutsideBlock = "SET TRANSACTION"
+	}
 	switch s.Kind {
 	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
 		set.Reset = true

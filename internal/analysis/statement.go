@@ -173,6 +173,12 @@ type Statement struct {
 	// block ("LOCK TABLE", "DECLARE CURSOR" without HOLD): in the
 	// implicit transaction of an extended-protocol batch it refuses it.
 	BlockOnly string
+	// WarnsOutsideBlock names a statement PostgreSQL runs outside a
+	// transaction block with a warning ("SET LOCAL", "SET TRANSACTION",
+	// "SET CONSTRAINTS"): in the implicit transaction of an
+	// extended-protocol batch it warns "… can only be used in
+	// transaction blocks".
+	WarnsOutsideBlock string
 	// Cursor is the name a DECLARE gives its cursor: a portal of that
 	// name, which the protocol's Execute runs too.
 	Cursor string

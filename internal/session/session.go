@@ -1387,6 +1387,11 @@ func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
 		// compatibility.md).
 		return pgErr("25P01", "%s can only be used in transaction blocks", stmts[0].BlockOnly)
 	}
+	if extended && (s.serverVersion < 180000 || !s.unitBound) && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].WarnsOutsideBlock != "" {
+		// Where it would refuse a BlockOnly statement, PostgreSQL warns
+		// of this one, which runs in Ordo's block without a warning.
+		s.be.Warn("25P01", stmts[0].WarnsOutsideBlock+" can only be used in transaction blocks")
+	}
 	if extended && s.serverVersion < 180000 && s.unitBound && s.tx.wrapped && !s.tx.clientBegan && len(stmts) == 1 && stmts[0].NoBlock != "" {
 		// Before PostgreSQL 18, after a statement of the batch ran,
 		// PostgreSQL refuses it as run within a pipeline; in Ordo's
@@ -1402,10 +1407,12 @@ func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
 	name := ""
 	switch stmts[0].Txn.Op {
 	case analysis.TxnBegin:
-		// PostgreSQL warns that a transaction is in progress (it is
-		// Ordo's block), and the block is the client's from now on, if
-		// it runs: BeforeReady tells by the BEGINs executed.
+		// The block is the client's from now on, if it runs:
+		// BeforeReady tells by the BEGINs executed. PostgreSQL warns
+		// that a transaction is in progress (it is Ordo's block), which
+		// it does not in an implicit transaction.
 		s.tx.clientBegan = true
+		s.be.Unwarn("25001", "there is already a transaction in progress")
 	case analysis.TxnSavepoint:
 		name = "SAVEPOINT"
 	case analysis.TxnRelease:
@@ -1414,12 +1421,15 @@ func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
 		name = "ROLLBACK TO SAVEPOINT"
 	case analysis.TxnCommit, analysis.TxnRollback:
 		// PostgreSQL ends the implicit transaction with a plain COMMIT
-		// or ROLLBACK, and refuses to chain one.
+		// or ROLLBACK, warning that no transaction is in progress (Ordo's
+		// block ends without one), and refuses to chain one.
 		if stmts[0].Txn.Chain {
 			name = "COMMIT AND CHAIN"
 			if stmts[0].Txn.Op == analysis.TxnRollback {
 				name = "ROLLBACK AND CHAIN"
 			}
+		} else {
+			s.be.Warn("25P01", "there is no transaction in progress")
 		}
 	}
 	if name != "" {

@@ -194,6 +194,24 @@ type Backend interface {
 	// detail): for an error that running the statement through Ordo
 	// causes and that PostgreSQL alone would not have raised.
 	Explain(code, raised, message, hint string)
+	// Warn, called from SessionHooks.Statement for a Query of one
+	// statement or a Bind, gives the client a WARNING with SQLSTATE code
+	// and message msg among the statement's replies, just before its
+	// CommandComplete or its error (a Bind's: the portal's next
+	// Execute's),
+	// where PostgreSQL sends a warning it raises while running it; if
+	// the hooks answer the statement (Completed), just before that
+	// answer. It is for a warning PostgreSQL would raise without Ordo
+	// and does not as Ordo runs the statement: transaction control in a
+	// block of Ordo's where PostgreSQL runs an implicit transaction. If
+	// PostgreSQL skips the statement, or the hooks refuse it, nothing is
+	// sent.
+	Warn(code, msg string)
+	// Unwarn, called as Warn, drops from the statement's replies
+	// PostgreSQL's warning with SQLSTATE code and message msg: one it
+	// raises as Ordo runs the statement and would not raise without
+	// Ordo.
+	Unwarn(code, msg string)
 	// Notice sends the client a NoticeResponse (severity NOTICE) with msg;
 	// notices are asynchronous in the protocol, so it may be called at any
 	// time from the session goroutine.

@@ -98,7 +98,7 @@ func TestRejectionsAreBounded(t *testing.T) {
 			t.Fatalf("rejection %d (%s) kept: %v, want %v", i, n, kept, want)
 		}
 	}
-	if e := ss.takeRejection(&pgproto3.ErrorResponse{Message: `portal "` + names[len(names)-1] + `" does not exist`}); e != silentRejection {
+	if e, _ := ss.takeRejection(&pgproto3.ErrorResponse{Message: `portal "` + names[len(names)-1] + `" does not exist`}); e != silentRejection {
 		t.Fatalf("the newest rejection was not found: %v", e)
 	}
 }

@@ -573,6 +573,11 @@ func (ss *session) writeCompleted(c *Completed) {
 	for _, t := range c.Before {
 		ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(t)})
 	}
+	e := ss.unnamed.nextNotice
+	ss.unnamed.nextNotice = nil
+	if e != nil && e.add != nil {
+		ss.writeClient(e.add) // (Backend.Warn)
+	}
 	ss.writeClient(&pgproto3.CommandComplete{CommandTag: []byte(c.Tag)})
 }
 
@@ -851,7 +856,9 @@ func (ss *session) clientLoop() error {
 			}
 			if refusal != nil {
 				// Sent in the Execute's place: what becomes of the
-				// Execute is what becomes of it (copyStarted).
+				// Execute is what becomes of it (copyStarted). The
+				// Bind's warning, if any, goes before the error.
+				ss.unnamed.refusedExecute(m.Portal)
 				ss.lastExec = ss.sendTracked(&pgproto3.Describe{ObjectType: 'P', Name: ss.newRejection(refusal)})
 				ss.skipping = true
 				continue
@@ -1187,6 +1194,27 @@ func (ss *session) abortIdle() {
 	}
 }
 
+// Warn implements Backend.
+func (ss *session) Warn(code, msg string) {
+	ss.noticeEdit().add = &pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: code, Message: msg}
+}
+
+// Unwarn implements Backend.
+func (ss *session) Unwarn(code, msg string) {
+	e := ss.noticeEdit()
+	e.drop, e.dropMsg = code, msg
+}
+
+// noticeEdit is the edit Warn and Unwarn make to the replies of the
+// statement being reported (the tracker takes it when it is sent).
+// Session goroutine.
+func (ss *session) noticeEdit() *noticeEdit {
+	if ss.unnamed.nextNotice == nil {
+		ss.unnamed.nextNotice = &noticeEdit{}
+	}
+	return ss.unnamed.nextNotice
+}
+
 // Notice implements Backend.
 func (ss *session) Notice(msg string) {
 	ss.writeClient(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000", Message: msg})
@@ -1295,6 +1323,7 @@ func (ss *session) finishHeld() error {
 // callStatement runs SessionHooks.Statement for ss.stmt.
 func (ss *session) callStatement() error {
 	ss.stmt.Unit = ss.unit
+	ss.unnamed.nextNotice = nil // (one the last statement's hooks asked for and did not use)
 	ss.hookMu.Lock()
 	ss.drainEventsLocked()
 	err := ss.hooks.Statement(ss.ctx, &ss.stmt)
@@ -1538,6 +1567,13 @@ var silentRejection = &pgproto3.ErrorResponse{}
 // backend goroutine recognizes our portal name in that error and sends err
 // to the client instead.
 func (ss *session) newRejection(err error) string {
+	var warn *pgproto3.NoticeResponse
+	if e := ss.unnamed.nextNotice; e != nil && err != nil {
+		// The message refused: its warning (Backend.Warn) comes before
+		// its error, as PostgreSQL's before a failed COMMIT's.
+		warn = e.add
+	}
+	ss.unnamed.nextNotice = nil
 	ss.rejectSeq++
 	name := fmt.Sprintf("ordo_rejected_%d_%d", ss.id, ss.rejectSeq)
 	ss.mu.Lock()
@@ -1548,7 +1584,7 @@ func (ss *session) newRejection(err error) string {
 	if err != nil {
 		e = errorResponse(err)
 	}
-	ss.rejects[name] = rejection{seq: ss.rejectSeq, err: e}
+	ss.rejects[name] = rejection{seq: ss.rejectSeq, err: e, warn: warn}
 	if len(ss.rejects) > keptRejections {
 		// PostgreSQL skipped the Describe of the oldest (an error came
 		// before it in its batch), or it would have been answered long
@@ -1577,23 +1613,25 @@ const keptRejections = 64
 // rejection is a hook error waiting for PostgreSQL's 34000 for its portal
 // (seq orders them).
 type rejection struct {
-	seq uint64
-	err *pgproto3.ErrorResponse
+	seq  uint64
+	err  *pgproto3.ErrorResponse
+	warn *pgproto3.NoticeResponse // to send before err
 }
 
 // takeRejection returns the hook error behind PostgreSQL's error m, if m is
-// the answer to one of our rejection portals.
-func (ss *session) takeRejection(m *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+// the answer to one of our rejection portals, and the warning to send
+// before it, if any.
+func (ss *session) takeRejection(m *pgproto3.ErrorResponse) (*pgproto3.ErrorResponse, *pgproto3.NoticeResponse) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for name, r := range ss.rejects {
 		if strings.Contains(m.Message, `"`+name+`"`) {
 			delete(ss.rejects, name)
 			ss.nrejects.Store(int32(len(ss.rejects)))
-			return r.err
+			return r.err, r.warn
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // deliverEvents delivers pending ReadyForQuery events unless another
@@ -1648,6 +1686,7 @@ func (ss *session) backendLoop() {
 		if ps, ok := msg.(*pgproto3.ParameterStatus); ok {
 			ss.noteParameter(ps)
 		}
+		var warn *pgproto3.NoticeResponse // (Backend.Warn) to send before msg
 		if ex := ss.exec.Load(); ex != nil && ss.execMessage(ex, msg) {
 			continue
 		}
@@ -1656,7 +1695,11 @@ func (ss *session) backendLoop() {
 		} else if _, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.quietFirst() {
 			continue // "there is already a transaction in progress", to SyncHere's BEGIN
 		} else {
-			drop, began, show := ss.unnamed.reply(msg)
+			if n, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.dropNotice(n) {
+				continue // raised as Ordo ran the statement (Backend.Unwarn)
+			}
+			var drop, began, show bool
+			drop, began, show, warn = ss.unnamed.reply(msg)
 			if m, ok := msg.(*pgproto3.CommandComplete); ok && show {
 				m.CommandTag = showTag // (the rest of a rewritten SHOW's portal)
 			}
@@ -1720,6 +1763,9 @@ func (ss *session) backendLoop() {
 					ss.noteRows() // the client reads a result of the unit
 				}
 			}
+		}
+		if warn != nil {
+			ss.sendClient(warn) // where PostgreSQL's own warning would go
 		}
 		if ss.holdRows.Load() {
 			switch msg.(type) {
@@ -1877,9 +1923,12 @@ func (ss *session) backendLoop() {
 				ss.srv.log.Info("a canceled statement is reported to the client", "session", ss.id, "pid", ss.backendPID, "message", m.Message)
 			}
 			if m.Code == "34000" && ss.nrejects.Load() > 0 {
-				if e := ss.takeRejection(m); e != nil {
+				if e, warn := ss.takeRejection(m); e != nil {
 					if e != silentRejection {
 						ss.releaseRows()
+						if warn != nil {
+							ss.sendClient(warn)
+						}
 						ss.sendClient(e)
 					}
 					continue

@@ -67,6 +67,12 @@ type unnamedTracker struct {
 	// seq of the last Execute answered by CopyInResponse; unsure: what
 	// became of the messages up to it is unknown (lost).
 	seq, copyIn, unsure uint64
+	// nextNotice is the edit for the client's next Query or Bind sent
+	// (taken by sentAs), portalNotices those of portals bound with one,
+	// for their next Execute. Session goroutine only, but for
+	// sentAs's taking it under mu.
+	nextNotice    *noticeEdit
+	portalNotices map[string]*noticeEdit
 	// showPortals: portals bound to a statement that answers a SHOW
 	// (ShowMarker), whose every Execute completes with the tag SHOW, a
 	// later one too (the rest of a portal suspended after its row, or
@@ -105,6 +111,17 @@ type trackedMsg struct {
 	// frees: a Query's, the names its DEALLOCATEs still to be answered
 	// free, in order (sqlNames).
 	frees []string
+	// notice: a Query's or an Execute's warning edit (Backend.Warn,
+	// Unwarn).
+	notice *noticeEdit
+}
+
+// noticeEdit is what Backend.Warn and Unwarn ask of one statement's
+// replies: add goes to the client before its CommandComplete, and
+// PostgreSQL's warning with code drop and message dropMsg is dropped.
+type noticeEdit struct {
+	add           *pgproto3.NoticeResponse
+	drop, dropMsg string
 }
 
 // sentInjected notes an injected statement's messages: two Closes, Parse,
@@ -180,6 +197,33 @@ func (u *unnamedTracker) answered() bool {
 	return len(u.queue) == 0
 }
 
+// refusedExecute notes that an Execute of portal is refused (sent as a
+// rejection): its warning edit, if any, is the rejection's (nextNotice).
+func (u *unnamedTracker) refusedExecute(portal string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if e, ok := u.portalNotices[portal]; ok {
+		u.nextNotice = e
+		delete(u.portalNotices, portal)
+	}
+}
+
+// dropNotice answers Backend.Unwarn for m, a notice of PostgreSQL's:
+// whether it is the warning Unwarn named, for the statement in front.
+func (u *unnamedTracker) dropNotice(m *pgproto3.NoticeResponse) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.queue) == 0 || u.queue[0].notice == nil {
+		return false
+	}
+	e := u.queue[0].notice
+	if e.drop != "" && m.Code == e.drop && m.Message == e.dropMsg {
+		e.drop = "" // (once)
+		return true
+	}
+	return false
+}
+
 // quietFirst reports whether the next reply answers a message of
 // SyncHere's.
 func (u *unnamedTracker) quietFirst() bool {
@@ -225,6 +269,20 @@ func (u *unnamedTracker) sentAs(msg pgproto3.FrontendMessage, client string) uin
 		m.frees = u.nextFrees
 	}
 	u.nextFrees, u.nextFreesSQL = nil, ""
+	switch {
+	case m.kind == trackedQuery:
+		m.notice, u.nextNotice = u.nextNotice, nil
+	case m.bind && u.nextNotice != nil:
+		if u.portalNotices == nil {
+			u.portalNotices = make(map[string]*noticeEdit)
+		}
+		u.portalNotices[m.portal], u.nextNotice = u.nextNotice, nil
+	case m.bind && len(u.portalNotices) > 0:
+		delete(u.portalNotices, m.portal)
+	case m.kind == trackedExecute && len(u.portalNotices) > 0:
+		m.notice = u.portalNotices[m.portal]
+		delete(u.portalNotices, m.portal)
+	}
 	u.push(m)
 	return u.seq
 }
@@ -295,7 +353,7 @@ func (u *unnamedTracker) copyFate(seq uint64) (started, decided bool) {
 // messages. drop: it answers a message Ordo injected (BeginHere), and
 // began: it is the CommandComplete of its BEGIN; show: it is the
 // CommandComplete of an Execute of a rewritten SHOW's portal.
-func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show bool) {
+func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show bool, warn *pgproto3.NoticeResponse) {
 	final := false
 	switch msg.(type) {
 	case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.RowDescription, *pgproto3.NoData,
@@ -310,9 +368,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			u.copyIn = u.queue[0].seq
 		}
 		u.mu.Unlock()
-		return false, false, false
+		return false, false, false, nil
 	default:
-		return false, false, false
+		return false, false, false, nil
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -328,11 +386,21 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 	}
 	if r, ok := msg.(*pgproto3.ReadyForQuery); ok && r.TxStatus == 'I' {
 		clear(u.showPortals) // portals end with their transaction
+		clear(u.portalNotices)
 	}
 	if len(u.queue) == 0 {
-		return false, false, false
+		return false, false, false, nil
 	}
 	front := u.queue[0]
+	if front.notice != nil && front.notice.add != nil {
+		switch msg.(type) {
+		case *pgproto3.CommandComplete, *pgproto3.ErrorResponse:
+			// Backend.Warn's, before the statement's completion or
+			// error (PostgreSQL's warnings of this kind come before
+			// its checks that fail).
+			warn, front.notice.add = front.notice.add, nil
+		}
+	}
 	switch {
 	case front.kind == trackedQuery:
 		// A simple Query's replies end with its ReadyForQuery.
@@ -361,7 +429,7 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			if front.kind == trackedParse {
 				u.stmt, u.stmtClient = front.parse, "" // ParseHere's
 			}
-			return true, front.begin, false
+			return true, front.begin, false, nil
 		}
 		if _, ok := msg.(*pgproto3.BindComplete); ok && front.bind {
 			u.noteShowPortal(front)
@@ -400,11 +468,11 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 				}
 				if m.kind == trackedSync {
 					u.popFront(i + 1)
-					return false, false, false
+					return false, false, false, nil
 				}
 			}
 			u.lost()
-			return false, false, false
+			return false, false, false, nil
 		}
 		// An ErrorResponse: the front message failed (a failed Parse of
 		// the unnamed statement has dropped the old one), and the rest
@@ -419,10 +487,10 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 			u.popFront(1)
 		}
 		if front.quiet {
-			return true, false, false
+			return true, false, false, nil
 		}
 	}
-	return false, false, show
+	return false, false, show, warn
 }
 
 // failedExecuteLast reports whether the last ErrorResponse of the

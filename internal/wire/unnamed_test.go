@@ -170,7 +170,7 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	u.ignoredSyncs(1) // CopyData came: PostgreSQL was in COPY mode at that Sync
 	u.sent(&pgproto3.Sync{})
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("COPY 1")}, rfq} {
-		if drop, _, _ := u.reply(m); drop {
+		if drop, _, _, _ := u.reply(m); drop {
 			t.Fatalf("the client's %T was dropped", m)
 		}
 	}
@@ -187,13 +187,13 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	replies := []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}, &pgproto3.ParseComplete{},
 		&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}}
 	for i, m := range replies {
-		drop, began, _ := u.reply(m)
+		drop, began, _, _ := u.reply(m)
 		if !drop || began != (i == 4) {
 			t.Fatalf("injected reply %d (%T): drop %v, began %v", i, m, drop, began)
 		}
 	}
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("UPDATE 1")}, rfq} {
-		if drop, _, _ := u.reply(m); drop {
+		if drop, _, _, _ := u.reply(m); drop {
 			t.Fatalf("the client's %T was dropped", m)
 		}
 	}
@@ -206,12 +206,12 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	u.sent(&pgproto3.Sync{})
 	replies[4] = &pgproto3.CommandComplete{CommandTag: []byte("SET")}
 	for i, m := range replies {
-		if drop, began, _ := u.reply(m); !drop || began {
+		if drop, began, _, _ := u.reply(m); !drop || began {
 			t.Fatalf("injected SET's reply %d (%T): drop %v, began %v", i, m, drop, began)
 		}
 	}
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, rfq} {
-		if drop, _, _ := u.reply(m); drop {
+		if drop, _, _, _ := u.reply(m); drop {
 			t.Fatalf("the client's %T was dropped", m)
 		}
 	}
@@ -223,14 +223,14 @@ func TestTrackerDropsInjectedBeginAfterCopy(t *testing.T) {
 	u.sent(&pgproto3.Execute{})
 	u.sent(&pgproto3.Sync{})
 	for i, m := range []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.CloseComplete{}} {
-		if drop, _, _ := u.reply(m); !drop {
+		if drop, _, _, _ := u.reply(m); !drop {
 			t.Fatalf("injected reply %d relayed", i)
 		}
 	}
-	if drop, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "57014"}); drop {
+	if drop, _, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "57014"}); drop {
 		t.Fatal("the injected BEGIN's error was dropped")
 	}
-	if drop, _, _ := u.reply(rfq); drop || !u.answered() {
+	if drop, _, _, _ := u.reply(rfq); drop || !u.answered() {
 		t.Fatalf("after the Sync's ReadyForQuery: dropped %v, answered %v", drop, u.answered())
 	}
 }
@@ -308,7 +308,7 @@ func TestTrackerShowPortals(t *testing.T) {
 	}
 	u.sent(&pgproto3.Execute{Portal: "p"})
 	u.sent(&pgproto3.Sync{})
-	if _, _, show := u.reply(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")}); !show {
+	if _, _, show, _ := u.reply(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")}); !show {
 		t.Fatal("the rest of p is not taken for a SHOW's")
 	}
 	u.reply(&pgproto3.ReadyForQuery{TxStatus: 'I'})
@@ -504,14 +504,14 @@ func TestTrackerInjectedParse(t *testing.T) {
 	u.sent(&pgproto3.Bind{})
 	u.sent(&pgproto3.Execute{})
 	u.sent(&pgproto3.Sync{})
-	if drop, _, _ := u.reply(&pgproto3.ParseComplete{}); !drop {
+	if drop, _, _, _ := u.reply(&pgproto3.ParseComplete{}); !drop {
 		t.Fatal("the injected Parse's ParseComplete was relayed")
 	}
 	if p, client := u.current(); p == nil || p.Query != "begin" || client != "" {
 		t.Fatalf("the unnamed statement after the injected Parse: %+v, the client's %q", p, client)
 	}
 	for _, m := range []pgproto3.BackendMessage{&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, rfq} {
-		if drop, _, _ := u.reply(m); drop {
+		if drop, _, _, _ := u.reply(m); drop {
 			t.Fatalf("the client's %T was dropped", m)
 		}
 	}
@@ -523,13 +523,13 @@ func TestTrackerInjectedParse(t *testing.T) {
 	u.sent(&pgproto3.Bind{})
 	u.sent(&pgproto3.Execute{})
 	u.sent(&pgproto3.Sync{})
-	if drop, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "25P02"}); drop {
+	if drop, _, _, _ := u.reply(&pgproto3.ErrorResponse{Code: "25P02"}); drop {
 		t.Fatal("the injected Parse's error was dropped")
 	}
 	if p, _ := u.current(); p != nil {
 		t.Fatal("a failed Parse of the unnamed statement leaves none")
 	}
-	if drop, _, _ := u.reply(&pgproto3.ReadyForQuery{TxStatus: 'E'}); drop || !u.answered() {
+	if drop, _, _, _ := u.reply(&pgproto3.ReadyForQuery{TxStatus: 'E'}); drop || !u.answered() {
 		t.Fatal("the Sync's ReadyForQuery did not end the batch")
 	}
 }
@@ -558,5 +558,60 @@ func TestTrackerClientTextOfARewrittenParse(t *testing.T) {
 	}
 	if p, client := u.current(); p == nil || p.Query != "select 3" || client != "" {
 		t.Fatalf("held after a Parse Ordo did not rewrite: %+v, the client's %q", p, client)
+	}
+}
+
+// TestTrackerPlacesWarnings: Backend.Warn's warning goes with the next
+// Query or Bind sent (a Bind's with its portal's next Execute), before
+// that statement's CommandComplete or error and with no other reply;
+// Unwarn drops only the notice named, once; a portal bound again, or
+// ended with its transaction, forgets its warning.
+func TestTrackerPlacesWarnings(t *testing.T) {
+	var u unnamedTracker
+	warn := &pgproto3.NoticeResponse{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}
+	cc := &pgproto3.CommandComplete{CommandTag: []byte("COMMIT")}
+	// A Bind's warning waits for its portal's Execute; a Sync before
+	// it (SyncHere's) takes nothing.
+	u.nextNotice = &noticeEdit{add: warn}
+	u.sendAll(&pgproto3.Sync{}, &pgproto3.Parse{Query: "commit"}, &pgproto3.Bind{DestinationPortal: "p"}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{})
+	if u.nextNotice != nil {
+		t.Fatal("the Bind did not take the warning")
+	}
+	u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	for _, m := range []pgproto3.BackendMessage{&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}} {
+		if _, _, _, w := u.reply(m); w != nil {
+			t.Fatalf("warning before %T", m)
+		}
+	}
+	if _, _, _, w := u.reply(cc); w != warn {
+		t.Fatal("no warning before the Execute's CommandComplete")
+	}
+	u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	// A Query's, before its error; Unwarn's notice dropped once.
+	u.nextNotice = &noticeEdit{add: warn, drop: "25001", dropMsg: "there is already a transaction in progress"}
+	u.sendAll(&pgproto3.Query{String: "begin"})
+	extra := &pgproto3.NoticeResponse{Code: "25001", Message: "there is already a transaction in progress"}
+	if u.dropNotice(&pgproto3.NoticeResponse{Code: "25001", Message: "another"}) || !u.dropNotice(extra) || u.dropNotice(extra) {
+		t.Fatal("Unwarn dropped other than the notice named, once")
+	}
+	if _, _, _, w := u.reply(&pgproto3.ErrorResponse{Code: "23505"}); w != warn {
+		t.Fatal("no warning before the Query's error")
+	}
+	u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	// A portal bound again without one, or ended with its transaction,
+	// forgets it.
+	for _, again := range []pgproto3.FrontendMessage{&pgproto3.Bind{DestinationPortal: "p"}, &pgproto3.Sync{}} {
+		u.nextNotice = &noticeEdit{add: warn}
+		u.sendAll(&pgproto3.Bind{DestinationPortal: "p"}, again)
+		u.replyAll(&pgproto3.BindComplete{})
+		if _, ok := again.(*pgproto3.Bind); ok {
+			u.replyAll(&pgproto3.BindComplete{})
+		}
+		u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		u.sendAll(&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{})
+		if _, _, _, w := u.reply(cc); w != nil {
+			t.Fatalf("after %T: the portal kept its warning", again)
+		}
+		u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	}
 }

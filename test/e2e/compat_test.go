@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,12 +39,60 @@ func startSideBySide(t *testing.T, protocol string) *sideBySide {
 }
 
 // conns opens a connection through node 1 and one to the plain server.
+// Their notices go into the transcripts of simple (noticesOf).
 func (sb *sideBySide) conns(t *testing.T) (ordo, plain *pgx.Conn) {
-	ordo = sb.c.connect(0)
-	plain, err := pgx.Connect(context.Background(), sb.plain.Servers[0].DSN("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(func() { plain.Close(context.Background()) })
-	return ordo, plain
+	connect := func(dsn string) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(dsn)
+		require.NoError(t, err)
+		log := &noticeLog{}
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { log.add(n) }
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		noticeLogs.Store(c.PgConn(), log)
+		t.Cleanup(func() {
+			noticeLogs.Delete(c.PgConn())
+			c.Close(context.Background())
+		})
+		return c
+	}
+	return connect(sb.c.dsn(0)), connect(sb.plain.Servers[0].DSN("postgres"))
+}
+
+// noticeLogs holds, by connection, the notices a connection of
+// sideBySide.conns received and simple has not reported yet.
+var noticeLogs sync.Map // *pgconn.PgConn → *noticeLog
+
+type noticeLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// add notes a notice, unless it is one of Ordo's own ("ordo: …"),
+// which a comparison with PostgreSQL leaves out.
+func (l *noticeLog) add(n *pgconn.Notice) {
+	if strings.HasPrefix(n.Message, "ordo:") {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(&l.b, "notice %s %s %s\n", n.Severity, n.Code, n.Message)
+}
+
+// noticesOf returns and forgets what conn's noticeLog holds ("" for a
+// connection without one).
+func noticesOf(conn *pgconn.PgConn) string {
+	v, ok := noticeLogs.Load(conn)
+	if !ok {
+		return ""
+	}
+	l := v.(*noticeLog)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.b.String()
+	l.b.Reset()
+	return s
 }
 
 // hijacked opens a raw protocol connection through node 1 and one to the
@@ -65,7 +114,9 @@ func (sb *sideBySide) hijacked(t *testing.T) (ordo, plain *pgconn.HijackedConn) 
 // (SQLSTATE, message, detail, position), and the transaction status after.
 func simple(conn *pgconn.PgConn, sql string) string {
 	var b strings.Builder
+	noticesOf(conn) // (earlier ones)
 	results, err := conn.Exec(context.Background(), sql).ReadAll()
+	b.WriteString(noticesOf(conn))
 	for _, r := range results {
 		for _, row := range r.Rows {
 			fmt.Fprintf(&b, "row %q\n", row)

@@ -423,3 +423,65 @@ func TestMessageDuringCopyFromStdin(t *testing.T) {
 	same(t, o, p, "insert into qv values (2)", "select * from qv order by id")
 	sb.c.requireConverged("qv")
 }
+
+// TestCompatTransactionWarnings: where PostgreSQL runs an implicit
+// transaction (a query string's, an extended-protocol batch's) and Ordo
+// runs a block of its own to replicate it, transaction control warns as
+// PostgreSQL warns: a COMMIT or ROLLBACK there "there is no transaction
+// in progress" (Ordo's block ended without it), a BEGIN nothing (Ordo's
+// block made PostgreSQL say "there is already a transaction in
+// progress"), and a SET LOCAL, SET TRANSACTION or SET CONSTRAINTS in a
+// batch "… can only be used in transaction blocks" where PostgreSQL
+// takes the batch for no block. The transcripts compare notices
+// (exchange), found missing by the session fuzzer once it did.
+func TestCompatTransactionWarnings(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	same(t, o, p, "create table tw(id int primary key)", "create table twd(id int primary key deferrable initially deferred)")
+	ho, hp := sb.hijacked(t)
+	q := simpleQuery
+	ins := func(id int) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: fmt.Sprintf("insert into tw values (%d)", id)}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	stmt := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	for i, st := range [][]pgproto3.FrontendMessage{
+		q("insert into tw values (1); commit"),
+		q("insert into tw values (2); commit; insert into tw values (3)"),
+		q("insert into tw values (4); rollback"),
+		q("select 1; commit"),
+		q("insert into tw values (5); begin; insert into tw values (6); commit"),
+		q("set local work_mem = '1MB'; rollback"),
+		q("set local work_mem = '1MB'; insert into tw values (7); commit"),
+		batchOf(ins(10), stmt("commit")),
+		batchOf(ins(11), stmt("rollback")),
+		batchOf(ins(12), stmt("begin"), ins(13), stmt("commit")),
+		batchOf(ins(14), stmt("start transaction"), ins(15), stmt("commit")),
+		batchOf(ins(16), stmt("set local work_mem = '2MB'"), stmt("select current_setting('work_mem')")),
+		batchOf(ins(17), stmt("set constraints all deferred")),
+		batchOf(ins(18), stmt("set transaction isolation level read committed")),
+		// Before an error of the statement, as PostgreSQL's checks come
+		// after its warning: the level after a snapshot, a commit that
+		// fails (a deferred constraint).
+		batchOf(ins(21), stmt("set transaction isolation level serializable")),
+		q("insert into twd values (1); insert into twd values (1); commit"),
+		batchOf(stmt("insert into twd values (2)"), stmt("insert into twd values (2)"), stmt("commit")),
+		// Only parsed before it, the update opens Ordo's block: the SET
+		// LOCAL bound first is PostgreSQL's first statement of the batch.
+		batchOf([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "tw_ins", Query: "insert into tw values (19)"}},
+			stmt("set local work_mem = '3MB'"), []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "tw_ins"}, &pgproto3.Execute{}}),
+		q("deallocate tw_ins"),
+		// In the client's own block PostgreSQL warns as usual.
+		q("begin"),
+		q("begin"),
+		batchOf(ins(20), stmt("set local work_mem = '4MB'")),
+		q("commit"),
+		q("commit"),
+		q("select array_agg(id order by id) from tw"),
+	} {
+		outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
+		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)
+	}
+}
