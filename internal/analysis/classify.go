@@ -559,7 +559,6 @@ func (w *walker) copyStmt(c *pg.CopyStmt) {
 	st := w.st
 	if c.IsFrom {
 		st.Kind = KindCopyFrom
-		st.FromClient = c.Filename == "" && !c.IsProgram
 		if c.Relation != nil {
 			w.writing = 'i'
 			ref := w.relation(c.Relation, nil, false, true)

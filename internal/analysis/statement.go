@@ -261,8 +261,6 @@ type Statement struct {
 	LargeObjects, WritesLargeObjects bool
 	// NumParams is the highest $n used.
 	NumParams int
-	// FromClient: a COPY … FROM STDIN, whose data the client sends.
-	FromClient bool
 	// Notify is the notification a NOTIFY statement sends.
 	Notify *Notification
 	// NotifyCall is set for SELECT pg_notify(…) (notifycall.go): its

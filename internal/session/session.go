@@ -1155,28 +1155,17 @@ func (s *session) rewrite(st *wire.Statement, stmts []*analysis.Statement) error
 }
 
 // splittable refuses a query string splitPieces splits that its pieces
-// cannot run as PostgreSQL runs the whole string:
-//   - a COPY … FROM STDIN before a later piece: the wire layer waits for
-//     each piece but the last to end, and would wait for ever for the
-//     client's data, which it reads only once the string is sent (the
-//     session hung);
-//   - inside an extended-protocol batch, after a statement of it ran,
-//     outside a block: statements before the string's first transaction
-//     control, which PostgreSQL runs in the batch's implicit transaction
-//     with what that control does (a BEGIN makes it the block, so a
-//     SET LOCAL before it holds in it and a level it asks for fails; a
-//     ROLLBACK undoes a set_config before it), where the first piece
-//     ends that transaction at its own ReadyForQuery, and Ordo cannot
-//     open a block of its own for the string inside the batch. Only a
-//     plain COMMIT there ends the transaction as that ReadyForQuery does.
+// cannot run as PostgreSQL runs the whole string: inside an
+// extended-protocol batch, after a statement of it ran, outside a block,
+// statements before the string's first transaction control, which
+// PostgreSQL runs in the batch's implicit transaction with what that
+// control does (a BEGIN makes it the block, so a SET LOCAL before it
+// holds in it and a level it asks for fails; a ROLLBACK undoes a
+// set_config before it), where the first piece ends that transaction at
+// its own ReadyForQuery, and Ordo cannot open a block of its own for the
+// string inside the batch. Only a plain COMMIT there ends the
+// transaction as that ReadyForQuery does.
 func (s *session) splittable(st *wire.Statement, stmts []*analysis.Statement) error {
-	copying := false
-	for _, a := range stmts {
-		copying = copying || a.Kind == analysis.KindCopyFrom && a.FromClient
-		if copying && a.Kind == analysis.KindTxn {
-			return pgErr(codeFeatureNotSupported, "ordo: COPY … FROM STDIN can be sent in a query string with transaction control only after its last transaction control statement; send the COPY in a query of its own")
-		}
-	}
 	if !s.midBatchOutsideBlock(st) {
 		return nil
 	}

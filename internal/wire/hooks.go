@@ -422,6 +422,9 @@ func (c *Completed) Error() string { return "wire: answered by the session: " + 
 //     error.
 //  4. A held ReadyForQuery (HoldReady in any piece) is released after
 //     the last piece run: ReadyHolder.BeforeReady runs once, then.
+//  5. A COPY … FROM STDIN in a piece gets the client's data (up to its
+//     CopyDone or CopyFail) while the piece waits for it, as a Query's
+//     COPY does.
 //
 // The hooks own what splitting means for transactions (PostgreSQL runs a
 // string's statements in one implicit transaction).

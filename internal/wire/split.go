@@ -84,8 +84,8 @@ func (ss *session) runSplit(sp *Split, atBoundary bool) error {
 		if err := ss.flushServer(); err != nil {
 			return lost(err)
 		}
-		if err := ss.waitIdle(ss.ctx); err != nil {
-			return nil
+		if ended, err := ss.awaitPiece(); err != nil || ended {
+			return err
 		}
 		if ss.batchOpen {
 			ss.endBatch() // (the piece's ReadyForQuery)
@@ -115,4 +115,69 @@ func (ss *session) endSplit(sent bool) error {
 	}
 	ss.writeClient(&pgproto3.ReadyForQuery{TxStatus: byte(ss.txStatus.Load())})
 	return nil
+}
+
+// awaitPiece waits for the ReadyForQuery of a piece of a split query
+// that is not its last. A COPY … FROM STDIN in it (psql -c "BEGIN; COPY
+// … FROM STDIN; COMMIT") waits for the client's data first, which the
+// client sends once it sees the CopyInResponse: it is relayed here, up
+// to the client's CopyDone or CopyFail, as clientLoop relays a COPY's
+// data (the session hung, waiting for the piece while the data waited to
+// be read). ended: the session is ending.
+func (ss *session) awaitPiece() (ended bool, err error) {
+	for {
+		if err := ss.waitUntil(ss.ctx, func() bool { return ss.outstanding.Load() <= 0 || ss.copyOpen() }); err != nil {
+			return true, nil
+		}
+		if ss.outstanding.Load() <= 0 {
+			return false, nil
+		}
+		if ended, err := ss.copyInPiece(); err != nil || ended {
+			return true, err
+		}
+	}
+}
+
+// copyInPiece relays the client's messages to PostgreSQL while it waits
+// for a piece's COPY data, up to the client's CopyDone or CopyFail
+// (copyEnds counts it, as clientLoop does). PostgreSQL ignores a Flush or
+// a Sync there; any other message is a protocol violation, which goes to
+// PostgreSQL as it came, as in clientLoop (duringCopy): PostgreSQL
+// answers 08P01 and ends the session. ended: the session is ending.
+func (ss *session) copyInPiece() (ended bool, err error) {
+	for {
+		msg, err := receive(ss.be)
+		if err != nil {
+			if ss.isClosed() {
+				return true, nil
+			}
+			if isProtocolError(err) {
+				ss.srv.m.errors.WithLabelValues("protocol").Inc()
+				ss.terminate(fatal(codeProtocolViolation, "invalid frontend message: %v", err))
+				return true, nil
+			}
+			return true, err
+		}
+		ss.inMsgs++
+		ss.sendServer(msg)
+		switch msg.(type) {
+		case *pgproto3.CopyData, *pgproto3.Flush, *pgproto3.Sync:
+			if len(ss.sbuf) >= flushThreshold {
+				if err := ss.flushServer(); err != nil {
+					return true, fmt.Errorf("%w: %w", errBackendLost, err)
+				}
+			}
+			continue
+		case *pgproto3.CopyDone, *pgproto3.CopyFail:
+			ss.copyEnds++
+		case *pgproto3.Terminate:
+			ss.clientLeft.Store(true)
+			_ = ss.flushServer()
+			return true, nil
+		}
+		if err := ss.flushServer(); err != nil {
+			return true, fmt.Errorf("%w: %w", errBackendLost, err)
+		}
+		return false, nil
+	}
 }

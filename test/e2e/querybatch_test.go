@@ -298,8 +298,10 @@ func TestCompatSplitQueryInsideABatch(t *testing.T) {
 // transaction control after it (psql -c "begin; copy … from stdin;
 // commit"). Ordo runs such a string as pieces, and waited for the
 // COPY's piece to end before reading the client's data: the session hung
-// (a review). It is refused, saying what to do; a COPY after the
-// string's last transaction control runs as on PostgreSQL.
+// (a review), and such strings were then refused. The client's data is
+// now relayed while the piece waits for it, and the string runs as on
+// PostgreSQL, replicated; so does a COPY after the string's last
+// transaction control.
 func TestCompatCopyAmongPieces(t *testing.T) {
 	t.Parallel()
 	sb := startSideBySide(t, "dbsm-si")
@@ -307,24 +309,58 @@ func TestCompatCopyAmongPieces(t *testing.T) {
 	same(t, o, p, "create table qc(id int primary key)")
 	ho, hp := sb.hijacked(t)
 	read := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "select 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	for _, st := range [][]pgproto3.FrontendMessage{
-		{&pgproto3.Query{String: "begin; copy qc from stdin; commit"}},
-		{&pgproto3.Query{String: "copy qc from stdin; commit"}},
-		slices.Concat(read, []pgproto3.FrontendMessage{&pgproto3.Query{String: "begin; copy qc from stdin; commit"}, &pgproto3.Sync{}}),
-	} {
-		out := untilMarker(t, ho, st)
-		require.Contains(t, out, "0A000 ordo: COPY … FROM STDIN can be sent in a query string with transaction control only after its last")
-		require.NotContains(t, out, "CopyInResponse")
-	}
-	copyThen := func(h *pgconn.HijackedConn) string {
+	// copyThen sends msgs, then each COPY's data once PostgreSQL asks
+	// for it.
+	copyThen := func(h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage, data ...[]pgproto3.FrontendMessage) string {
 		out := ""
-		for !strings.Contains(out, "CopyInResponse") {
-			out += exchangeUntil(t, h, []pgproto3.FrontendMessage{&pgproto3.Query{String: "begin; insert into qc values (1); commit; copy qc from stdin"}}, "CopyInResponse")
+		for i, d := range data {
+			for strings.Count(out, "CopyInResponse") <= i {
+				out += exchangeUntil(t, h, msgs, "CopyInResponse")
+				msgs = nil
+			}
+			if i < len(data)-1 {
+				for _, m := range d {
+					h.Frontend.Send(m)
+				}
+				require.NoError(t, h.Frontend.Flush())
+			} else {
+				out += untilMarker(t, h, d)
+			}
 		}
-		return out + untilMarker(t, h, []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("2\n")}, &pgproto3.CopyDone{}})
+		return out
 	}
-	require.Equal(t, copyThen(hp), copyThen(ho))
-	same(t, o, p, "select * from qc order by id")
+	rows := func(ids ...int) []pgproto3.FrontendMessage {
+		var b strings.Builder
+		for _, id := range ids {
+			fmt.Fprintf(&b, "%d\n", id)
+		}
+		return []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte(b.String())}, &pgproto3.CopyDone{}}
+	}
+	for i, c := range []struct {
+		msgs  []pgproto3.FrontendMessage
+		data  [][]pgproto3.FrontendMessage
+		after string // sent next
+	}{
+		{simpleQuery("begin; copy qc from stdin; commit"), [][]pgproto3.FrontendMessage{rows(10, 11)}, ""},
+		{simpleQuery("copy qc from stdin; commit"), [][]pgproto3.FrontendMessage{rows(12)}, ""},
+		{simpleQuery("begin; insert into qc values (1); commit; copy qc from stdin"), [][]pgproto3.FrontendMessage{rows(2)}, ""},
+		{simpleQuery("begin; copy qc from stdin; insert into qc values (13); copy qc from stdin; commit"), [][]pgproto3.FrontendMessage{rows(14), rows(18)}, ""},
+		// A row PostgreSQL refuses: the rest of the string does not run.
+		{simpleQuery("begin; copy qc from stdin; insert into qc values (15); commit"), [][]pgproto3.FrontendMessage{rows(10)}, "rollback"},
+		// The client gives up: the block fails, the rest does not run.
+		{simpleQuery("begin; copy qc from stdin; commit"), [][]pgproto3.FrontendMessage{{&pgproto3.CopyData{Data: []byte("16\n")}, &pgproto3.CopyFail{Message: "no more"}}}, "rollback"},
+		// Inside an extended-protocol batch: PostgreSQL ignores the
+		// batch's Sync while it waits for the data.
+		{slices.Concat(read, simpleQuery("begin; copy qc from stdin; commit"), []pgproto3.FrontendMessage{&pgproto3.Sync{}}), [][]pgproto3.FrontendMessage{rows(17)}, ""},
+	} {
+		want := copyThen(hp, c.msgs, c.data...)
+		require.Equal(t, want, copyThen(ho, c.msgs, c.data...), "string %d", i+1)
+		if c.after != "" {
+			require.Equal(t, untilMarker(t, hp, simpleQuery(c.after)), untilMarker(t, ho, simpleQuery(c.after)), "after string %d", i+1)
+		}
+	}
+	same(t, o, p, "select array_agg(id order by id) from qc")
+	require.Equal(t, "row [\"{1,2,10,11,12,13,14,17,18}\"]\ntag SELECT 1\nstatus I\n", simple(o.PgConn(), "select array_agg(id order by id) from qc"))
 	sb.c.requireConverged("qc")
 }
 

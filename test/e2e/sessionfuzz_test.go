@@ -750,6 +750,14 @@ func randomCopy(rng *rand.Rand) ([]pgproto3.FrontendMessage, string) {
 	simple := rng.IntN(3) == 0
 	if simple {
 		q := strings.Join(sqls, "; ")
+		switch rng.IntN(4) {
+		case 0:
+			// Among transaction control, which Ordo runs as pieces
+			// (the session hung waiting for the COPY's piece).
+			q = "begin; " + q + "; commit"
+		case 1:
+			q += "; commit; select 1"
+		}
 		msgs = append(msgs, &pgproto3.Query{String: q})
 		desc = append(desc, "Query "+q)
 	}
