@@ -183,6 +183,9 @@ type session struct {
 	// copyInsAtUnit: copyIns when the unit began; copyEnds: the COPYs
 	// the client ended (CopyDone, CopyFail) since (finishHeld).
 	copyInsAtUnit, copyEnds int64
+	// unread is a client message read ahead (copyInPiece), which
+	// clientLoop takes before reading another.
+	unread pgproto3.FrontendMessage
 	// lastExec: the tracker's number of the client's last Execute
 	// (copyStarted).
 	lastExec       uint64
@@ -529,7 +532,7 @@ func (ss *session) run() {
 	err := ss.clientLoop()
 	var idle *errIdle
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errClientLeft):
 	case errors.As(err, &idle):
 		ss.terminate(fatal(idle.code, "%s", idle.msg))
 	case errors.Is(err, errBackendLost):
@@ -547,6 +550,7 @@ func (ss *session) readyStatus(status byte) {
 	ss.txStatus.Store(uint32(status))
 	ss.injectedOpen.Store(false)
 	if status == 'I' {
+		ss.unnamed.transactionEnded()
 		ss.txRows.Store(0)
 		if ss.abortErr.Load() != nil {
 			ss.abortErr.Store(nil) // the transaction ended without another error
@@ -666,7 +670,13 @@ func isProtocolError(err error) bool {
 // (nil) or fails.
 func (ss *session) clientLoop() error {
 	for {
-		msg, err := receive(ss.be)
+		var msg pgproto3.FrontendMessage
+		var err error
+		if ss.unread != nil {
+			msg, ss.unread = ss.unread, nil
+		} else {
+			msg, err = receive(ss.be)
+		}
 		parsedAs := "" // the client's text of a Parse Ordo rewrote
 		if err != nil {
 			if ss.isClosed() {

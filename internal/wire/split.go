@@ -135,6 +135,14 @@ func (ss *session) awaitPiece() (ended bool, err error) {
 		if ended, err := ss.copyInPiece(); err != nil || ended {
 			return true, err
 		}
+		if ss.unread != nil {
+			// The COPY failed, and the client went on: the piece's
+			// ReadyForQuery follows its error.
+			if err := ss.waitIdle(ss.ctx); err != nil {
+				return true, nil
+			}
+			return false, nil
+		}
 	}
 }
 
@@ -143,7 +151,11 @@ func (ss *session) awaitPiece() (ended bool, err error) {
 // (copyEnds counts it, as clientLoop does). PostgreSQL ignores a Flush or
 // a Sync there; any other message is a protocol violation, which goes to
 // PostgreSQL as it came, as in clientLoop (duringCopy): PostgreSQL
-// answers 08P01 and ends the session. ended: the session is ending.
+// answers 08P01 and ends the session. Once the COPY failed (an error the
+// client may have seen), PostgreSQL is out of COPY mode and drops COPY
+// messages: the client's next other message, or Sync, is the client's
+// next unit, left for clientLoop (unread) once the split ends. ended: the
+// session is ending.
 func (ss *session) copyInPiece() (ended bool, err error) {
 	for {
 		msg, err := receive(ss.be)
@@ -157,6 +169,11 @@ func (ss *session) copyInPiece() (ended bool, err error) {
 				return true, nil
 			}
 			return true, err
+		}
+		if _, sync := msg.(*pgproto3.Sync); (sync || notCopyData(msg)) && ss.sawError.Load() {
+			ss.unread = msg
+			ss.copyEnds++ // (ended by its error: nothing waits for its CopyDone)
+			return false, nil
 		}
 		ss.inMsgs++
 		ss.sendServer(msg)
@@ -173,7 +190,7 @@ func (ss *session) copyInPiece() (ended bool, err error) {
 		case *pgproto3.Terminate:
 			ss.clientLeft.Store(true)
 			_ = ss.flushServer()
-			return true, nil
+			return true, errClientLeft
 		}
 		if err := ss.flushServer(); err != nil {
 			return true, fmt.Errorf("%w: %w", errBackendLost, err)
@@ -181,3 +198,7 @@ func (ss *session) copyInPiece() (ended bool, err error) {
 		return false, nil
 	}
 }
+
+// errClientLeft: the client sent Terminate where clientLoop did not read
+// it; the session ends as at one it reads.
+var errClientLeft = errors.New("wire: the client left")

@@ -122,6 +122,7 @@ type trackedMsg struct {
 type noticeEdit struct {
 	add           *pgproto3.NoticeResponse
 	drop, dropMsg string
+	from          uint64 // the number of the Query or Bind it was asked for
 }
 
 // sentInjected notes an injected statement's messages: two Closes, Parse,
@@ -269,6 +270,9 @@ func (u *unnamedTracker) sentAs(msg pgproto3.FrontendMessage, client string) uin
 		m.frees = u.nextFrees
 	}
 	u.nextFrees, u.nextFreesSQL = nil, ""
+	if e := u.nextNotice; e != nil && (m.kind == trackedQuery || m.bind) {
+		e.from = u.seq + 1 // (push numbers m so)
+	}
 	switch {
 	case m.kind == trackedQuery:
 		m.notice, u.nextNotice = u.nextNotice, nil
@@ -378,6 +382,9 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 		u.lastExecute = false // (set below if it answers an Execute)
 	}
 	if cc, ok := msg.(*pgproto3.CommandComplete); ok {
+		if len(u.queue) > 0 && txnTag(cc.CommandTag) {
+			u.staleNotices(u.queue[0].seq)
+		}
 		var frees *[]string
 		if len(u.queue) > 0 && u.queue[0].kind == trackedQuery {
 			frees = &u.queue[0].frees
@@ -511,6 +518,45 @@ func (u *unnamedTracker) lost() {
 	u.forgetNamed()
 	clear(u.parsed)
 	clear(u.showPortals)
+	clear(u.portalNotices)
+}
+
+// staleNotices forgets the warnings decided at a Bind before the message
+// numbered seq, transaction control that began or ended a transaction,
+// for Executes after it: the warning depended on the transaction as it
+// was at the Bind, PostgreSQL's on the transaction at the Execute.
+// u.mu is held.
+func (u *unnamedTracker) staleNotices(seq uint64) {
+	for p, e := range u.portalNotices {
+		if e.from < seq {
+			delete(u.portalNotices, p)
+		}
+	}
+	for i := 1; i < len(u.queue); i++ {
+		if e := u.queue[i].notice; e != nil && e.from < seq {
+			u.queue[i].notice = nil
+		}
+	}
+}
+
+// txnTag reports whether tag is a CommandComplete's of transaction
+// control that begins or ends a transaction (ROLLBACK TO SAVEPOINT's
+// says ROLLBACK too).
+func txnTag(tag []byte) bool {
+	switch string(tag) {
+	case "BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK":
+		return true
+	}
+	return false
+}
+
+// transactionEnded forgets the warnings of portals, which ended with
+// their transaction (a ReadyForQuery 'I' reply() does not see: an
+// Exec's).
+func (u *unnamedTracker) transactionEnded() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	clear(u.portalNotices)
 }
 
 func (u *unnamedTracker) forgetNamed() {

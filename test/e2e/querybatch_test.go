@@ -359,9 +359,43 @@ func TestCompatCopyAmongPieces(t *testing.T) {
 			require.Equal(t, untilMarker(t, hp, simpleQuery(c.after)), untilMarker(t, ho, simpleQuery(c.after)), "after string %d", i+1)
 		}
 	}
+	// The COPY fails (a row PostgreSQL cannot read) and the client,
+	// having seen the error, goes on without ending the COPY, which
+	// PostgreSQL allows: it left COPY mode at the error and drops COPY
+	// messages. Through Ordo the piece waited for the COPY's end: the
+	// client's next message went to PostgreSQL outside the session (an
+	// insert unreplicated), and the piece's ReadyForQuery came late
+	// (review).
+	for i, c := range [][][]pgproto3.FrontendMessage{
+		{simpleQuery("begin; copy qc from stdin; commit"), simpleQuery("rollback")},
+		{simpleQuery("copy qc from stdin; commit"), simpleQuery("insert into qc values (30)")},
+		{simpleQuery("copy qc from stdin; commit"), {&pgproto3.Sync{}, &pgproto3.CopyDone{}}, simpleQuery("insert into qc values (31)")},
+	} {
+		run := func(h *pgconn.HijackedConn) string {
+			out := exchangeUntil(t, h, c[0], "CopyInResponse")
+			out += exchangeUntil(t, h, []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("x\n")}}, "Error")
+			return out + untilMarker(t, h, slices.Concat(c[1:]...))
+		}
+		require.Equal(t, run(hp), run(ho), "failed COPY %d", i+1)
+	}
 	same(t, o, p, "select array_agg(id order by id) from qc")
-	require.Equal(t, "row [\"{1,2,10,11,12,13,14,17,18}\"]\ntag SELECT 1\nstatus I\n", simple(o.PgConn(), "select array_agg(id order by id) from qc"))
+	require.Equal(t, "row [\"{1,2,10,11,12,13,14,17,18,30,31}\"]\ntag SELECT 1\nstatus I\n", simple(o.PgConn(), "select array_agg(id order by id) from qc"))
 	sb.c.requireConverged("qc")
+	// A client that leaves in the middle of such a COPY ends its
+	// session (it lingered until the client closed its socket).
+	out := exchangeUntil(t, ho, simpleQuery("begin; copy qc from stdin; commit"), "CopyInResponse")
+	ho.Frontend.Send(&pgproto3.CopyData{Data: []byte("40\n")})
+	ho.Frontend.Send(&pgproto3.Terminate{})
+	require.NoError(t, ho.Frontend.Flush())
+	_ = ho.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		msg, err := ho.Frontend.Receive()
+		if err != nil {
+			require.NotContains(t, err.Error(), "timeout", "the session did not end: %s", out)
+			break
+		}
+		out += replyLine(msg)
+	}
 }
 
 // exchangeUntil sends msgs and returns the replies, as text, up to the
@@ -377,7 +411,7 @@ func exchangeUntil(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.Fronten
 	for !strings.Contains(out, until) {
 		msg, err := h.Frontend.Receive()
 		require.NoError(t, err, "so far: %s", out)
-		out += fmt.Sprintf("%T\n", msg)
+		out += replyLine(msg)
 	}
 	return out
 }
@@ -509,6 +543,15 @@ func TestCompatTransactionWarnings(t *testing.T) {
 		batchOf([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "tw_ins", Query: "insert into tw values (19)"}},
 			stmt("set local work_mem = '3MB'"), []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "tw_ins"}, &pgproto3.Execute{}}),
 		q("deallocate tw_ins"),
+		// Bound outside the client's block, executed in it (after its
+		// BEGIN, in the batch or the next): PostgreSQL warns at the
+		// Execute, not at the Bind (a review).
+		batchOf(ins(22), []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "set local work_mem = '5MB'"}, &pgproto3.Bind{DestinationPortal: "tw_p"}},
+			stmt("begin"), []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "tw_p"}}),
+		q("commit"),
+		batchOf(ins(23), []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "set local work_mem = '5MB'"}, &pgproto3.Bind{DestinationPortal: "tw_p"}}, stmt("begin")),
+		batchOf([]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "tw_p"}}),
+		q("commit"),
 		// In the client's own block PostgreSQL warns as usual.
 		q("begin"),
 		q("begin"),

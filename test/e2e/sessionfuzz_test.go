@@ -859,39 +859,50 @@ func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMess
 		case *pgproto3.ErrorResponse:
 			waiting = 0 // the rest is skipped up to the Sync
 		}
-		switch m := msg.(type) {
-		case *pgproto3.ParameterStatus:
-		case *pgproto3.NoticeResponse:
-			if !strings.HasPrefix(m.Message, "ordo:") {
-				fmt.Fprintf(&b, "Notice %s %s %s\n", m.Severity, m.Code, m.Message)
-			}
-		case *pgproto3.ErrorResponse:
-			fmt.Fprintf(&b, "Error %s %s %s", m.Severity, m.Code, m.Message)
-			if m.Detail != "" || m.Hint != "" || m.Position != 0 {
-				fmt.Fprintf(&b, " (detail %q, hint %q, position %d)", m.Detail, m.Hint, m.Position)
-			}
-			b.WriteString("\n")
-		case *pgproto3.CommandComplete:
-			fmt.Fprintf(&b, "Complete %s\n", m.CommandTag)
-		case *pgproto3.DataRow:
-			var vals []string
-			for _, v := range m.Values {
-				vals = append(vals, string(v))
-			}
-			fmt.Fprintf(&b, "Row %q\n", vals)
-		case *pgproto3.RowDescription:
-			var names []string
-			for _, f := range m.Fields {
-				names = append(names, string(f.Name))
-			}
-			fmt.Fprintf(&b, "RowDescription %q\n", names)
-		case *pgproto3.ReadyForQuery:
-			fmt.Fprintf(&b, "Ready %c\n", m.TxStatus)
+		b.WriteString(replyLine(msg))
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
 			return b.String()
-		default:
-			fmt.Fprintf(&b, "%T\n", msg)
 		}
 	}
+}
+
+// replyLine is one of PostgreSQL's replies as a line of a transcript
+// ("" for what transcripts leave out: ParameterStatus, Ordo's own
+// notices).
+func replyLine(msg pgproto3.BackendMessage) string {
+	var b strings.Builder
+	switch m := msg.(type) {
+	case *pgproto3.ParameterStatus:
+	case *pgproto3.NoticeResponse:
+		if !strings.HasPrefix(m.Message, "ordo:") {
+			fmt.Fprintf(&b, "Notice %s %s %s\n", m.Severity, m.Code, m.Message)
+		}
+	case *pgproto3.ErrorResponse:
+		fmt.Fprintf(&b, "Error %s %s %s", m.Severity, m.Code, m.Message)
+		if m.Detail != "" || m.Hint != "" || m.Position != 0 {
+			fmt.Fprintf(&b, " (detail %q, hint %q, position %d)", m.Detail, m.Hint, m.Position)
+		}
+		b.WriteString("\n")
+	case *pgproto3.CommandComplete:
+		fmt.Fprintf(&b, "Complete %s\n", m.CommandTag)
+	case *pgproto3.DataRow:
+		var vals []string
+		for _, v := range m.Values {
+			vals = append(vals, string(v))
+		}
+		fmt.Fprintf(&b, "Row %q\n", vals)
+	case *pgproto3.RowDescription:
+		var names []string
+		for _, f := range m.Fields {
+			names = append(names, string(f.Name))
+		}
+		fmt.Fprintf(&b, "RowDescription %q\n", names)
+	case *pgproto3.ReadyForQuery:
+		fmt.Fprintf(&b, "Ready %c\n", m.TxStatus)
+	default:
+		fmt.Fprintf(&b, "%T\n", msg)
+	}
+	return b.String()
 }
 
 // indent indents each line of s (the fuzzer's trace of replies).
