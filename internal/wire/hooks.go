@@ -198,10 +198,9 @@ type Backend interface {
 	// statement or a Bind, gives the client a WARNING with SQLSTATE code
 	// and message msg among the statement's replies, just before its
 	// CommandComplete or its error (a Bind's: the portal's next
-	// Execute's),
-	// where PostgreSQL sends a warning it raises while running it; if
-	// the hooks answer the statement (Completed), just before that
-	// answer. It is for a warning PostgreSQL would raise without Ordo
+	// Execute's), where PostgreSQL sends a warning it raises while
+	// running it; if the hooks answer the statement (Completed), just
+	// before that answer. It is for a warning PostgreSQL would raise without Ordo
 	// and does not as Ordo runs the statement: transaction control in a
 	// block of Ordo's where PostgreSQL runs an implicit transaction. If
 	// PostgreSQL skips the statement, or the hooks refuse it, nothing is

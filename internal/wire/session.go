@@ -550,7 +550,7 @@ func (ss *session) readyStatus(status byte) {
 	ss.txStatus.Store(uint32(status))
 	ss.injectedOpen.Store(false)
 	if status == 'I' {
-		ss.unnamed.transactionEnded()
+		ss.unnamed.transactionEnded() // (its portals ended with it)
 		ss.txRows.Store(0)
 		if ss.abortErr.Load() != nil {
 			ss.abortErr.Store(nil) // the transaction ended without another error
@@ -666,30 +666,39 @@ func isProtocolError(err error) bool {
 	return true
 }
 
+// readClient returns the client's next message: one read ahead
+// (unread) first. ended: the session ends (the connection closed, or a
+// message that breaks the protocol, which the client is told of); err:
+// the read failed.
+func (ss *session) readClient() (msg pgproto3.FrontendMessage, ended bool, err error) {
+	if ss.unread != nil {
+		msg, ss.unread = ss.unread, nil
+		return msg, false, nil
+	}
+	msg, err = receive(ss.be)
+	switch {
+	case err == nil:
+		ss.inMsgs++
+		return msg, false, nil
+	case ss.isClosed():
+		return nil, true, nil
+	case isProtocolError(err):
+		ss.srv.m.errors.WithLabelValues("protocol").Inc()
+		ss.terminate(fatal(codeProtocolViolation, "invalid frontend message: %v", err))
+		return nil, true, nil
+	}
+	return nil, true, err
+}
+
 // clientLoop relays client messages to PostgreSQL until the client leaves
 // (nil) or fails.
 func (ss *session) clientLoop() error {
 	for {
-		var msg pgproto3.FrontendMessage
-		var err error
-		if ss.unread != nil {
-			msg, ss.unread = ss.unread, nil
-		} else {
-			msg, err = receive(ss.be)
-		}
-		parsedAs := "" // the client's text of a Parse Ordo rewrote
-		if err != nil {
-			if ss.isClosed() {
-				return nil
-			}
-			if isProtocolError(err) {
-				ss.srv.m.errors.WithLabelValues("protocol").Inc()
-				ss.terminate(fatal(codeProtocolViolation, "invalid frontend message: %v", err))
-				return nil
-			}
+		msg, ended, err := ss.readClient()
+		if err != nil || ended {
 			return err
 		}
-		ss.inMsgs++
+		parsedAs := "" // the client's text of a Parse Ordo rewrote
 		if inCopy, err := ss.duringCopy(msg); err != nil {
 			return err // (the backend is lost)
 		} else if inCopy {

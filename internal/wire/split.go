@@ -158,16 +158,8 @@ func (ss *session) awaitPiece() (ended bool, err error) {
 // session is ending.
 func (ss *session) copyInPiece() (ended bool, err error) {
 	for {
-		msg, err := receive(ss.be)
-		if err != nil {
-			if ss.isClosed() {
-				return true, nil
-			}
-			if isProtocolError(err) {
-				ss.srv.m.errors.WithLabelValues("protocol").Inc()
-				ss.terminate(fatal(codeProtocolViolation, "invalid frontend message: %v", err))
-				return true, nil
-			}
+		msg, ended, err := ss.readClient()
+		if err != nil || ended {
 			return true, err
 		}
 		if _, sync := msg.(*pgproto3.Sync); (sync || notCopyData(msg)) && ss.sawError.Load() {
@@ -175,7 +167,6 @@ func (ss *session) copyInPiece() (ended bool, err error) {
 			ss.copyEnds++ // (ended by its error: nothing waits for its CopyDone)
 			return false, nil
 		}
-		ss.inMsgs++
 		ss.sendServer(msg)
 		switch msg.(type) {
 		case *pgproto3.CopyData, *pgproto3.Flush, *pgproto3.Sync:

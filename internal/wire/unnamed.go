@@ -3,6 +3,7 @@ package wire
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -73,6 +74,9 @@ type unnamedTracker struct {
 	// sentAs's taking it under mu.
 	nextNotice    *noticeEdit
 	portalNotices map[string]*noticeEdit
+	// anyPortalNotice: portalNotices may hold one (transactionEnded
+	// looks at it without mu, once per transaction).
+	anyPortalNotice atomic.Bool
 	// showPortals: portals bound to a statement that answers a SHOW
 	// (ShowMarker), whose every Execute completes with the tag SHOW, a
 	// later one too (the rest of a portal suspended after its row, or
@@ -270,17 +274,16 @@ func (u *unnamedTracker) sentAs(msg pgproto3.FrontendMessage, client string) uin
 		m.frees = u.nextFrees
 	}
 	u.nextFrees, u.nextFreesSQL = nil, ""
-	if e := u.nextNotice; e != nil && (m.kind == trackedQuery || m.bind) {
-		e.from = u.seq + 1 // (push numbers m so)
-	}
+	e := u.nextNotice
 	switch {
 	case m.kind == trackedQuery:
-		m.notice, u.nextNotice = u.nextNotice, nil
-	case m.bind && u.nextNotice != nil:
+		m.notice, u.nextNotice = e, nil
+	case m.bind && e != nil:
 		if u.portalNotices == nil {
 			u.portalNotices = make(map[string]*noticeEdit)
 		}
-		u.portalNotices[m.portal], u.nextNotice = u.nextNotice, nil
+		u.portalNotices[m.portal], u.nextNotice = e, nil
+		u.anyPortalNotice.Store(true)
 	case m.bind && len(u.portalNotices) > 0:
 		delete(u.portalNotices, m.portal)
 	case m.kind == trackedExecute && len(u.portalNotices) > 0:
@@ -288,6 +291,9 @@ func (u *unnamedTracker) sentAs(msg pgproto3.FrontendMessage, client string) uin
 		delete(u.portalNotices, m.portal)
 	}
 	u.push(m)
+	if e != nil && u.nextNotice == nil {
+		e.from = u.seq // (taken by this Query or Bind)
+	}
 	return u.seq
 }
 
@@ -393,7 +399,6 @@ func (u *unnamedTracker) reply(msg pgproto3.BackendMessage) (drop, began, show b
 	}
 	if r, ok := msg.(*pgproto3.ReadyForQuery); ok && r.TxStatus == 'I' {
 		clear(u.showPortals) // portals end with their transaction
-		clear(u.portalNotices)
 	}
 	if len(u.queue) == 0 {
 		return false, false, false, nil
@@ -551,12 +556,15 @@ func txnTag(tag []byte) bool {
 }
 
 // transactionEnded forgets the warnings of portals, which ended with
-// their transaction (a ReadyForQuery 'I' reply() does not see: an
-// Exec's).
+// their transaction (at every ReadyForQuery 'I', relayed or an Exec's).
 func (u *unnamedTracker) transactionEnded() {
+	if !u.anyPortalNotice.Load() {
+		return
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	clear(u.portalNotices)
+	u.anyPortalNotice.Store(false)
 }
 
 func (u *unnamedTracker) forgetNamed() {

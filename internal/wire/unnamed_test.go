@@ -598,16 +598,19 @@ func TestTrackerPlacesWarnings(t *testing.T) {
 		t.Fatal("no warning before the Query's error")
 	}
 	u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-	// A portal bound again without one, or ended with its transaction,
-	// forgets it.
+	// A portal bound again without one, or ended with its transaction
+	// (the session's readyStatus tells the tracker at a ReadyForQuery
+	// 'I'), forgets it.
 	for _, again := range []pgproto3.FrontendMessage{&pgproto3.Bind{DestinationPortal: "p"}, &pgproto3.Sync{}} {
 		u.nextNotice = &noticeEdit{add: warn}
 		u.sendAll(&pgproto3.Bind{DestinationPortal: "p"}, again)
 		u.replyAll(&pgproto3.BindComplete{})
 		if _, ok := again.(*pgproto3.Bind); ok {
 			u.replyAll(&pgproto3.BindComplete{})
+		} else {
+			u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+			u.transactionEnded()
 		}
-		u.replyAll(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		u.sendAll(&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{})
 		if _, _, _, w := u.reply(cc); w != nil {
 			t.Fatalf("after %T: the portal kept its warning", again)

@@ -384,15 +384,25 @@ func TestCompatCopyAmongPieces(t *testing.T) {
 	// A client that leaves in the middle of such a COPY ends its
 	// session (it lingered until the client closed its socket).
 	out := exchangeUntil(t, ho, simpleQuery("begin; copy qc from stdin; commit"), "CopyInResponse")
-	ho.Frontend.Send(&pgproto3.CopyData{Data: []byte("40\n")})
-	ho.Frontend.Send(&pgproto3.Terminate{})
-	require.NoError(t, ho.Frontend.Flush())
-	_ = ho.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	untilClosed(t, ho, out, &pgproto3.CopyData{Data: []byte("40\n")}, &pgproto3.Terminate{})
+}
+
+// untilClosed sends msgs and returns the replies, as text, up to the end
+// of the connection, which must come within 30 s (so far: the replies
+// before msgs, for the failure's message).
+func untilClosed(t *testing.T, h *pgconn.HijackedConn, soFar string, msgs ...pgproto3.FrontendMessage) string {
+	t.Helper()
+	for _, m := range msgs {
+		h.Frontend.Send(m)
+	}
+	require.NoError(t, h.Frontend.Flush())
+	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	out := ""
 	for {
-		msg, err := ho.Frontend.Receive()
+		msg, err := h.Frontend.Receive()
 		if err != nil {
-			require.NotContains(t, err.Error(), "timeout", "the session did not end: %s", out)
-			break
+			require.NotContains(t, err.Error(), "timeout", "the session did not end: %s", soFar+out)
+			return out + "(the connection ended)\n"
 		}
 		out += replyLine(msg)
 	}
@@ -452,24 +462,11 @@ func TestMessageDuringCopyFromStdin(t *testing.T) {
 	same(t, o, p, "create table qv(id int primary key)")
 	transcript := func(h *pgconn.HijackedConn, before []pgproto3.FrontendMessage, data bool, violation pgproto3.FrontendMessage) string {
 		out := exchangeUntil(t, h, before, "CopyInResponse")
+		msgs := []pgproto3.FrontendMessage{violation}
 		if data {
-			h.Frontend.Send(&pgproto3.CopyData{Data: []byte("1\n")})
+			msgs = append([]pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("1\n")}}, msgs...)
 		}
-		h.Frontend.Send(violation)
-		require.NoError(t, h.Frontend.Flush())
-		_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-		for {
-			msg, err := h.Frontend.Receive()
-			if err != nil {
-				require.NotContains(t, err.Error(), "timeout", "so far: %s", out)
-				return out + "(the connection ended)\n"
-			}
-			if e, ok := msg.(*pgproto3.ErrorResponse); ok {
-				out += fmt.Sprintf("Error %s %s %s\n", e.Severity, e.Code, e.Message)
-				continue
-			}
-			out += fmt.Sprintf("%T\n", msg)
-		}
+		return out + untilClosed(t, h, out, msgs...)
 	}
 	copyQ := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
