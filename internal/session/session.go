@@ -164,6 +164,12 @@ type session struct {
 	wrapExec, wrapInjected bool
 	wrapInjectedAt         int64
 	wrapBegins             int64
+	// boundEnd: a COMMIT bound in this unit ended the implicit
+	// transaction of Ordo's block at its Bind (txnControl), as if it
+	// ran; if it was never executed, Ordo's block is still open at the
+	// unit's end (BeforeReady), where PostgreSQL's Sync commits the
+	// implicit transaction.
+	boundEnd boundEnd
 	// unitSnap is the applied prefix when the current batch began, and
 	// unitReads the read keys of its autocommit statements so far (dbsm):
 	// the snapshot_seqno and reads of its implicit transaction, should a
@@ -311,6 +317,10 @@ type txState struct {
 	// injected: Ordo's block was opened by beginHere, and the client's
 	// BEGINs after it are counted by Backend.BeginsSinceInjected.
 	injected bool
+	// rollbackBound: the client bound a ROLLBACK into rollbackPortal,
+	// which ends the transaction when its Execute is sent (Executed).
+	rollbackBound  bool
+	rollbackPortal string
 	// cons: its conflict classes (cons.go).
 	cons consTx
 }
@@ -530,6 +540,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	s.setAheadOK = st.Kind == wire.KindBind || st.Kind == wire.KindParse && st.Name == ""
 	if st.Kind == wire.KindBind && len(s.tx.ddl) > 0 {
 		s.rebound(st.Portal)
+	}
+	if st.Kind == wire.KindBind && s.tx.rollbackBound && s.tx.rollbackPortal == st.Portal {
+		s.tx.rollbackBound = false // (an Execute runs what is bound now)
 	}
 	first := st.AtBoundary
 	if first && s.be.TxStatus() == 'I' && s.aborted.Load() {
@@ -2386,6 +2399,10 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 			s.tx = txState{active: true, isolation: level}
 			return nil
 		}
+		// (A BEGIN of the client's bound and not executed in Ordo's
+		// block leaves it theirs only once it runs: the Sync above
+		// waited for every reply so far, so the counts are exact.)
+		implicit := s.tx.wrapped && !s.clientBeganIn()
 		if err := s.commitExplicit(ctx, false); err != nil {
 			return err
 		}
@@ -2394,6 +2411,9 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		// includes this one (it would conflict with it otherwise).
 		s.endTx()
 		s.newImplicit()
+		if implicit && m.kind == wire.KindBind {
+			s.boundEnd = boundEnd{unit: s.unit, begins: s.be.Begins()}
+		}
 		return nil
 	case analysis.TxnRollback:
 		// PostgreSQL rolls back. What follows in the same batch runs in
@@ -2411,13 +2431,19 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 				}
 			}
 			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
-			prev, failed := s.tx, s.txStatus() == 'E'
-			s.endTx()
-			if chain {
-				s.chained(prev, failed)
-			} else {
-				s.newImplicit()
+			if m.kind == wire.KindBind && !chain && (s.tx.active || s.txStatus() != 'I') {
+				// PostgreSQL rolls back at the portal's Execute
+				// (Executed), not at its Bind: bound and never executed,
+				// it rolls back nothing, and the batch's Sync commits
+				// its implicit transaction, or the client's block stays
+				// open. Forgotten at the Bind, that transaction was
+				// left open in PostgreSQL (lost, or committed by a
+				// COMMIT after it on this node alone).
+				s.tx.rollbackBound, s.tx.rollbackPortal = true, m.msg.Portal
+				m.msg.WatchExecute = true
+				return nil
 			}
+			s.rolledBack(chain)
 		}
 	case analysis.TxnRollbackTo:
 		if m.kind != wire.KindParse {
@@ -2439,6 +2465,19 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 	}
 	return nil
+}
+
+// rolledBack follows a ROLLBACK (AND CHAIN, if chain) that PostgreSQL
+// runs: what follows in the same batch runs in a new implicit
+// transaction, or, chained, a new block.
+func (s *session) rolledBack(chain bool) {
+	prev, failed := s.tx, s.txStatus() == 'E'
+	s.endTx()
+	if chain {
+		s.chained(prev, failed)
+	} else {
+		s.newImplicit()
+	}
 }
 
 // refusedWhenFailed reports whether PostgreSQL refuses transaction

@@ -550,13 +550,9 @@ func (s *session) BeforeReady(ctx context.Context) error {
 	if !s.tx.wrapped {
 		// Nothing wrapped is open (a COMMIT of a split query ended it),
 		// or a BEGIN made it the client's own block.
-		return nil
+		return s.unexecutedEnd(ctx)
 	}
-	clientBegan := s.be.Begins() > s.tx.begins
-	if s.tx.injected {
-		clientBegan = s.be.BeginsSinceInjected() > 0
-	}
-	if clientBegan && s.be.TxStatus() != 'I' {
+	if s.clientBeganIn() && s.be.TxStatus() != 'I' {
 		// The client's BEGIN ran in the block Ordo opened: as in
 		// PostgreSQL, what ran before it is part of the client's block,
 		// which stays open (failed or not).
@@ -582,6 +578,51 @@ func (s *session) BeforeReady(ctx context.Context) error {
 		err = s.retry(ctx, retry, err)
 	}
 	s.labelFailed(ctx, err)
+	return err
+}
+
+// clientBeganIn reports whether a BEGIN of the client's ran in the
+// wrapped block (Ordo's) since it was opened, making it the client's.
+// Exact once PostgreSQL answered what was sent.
+func (s *session) clientBeganIn() bool {
+	if s.tx.injected {
+		return s.be.BeginsSinceInjected() > 0
+	}
+	return s.be.Begins() > s.tx.begins
+}
+
+// boundEnd is a COMMIT that ended the implicit transaction of Ordo's
+// block at its Bind, in unit unit, Backend.Begins being begins then
+// (session.boundEnd).
+type boundEnd struct {
+	unit   uint64
+	begins int64
+}
+
+// unexecutedEnd ends Ordo's block at the end of a unit in which the
+// client bound a COMMIT of the implicit transaction and never executed
+// it. The session took it as run at its Bind: the transaction was
+// terminated there, leaving open the empty block the COMMIT's Execute
+// would have ended. PostgreSQL's Sync commits the implicit transaction
+// instead. Left open, the block took the client's next autocommit
+// statements, told they succeeded, and never committed or replicated
+// them (compatibility.md). It is committed here, with what the batch
+// read in it.
+func (s *session) unexecutedEnd(ctx context.Context) error {
+	be := s.boundEnd
+	s.boundEnd = boundEnd{}
+	if be.unit == 0 || be.unit != s.unit || s.be.TxStatus() != 'T' || s.be.Begins() != be.begins {
+		// Executed (PostgreSQL ended the block), or a BEGIN of the
+		// client's ran after it, making the block theirs. (The block's
+		// ReadyForQuery made s.tx active: the session took it for the
+		// client's.)
+		return nil
+	}
+	defer s.endWrapped()
+	res, err := s.be.Exec(ctx, "COMMIT")
+	if err == nil {
+		err = res.Err
+	}
 	return err
 }
 

@@ -1711,8 +1711,11 @@ func (ss *session) backendLoop() {
 		}
 		if ss.srv.hooks == nil {
 			// A plain relay: nothing of Ordo's among the replies.
-		} else if _, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.quietFirst() {
-			continue // "there is already a transaction in progress", to SyncHere's BEGIN
+		} else if _, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.injectedFirst() {
+			// Raised by a statement of Ordo's: "there is already a
+			// transaction in progress", to SyncHere's BEGIN, or to
+			// BeginHere's in a block still open.
+			continue
 		} else {
 			if n, ok := msg.(*pgproto3.NoticeResponse); ok && ss.unnamed.dropNotice(n) {
 				continue // raised as Ordo ran the statement (Backend.Unwarn)

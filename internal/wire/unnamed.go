@@ -229,12 +229,12 @@ func (u *unnamedTracker) dropNotice(m *pgproto3.NoticeResponse) bool {
 	return false
 }
 
-// quietFirst reports whether the next reply answers a message of
-// SyncHere's.
-func (u *unnamedTracker) quietFirst() bool {
+// injectedFirst reports whether the next reply answers a message Ordo
+// injected (BeginHere, SetHere, ParseHere, SyncHere's BEGIN).
+func (u *unnamedTracker) injectedFirst() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return len(u.queue) > 0 && u.queue[0].quiet
+	return len(u.queue) > 0 && u.queue[0].injected
 }
 
 // sent notes a message sent to PostgreSQL for the client, and returns its

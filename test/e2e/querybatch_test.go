@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
@@ -559,5 +561,88 @@ func TestCompatTransactionWarnings(t *testing.T) {
 	} {
 		outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
 		require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", i+1)
+	}
+}
+
+// TestCompatTransactionEndBoundNeverExecuted: an extended-protocol batch
+// that updates, then binds a COMMIT or ROLLBACK and never executes it.
+// PostgreSQL runs nothing at a Bind, and its Sync commits the implicit
+// transaction (or the client's block stays open). The session ended the
+// transaction at the Bind (a COMMIT's must be terminated before
+// PostgreSQL runs it), and the block Ordo had opened stayed open: the
+// client saw ReadyForQuery 'T' and its next autocommit statements ran in
+// that block, each told INSERT 0 1, and were never committed or
+// replicated (lost when the connection closed); after a ROLLBACK bound
+// that way, a COMMIT executed in the same batch committed on this node
+// alone. A COMMIT's empty block is now committed at the Sync, and a
+// ROLLBACK acts at its Execute, as on PostgreSQL. Two cases still differ
+// from PostgreSQL, named in compatibility.md: the transaction a COMMIT
+// bound this way terminated stays committed when the client's block is
+// then rolled back, or the batch fails after it. Every node ends the
+// same in every case, and with the rows wanted.
+func TestCompatTransactionEndBoundNeverExecuted(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	q := simpleQuery
+	run := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	ins := func(id int) []pgproto3.FrontendMessage { return run(fmt.Sprintf("insert into te values (%d)", id)) }
+	bound := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}}
+	}
+	rows := func(c *pgx.Conn) string {
+		var got string
+		require.NoError(t, c.QueryRow(context.Background(), "select coalesce(array_agg(id order by id), '{}')::text from te").Scan(&got))
+		return got
+	}
+	for i, sc := range []struct {
+		steps [][]pgproto3.FrontendMessage
+		// asPostgreSQL: every reply as on PostgreSQL; want: the rows
+		// (PostgreSQL's where they are as on PostgreSQL).
+		asPostgreSQL bool
+		want         string
+	}{
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit")), q("insert into te values (2)"), batchOf(ins(3))}, asPostgreSQL: true, want: "{1,2,3}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit")), q("begin"), q("insert into te values (2)"), q("commit")}, asPostgreSQL: true, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit"), ins(2)), q("insert into te values (3)")}, asPostgreSQL: true, want: "{1,2,3}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit"), bound("select 1")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{1,2}"},
+		// A BEGIN bound and not executed leaves the block Ordo's (a
+		// review).
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("begin"), bound("commit")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit"), ins(2)), q("insert into te values (3); begin"), q("insert into te values (4)"), q("rollback")}, asPostgreSQL: true, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("rollback")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("rollback"), run("commit")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("rollback"), run("rollback")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("rollback"), ins(2)), q("insert into te values (3)")}, asPostgreSQL: true, want: "{1,2,3}"},
+		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("rollback")), q("commit")}, asPostgreSQL: true, want: "{1}"},
+		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("rollback"), run("commit")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("rollback"), ins(2)), batchOf(run("rollback"))}, asPostgreSQL: true, want: "{}"},
+		// Named in compatibility.md: committed at the Bind, where
+		// PostgreSQL then rolls it back (the client's block, a failed
+		// batch).
+		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("commit")), q("rollback")}, want: "{1}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit"), ins(1)), q("insert into te values (2)")}, want: "{1,2}"},
+		{steps: [][]pgproto3.FrontendMessage{batchOf(ins(1), bound("commit"), run("begin")), q("insert into te values (2)"), q("rollback")}, want: "{1}"},
+	} {
+		same(t, o, p, "drop table if exists te", "create table te(id int primary key)")
+		ho, hp := sb.hijacked(t)
+		for j, st := range sc.steps {
+			outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
+			if sc.asPostgreSQL {
+				require.Equal(t, outP, outO, "case %d step %d: through Ordo and on PostgreSQL", i+1, j+1)
+			} else {
+				require.Equal(t, strings.Contains(outP, "Ready T"), strings.Contains(outO, "Ready T"), "case %d step %d: a block open as on PostgreSQL", i+1, j+1)
+			}
+		}
+		// Closing the connections ends what they left open.
+		ho.Conn.Close()
+		hp.Conn.Close()
+		if sc.asPostgreSQL {
+			require.Equal(t, sc.want, rows(p), "case %d: the rows on PostgreSQL", i+1)
+		}
+		require.Eventually(t, func() bool { return rows(o) == sc.want }, 5*time.Second, 50*time.Millisecond, "case %d: the rows through Ordo, %s", i+1, rows(o))
+		sb.c.requireConverged("te")
 	}
 }
