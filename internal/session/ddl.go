@@ -100,6 +100,7 @@ func (s *session) Executed(portal string) {
 		// the batch makes PostgreSQL skip it, and fails the implicit
 		// transaction or the block, which ends as failed either way.)
 		s.rolledBack(false)
+		s.endedEarly = true
 		return
 	}
 	for i := len(s.tx.ddl) - 1; i >= 0; i-- {

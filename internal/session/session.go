@@ -170,6 +170,11 @@ type session struct {
 	// unit's end (BeforeReady), where PostgreSQL's Sync commits the
 	// implicit transaction.
 	boundEnd boundEnd
+	// endedEarly: Executed followed a ROLLBACK before the unit's first
+	// Statement (an Execute of a portal bound in an earlier unit, first
+	// in its unit): that Statement must not take the unit for one begun
+	// in the block, as PostgreSQL's status from before it says.
+	endedEarly bool
 	// unitSnap is the applied prefix when the current batch began, and
 	// unitReads the read keys of its autocommit statements so far (dbsm):
 	// the snapshot_seqno and reads of its implicit transaction, should a
@@ -646,7 +651,11 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.unitGran, s.unitTemp = granuleEpoch{}, false
 		s.unitFresh, s.unitParsed, s.unitBound = true, false, false
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
+		if s.endedEarly {
+			s.newImplicit()
+		}
 	}
+	s.endedEarly = false
 	if first && s.consistencyStale && s.txStatus() == 'I' {
 		s.readConsistency(ctx)
 	}
@@ -3318,7 +3327,7 @@ func (s *session) trackReads(reads *txn.ReadSet, a *analysis.Statement, params [
 
 // ReadyForQuery implements wire.SessionHooks.
 func (s *session) ReadyForQuery(status byte) {
-	s.unitStatus = 0
+	s.unitStatus, s.endedEarly = 0, false
 	s.inTxn.Store(status != 'I')
 	if status == 'I' {
 		if s.labelLocal {

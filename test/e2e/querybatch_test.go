@@ -619,6 +619,11 @@ func TestCompatTransactionEndBoundNeverExecuted(t *testing.T) {
 		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("rollback")), q("commit")}, asPostgreSQL: true, want: "{1}"},
 		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("rollback"), run("commit")), q("insert into te values (2)")}, asPostgreSQL: true, want: "{1,2}"},
 		{steps: [][]pgproto3.FrontendMessage{q("begin"), batchOf(ins(1), bound("rollback"), ins(2)), batchOf(run("rollback"))}, asPostgreSQL: true, want: "{}"},
+		// A ROLLBACK bound into a named portal in one batch and executed
+		// first in the next, before an update (a review).
+		{steps: [][]pgproto3.FrontendMessage{q("begin"), q("insert into te values (1)"),
+			batchOf([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "te_r", Query: "rollback"}, &pgproto3.Bind{DestinationPortal: "te_p", PreparedStatement: "te_r"}}),
+			batchOf([]pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "te_p"}}, ins(2)), q("insert into te values (3)")}, asPostgreSQL: true, want: "{2,3}"},
 		// Named in compatibility.md: committed at the Bind, where
 		// PostgreSQL then rolls it back (the client's block, a failed
 		// batch).
