@@ -88,17 +88,18 @@ const (
 )
 
 // Executed implements wire.PortalWatcher: the client's Execute of portal
-// is being sent. A ROLLBACK bound into it runs. If the last thing bound into portal is a statement
-// waiting for it (bindUnrun), it runs here, after what was sent since
-// its Bind: a SAVEPOINT set in between is before it, and a ROLLBACK TO
-// that savepoint undoes it. An Execute of a portal whose statement ran
+// is being sent. A ROLLBACK bound into it runs. If the last thing bound
+// into portal is a statement waiting for it (bindUnrun), it runs here,
+// after what was sent since its Bind: a SAVEPOINT set in between is
+// before it, and a ROLLBACK TO that savepoint undoes it. An Execute of a portal whose statement ran
 // already, or that holds something else, adds nothing (PostgreSQL fails
 // the first, or runs the other).
 func (s *session) Executed(portal string) {
 	if s.tx.rollbackBound && s.tx.rollbackPortal == portal {
-		// The client's ROLLBACK runs (txnControl). (An error earlier in
-		// the batch makes PostgreSQL skip it, and fails the implicit
-		// transaction or the block, which ends as failed either way.)
+		// The client's ROLLBACK runs (txnControl). (Taken as run even
+		// where PostgreSQL skips or fails it, an error earlier in the
+		// batch, a portal gone: a ROLLBACK TO may then restore the block
+		// the session forgot; compatibility.md.)
 		s.rolledBack(false)
 		s.endedEarly = true
 		return

@@ -200,11 +200,11 @@ type Backend interface {
 	// CommandComplete or its error (a Bind's: the portal's next
 	// Execute's), where PostgreSQL sends a warning it raises while
 	// running it; if the hooks answer the statement (Completed), just
-	// before that answer. It is for a warning PostgreSQL would raise without Ordo
-	// and does not as Ordo runs the statement: transaction control in a
-	// block of Ordo's where PostgreSQL runs an implicit transaction. If
-	// PostgreSQL skips the statement, or the hooks refuse it, nothing is
-	// sent.
+	// before that answer. It is for a warning PostgreSQL would raise
+	// without Ordo and does not as Ordo runs the statement: transaction
+	// control in a block of Ordo's where PostgreSQL runs an implicit
+	// transaction. If PostgreSQL skips the statement, or the hooks
+	// refuse it, nothing is sent.
 	Warn(code, msg string)
 	// Unwarn, called as Warn, drops from the statement's replies
 	// PostgreSQL's warning with SQLSTATE code and message msg: one it

@@ -394,11 +394,7 @@ func TestCompatCopyAmongPieces(t *testing.T) {
 // before msgs, for the failure's message).
 func untilClosed(t *testing.T, h *pgconn.HijackedConn, soFar string, msgs ...pgproto3.FrontendMessage) string {
 	t.Helper()
-	for _, m := range msgs {
-		h.Frontend.Send(m)
-	}
-	require.NoError(t, h.Frontend.Flush())
-	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	sendFlushed(t, h, msgs)
 	out := ""
 	for {
 		msg, err := h.Frontend.Receive()
@@ -414,11 +410,7 @@ func untilClosed(t *testing.T, h *pgconn.HijackedConn, soFar string, msgs ...pgp
 // first one whose text contains until.
 func exchangeUntil(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage, until string) string {
 	t.Helper()
-	for _, m := range msgs {
-		h.Frontend.Send(m)
-	}
-	require.NoError(t, h.Frontend.Flush())
-	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	sendFlushed(t, h, msgs)
 	out := ""
 	for !strings.Contains(out, until) {
 		msg, err := h.Frontend.Receive()

@@ -857,6 +857,16 @@ func executes(msgs []pgproto3.FrontendMessage) int {
 	return n
 }
 
+// sendFlushed sends msgs and gives the replies 30 s to come.
+func sendFlushed(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage) {
+	t.Helper()
+	for _, m := range msgs {
+		h.Frontend.Send(m)
+	}
+	require.NoError(t, h.Frontend.Flush())
+	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+}
+
 // exchange sends msgs and returns the replies up to the ReadyForQuery of
 // the last one, as text. If msgs has a Flush, it sends what comes after
 // it only once every Execute before it is answered (or one failed), as a
@@ -874,11 +884,7 @@ func exchange(t *testing.T, h *pgconn.HijackedConn, msgs []pgproto3.FrontendMess
 	if len(rest) > 0 {
 		waiting = executes(msgs)
 	}
-	for _, m := range msgs {
-		h.Frontend.Send(m)
-	}
-	require.NoError(t, h.Frontend.Flush())
-	_ = h.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	sendFlushed(t, h, msgs)
 	var b strings.Builder
 	for {
 		if waiting == 0 && len(rest) > 0 {
