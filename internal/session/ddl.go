@@ -88,20 +88,25 @@ const (
 )
 
 // Executed implements wire.PortalWatcher: the client's Execute of portal
-// is being sent. A ROLLBACK bound into it runs. If the last thing bound
-// into portal is a statement waiting for it (bindUnrun), it runs here,
-// after what was sent since its Bind: a SAVEPOINT set in between is
-// before it, and a ROLLBACK TO that savepoint undoes it. An Execute of a portal whose statement ran
+// is being sent. Transaction control bound into it runs (txState.bound).
+// If the last thing bound into portal is a statement waiting for it
+// (bindUnrun), it runs here, after what was sent since its Bind: a
+// SAVEPOINT set in between is before it, and a ROLLBACK TO that
+// savepoint undoes it. An Execute of a portal whose statement ran
 // already, or that holds something else, adds nothing (PostgreSQL fails
 // the first, or runs the other).
 func (s *session) Executed(portal string) {
-	if s.tx.rollbackBound && s.tx.rollbackPortal == portal {
-		// The client's ROLLBACK runs (txnControl). (Taken as run even
-		// where PostgreSQL skips or fails it, an error earlier in the
-		// batch, a portal gone: a ROLLBACK TO may then restore the block
-		// the session forgot; compatibility.md.)
-		s.rolledBack(false)
-		s.endedEarly = true
+	if t := s.boundInto(portal); t != nil {
+		// (Taken as run even where PostgreSQL skips or fails it, after
+		// an error earlier in the batch, or a portal closed: a ROLLBACK
+		// TO may then restore a block the session forgot;
+		// compatibility.md.)
+		s.boundRan(t)
+		if t.Op != analysis.TxnRollback {
+			// Run once: a second Execute fails. (A ROLLBACK ended the
+			// transaction, and its log.)
+			s.tx.bound = append(s.tx.bound, boundCtl{portal: portal})
+		}
 		return
 	}
 	for i := len(s.tx.ddl) - 1; i >= 0; i-- {

@@ -170,11 +170,13 @@ type session struct {
 	// unit's end (BeforeReady), where PostgreSQL's Sync commits the
 	// implicit transaction.
 	boundEnd boundEnd
-	// endedEarly: Executed followed a ROLLBACK before the unit's first
-	// Statement (an Execute of a portal bound in an earlier unit, first
-	// in its unit): that Statement must not take the unit for one begun
-	// in the block, as PostgreSQL's status from before it says.
-	endedEarly bool
+	// early: the status Executed left (unitStatus) following transaction
+	// control bound into a portal (a ROLLBACK, a ROLLBACK TO in a failed
+	// block), in case that was before the unit's first Statement (an
+	// Execute of a portal bound in an earlier unit, first in its unit):
+	// that Statement must not take PostgreSQL's status from before it
+	// for the unit's.
+	early byte
 	// unitSnap is the applied prefix when the current batch began, and
 	// unitReads the read keys of its autocommit statements so far (dbsm):
 	// the snapshot_seqno and reads of its implicit transaction, should a
@@ -322,10 +324,17 @@ type txState struct {
 	// injected: Ordo's block was opened by beginHere, and the client's
 	// BEGINs after it are counted by Backend.BeginsSinceInjected.
 	injected bool
-	// rollbackBound: the client bound a ROLLBACK into rollbackPortal,
-	// which ends the transaction when its Execute is sent (Executed).
-	rollbackBound  bool
-	rollbackPortal string
+	// bound is the log of the transaction control the client bound
+	// into portals (ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK TO), each
+	// followed when its portal's Execute is sent (Executed), as
+	// PostgreSQL runs it, not at its Bind; and of what ended such a
+	// portal's wait (another Bind of it, its Execute). A log, as ddl is:
+	// a Bind PostgreSQL skipped or failed may be followed by a ROLLBACK
+	// TO a savepoint set before it, which drops the entries since
+	// (savepoint.bound). A block Ordo opens in the transaction
+	// (beginHere, wrap), or a BEGIN of the client's there, keeps it:
+	// PostgreSQL's portals live until the transaction ends.
+	bound []boundCtl
 	// cons: its conflict classes (cons.go).
 	cons consTx
 }
@@ -546,8 +555,8 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	if st.Kind == wire.KindBind && len(s.tx.ddl) > 0 {
 		s.rebound(st.Portal)
 	}
-	if st.Kind == wire.KindBind && s.tx.rollbackBound && s.tx.rollbackPortal == st.Portal {
-		s.tx.rollbackBound = false // (an Execute runs what is bound now)
+	if st.Kind == wire.KindBind && len(s.tx.bound) > 0 {
+		s.unbind(st.Portal) // (an Execute runs what is bound now)
 	}
 	first := st.AtBoundary
 	if first && s.be.TxStatus() == 'I' && s.aborted.Load() {
@@ -651,11 +660,14 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 		s.unitGran, s.unitTemp = granuleEpoch{}, false
 		s.unitFresh, s.unitParsed, s.unitBound = true, false, false
 		s.unitCons = s.h.cfg.Replica.Name() == termination.CONS
-		if s.endedEarly {
+		switch s.early {
+		case 'I':
 			s.newImplicit()
+		case 'T':
+			s.unitStatus = 'T'
 		}
 	}
-	s.endedEarly = false
+	s.early = 0
 	if first && s.consistencyStale && s.txStatus() == 'I' {
 		s.readConsistency(ctx)
 	}
@@ -1029,12 +1041,9 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 			if skipped, err := s.skippedInBatch(ctx); err != nil || skipped {
 				return err // PostgreSQL skips it, after the earlier error
 			}
-			if hasTxn(stmts, analysis.TxnRollbackTo) {
-				s.rolledBackTo()
-			}
 			for _, a := range stmts {
 				if a.Kind == analysis.KindTxn {
-					if err := s.savepointOp(ctx, a.Txn, first); err != nil {
+					if err := s.boundSavepointOp(ctx, a.Txn, at{kind: wire.KindBind, first: first, msg: st}); err != nil {
 						return err
 					}
 				}
@@ -1104,7 +1113,7 @@ func (s *session) beginInBatch(a *analysis.Statement) (ran bool) {
 	s.consBeginComment(a.SQL)
 	s.inTxn.Store(true)
 	ran = !s.unitFresh || s.unitParsed
-	s.tx = txState{active: true, atDefault: ran, isolation: a.Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+	s.tx = txState{active: true, atDefault: ran, isolation: a.Txn.Isolation, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp, bound: s.tx.bound}
 	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.unitStatus = 'T'
 	return ran
@@ -1439,9 +1448,11 @@ func (s *session) inImplicit(stmts []*analysis.Statement, extended bool) error {
 			if stmts[0].Txn.Op == analysis.TxnRollback {
 				name = "ROLLBACK AND CHAIN"
 			}
-		} else {
+		} else if !extended || stmts[0].Txn.Op == analysis.TxnCommit {
 			s.be.Warn("25P01", "there is no transaction in progress")
 		}
+		// (A ROLLBACK bound acts at its Execute, and warns there:
+		// boundRan.)
 	}
 	if name != "" {
 		return pgErr("25P01", "%s can only be used in transaction blocks", name)
@@ -1919,6 +1930,10 @@ type savepoint struct {
 	// ROLLBACK TO drops those held after it, as PostgreSQL drops the
 	// notifications of a subtransaction rolled back.
 	notify int
+	// bound is how long txState.bound was when it was set: a ROLLBACK
+	// TO drops what was bound after it, as PostgreSQL drops the portals
+	// of a subtransaction rolled back.
+	bound int
 }
 
 // savepointOp follows SAVEPOINT, RELEASE and ROLLBACK TO, to drop the DDL
@@ -1927,11 +1942,12 @@ type savepoint struct {
 // are replayed as sent, and one rolled back to a savepoint must not be
 // (nor one that failed: the transaction could only go on after a ROLLBACK
 // TO a savepoint set before it). The statements event triggers see are
-// proved by their records (joinDDL). Before the first SAVEPOINT, it sets
-// the block's level if that is still to be done: PostgreSQL sets none in
-// the subtransaction it opens (25001), and the block ran at the
-// session's.
-func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBoundary bool) error {
+// proved by their records (joinDDL). It follows each where PostgreSQL
+// runs it: a Query's at once, a bound one at its portal's Execute
+// (Executed). (txnControl sets the block's level, if that is still to be
+// done, before its first SAVEPOINT: PostgreSQL sets none in the
+// subtransaction it opens, 25001, and the block ran at the session's.)
+func (s *session) savepointOp(t *analysis.TxnControl) {
 	find := func() int {
 		for i := len(s.tx.savepoints) - 1; i >= 0; i-- {
 			if s.tx.savepoints[i].name == t.Savepoint {
@@ -1942,12 +1958,7 @@ func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBou
 	}
 	switch t.Op {
 	case analysis.TxnSavepoint:
-		if len(s.tx.savepoints) == 0 && s.txStatus() != 'E' {
-			if err := s.setLevel(ctx, atBoundary); err != nil {
-				return err
-			}
-		}
-		s.tx.savepoints = append(s.tx.savepoints, savepoint{name: t.Savepoint, ddl: len(s.tx.ddl), notify: len(s.tx.notify)})
+		s.tx.savepoints = append(s.tx.savepoints, savepoint{name: t.Savepoint, ddl: len(s.tx.ddl), notify: len(s.tx.notify), bound: len(s.tx.bound)})
 	case analysis.TxnRelease:
 		if i := find(); i >= 0 {
 			s.tx.savepoints = s.tx.savepoints[:i] // it and those after it; their statements stay
@@ -1957,9 +1968,10 @@ func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBou
 			s.tx.cons.refusedAt = min(s.tx.cons.refusedAt, i)
 		}
 	case analysis.TxnRollbackTo:
+		s.rolledBackTo()
 		i := find()
 		if i < 0 {
-			return nil // PostgreSQL refuses it
+			return // PostgreSQL refuses it
 		}
 		if s.tx.cons.refused != nil && i < s.tx.cons.refusedAt {
 			// Back to before the statement cons refused, which never
@@ -1977,8 +1989,30 @@ func (s *session) savepointOp(ctx context.Context, t *analysis.TxnControl, atBou
 		}
 		s.tx.ddl = kept
 		s.tx.notify = s.tx.notify[:min(len(s.tx.notify), s.tx.savepoints[i].notify)]
+		s.tx.bound = s.tx.bound[:min(len(s.tx.bound), s.tx.savepoints[i].bound)]
 		s.tx.savepoints = s.tx.savepoints[:i+1] // it stays; those after it go
 	}
+}
+
+// boundSavepointOp follows a SAVEPOINT, RELEASE or ROLLBACK TO that
+// PostgreSQL runs at m: a Query's at once, a Bind's when its portal's
+// Execute is sent (as ROLLBACK, txnControl). Followed at the Bind, one
+// bound and never executed, or executed after statements bound later,
+// moved the session's savepoints where PostgreSQL's were not: a role's
+// statement was then replicated, or not, unlike the origin. The block's
+// level goes before its first SAVEPOINT, at the Bind, while PostgreSQL
+// can still set it.
+func (s *session) boundSavepointOp(ctx context.Context, t *analysis.TxnControl, m at) error {
+	if t.Op == analysis.TxnSavepoint && len(s.tx.savepoints) == 0 && s.txStatus() != 'E' {
+		if err := s.setLevel(ctx, m.first); err != nil {
+			return err
+		}
+	}
+	if m.kind == wire.KindBind {
+		s.bindCtl(m, t)
+		return nil
+	}
+	s.savepointOp(t)
 	return nil
 }
 
@@ -2230,7 +2264,7 @@ func (s *session) execute(ctx context.Context, stmts []*analysis.Statement, para
 					"ordo: this batch bound a BEGIN into a portal it has not executed before this update: PostgreSQL would run the update outside any block, which Ordo cannot replicate; execute the BEGIN before the update, or send the update in a batch of its own")
 			}
 			s.unitReads, s.unitGran, s.unitTemp = s.tx.reads, s.tx.gran, s.tx.tempNamed
-			s.tx = txState{}
+			s.tx = txState{bound: s.tx.bound}
 			s.unitStatus = 'I'
 			s.inTxn.Store(false)
 		}
@@ -2331,7 +2365,7 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 	case analysis.TxnBegin:
 		s.inTxn.Store(true)
 		if s.txStatus() == 'I' && !s.tx.active {
-			s.tx = txState{active: true, isolation: a.Txn.Isolation}
+			s.tx = txState{active: true, isolation: a.Txn.Isolation, bound: s.tx.bound}
 			s.beganAtBind(m.msg)
 			if s.tx.isolation == "" {
 				s.tx.isolation = s.defaultLevel()
@@ -2439,31 +2473,24 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 					return err
 				}
 			}
-			chain := a.Txn.Chain && (s.tx.active || s.txStatus() != 'I')
-			if m.kind == wire.KindBind && !chain && (s.tx.active || s.txStatus() != 'I') {
-				// PostgreSQL rolls back at the portal's Execute
-				// (Executed), not at its Bind: bound and never executed,
-				// it rolls back nothing, and the batch's Sync commits
-				// its implicit transaction, or the client's block stays
-				// open. Forgotten at the Bind, that transaction was
-				// left open in PostgreSQL (lost, or committed by a
-				// COMMIT after it on this node alone).
-				s.tx.rollbackBound, s.tx.rollbackPortal = true, m.msg.Portal
-				m.msg.WatchExecute = true
+			if m.kind == wire.KindBind {
+				// PostgreSQL rolls back at the portal's Execute, not at
+				// its Bind: bound and never executed, it rolls back
+				// nothing, and the batch's Sync commits its implicit
+				// transaction, or the client's block stays open.
+				// Forgotten at the Bind, that transaction was left open
+				// in PostgreSQL (lost, or committed by a COMMIT after it
+				// on this node alone); followed at a Bind outside any
+				// transaction, the block Ordo opened for an update
+				// before its Execute was taken for open past it.
+				s.bindCtl(m, a.Txn)
 				return nil
 			}
-			s.rolledBack(chain)
+			s.rolledBack(a.Txn.Chain && (s.tx.active || s.txStatus() != 'I'))
 		}
-	case analysis.TxnRollbackTo:
+	case analysis.TxnSavepoint, analysis.TxnRelease, analysis.TxnRollbackTo:
 		if m.kind != wire.KindParse {
-			s.rolledBackTo()
-			return s.savepointOp(ctx, a.Txn, atBoundary)
-		}
-	case analysis.TxnSavepoint, analysis.TxnRelease:
-		if m.kind != wire.KindParse {
-			if err := s.savepointOp(ctx, a.Txn, atBoundary); err != nil {
-				return err
-			}
+			return s.boundSavepointOp(ctx, a.Txn, m)
 		}
 	case analysis.TxnSetTransaction:
 		if a.Txn.Isolation != "" {
@@ -2474,6 +2501,58 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 		}
 	}
 	return nil
+}
+
+// boundCtl is an entry of txState.bound: transaction control txn bound
+// into portal, or (txn nil) the end of the wait of what was bound there
+// before.
+type boundCtl struct {
+	portal string
+	txn    *analysis.TxnControl
+}
+
+// bindCtl notes transaction control t bound at m, to follow when its
+// portal's Execute is sent (Executed).
+func (s *session) bindCtl(m at, t *analysis.TxnControl) {
+	c := *t
+	s.tx.bound = append(s.tx.bound, boundCtl{portal: m.msg.Portal, txn: &c})
+	m.msg.WatchExecute = true
+}
+
+// boundInto is the transaction control waiting for an Execute of
+// portal, or nil.
+func (s *session) boundInto(portal string) *analysis.TxnControl {
+	for i := len(s.tx.bound) - 1; i >= 0; i-- {
+		if s.tx.bound[i].portal == portal {
+			return s.tx.bound[i].txn
+		}
+	}
+	return nil
+}
+
+// unbind notes a Bind of portal: what waited there for an Execute no
+// longer runs at one (if PostgreSQL ran this Bind).
+func (s *session) unbind(portal string) {
+	if s.boundInto(portal) != nil {
+		s.tx.bound = append(s.tx.bound, boundCtl{portal: portal})
+	}
+}
+
+// boundRan follows transaction control bound into a portal whose
+// Execute is being sent (Executed).
+func (s *session) boundRan(t *analysis.TxnControl) {
+	switch t.Op {
+	case analysis.TxnRollback:
+		if !t.Chain && s.tx.wrapped && !s.tx.clientBegan {
+			// It ends Ordo's block where PostgreSQL would end the
+			// implicit transaction, warning (inImplicit).
+			s.be.Warn("25P01", "there is no transaction in progress")
+		}
+		s.rolledBack(t.Chain && (s.tx.active || s.txStatus() != 'I'))
+	default:
+		s.savepointOp(t)
+	}
+	s.early = s.unitStatus
 }
 
 // rolledBack follows a ROLLBACK (AND CHAIN, if chain) that PostgreSQL
@@ -2850,7 +2929,7 @@ func (s *session) wrap(ctx context.Context) error {
 // so that it runs in the block as it would after wrap.
 func (s *session) wrapAhead() {
 	s.ahead = s.wrapBegin()
-	s.tx = txState{active: true, wrapped: true, isolation: s.defaultLevel()}
+	s.tx = txState{active: true, wrapped: true, isolation: s.defaultLevel(), bound: s.tx.bound}
 	s.unitStatus = 'T'
 	s.inTxn.Store(true)
 	s.be.HoldReady()
@@ -3095,7 +3174,7 @@ func (s *session) beginWrapped(ctx context.Context) error {
 	// A transaction before it (a retried attempt's) is over: classes it
 	// took under cons are released (nothing if its TxnEntry was proposed).
 	s.consEnd()
-	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins(), isolation: s.defaultLevel()}
+	s.tx = txState{active: true, wrapped: true, begins: s.be.Begins(), isolation: s.defaultLevel(), bound: s.tx.bound}
 	return nil
 }
 
@@ -3212,7 +3291,7 @@ func (s *session) noteWrap(injected bool) {
 func (s *session) beginHere() {
 	s.noteWrap(true)
 	s.be.BeginHere("BEGIN")
-	s.tx = txState{active: true, wrapped: true, injected: true, atDefault: true, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp}
+	s.tx = txState{active: true, wrapped: true, injected: true, atDefault: true, snapshot: !s.unitFresh, pgSnap: !s.unitFresh, batchSnap: !s.unitFresh, snapSeq: s.unitSnap, reads: s.unitReads, gran: s.unitGran, tempNamed: s.unitTemp, bound: s.tx.bound}
 	s.unitStatus = 'T'
 	s.unitReads, s.unitGran, s.unitTemp = txn.ReadSet{}, granuleEpoch{}, false
 	s.inTxn.Store(true)
@@ -3327,7 +3406,7 @@ func (s *session) trackReads(reads *txn.ReadSet, a *analysis.Statement, params [
 
 // ReadyForQuery implements wire.SessionHooks.
 func (s *session) ReadyForQuery(status byte) {
-	s.unitStatus, s.endedEarly = 0, false
+	s.unitStatus, s.early = 0, 0
 	s.inTxn.Store(status != 'I')
 	if status == 'I' {
 		if s.labelLocal {

@@ -66,7 +66,8 @@ type SessionHooks interface {
 // Statement.WatchExecute. Executed is called on the session goroutine, under
 // rule 1, when the client's Execute of portal is sent to PostgreSQL (not
 // one Ordo answers itself, and not one after a message of the batch the
-// hooks refused: PostgreSQL skips those). It must not block or Exec.
+// hooks refused: PostgreSQL skips those). It must not block or Exec; a
+// Backend.Warn or Unwarn it makes edits the Execute's replies.
 // PostgreSQL may still skip it (an error earlier in the batch) or fail it
 // (the portal was closed, or ran already): the error then fails the
 // transaction, or the subtransaction a ROLLBACK TO undoes, which is where

@@ -1533,7 +1533,13 @@ func (ss *session) portalExecuted(portal string) {
 	}
 	ss.hookMu.Lock()
 	ss.drainEventsLocked()
+	kept := ss.unnamed.nextNotice
+	ss.unnamed.nextNotice = nil
 	w.Executed(portal)
+	if e := ss.unnamed.nextNotice; e != nil {
+		ss.unnamed.executeNotice(portal, e) // (a Warn or Unwarn of Executed's)
+	}
+	ss.unnamed.nextNotice = kept
 	ss.hookMu.Unlock()
 	ss.deliverEvents()
 }

@@ -213,6 +213,19 @@ func (u *unnamedTracker) refusedExecute(portal string) {
 	}
 }
 
+// executeNotice makes e, asked for by PortalWatcher.Executed, the
+// warning edit of the Execute of portal about to be sent.
+func (u *unnamedTracker) executeNotice(portal string, e *noticeEdit) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.portalNotices == nil {
+		u.portalNotices = make(map[string]*noticeEdit)
+	}
+	e.from = u.seq // (decided after what was sent so far)
+	u.portalNotices[portal] = e
+	u.anyPortalNotice.Store(true)
+}
+
 // dropNotice answers Backend.Unwarn for m, a notice of PostgreSQL's:
 // whether it is the warning Unwarn named, for the statement in front.
 func (u *unnamedTracker) dropNotice(m *pgproto3.NoticeResponse) bool {

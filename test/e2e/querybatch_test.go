@@ -643,3 +643,87 @@ func TestCompatTransactionEndBoundNeverExecuted(t *testing.T) {
 		sb.c.requireConverged("te")
 	}
 }
+
+// TestCompatSavepointControlAtItsExecute: ROLLBACK, ROLLBACK AND CHAIN,
+// SAVEPOINT, RELEASE and ROLLBACK TO bound into a portal act where
+// PostgreSQL runs them, at the portal's Execute: bound and never
+// executed, they do nothing; executed after statements bound later, they
+// act after those. Each case compares every reply with PostgreSQL's, and
+// the rows and the roles (whose statements nothing but the session's
+// record of savepoints keeps from replaying) of every node with
+// PostgreSQL's.
+func TestCompatSavepointControlAtItsExecute(t *testing.T) {
+	t.Parallel()
+	sb := startSideBySide(t, "dbsm-si")
+	o, p := sb.conns(t)
+	q := simpleQuery
+	run := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	ins := func(id int) []pgproto3.FrontendMessage { return run(fmt.Sprintf("insert into ts values (%d)", id)) }
+	bound := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}}
+	}
+	// boundAs binds sql into portal, under statement name portal.
+	boundAs := func(portal, sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: portal, Query: sql}, &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: portal}}
+	}
+	exec := func(portal string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: portal}}
+	}
+	const rowsSQL = "select coalesce(array_agg(id order by id), '{}')::text from ts"
+	// (Each case's roles are its own: zsp and its number.)
+	const rolesSQL = "select coalesce(array_agg(rolname order by rolname), '{}')::text from pg_roles where rolname like 'zsp%d'"
+	read := func(t *testing.T, c *pgx.Conn, sql string) string {
+		var got string
+		require.NoError(t, c.QueryRow(context.Background(), sql).Scan(&got))
+		return got
+	}
+	nodes := []*pgx.Conn{sb.c.direct(0), sb.c.direct(1), sb.c.direct(2)}
+	for i, steps := range [][][]pgproto3.FrontendMessage{
+		// ROLLBACK TO bound and never executed: the role stays.
+		{q("begin"), q("savepoint a"), q("create role zsp1"), batchOf(bound("rollback to savepoint a")), q("commit")},
+		// RELEASE bound and never executed: the savepoint is still
+		// there for the ROLLBACK TO, which undoes the role.
+		{q("begin"), q("savepoint a"), q("create role zsp2"), batchOf(bound("release savepoint a")), q("rollback to savepoint a"), q("commit")},
+		// ROLLBACK AND CHAIN bound and never executed: the COMMIT after
+		// it commits the role.
+		{q("begin"), q("create role zsp3"), batchOf(bound("rollback and chain"), run("commit"))},
+		// SAVEPOINT bound before the role's statement and executed after
+		// it: the ROLLBACK TO keeps the role.
+		{q("begin"), batchOf(boundAs("sp4", "savepoint b"), run("create role zsp4"), exec("sp4")), q("rollback to savepoint b"), q("commit")},
+		// A ROLLBACK bound outside any transaction, executed after an
+		// update of its batch: it rolls the update back; the next one
+		// commits at the Sync.
+		{batchOf(boundAs("rb5", "rollback"), ins(1), exec("rb5"), ins(2))},
+		// A ROLLBACK TO bound in a failed block, executed first in the
+		// next batch: the block goes on there, and a savepoint set after
+		// it is one (the ROLLBACK TO it undoes the role).
+		{q("begin"), q("savepoint a"), q("insert into ts values (3)"), q("select 1/0"), batchOf(boundAs("rt6", "rollback to savepoint a")),
+			batchOf(exec("rt6"), ins(4), run("savepoint b"), run("create role zsp6"), run("rollback to savepoint b")), q("commit")},
+		// The same with a ROLLBACK AND CHAIN of a failed block: the rest
+		// of the batch is the new block's.
+		{q("begin"), q("insert into ts values (5)"), q("select 1/0"), batchOf(boundAs("rc7", "rollback and chain")),
+			batchOf(exec("rc7"), ins(6), run("savepoint b"), run("create role zsp7"), run("rollback to savepoint b")), q("commit")},
+	} {
+		t.Run(fmt.Sprint("case", i+1), func(t *testing.T) {
+			same(t, o, p, "drop table if exists ts", "create table ts(id int primary key)")
+			ho, hp := sb.hijacked(t)
+			defer ho.Conn.Close()
+			defer hp.Conn.Close()
+			for j, st := range steps {
+				outO, outP := untilMarker(t, ho, st), untilMarker(t, hp, st)
+				require.Equal(t, outP, outO, "step %d: through Ordo and on PostgreSQL", j+1)
+			}
+			ho.Conn.Close()
+			hp.Conn.Close()
+			sb.c.requireConverged("ts")
+			roles := fmt.Sprintf(rolesSQL, i+1)
+			wantRows, wantRoles := read(t, p, rowsSQL), read(t, p, roles)
+			for n, c := range nodes {
+				require.Equal(t, wantRows, read(t, c, rowsSQL), "node %d's rows, against PostgreSQL's", n+1)
+				require.Equal(t, wantRoles, read(t, c, roles), "node %d's roles, against PostgreSQL's", n+1)
+			}
+		})
+	}
+}

@@ -100,6 +100,7 @@ func runFuzzSessions(t *testing.T, protocol string, temp bool, seed uint64, roun
 		m.leaves = rand.New(rand.NewPCG(seed, 2))
 		m.mid = rand.New(rand.NewPCG(seed, 3))
 		m.ends = rand.New(rand.NewPCG(seed, 4))
+		m.ctl = rand.New(rand.NewPCG(seed, 5))
 	}
 	if protocol == "cons" {
 		// A block declares its classes (every one); a statement outside
@@ -315,6 +316,11 @@ type fuzzModel struct {
 	// before each randomUnit).
 	ends *rand.Rand
 	idle bool
+	// ctl: a ROLLBACK, SAVEPOINT, RELEASE or ROLLBACK TO is sometimes
+	// bound into a named portal, and sometimes left there for a later
+	// unit's Execute, or none (a fifth generator, off for the replayed
+	// seeds): PostgreSQL runs it at its Execute.
+	ctl *rand.Rand
 }
 
 // midQuery sometimes puts a simple Query inside msgs, an extended-protocol
@@ -667,6 +673,10 @@ func randomUnit(rng *rand.Rand, m fuzzModel) ([]pgproto3.FrontendMessage, string
 	for i := 0; i < n; i++ {
 		var s fuzzStatement
 		s.sql, s.params = pick()
+		if m.ctl != nil && m.ctl.IntN(8) == 0 {
+			// More transaction control, for ctl's portals.
+			s = fuzzStatement{[]string{"rollback", "savepoint s", "release savepoint s", "rollback to savepoint s", "rollback and chain"}[m.ctl.IntN(5)], 0}
+		}
 		name := ""
 		if rng.IntN(3) == 0 {
 			name = "fz" + strconv.Itoa(i)
@@ -701,6 +711,11 @@ func randomUnit(rng *rand.Rand, m fuzzModel) ([]pgproto3.FrontendMessage, string
 		if plain && rng.IntN(4) == 0 {
 			portal = "p" + strconv.Itoa(rng.IntN(2))
 		}
+		ctl := s.params >= 0 && m.ctl != nil && slices.Contains([]string{"rollback", "savepoint", "release"}, strings.Fields(s.sql)[0]) &&
+			m.ctl.IntN(2) == 0
+		if ctl {
+			portal = "p" + strconv.Itoa(m.ctl.IntN(2))
+		}
 		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: name, Parameters: params})
 		if rng.IntN(2) == 0 {
 			msgs = append(msgs, &pgproto3.Describe{ObjectType: 'P', Name: portal})
@@ -712,7 +727,11 @@ func randomUnit(rng *rand.Rand, m fuzzModel) ([]pgproto3.FrontendMessage, string
 		if portal != "" || rows > 0 {
 			desc = append(desc, fmt.Sprintf("into portal %q, %d rows", portal, rows))
 		}
-		if portal != "" && i == n-1 && m.leaves != nil && m.leaves.IntN(4) == 0 {
+		if ctl && i == n-1 && m.ctl.IntN(2) == 0 {
+			// (Only the unit's last, as below; and no Query inside the
+			// batch after it: midQuery.)
+			desc = append(desc, "bound, not executed")
+		} else if !ctl && portal != "" && i == n-1 && m.leaves != nil && m.leaves.IntN(4) == 0 {
 			// Bound and left: executed by a later unit of its block, or
 			// never (PostgreSQL runs a statement at its Execute). Only
 			// the unit's last: a COMMIT bound after it in the batch is
@@ -747,7 +766,7 @@ func randomUnit(rng *rand.Rand, m fuzzModel) ([]pgproto3.FrontendMessage, string
 // unexecutedEnd returns, now and then, a ROLLBACK or COMMIT to bind at
 // the end of an extended-protocol unit and not execute (drawn from
 // m.ends alone): a COMMIT only outside a block (the last unit left none,
-// and no BEGIN comes before it in desc).
+// and no BEGIN comes before it in desc, nor a portal left unexecuted).
 func unexecutedEnd(m fuzzModel, desc []string) string {
 	if m.ends == nil || m.ends.IntN(5) != 0 {
 		return ""
@@ -759,7 +778,7 @@ func unexecutedEnd(m fuzzModel, desc []string) string {
 		return ""
 	}
 	for _, d := range desc {
-		if strings.Contains(d, " begin") || strings.Contains(d, " start transaction") || strings.Contains(d, "from before") {
+		if strings.Contains(d, " begin") || strings.Contains(d, " start transaction") || strings.Contains(d, "from before") || strings.Contains(d, "not executed") {
 			return ""
 		}
 	}
