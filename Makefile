@@ -116,10 +116,11 @@ bench-cluster:
 	$(GO) run ./test/bench/cluster $(BENCH_FLAGS)
 
 ## bench-sysbench: sysbench oltp_read_write directly and through a 3-node
-## cluster (dbsm-si, dbsm), 1 and 8 threads, interleaved runs, medians,
-## CPU per transaction and where a commit's time goes (docs/performance.md).
+## cluster (dbsm-si, dbsm), and through PgBouncer in front of the direct
+## server, 1 and 8 threads, interleaved runs, medians, CPU per transaction
+## and where a commit's time goes (docs/performance.md).
 bench-sysbench:
-	@bash scripts/ensure-tools.sh go postgres sysbench
+	@bash scripts/ensure-tools.sh go postgres sysbench pgbouncer
 	$(GO) run ./test/bench/sysbench $(BENCH_FLAGS)
 
 ## bench-load: pgbench -i -s 10 directly and through one node (a 1,000,000-row transaction).

@@ -11,13 +11,18 @@
 // deadlock) is retried by sysbench and counted as an ignored error; the
 // throughput counts committed transactions only.
 //
+// Beside them (-pgbouncer, on by default), the same runs through
+// PgBouncer in session mode in front of the direct server: what a proxy
+// alone, replicating nothing, costs sysbench on this machine, the
+// ceiling for any cluster a proxy fronts.
+//
 // For each run it also reads the CPU time of this process (the three
 // nodes, which run in it) and of every PostgreSQL process, per committed
 // transaction, and it prints the nodes' commit-stage means (probe,
 // prepare, capture, terminate) so the next person starts from where the
 // time goes. The last line is machine-readable, for dbsm-si:
 //
-//	RESULT ratio_1=<cluster TPS / direct TPS, 1 thread> ratio_8=<…, 8 threads> cpu_ms_per_txn=<one node's CPU per committed transaction at 8 threads>
+//	RESULT ratio_1=<cluster TPS / direct TPS, 1 thread> ratio_8=<…, 8 threads> cpu_ms_per_txn=<one node's CPU per committed transaction at 8 threads> [pgbouncer_ratio_1=<PgBouncer TPS / direct TPS, 1 thread> pgbouncer_ratio_8=<…>]
 //
 // (cpu_ms_per_txn is this process's CPU divided by three: the nodes run
 // in one process, so it is the mean over the nodes). dbsm's figures are
@@ -55,6 +60,7 @@ var (
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the nodes (all in this process) to this file, over every cluster run")
 	metricsP  = flag.Int("metrics-port", 19300, "node i of protocol p serves /metrics on this port + 10·p + i - 1 (read for the commit stages)")
 	verbose   = flag.Bool("v", false, "print sysbench's own report of every run")
+	bouncer   = flag.Bool("pgbouncer", true, "also measure PgBouncer (session mode) in front of the direct server: the target \"pgbouncer\"")
 	socket    = flag.Bool("socket", false, "also measure the first protocol with the nodes connected to PostgreSQL through its Unix-domain socket instead of loopback TCP (the target \"<protocol>/socket\")")
 )
 
@@ -114,6 +120,18 @@ func run() error {
 		return err
 	}
 	targets := []target{{name: "direct", addrs: []string{direct.Servers[0].Addr()}, servers: direct.Servers}}
+	if *bouncer {
+		most := 0
+		for _, n := range threads {
+			most = max(most, n)
+		}
+		port, _, stop, err := benchcluster.StartPgBouncer(direct.Servers[0], most+10)
+		if err != nil {
+			return fmt.Errorf("%w (or run with -pgbouncer=false)", err)
+		}
+		defer stop()
+		targets = append(targets, target{name: "pgbouncer", addrs: []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, servers: direct.Servers})
+	}
 	names := strings.Split(*protos, ",")
 	if *socket {
 		names = append(names, names[0]+"/socket")
@@ -188,7 +206,9 @@ func run() error {
 			m := medianSample(samples[key])
 			med[key] = m
 			line := fmt.Sprintf("  %-12s threads=%d tps=%7.1f p95=%6.2fms", t.name, n, m.tps, m.p95ms)
-			if t.name != "direct" {
+			if t.name == "pgbouncer" {
+				line += fmt.Sprintf("  ratio=%.3f  postgres %.3fms (direct: %.3fms)", m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.pgCPU, med[fmt.Sprintf("direct/%d", n)].pgCPU)
+			} else if t.name != "direct" {
 				line += fmt.Sprintf("  ratio=%.3f  cpu/txn per node %.3fms (system calls of the three: %.0f reads, %.0f writes), postgres (all servers) %.3fms: %s (direct: %.3fms)",
 					m.tps/med[fmt.Sprintf("direct/%d", n)].tps, m.selfCPU/3, m.selfReads, m.selfWrites, m.pgCPU, benchcluster.FormatRoles(m.pgRoles), med[fmt.Sprintf("direct/%d", n)].pgCPU)
 			}
@@ -199,6 +219,9 @@ func run() error {
 	fmt.Println("where a commit's time goes (means over the rounds, all nodes; ms):")
 	for _, n := range threads {
 		for _, t := range targets[1:] {
+			if len(t.metrics) == 0 {
+				continue // (PgBouncer)
+			}
 			fmt.Printf("  %-12s threads=%d  %s\n", t.name, n, benchcluster.Breakdown(nil, moved[fmt.Sprintf("%s/%d", t.name, n)]))
 		}
 	}
@@ -209,7 +232,11 @@ func run() error {
 		return nil // a partial run prints no RESULT line
 	}
 	fmt.Printf("\ntargets: ratio >= 0.60 at 1 thread, >= 0.45 at 8 threads (dbsm-si)\n")
-	fmt.Printf("RESULT ratio_1=%.3f ratio_8=%.3f cpu_ms_per_txn=%.3f\n", si1.tps/d1.tps, si8.tps/d8.tps, si8.selfCPU/3)
+	bouncers := ""
+	if b1, ok := med["pgbouncer/1"]; ok {
+		bouncers = fmt.Sprintf(" pgbouncer_ratio_1=%.3f pgbouncer_ratio_8=%.3f", b1.tps/d1.tps, med["pgbouncer/8"].tps/d8.tps)
+	}
+	fmt.Printf("RESULT ratio_1=%.3f ratio_8=%.3f cpu_ms_per_txn=%.3f%s\n", si1.tps/d1.tps, si8.tps/d8.tps, si8.selfCPU/3, bouncers)
 	return nil
 }
 
