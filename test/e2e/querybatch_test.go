@@ -116,6 +116,16 @@ func batchOf(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
 	return append(slices.Concat(parts...), &pgproto3.Sync{})
 }
 
+// executedUnnamed is sql parsed, bound and executed through the unnamed
+// statement and portal; boundUnnamed the same without the Execute.
+func executedUnnamed(sql string) []pgproto3.FrontendMessage {
+	return append(boundUnnamed(sql), &pgproto3.Execute{})
+}
+
+func boundUnnamed(sql string) []pgproto3.FrontendMessage {
+	return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}}
+}
+
 // untilMarker sends msgs and a Query of its own, and reads every reply up
 // to that Query's ReadyForQuery, however many ReadyForQuery messages
 // come before it. PostgreSQL 18.6 fails the first Query after a batch in
@@ -577,13 +587,9 @@ func TestCompatTransactionEndBoundNeverExecuted(t *testing.T) {
 	sb := startSideBySide(t, "dbsm-si")
 	o, p := sb.conns(t)
 	q := simpleQuery
-	run := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	}
+	run := executedUnnamed
 	ins := func(id int) []pgproto3.FrontendMessage { return run(fmt.Sprintf("insert into te values (%d)", id)) }
-	bound := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}}
-	}
+	bound := boundUnnamed
 	rows := func(c *pgx.Conn) string {
 		var got string
 		require.NoError(t, c.QueryRow(context.Background(), "select coalesce(array_agg(id order by id), '{}')::text from te").Scan(&got))
@@ -657,13 +663,8 @@ func TestCompatSavepointControlAtItsExecute(t *testing.T) {
 	sb := startSideBySide(t, "dbsm-si")
 	o, p := sb.conns(t)
 	q := simpleQuery
-	run := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
-	}
+	run, bound := executedUnnamed, boundUnnamed
 	ins := func(id int) []pgproto3.FrontendMessage { return run(fmt.Sprintf("insert into ts values (%d)", id)) }
-	bound := func(sql string) []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}}
-	}
 	// boundAs binds sql into portal, under statement name portal.
 	boundAs := func(portal, sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: portal, Query: sql}, &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: portal}}
