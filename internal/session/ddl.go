@@ -105,7 +105,7 @@ func (s *session) Executed(portal string) {
 		if t.Op != analysis.TxnRollback {
 			// Run once: a second Execute fails. (A ROLLBACK ended the
 			// transaction, and its log.)
-			s.tx.bound = append(s.tx.bound, boundCtl{portal: portal})
+			s.logBound(boundCtl{portal: portal})
 		}
 		return
 	}

@@ -1962,6 +1962,9 @@ func (s *session) savepointOp(t *analysis.TxnControl) {
 	case analysis.TxnRelease:
 		if i := find(); i >= 0 {
 			s.tx.savepoints = s.tx.savepoints[:i] // it and those after it; their statements stay
+			if i == 0 {
+				s.settleBound()
+			}
 			// A savepoint set after this has an index a refused
 			// statement's may have had (a RELEASE, then a SAVEPOINT,
 			// then a ROLLBACK TO it forgot the refusal: review).
@@ -2515,8 +2518,25 @@ type boundCtl struct {
 // portal's Execute is sent (Executed).
 func (s *session) bindCtl(m at, t *analysis.TxnControl) {
 	c := *t
-	s.tx.bound = append(s.tx.bound, boundCtl{portal: m.msg.Portal, txn: &c})
+	s.logBound(boundCtl{portal: m.msg.Portal, txn: &c})
 	m.msg.WatchExecute = true
+}
+
+// logBound appends b to txState.bound. What no ROLLBACK TO can bring
+// back (with no savepoint, all but the last entry of each portal, and
+// the last if it waits for nothing) is dropped, so that a transaction of
+// many statements does not grow the log (pgjdbc's autosave sets and
+// releases a savepoint around every statement, each bound into the
+// unnamed portal).
+func (s *session) logBound(b boundCtl) {
+	s.tx.bound = append(s.tx.bound, b)
+	if len(s.tx.savepoints) > 0 {
+		return
+	}
+	s.tx.bound = slices.DeleteFunc(s.tx.bound, func(e boundCtl) bool { return e.portal == b.portal })
+	if b.txn != nil {
+		s.tx.bound = append(s.tx.bound, b)
+	}
 }
 
 // boundInto is the transaction control waiting for an Execute of
@@ -2534,8 +2554,25 @@ func (s *session) boundInto(portal string) *analysis.TxnControl {
 // longer runs at one (if PostgreSQL ran this Bind).
 func (s *session) unbind(portal string) {
 	if s.boundInto(portal) != nil {
-		s.tx.bound = append(s.tx.bound, boundCtl{portal: portal})
+		s.logBound(boundCtl{portal: portal})
 	}
+}
+
+// settleBound drops from txState.bound, once the transaction has no
+// savepoint left, all but the last entry of each portal, and the last if
+// it waits for nothing (logBound).
+func (s *session) settleBound() {
+	last := map[string]int{}
+	for i, b := range s.tx.bound {
+		last[b.portal] = i
+	}
+	kept := s.tx.bound[:0]
+	for i, b := range s.tx.bound {
+		if b.txn != nil && last[b.portal] == i {
+			kept = append(kept, b)
+		}
+	}
+	s.tx.bound = kept
 }
 
 // boundRan follows transaction control bound into a portal whose
