@@ -101,11 +101,11 @@ func (s *session) Executed(portal string) {
 		// an error earlier in the batch, or a portal closed: a ROLLBACK
 		// TO may then restore a block the session forgot;
 		// compatibility.md.)
+		// Run once: a second Execute fails, after a ROLLBACK TO too.
+		s.tx.bound[s.lastBound(portal)].done = true
 		s.boundRan(t)
-		if t.Op != analysis.TxnRollback {
-			// Run once: a second Execute fails. (A ROLLBACK ended the
-			// transaction, and its log.)
-			s.logBound(boundCtl{portal: portal})
+		if len(s.tx.savepoints) == 0 {
+			s.settleBound()
 		}
 		return
 	}

@@ -555,7 +555,7 @@ func (s *session) Statement(ctx context.Context, st *wire.Statement) (err error)
 	if st.Kind == wire.KindBind && len(s.tx.ddl) > 0 {
 		s.rebound(st.Portal)
 	}
-	if st.Kind == wire.KindBind && len(s.tx.bound) > 0 {
+	if (st.Kind == wire.KindBind || st.Kind == wire.KindQuery) && len(s.tx.bound) > 0 {
 		s.unbind(st.Portal) // (an Execute runs what is bound now)
 	}
 	first := st.AtBoundary
@@ -2507,11 +2507,14 @@ func (s *session) txnControl(ctx context.Context, a *analysis.Statement, m at) e
 }
 
 // boundCtl is an entry of txState.bound: transaction control txn bound
-// into portal, or (txn nil) the end of the wait of what was bound there
-// before.
+// into portal, or (txn nil) a Bind of something else there. done: it ran
+// (its Execute was sent), or the portal is gone (the unnamed one, bound
+// again or dropped by a Query); a ROLLBACK TO, which cuts the log back,
+// brings neither back, as PostgreSQL never runs a portal twice.
 type boundCtl struct {
 	portal string
 	txn    *analysis.TxnControl
+	done   bool
 }
 
 // bindCtl notes transaction control t bound at m, to follow when its
@@ -2542,20 +2545,36 @@ func (s *session) logBound(b boundCtl) {
 // boundInto is the transaction control waiting for an Execute of
 // portal, or nil.
 func (s *session) boundInto(portal string) *analysis.TxnControl {
-	for i := len(s.tx.bound) - 1; i >= 0; i-- {
-		if s.tx.bound[i].portal == portal {
-			return s.tx.bound[i].txn
-		}
+	if i := s.lastBound(portal); i >= 0 && !s.tx.bound[i].done {
+		return s.tx.bound[i].txn
 	}
 	return nil
 }
 
-// unbind notes a Bind of portal: what waited there for an Execute no
-// longer runs at one (if PostgreSQL ran this Bind).
-func (s *session) unbind(portal string) {
-	if s.boundInto(portal) != nil {
-		s.logBound(boundCtl{portal: portal})
+// lastBound is the index of portal's last entry in txState.bound, or -1.
+func (s *session) lastBound(portal string) int {
+	for i := len(s.tx.bound) - 1; i >= 0; i-- {
+		if s.tx.bound[i].portal == portal {
+			return i
+		}
 	}
+	return -1
+}
+
+// unbind notes a Bind of portal, or a Query (portal ""): what waited
+// there for an Execute no longer runs at one. The unnamed portal is gone
+// for good (a Bind or a Query drops it); a Bind of a named one that
+// exists fails, and a ROLLBACK TO a savepoint set before it brings the
+// portal's wait back (the log is cut).
+func (s *session) unbind(portal string) {
+	if s.boundInto(portal) == nil {
+		return
+	}
+	if portal == "" {
+		s.tx.bound[s.lastBound(portal)].done = true
+		return
+	}
+	s.logBound(boundCtl{portal: portal})
 }
 
 // settleBound drops from txState.bound, once the transaction has no
@@ -2568,7 +2587,7 @@ func (s *session) settleBound() {
 	}
 	kept := s.tx.bound[:0]
 	for i, b := range s.tx.bound {
-		if b.txn != nil && last[b.portal] == i {
+		if b.txn != nil && !b.done && last[b.portal] == i {
 			kept = append(kept, b)
 		}
 	}

@@ -706,6 +706,16 @@ func TestCompatSavepointControlAtItsExecute(t *testing.T) {
 		// of the batch is the new block's.
 		{q("begin"), q("insert into ts values (5)"), q("select 1/0"), batchOf(boundAs("rc7", "rollback and chain")),
 			batchOf(exec("rc7"), ins(6), run("savepoint b"), run("create role zsp7"), run("rollback to savepoint b")), q("commit")},
+		// A SAVEPOINT's portal executed, a ROLLBACK TO it, then the
+		// portal executed again: PostgreSQL runs a portal once (55000),
+		// and the last ROLLBACK TO undoes the role (a review of the first
+		// version: the cut log forgot that it ran).
+		{q("begin"), batchOf(boundAs("sp8", "savepoint b")), batchOf(exec("sp8")), q("rollback to savepoint b"),
+			q("create role zsp8"), batchOf(exec("sp8")), q("rollback to savepoint b"), q("commit")},
+		// A Query drops the unnamed portal: the RELEASE bound there never
+		// runs, and the ROLLBACK TO undoes the role (the same review).
+		{q("begin"), q("savepoint a"), q("create role zsp9"), batchOf(bound("release savepoint a")), q("select 1"),
+			batchOf(exec("")), q("rollback to savepoint a"), q("commit")},
 	} {
 		t.Run(fmt.Sprint("case", i+1), func(t *testing.T) {
 			same(t, o, p, "drop table if exists ts", "create table ts(id int primary key)")
