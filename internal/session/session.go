@@ -2525,20 +2525,14 @@ func (s *session) bindCtl(m at, t *analysis.TxnControl) {
 	m.msg.WatchExecute = true
 }
 
-// logBound appends b to txState.bound. What no ROLLBACK TO can bring
-// back (with no savepoint, all but the last entry of each portal, and
-// the last if it waits for nothing) is dropped, so that a transaction of
-// many statements does not grow the log (pgjdbc's autosave sets and
-// releases a savepoint around every statement, each bound into the
-// unnamed portal).
+// logBound appends b to txState.bound, and with no savepoint settles
+// the log (settleBound), so that a transaction of many statements does
+// not grow it (pgjdbc's autosave sets and releases a savepoint around
+// every statement, each bound into the unnamed portal).
 func (s *session) logBound(b boundCtl) {
 	s.tx.bound = append(s.tx.bound, b)
-	if len(s.tx.savepoints) > 0 {
-		return
-	}
-	s.tx.bound = slices.DeleteFunc(s.tx.bound, func(e boundCtl) bool { return e.portal == b.portal })
-	if b.txn != nil {
-		s.tx.bound = append(s.tx.bound, b)
+	if len(s.tx.savepoints) == 0 {
+		s.settleBound()
 	}
 }
 
@@ -2577,9 +2571,9 @@ func (s *session) unbind(portal string) {
 	s.logBound(boundCtl{portal: portal})
 }
 
-// settleBound drops from txState.bound, once the transaction has no
-// savepoint left, all but the last entry of each portal, and the last if
-// it waits for nothing (logBound).
+// settleBound drops from txState.bound what no ROLLBACK TO can bring
+// back once the transaction has no savepoint: all but the last entry of
+// each portal, and the last if it waits for nothing.
 func (s *session) settleBound() {
 	last := map[string]int{}
 	for i, b := range s.tx.bound {
